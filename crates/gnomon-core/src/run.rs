@@ -1,0 +1,183 @@
+//! The run state machine of DESIGN.md "Run lifecycle".
+//!
+//! `pending → assigned → running → succeeded`; an attempt can end `failed`,
+//! `timed_out` or `lost`, and the run then goes `retrying → pending` while
+//! attempts remain, else `failed`. `cancelled` and `skipped` are terminal too.
+//! Terminal states are final.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Pending,
+    Assigned,
+    Running,
+    Retrying,
+    Succeeded,
+    Failed,
+    Cancelled,
+    Skipped,
+}
+
+pub const ALL_RUN_STATES: [RunState; 8] = [
+    RunState::Pending,
+    RunState::Assigned,
+    RunState::Running,
+    RunState::Retrying,
+    RunState::Succeeded,
+    RunState::Failed,
+    RunState::Cancelled,
+    RunState::Skipped,
+];
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Pending => "pending",
+            RunState::Assigned => "assigned",
+            RunState::Running => "running",
+            RunState::Retrying => "retrying",
+            RunState::Succeeded => "succeeded",
+            RunState::Failed => "failed",
+            RunState::Cancelled => "cancelled",
+            RunState::Skipped => "skipped",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        ALL_RUN_STATES.into_iter().find(|s| s.as_str() == text)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RunState::Succeeded | RunState::Failed | RunState::Cancelled | RunState::Skipped)
+    }
+
+    /// A run that occupies (or is about to occupy) a worker slot.
+    pub fn is_active(self) -> bool {
+        matches!(self, RunState::Assigned | RunState::Running)
+    }
+
+    /// Whether `self → to` is a transition of the lifecycle.
+    pub fn can_become(self, to: RunState) -> bool {
+        use RunState::*;
+        match self {
+            Pending => matches!(to, Assigned | Cancelled | Skipped),
+            // An attempt may finish before its start is recorded, and an
+            // undeliverable assignment goes back to pending.
+            Assigned => matches!(to, Running | Succeeded | Failed | Retrying | Cancelled | Pending),
+            Running => matches!(to, Succeeded | Failed | Retrying | Cancelled),
+            Retrying => matches!(to, Pending | Cancelled),
+            Succeeded | Failed | Cancelled | Skipped => false,
+        }
+    }
+}
+
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptState {
+    Assigned,
+    Running,
+    Succeeded,
+    Failed,
+    TimedOut,
+    Lost,
+    Cancelled,
+}
+
+pub const ALL_ATTEMPT_STATES: [AttemptState; 7] = [
+    AttemptState::Assigned,
+    AttemptState::Running,
+    AttemptState::Succeeded,
+    AttemptState::Failed,
+    AttemptState::TimedOut,
+    AttemptState::Lost,
+    AttemptState::Cancelled,
+];
+
+impl AttemptState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptState::Assigned => "assigned",
+            AttemptState::Running => "running",
+            AttemptState::Succeeded => "succeeded",
+            AttemptState::Failed => "failed",
+            AttemptState::TimedOut => "timed_out",
+            AttemptState::Lost => "lost",
+            AttemptState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        ALL_ATTEMPT_STATES.into_iter().find(|s| s.as_str() == text)
+    }
+
+    pub fn is_live(self) -> bool {
+        matches!(self, AttemptState::Assigned | AttemptState::Running)
+    }
+}
+
+/// What the run becomes once attempt `attempt` ended with `outcome`.
+pub fn run_state_after_attempt(outcome: AttemptState, attempt: u32, max_attempts: u32) -> RunState {
+    match outcome {
+        AttemptState::Succeeded => RunState::Succeeded,
+        AttemptState::Cancelled => RunState::Cancelled,
+        AttemptState::Failed | AttemptState::TimedOut | AttemptState::Lost if attempt < max_attempts => RunState::Retrying,
+        AttemptState::Failed | AttemptState::TimedOut | AttemptState::Lost => RunState::Failed,
+        // A live outcome is not an end; keep the run where an attempt runs.
+        AttemptState::Assigned => RunState::Assigned,
+        AttemptState::Running => RunState::Running,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn terminal_states_are_final() {
+        for from in ALL_RUN_STATES.into_iter().filter(|s| s.is_terminal()) {
+            for to in ALL_RUN_STATES {
+                assert!(!from.can_become(to), "{from} -> {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn happy_path_and_retry_path() {
+        use RunState::*;
+        for (a, b) in [(Pending, Assigned), (Assigned, Running), (Running, Succeeded), (Running, Retrying), (Retrying, Pending)] {
+            assert!(a.can_become(b));
+        }
+        assert!(!Pending.can_become(Running));
+        assert!(!Retrying.can_become(Running));
+        assert_eq!(run_state_after_attempt(AttemptState::Failed, 1, 3), Retrying);
+        assert_eq!(run_state_after_attempt(AttemptState::Lost, 3, 3), Failed);
+        assert_eq!(run_state_after_attempt(AttemptState::TimedOut, 2, 3), Retrying);
+        assert_eq!(run_state_after_attempt(AttemptState::Succeeded, 1, 1), Succeeded);
+    }
+
+    proptest! {
+        /// Any walk through allowed transitions never leaves a terminal state
+        /// and strings round-trip.
+        #[test]
+        fn random_walks_respect_finality(steps in proptest::collection::vec(0usize..8, 0..50)) {
+            let mut state = RunState::Pending;
+            for i in steps {
+                let to = ALL_RUN_STATES[i];
+                if state.can_become(to) {
+                    prop_assert!(!state.is_terminal());
+                    state = to;
+                }
+                prop_assert_eq!(RunState::parse(state.as_str()), Some(state));
+            }
+        }
+    }
+}
