@@ -1,1 +1,174 @@
+//! gnomon-backend: the `Store` and `Elector` seams, their backends, and the
+//! conformance suites every backend must pass.
+//!
+//! Store and election are separate seams and can be combined; fencing works
+//! across any pair because the *store* checks the token of every leader write.
 
+pub mod conformance;
+pub mod local;
+pub mod model;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+mod migrate;
+
+pub use model::*;
+
+use async_trait::async_trait;
+use gnomon_core::spec::JobSpec;
+use gnomon_core::Millis;
+
+/// Errors of the store. Each says whether retrying may help.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// A leader write carried a token that is no longer the scope's current one.
+    #[error("fenced: token {token} is not the current token {current} of scope {scope:?}")]
+    Fenced { scope: String, token: u64, current: u64 },
+    /// `fence` was called with a token not higher than the stored one.
+    #[error("stale token: {token} is not higher than the current token {current} of scope {scope:?}")]
+    StaleToken { scope: String, token: u64, current: u64 },
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    #[error("version conflict on {what}: expected version {expected}, found {actual}")]
+    VersionConflict { what: String, expected: u64, actual: u64 },
+    #[error("invalid transition of run {run}: {from} -> {to}")]
+    InvalidTransition { run: String, from: String, to: String },
+    #[error("run {0} is already in a terminal state")]
+    Terminal(String),
+    /// The backend could not be reached or timed out; retrying may help.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error("store error: {0}")]
+    Backend(String),
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+    #[error("backend {0:?} is not compiled into this build (enable its cargo feature)")]
+    NotCompiled(String),
+    #[error("invalid store URL: {0}")]
+    InvalidUrl(String),
+}
+
+impl StoreError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// Precondition of a job write (in the manner of restate's metadata store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precondition {
+    None,
+    DoesNotExist,
+    MatchesVersion(u64),
+}
+
+/// The persistent state of gnomon.
+///
+/// # To be correct, an implementation must…
+/// - **Fire uniqueness** (invariant 1): `fire` creates at most one run per
+///   `(job_uid, scheduled_at)` even when called concurrently from several
+///   handles or processes; a duplicate is reported as [`FireOutcome::Existed`]
+///   and changes nothing. The run and the job's `last_scheduled_at` advance are
+///   written in the same transaction.
+/// - **Fencing** (invariant 2): every method taking a [`Fence`] checks, in the
+///   same transaction as its writes, that the fence's token is the current
+///   token of its scope, and fails with [`StoreError::Fenced`] (writing
+///   nothing) otherwise. `fence` only ever raises the token.
+/// - **CAS transitions** (invariant 3): a [`Transition`] applies only when the
+///   run is in `(from, from_attempt)`; otherwise it is reported as not applied
+///   and writes nothing. Transitions outside the lifecycle are rejected;
+///   terminal states are final.
+/// - **Preconditions** on job writes are checked atomically with the write.
+/// - **Pagination** of runs is newest first and stable under concurrent
+///   inserts: a cursor never yields a run twice or skips an older one.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// `sqlite`, `mysql`, `postgres` or `etcd`.
+    fn backend(&self) -> &'static str;
+
+    // --- jobs (any replica writes these directly) ---
+    async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError>;
+    async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError>;
+    async fn delete_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError>;
+    async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<JobRecord>, StoreError>;
+    async fn list_jobs(&self, namespace: Option<&str>) -> Result<Vec<JobRecord>, StoreError>;
+    /// The job change feed: jobs written and uids deleted after `since`.
+    async fn job_changes(&self, since: u64) -> Result<JobChanges, StoreError>;
+
+    // --- leadership ---
+    /// Bumps and returns the scope's epoch counter (token source for electors
+    /// that have no native token).
+    async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError>;
+    /// Installs `token` as the scope's current token if it is higher than the
+    /// stored one; fails with [`StoreError::StaleToken`] otherwise.
+    async fn fence(&self, fence: &Fence, holder: &LeaderInfo, now: Millis) -> Result<(), StoreError>;
+    async fn leadership(&self, scope: &str) -> Result<Option<LeadershipRecord>, StoreError>;
+
+    // --- leader writes (token-checked) ---
+    async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError>;
+    async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError>;
+
+    // --- user writes on runs ---
+    /// Cancels a run that has not started (directly) or asks the leader to
+    /// stop a live one (`cancel_requested`). Fails on a terminal run.
+    async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError>;
+
+    // --- queries ---
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError>;
+    async fn list_runs(&self, filter: &RunFilter, limit: u32, cursor: Option<i64>) -> Result<RunPage, StoreError>;
+    /// Every run that is not terminal (for leader recovery).
+    async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError>;
+    /// Live attempts of runs whose cancellation was requested.
+    async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError>;
+}
+
+/// Leadership of a scope, handed out by an [`Elector`].
+#[derive(Debug)]
+pub struct Leadership {
+    pub scope: String,
+    pub token: u64,
+    /// Turns `true` when leadership is lost (lease expired, lock or
+    /// connection gone). Leader loops must stop within 1 s of it.
+    pub lost: tokio::sync::watch::Receiver<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ElectionError {
+    #[error("election backend unavailable: {0}")]
+    Unavailable(String),
+    #[error("election refused: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Leader election for a scope.
+///
+/// # To be correct, an implementation must…
+/// - grant a scope to at most one candidate at a time;
+/// - hand out a token that strictly increases across terms of a scope, and
+///   `fence` the store with it before returning from `campaign`;
+/// - set `lost` as soon as it can no longer be sure it leads;
+/// - on `resign`, release promptly so another candidate can win.
+#[async_trait]
+pub trait Elector: Send + Sync + std::fmt::Debug {
+    fn backend(&self) -> &'static str;
+    /// Waits until this node leads `scope`.
+    async fn campaign(&self, scope: &str, me: &LeaderInfo) -> Result<Leadership, ElectionError>;
+    async fn resign(&self, leadership: &Leadership) -> Result<(), ElectionError>;
+}
+
+/// Opens a store from its URL. Backends that are not compiled in answer with
+/// [`StoreError::NotCompiled`].
+pub async fn open_store(url: &str) -> Result<std::sync::Arc<dyn Store>, StoreError> {
+    let scheme = url.split_once("://").map(|(s, _)| s).ok_or_else(|| StoreError::InvalidUrl(format!("{url:?} has no scheme (expected sqlite://, mysql://, postgres:// or etcd://)")))?;
+    match scheme {
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(std::sync::Arc::new(sqlite::SqliteStore::open(url).await?)),
+        #[cfg(not(feature = "sqlite"))]
+        "sqlite" => Err(StoreError::NotCompiled(scheme.to_string())),
+        "mysql" | "postgres" | "postgresql" | "etcd" => Err(StoreError::NotCompiled(scheme.to_string())),
+        other => Err(StoreError::InvalidUrl(format!("unknown store scheme {other:?}"))),
+    }
+}

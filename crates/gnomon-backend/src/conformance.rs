@@ -1,0 +1,303 @@
+//! Conformance suites shared by every backend, in the manner of openraft's
+//! `Suite::test_all(builder)`. A backend's tests call [`store_suite`] with a
+//! builder that opens a *new handle to the same database* each time (so
+//! concurrent handles behave like separate servers), and [`elector_suite`]
+//! with an elector over a store.
+//!
+//! The suites panic with a description on the first violation.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use gnomon_core::spec::{parse_job_json, JobSpec};
+use gnomon_core::{AttemptState, RunState};
+
+use crate::*;
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", rand::random::<u32>())
+}
+
+fn job_spec(name: &str) -> JobSpec {
+    parse_job_json(format!(r#"{{"name":"{name}","schedule":{{"every":"1s"}},"executor":{{"shell":{{"command":"true"}}}}}}"#).as_bytes())
+        .and_then(|s| s.compile())
+        .map(|c| c.spec)
+        .expect("suite job spec is valid")
+}
+
+fn new_run(job: &JobRecord, t: i64) -> NewRun {
+    NewRun {
+        job_uid: job.uid.clone(),
+        namespace: job.namespace.clone(),
+        job: job.name.clone(),
+        scheduled_at: t,
+        fired_at: t + 1,
+        state: RunState::Pending,
+        reason: None,
+        manual: false,
+    }
+}
+
+fn tr(run: &str, from: RunState, fa: u32, to: RunState, ta: u32, attempt: Option<AttemptChange>) -> Transition {
+    Transition { run_id: run.into(), from, from_attempt: fa, to, to_attempt: ta, reason: None, next_attempt_at: None, attempt, at: 5 }
+}
+
+/// Takes a fresh term on `scope` and returns its fence.
+async fn lead(store: &dyn Store, scope: &str) -> Fence {
+    let token = store.next_epoch(scope).await.expect("next_epoch");
+    let fence = Fence { scope: scope.into(), token };
+    store.fence(&fence, &LeaderInfo { holder: "suite".into(), address: "127.0.0.1:0".into(), backend: "test".into() }, 1).await.expect("fence");
+    fence
+}
+
+/// Runs every store test. `open` must return a new handle to one shared database.
+pub async fn store_suite<F, Fut>(open: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Arc<dyn Store>>,
+{
+    let a = open().await;
+    let b = open().await;
+    jobs_and_preconditions(a.as_ref()).await;
+    job_change_feed(a.as_ref(), b.as_ref()).await;
+    fire_uniqueness_under_concurrency(a.clone(), b.clone()).await;
+    fire_advances_last_scheduled_at(a.as_ref()).await;
+    stale_token_writes_are_rejected(a.as_ref(), b.as_ref()).await;
+    cas_transitions_and_terminal_finality(a.as_ref()).await;
+    pagination_is_stable_under_inserts(a.as_ref()).await;
+    cancel_requests(a.as_ref()).await;
+}
+
+async fn jobs_and_preconditions(s: &dyn Store) {
+    let name = unique("crud");
+    let spec = job_spec(&name);
+    let j1 = s.put_job(&spec, Precondition::DoesNotExist, 10).await.expect("create");
+    assert_eq!((j1.version, j1.paused, j1.namespace.as_str()), (1, false, "default"));
+    assert!(matches!(s.put_job(&spec, Precondition::DoesNotExist, 11).await, Err(StoreError::AlreadyExists(_))));
+    let j2 = s.put_job(&spec, Precondition::MatchesVersion(1), 12).await.expect("update at version 1");
+    assert_eq!(j2.version, 2);
+    assert_eq!(j2.uid, j1.uid, "an update keeps the job's identity");
+    match s.put_job(&spec, Precondition::MatchesVersion(1), 13).await {
+        Err(StoreError::VersionConflict { expected: 1, actual: 2, .. }) => {}
+        other => panic!("stale version must conflict, got {other:?}"),
+    }
+    assert!(matches!(s.put_job(&job_spec(&unique("nope")), Precondition::MatchesVersion(1), 13).await, Err(StoreError::NotFound(_))));
+    let paused = s.set_job_paused("default", &name, true, 14).await.expect("pause");
+    assert!(paused.paused && paused.version == 3);
+    assert!(matches!(s.delete_job("default", &name, Precondition::MatchesVersion(1)).await, Err(StoreError::VersionConflict { .. })));
+    s.delete_job("default", &name, Precondition::None).await.expect("delete");
+    assert!(s.get_job("default", &name).await.expect("get").is_none());
+    assert!(matches!(s.delete_job("default", &name, Precondition::None).await, Err(StoreError::NotFound(_))));
+    let again = s.put_job(&spec, Precondition::DoesNotExist, 15).await.expect("recreate");
+    assert_ne!(again.uid, j1.uid, "a recreated job is a new identity");
+    assert_eq!(again.version, 1);
+}
+
+async fn job_change_feed(a: &dyn Store, b: &dyn Store) {
+    let start = a.job_changes(0).await.expect("changes").seq;
+    let name = unique("feed");
+    let created = b.put_job(&job_spec(&name), Precondition::DoesNotExist, 1).await.expect("create via b");
+    let changes = a.job_changes(start).await.expect("changes");
+    assert!(changes.upserted.iter().any(|j| j.uid == created.uid), "a job written through another handle shows in the feed");
+    assert!(changes.seq > start);
+    b.delete_job("default", &name, Precondition::None).await.expect("delete");
+    let after = a.job_changes(changes.seq).await.expect("changes");
+    assert_eq!(after.deleted, vec![created.uid.clone()]);
+    assert!(after.upserted.iter().all(|j| j.uid != created.uid));
+    let idle = a.job_changes(after.seq).await.expect("changes");
+    assert!(idle.upserted.is_empty() && idle.deleted.is_empty() && idle.seq == after.seq);
+}
+
+async fn fire_uniqueness_under_concurrency(a: Arc<dyn Store>, b: Arc<dyn Store>) {
+    let scope = unique("scope");
+    let fence = lead(a.as_ref(), &scope).await;
+    let job = a.put_job(&job_spec(&unique("race")), Precondition::DoesNotExist, 1).await.expect("create");
+    // Several "servers" race to fire the same 40 times, many rounds.
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let fence = fence.clone();
+        let job = job.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut created = 0usize;
+            for round in 0..10i64 {
+                let runs: Vec<NewRun> = (0..4).map(|k| new_run(&job, 1000 * (round * 4 + k + 1))).collect();
+                let outcomes = store.fire(&fence, &runs, &[]).await.expect("fire");
+                created += outcomes.iter().filter(|o| **o == FireOutcome::Created).count();
+            }
+            created
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("task");
+    }
+    assert_eq!(total, 40, "exactly one creation per (job, scheduled_at)");
+    let page = a.list_runs(&RunFilter { job: Some(job.name.clone()), ..Default::default() }, 1000, None).await.expect("list");
+    assert_eq!(page.runs.len(), 40);
+    let mut times: Vec<i64> = page.runs.iter().map(|r| r.scheduled_at).collect();
+    times.dedup();
+    assert_eq!(times.len(), 40);
+    assert!(page.runs.iter().all(|r| r.id == run_id(&job.uid, r.scheduled_at)), "run ids derive from (job, scheduled_at)");
+}
+
+async fn fire_advances_last_scheduled_at(s: &dyn Store) {
+    let scope = unique("scope");
+    let fence = lead(s, &scope).await;
+    let job = s.put_job(&job_spec(&unique("adv")), Precondition::DoesNotExist, 1).await.expect("create");
+    assert_eq!(job.last_scheduled_at, None);
+    let mut skipped = new_run(&job, 2000);
+    skipped.state = RunState::Skipped;
+    skipped.reason = Some("misfire".into());
+    s.fire(&fence, &[new_run(&job, 1000), skipped], &[JobAdvance { job_uid: job.uid.clone(), last_scheduled_at: 2000 }]).await.expect("fire");
+    let j = s.get_job("default", &job.name).await.expect("get").expect("exists");
+    assert_eq!(j.last_scheduled_at, Some(2000));
+    s.fire(&fence, &[], &[JobAdvance { job_uid: job.uid.clone(), last_scheduled_at: 1500 }]).await.expect("fire");
+    let j = s.get_job("default", &job.name).await.expect("get").expect("exists");
+    assert_eq!(j.last_scheduled_at, Some(2000), "last_scheduled_at never moves backwards");
+    let skipped = s.get_run(&run_id(&job.uid, 2000)).await.expect("get").expect("exists");
+    assert_eq!(skipped.run.state, RunState::Skipped);
+    assert_eq!(skipped.run.reason.as_deref(), Some("misfire"));
+}
+
+async fn stale_token_writes_are_rejected(a: &dyn Store, b: &dyn Store) {
+    let scope = unique("scope");
+    let old = lead(a, &scope).await;
+    let job = a.put_job(&job_spec(&unique("fence")), Precondition::DoesNotExist, 1).await.expect("create");
+    a.fire(&old, &[new_run(&job, 1000)], &[]).await.expect("fire under the current token");
+    let rid = run_id(&job.uid, 1000);
+    // A newer leader takes over through another handle.
+    let new = lead(b, &scope).await;
+    assert!(new.token > old.token, "tokens strictly increase across terms");
+    // Interleave stale and current writes: every stale one is rejected.
+    for i in 0..5i64 {
+        match a.fire(&old, &[new_run(&job, 5000 + i)], &[JobAdvance { job_uid: job.uid.clone(), last_scheduled_at: 5000 + i }]).await {
+            Err(StoreError::Fenced { token, current, .. }) => assert_eq!((token, current), (old.token, new.token)),
+            other => panic!("a stale fire must be fenced, got {other:?}"),
+        }
+        b.fire(&new, &[new_run(&job, 9000 + i)], &[]).await.expect("the current leader writes");
+    }
+    let assign = tr(&rid, RunState::Pending, 0, RunState::Assigned, 1, Some(AttemptChange::Assign { attempt: 1, worker: "w".into(), token: old.token }));
+    assert!(matches!(a.transition(&old, std::slice::from_ref(&assign)).await, Err(StoreError::Fenced { .. })));
+    assert!(s_run(a, &rid).await.state == RunState::Pending, "a fenced write changes nothing");
+    assert!(a.get_run(&run_id(&job.uid, 5000)).await.expect("get").is_none());
+    let j = a.get_job("default", &job.name).await.expect("get").expect("exists");
+    assert_eq!(j.last_scheduled_at, None, "a fenced advance changes nothing");
+    // The old term cannot come back.
+    match a.fence(&old, &LeaderInfo::default(), 2).await {
+        Err(StoreError::StaleToken { .. }) => {}
+        other => panic!("re-fencing with an old token must fail, got {other:?}"),
+    }
+    assert!(matches!(a.fence(&new, &LeaderInfo::default(), 2).await, Err(StoreError::StaleToken { .. })), "fence requires a strictly higher token");
+    let record = a.leadership(&scope).await.expect("leadership").expect("exists");
+    assert_eq!(record.token, new.token);
+    // The epoch counter always outruns the fenced token.
+    assert!(a.next_epoch(&scope).await.expect("epoch") > new.token);
+    assert!(b.transition(&new, &[assign.clone()]).await.expect("current leader transitions")[0]);
+}
+
+async fn s_run(s: &dyn Store, id: &str) -> RunRecord {
+    s.get_run(id).await.expect("get_run").expect("run exists").run
+}
+
+async fn cas_transitions_and_terminal_finality(s: &dyn Store) {
+    let scope = unique("scope");
+    let fence = lead(s, &scope).await;
+    let job = s.put_job(&job_spec(&unique("cas")), Precondition::DoesNotExist, 1).await.expect("create");
+    s.fire(&fence, &[new_run(&job, 1000)], &[]).await.expect("fire");
+    let rid = run_id(&job.uid, 1000);
+    let assign1 = tr(&rid, RunState::Pending, 0, RunState::Assigned, 1, Some(AttemptChange::Assign { attempt: 1, worker: "w1".into(), token: fence.token }));
+    assert_eq!(s.transition(&fence, std::slice::from_ref(&assign1)).await.expect("assign"), vec![true]);
+    assert_eq!(s.transition(&fence, std::slice::from_ref(&assign1)).await.expect("assign again"), vec![false], "a CAS from a state the run left fails");
+    let wrong_attempt = tr(&rid, RunState::Assigned, 7, RunState::Running, 7, Some(AttemptChange::Start { attempt: 7 }));
+    assert_eq!(s.transition(&fence, &[wrong_attempt]).await.expect("t"), vec![false], "a wrong attempt fails");
+    let batch = [
+        tr(&rid, RunState::Assigned, 1, RunState::Running, 1, Some(AttemptChange::Start { attempt: 1 })),
+        tr(&rid, RunState::Running, 1, RunState::Retrying, 1, Some(AttemptChange::End { attempt: 1, state: AttemptState::Lost, exit_code: None, output: String::new() })),
+        tr(&rid, RunState::Retrying, 1, RunState::Pending, 1, None),
+        tr(&rid, RunState::Pending, 1, RunState::Assigned, 2, Some(AttemptChange::Assign { attempt: 2, worker: "w2".into(), token: fence.token })),
+        tr(&rid, RunState::Assigned, 2, RunState::Succeeded, 2, Some(AttemptChange::End { attempt: 2, state: AttemptState::Succeeded, exit_code: Some(0), output: "hi\n".into() })),
+        // A late report for the superseded attempt 1 must not apply.
+        tr(&rid, RunState::Running, 1, RunState::Succeeded, 1, Some(AttemptChange::End { attempt: 1, state: AttemptState::Succeeded, exit_code: Some(0), output: "late".into() })),
+    ];
+    assert_eq!(s.transition(&fence, &batch).await.expect("batch"), vec![true, true, true, true, true, false]);
+    let detail = s.get_run(&rid).await.expect("get").expect("exists");
+    assert_eq!((detail.run.state, detail.run.attempt), (RunState::Succeeded, 2));
+    let states: Vec<(u32, AttemptState, &str)> = detail.attempts.iter().map(|a| (a.attempt, a.state, a.worker.as_str())).collect();
+    assert_eq!(states, vec![(1, AttemptState::Lost, "w1"), (2, AttemptState::Succeeded, "w2")]);
+    assert_eq!(detail.attempts[1].output, "hi\n");
+    assert_eq!(detail.attempts[1].exit_code, Some(0));
+    // Terminal states are final: the lifecycle has no edge out of them.
+    for to in gnomon_core::run::ALL_RUN_STATES {
+        let t = tr(&rid, RunState::Succeeded, 2, to, 3, None);
+        assert!(matches!(s.transition(&fence, &[t]).await, Err(StoreError::InvalidTransition { .. })), "succeeded -> {to} must be refused");
+    }
+    assert_eq!(s_run(s, &rid).await.state, RunState::Succeeded);
+}
+
+async fn pagination_is_stable_under_inserts(s: &dyn Store) {
+    let scope = unique("scope");
+    let fence = lead(s, &scope).await;
+    let job = s.put_job(&job_spec(&unique("page")), Precondition::DoesNotExist, 1).await.expect("create");
+    let runs: Vec<NewRun> = (1..=25).map(|i| new_run(&job, i * 1000)).collect();
+    s.fire(&fence, &runs, &[]).await.expect("fire");
+    let filter = RunFilter { job: Some(job.name.clone()), ..Default::default() };
+    let first = s.list_runs(&filter, 10, None).await.expect("page 1");
+    assert_eq!(first.runs.len(), 10);
+    assert_eq!(first.runs[0].scheduled_at, 25_000, "newest first");
+    // Newer runs arrive between pages.
+    let more: Vec<NewRun> = (26..=30).map(|i| new_run(&job, i * 1000)).collect();
+    s.fire(&fence, &more, &[]).await.expect("fire more");
+    let mut seen: Vec<i64> = first.runs.iter().map(|r| r.scheduled_at).collect();
+    let mut cursor = first.next_cursor;
+    while let Some(c) = cursor {
+        let page = s.list_runs(&filter, 10, Some(c)).await.expect("page");
+        seen.extend(page.runs.iter().map(|r| r.scheduled_at));
+        cursor = page.next_cursor;
+    }
+    let expected: Vec<i64> = (1..=25).rev().map(|i| i * 1000).collect();
+    assert_eq!(seen, expected, "no run twice, none skipped, order kept");
+    let by_state = s.list_runs(&RunFilter { state: Some(RunState::Pending), job: Some(job.name.clone()), ..Default::default() }, 1000, None).await.expect("by state");
+    assert_eq!(by_state.runs.len(), 30);
+    assert_eq!(by_state.next_cursor, None);
+}
+
+async fn cancel_requests(s: &dyn Store) {
+    let scope = unique("scope");
+    let fence = lead(s, &scope).await;
+    let job = s.put_job(&job_spec(&unique("cancel")), Precondition::DoesNotExist, 1).await.expect("create");
+    s.fire(&fence, &[new_run(&job, 1000), new_run(&job, 2000)], &[]).await.expect("fire");
+    let pending = run_id(&job.uid, 1000);
+    let live = run_id(&job.uid, 2000);
+    assert_eq!(s.request_cancel(&pending, 3).await.expect("cancel pending"), CancelOutcome::Cancelled);
+    assert_eq!(s_run(s, &pending).await.state, RunState::Cancelled);
+    assert!(matches!(s.request_cancel(&pending, 3).await, Err(StoreError::Terminal(_))));
+    let assign = tr(&live, RunState::Pending, 0, RunState::Assigned, 1, Some(AttemptChange::Assign { attempt: 1, worker: "w".into(), token: fence.token }));
+    assert!(s.transition(&fence, &[assign]).await.expect("assign")[0]);
+    assert_eq!(s.request_cancel(&live, 4).await.expect("cancel live"), CancelOutcome::Requested);
+    assert!(s.cancel_requests().await.expect("requests").iter().any(|r| r.id == live));
+    let end = tr(&live, RunState::Assigned, 1, RunState::Cancelled, 1, Some(AttemptChange::End { attempt: 1, state: AttemptState::Cancelled, exit_code: None, output: String::new() }));
+    assert!(s.transition(&fence, &[end]).await.expect("end")[0]);
+    assert!(!s.cancel_requests().await.expect("requests").iter().any(|r| r.id == live), "a finished run is no longer a cancel request");
+    assert!(matches!(s.request_cancel("no-such-run", 5).await, Err(StoreError::NotFound(_))));
+}
+
+/// Runs every elector test against `elector`, which must be backed by `store`.
+pub async fn elector_suite(store: Arc<dyn Store>, elector: Arc<dyn Elector>) {
+    let scope = unique("scope");
+    let me = LeaderInfo { holder: "node-a".into(), address: "127.0.0.1:7400".into(), backend: String::new() };
+    let first = elector.campaign(&scope, &me).await.expect("campaign");
+    assert!(!*first.lost.borrow(), "a fresh term is not lost");
+    let record = store.leadership(&scope).await.expect("leadership").expect("fenced on win");
+    assert_eq!(record.token, first.token, "the elector fences the store before returning");
+    assert_eq!(record.holder, "node-a");
+    let mut lost = first.lost.clone();
+    elector.resign(&first).await.expect("resign");
+    tokio::time::timeout(std::time::Duration::from_secs(5), lost.wait_for(|l| *l)).await.expect("loss is signalled promptly").expect("watch");
+    let second = elector.campaign(&scope, &me).await.expect("campaign again");
+    assert!(second.token > first.token, "tokens strictly increase across terms");
+    let fence = Fence { scope: scope.clone(), token: first.token };
+    assert!(matches!(store.fire(&fence, &[], &[]).await, Err(StoreError::Fenced { .. })), "the old term's writes are fenced");
+    store.fire(&Fence { scope: scope.clone(), token: second.token }, &[], &[]).await.expect("the new term writes");
+    elector.resign(&second).await.expect("resign");
+}

@@ -1,0 +1,176 @@
+//! Records that cross the store boundary.
+
+use gnomon_core::spec::JobSpec;
+use gnomon_core::{AttemptState, Millis, RunState};
+use serde::Serialize;
+
+/// The token a leader's writes carry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fence {
+    pub scope: String,
+    pub token: u64,
+}
+
+/// Who leads, as recorded with the fence.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LeaderInfo {
+    pub holder: String,
+    pub address: String,
+    pub backend: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeadershipRecord {
+    pub scope: String,
+    pub token: u64,
+    pub holder: String,
+    pub address: String,
+    pub backend: String,
+    pub since: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    /// Internal identity; a job deleted and created again gets a new uid.
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub spec: JobSpec,
+    pub version: u64,
+    pub paused: bool,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub last_scheduled_at: Option<Millis>,
+    pub change_seq: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobChanges {
+    pub upserted: Vec<JobRecord>,
+    pub deleted: Vec<String>,
+    /// Pass this to the next `job_changes` call.
+    pub seq: u64,
+}
+
+/// The deterministic id of the run of `job_uid` at `scheduled_at`.
+pub fn run_id(job_uid: &str, scheduled_at: Millis) -> String {
+    format!("{job_uid}-{scheduled_at}")
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRun {
+    pub job_uid: String,
+    pub namespace: String,
+    pub job: String,
+    pub scheduled_at: Millis,
+    pub fired_at: Millis,
+    /// `Pending` for a fire, `Skipped` for a recorded misfire or overlap skip.
+    pub state: RunState,
+    pub reason: Option<String>,
+    pub manual: bool,
+}
+
+impl NewRun {
+    pub fn id(&self) -> String {
+        run_id(&self.job_uid, self.scheduled_at)
+    }
+}
+
+/// Moves a job's `last_scheduled_at` forward (never backwards).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobAdvance {
+    pub job_uid: String,
+    pub last_scheduled_at: Millis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FireOutcome {
+    Created,
+    /// A run for that `(job, scheduled_at)` already existed; nothing changed.
+    Existed,
+}
+
+/// A compare-and-swap on a run's `(state, attempt)`, with the attempt record
+/// change that goes with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    pub run_id: String,
+    pub from: RunState,
+    pub from_attempt: u32,
+    pub to: RunState,
+    pub to_attempt: u32,
+    pub reason: Option<String>,
+    pub next_attempt_at: Option<Millis>,
+    pub attempt: Option<AttemptChange>,
+    pub at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptChange {
+    /// A new attempt was assigned to a worker under a token.
+    Assign { attempt: u32, worker: String, token: u64 },
+    /// The worker started it.
+    Start { attempt: u32 },
+    /// It ended.
+    End { attempt: u32, state: AttemptState, exit_code: Option<i32>, output: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The run had not started and is now `cancelled`.
+    Cancelled,
+    /// The run has a live attempt; the leader will stop it.
+    Requested,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRecord {
+    pub id: String,
+    #[serde(skip)]
+    pub seq: i64,
+    #[serde(skip)]
+    pub job_uid: String,
+    pub job: String,
+    pub namespace: String,
+    pub scheduled_at: Millis,
+    pub fired_at: Millis,
+    pub state: RunState,
+    pub attempt: u32,
+    pub reason: Option<String>,
+    pub next_attempt_at: Option<Millis>,
+    pub manual: bool,
+    pub cancel_requested: bool,
+    pub updated_at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptRecord {
+    pub attempt: u32,
+    pub worker: String,
+    pub token: u64,
+    pub state: AttemptState,
+    pub assigned_at: Millis,
+    pub started_at: Option<Millis>,
+    pub ended_at: Option<Millis>,
+    pub exit_code: Option<i32>,
+    pub output: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunDetail {
+    pub run: RunRecord,
+    pub attempts: Vec<AttemptRecord>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    pub namespace: Option<String>,
+    pub job: Option<String>,
+    pub state: Option<RunState>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunPage {
+    pub runs: Vec<RunRecord>,
+    pub next_cursor: Option<i64>,
+}
