@@ -1,0 +1,428 @@
+//! The executors: `shell` (argv, process group, bounded output), `http`
+//! (reqwest with rustls) and named `handler`s registered by library users.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gnomon_core::spec::{Executor, HttpSpec, ShellSpec};
+use gnomon_core::{AttemptState, Millis};
+use tokio::io::AsyncReadExt;
+use tokio::sync::watch;
+
+use crate::tail::{OutputTail, MAX_OUTPUT_BYTES};
+
+/// Everything an attempt needs, including its idempotency key and fence.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    pub run_id: String,
+    pub attempt: u32,
+    pub job: String,
+    pub namespace: String,
+    pub scheduled_at: Millis,
+    pub token: u64,
+    pub worker_id: String,
+    pub executor: Executor,
+    pub timeout: Option<Duration>,
+}
+
+impl ExecRequest {
+    /// The attempt environment (DESIGN.md "Interfaces"): the run id is the
+    /// idempotency key; token and attempt let a job fence its side effects.
+    pub fn gnomon_vars(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("RUN_ID", self.run_id.clone()),
+            ("ATTEMPT", self.attempt.to_string()),
+            ("SCHEDULED_AT", gnomon_core::format_millis(self.scheduled_at)),
+            ("JOB", self.job.clone()),
+            ("NAMESPACE", self.namespace.clone()),
+            ("WORKER", self.worker_id.clone()),
+            ("TOKEN", self.token.to_string()),
+        ]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecOutcome {
+    /// `Succeeded`, `Failed`, `TimedOut` or `Cancelled`.
+    pub state: AttemptState,
+    /// Process exit code (shell) or HTTP status (http).
+    pub exit_code: Option<i32>,
+    pub output: String,
+}
+
+impl ExecOutcome {
+    fn failed(message: impl Into<String>) -> Self {
+        Self { state: AttemptState::Failed, exit_code: None, output: message.into() }
+    }
+}
+
+/// Context handed to a handler.
+#[derive(Debug, Clone)]
+pub struct HandlerContext {
+    pub run_id: String,
+    pub attempt: u32,
+    pub job: String,
+    pub scheduled_at: Millis,
+    pub token: u64,
+}
+
+/// A named handler (`{"handler":{"name":…,"payload":…}}` jobs). `Ok` output
+/// means success; `Err` means the attempt failed with that message.
+#[async_trait::async_trait]
+pub trait Handler: Send + Sync {
+    async fn call(&self, ctx: HandlerContext, payload: serde_json::Value) -> Result<String, String>;
+}
+
+#[derive(Clone, Default)]
+pub struct HandlerRegistry {
+    handlers: HashMap<String, Arc<dyn Handler>>,
+}
+
+impl std::fmt::Debug for HandlerRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.handlers.keys()).finish()
+    }
+}
+
+impl HandlerRegistry {
+    pub fn register(&mut self, name: impl Into<String>, handler: Arc<dyn Handler>) {
+        self.handlers.insert(name.into(), handler);
+    }
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.handlers.keys().cloned().collect();
+        v.sort();
+        v
+    }
+    /// The built-ins: `noop` (succeeds at once; for benchmarks and smoke
+    /// tests) and `echo` (succeeds with its payload as output).
+    pub fn with_builtins() -> Self {
+        let mut r = Self::default();
+        r.register("noop", Arc::new(Noop));
+        r.register("echo", Arc::new(Echo));
+        r
+    }
+}
+
+struct Noop;
+#[async_trait::async_trait]
+impl Handler for Noop {
+    async fn call(&self, _: HandlerContext, _: serde_json::Value) -> Result<String, String> {
+        Ok(String::new())
+    }
+}
+struct Echo;
+#[async_trait::async_trait]
+impl Handler for Echo {
+    async fn call(&self, _: HandlerContext, payload: serde_json::Value) -> Result<String, String> {
+        Ok(payload.to_string())
+    }
+}
+
+/// Runs one attempt to its end. Cancellation (`cancel` turning `true`) and
+/// the timeout both stop the attempt; for `shell` the whole process group is
+/// killed.
+pub async fn execute(req: &ExecRequest, http: &reqwest::Client, handlers: &HandlerRegistry, cancel: watch::Receiver<bool>) -> ExecOutcome {
+    match &req.executor {
+        Executor::Shell(spec) => run_shell(req, spec, cancel).await,
+        Executor::Http(spec) => bounded(req.timeout, cancel, run_http(req, spec, http)).await,
+        Executor::Handler(h) => match handlers.handlers.get(&h.name) {
+            None => ExecOutcome::failed(format!("no handler named {:?} on worker {} (it has: {})", h.name, req.worker_id, handlers.names().join(", "))),
+            Some(handler) => {
+                let ctx = HandlerContext { run_id: req.run_id.clone(), attempt: req.attempt, job: req.job.clone(), scheduled_at: req.scheduled_at, token: req.token };
+                let handler = handler.clone();
+                let payload = h.payload.clone();
+                bounded(req.timeout, cancel, async move {
+                    match handler.call(ctx, payload).await {
+                        Ok(out) => ExecOutcome { state: AttemptState::Succeeded, exit_code: None, output: truncate(out) },
+                        Err(e) => ExecOutcome::failed(truncate(e)),
+                    }
+                })
+                .await
+            }
+        },
+    }
+}
+
+fn truncate(mut s: String) -> String {
+    if s.len() > MAX_OUTPUT_BYTES {
+        let mut t = OutputTail::default();
+        t.push(s.as_bytes());
+        s = t.into_string();
+    }
+    s
+}
+
+async fn wait_cancel(mut cancel: watch::Receiver<bool>) {
+    if cancel.wait_for(|c| *c).await.is_err() {
+        // The sender is gone: nobody can cancel any more.
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn sleep_opt(timeout: Option<Duration>) {
+    match timeout {
+        Some(t) => tokio::time::sleep(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn bounded(timeout: Option<Duration>, cancel: watch::Receiver<bool>, work: impl std::future::Future<Output = ExecOutcome>) -> ExecOutcome {
+    tokio::select! {
+        out = work => out,
+        _ = sleep_opt(timeout) => ExecOutcome { state: AttemptState::TimedOut, exit_code: None, output: format!("timed out after {}", gnomon_core::duration::format_duration(timeout.unwrap_or_default())) },
+        _ = wait_cancel(cancel) => ExecOutcome { state: AttemptState::Cancelled, exit_code: None, output: "cancelled".into() },
+    }
+}
+
+async fn run_http(req: &ExecRequest, spec: &HttpSpec, http: &reqwest::Client) -> ExecOutcome {
+    let method = match reqwest::Method::from_bytes(spec.method.as_bytes()) {
+        Ok(m) => m,
+        Err(e) => return ExecOutcome::failed(format!("bad method: {e}")),
+    };
+    let mut builder = http.request(method, &spec.url);
+    for (k, v) in &spec.headers {
+        builder = builder.header(k.as_str(), v.as_str());
+    }
+    for (k, v) in req.gnomon_vars() {
+        let name = format!("Gnomon-{}", k.split('_').map(title).collect::<Vec<_>>().join("-"));
+        builder = builder.header(name, v);
+    }
+    if let Some(body) = &spec.body {
+        builder = builder.body(body.clone());
+    }
+    let response = match builder.send().await {
+        Ok(r) => r,
+        Err(e) => return ExecOutcome::failed(format!("request failed: {e}")),
+    };
+    let status = response.status().as_u16();
+    let mut tail = OutputTail::default();
+    let mut response = response;
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => tail.push(&chunk),
+            Ok(None) => break,
+            Err(e) => {
+                tail.push(format!("\n[gnomon: body read failed: {e}]").as_bytes());
+                break;
+            }
+        }
+    }
+    let ok = match spec.expect_status {
+        Some(expected) => status == expected,
+        None => (200..300).contains(&status),
+    };
+    ExecOutcome { state: if ok { AttemptState::Succeeded } else { AttemptState::Failed }, exit_code: Some(i32::from(status)), output: tail.into_string() }
+}
+
+fn title(word: &str) -> String {
+    let lower = word.to_ascii_lowercase();
+    let mut chars = lower.chars();
+    match chars.next() {
+        Some(first) => first.to_ascii_uppercase().to_string() + chars.as_str(),
+        None => String::new(),
+    }
+}
+
+fn kill_group(pgid: i32) {
+    if pgid > 0 {
+        // SAFETY: killpg only sends a signal to a process group we created.
+        unsafe {
+            libc::killpg(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+async fn run_shell(req: &ExecRequest, spec: &ShellSpec, cancel: watch::Receiver<bool>) -> ExecOutcome {
+    let mut cmd = tokio::process::Command::new(&spec.command);
+    cmd.args(&spec.args).envs(&spec.env).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+    for (k, v) in req.gnomon_vars() {
+        cmd.env(format!("GNOMON_{k}"), v);
+    }
+    if let Some(cwd) = &spec.cwd {
+        cmd.current_dir(cwd);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return ExecOutcome { state: AttemptState::Failed, exit_code: None, output: format!("cannot start {:?}: {e}", spec.command) },
+    };
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0);
+    let tail = Arc::new(std::sync::Mutex::new(OutputTail::default()));
+    let mut readers = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        readers.push(tokio::spawn(pump(out, tail.clone())));
+    }
+    if let Some(err) = child.stderr.take() {
+        readers.push(tokio::spawn(pump(err, tail.clone())));
+    }
+    let (state, exit_code) = tokio::select! {
+        status = child.wait() => match status {
+            Ok(s) => {
+                let code = s.code();
+                (if s.success() { AttemptState::Succeeded } else { AttemptState::Failed }, code.or_else(|| signal_code(&s)))
+            }
+            Err(e) => {
+                tail.lock().unwrap_or_else(|p| p.into_inner()).push(format!("[gnomon: wait failed: {e}]").as_bytes());
+                (AttemptState::Failed, None)
+            }
+        },
+        _ = sleep_opt(req.timeout) => (AttemptState::TimedOut, None),
+        _ = wait_cancel(cancel) => (AttemptState::Cancelled, None),
+    };
+    // Whatever ended the attempt, nothing of its process group outlives it.
+    kill_group(pgid);
+    let _ = child.wait().await;
+    for r in readers {
+        let _ = tokio::time::timeout(Duration::from_secs(5), r).await;
+    }
+    let mut text = std::mem::take(&mut *tail.lock().unwrap_or_else(|p| p.into_inner())).into_string();
+    match state {
+        AttemptState::TimedOut => text.push_str(&format!("\n[gnomon: timed out after {}; process group killed]", gnomon_core::duration::format_duration(req.timeout.unwrap_or_default()))),
+        AttemptState::Cancelled => text.push_str("\n[gnomon: cancelled; process group killed]"),
+        _ => {}
+    }
+    ExecOutcome { state, exit_code, output: text }
+}
+
+fn signal_code(status: &std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal().map(|s| 128 + s)
+}
+
+async fn pump(mut reader: impl tokio::io::AsyncRead + Unpin, tail: Arc<std::sync::Mutex<OutputTail>>) {
+    let mut buf = [0u8; 8192];
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => tail.lock().unwrap_or_else(|p| p.into_inner()).push(&buf[..n]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gnomon_core::spec::HandlerSpec;
+
+    fn req(executor: Executor, timeout: Option<Duration>) -> ExecRequest {
+        ExecRequest {
+            run_id: "job1-1000".into(),
+            attempt: 2,
+            job: "tick".into(),
+            namespace: "default".into(),
+            scheduled_at: 1000,
+            token: 7,
+            worker_id: "w-test".into(),
+            executor,
+            timeout,
+        }
+    }
+
+    fn shell(command: &str, args: &[&str]) -> Executor {
+        Executor::Shell(ShellSpec { command: command.into(), args: args.iter().map(|s| s.to_string()).collect(), env: Default::default(), cwd: None })
+    }
+
+    fn never() -> watch::Receiver<bool> {
+        watch::channel(false).1
+    }
+
+    #[tokio::test]
+    async fn shell_runs_argv_with_gnomon_env_and_no_interpolation() {
+        let client = reqwest::Client::new();
+        let out = execute(&req(shell("echo", &["hi", "$HOME"]), None), &client, &HandlerRegistry::default(), never()).await;
+        assert_eq!((out.state, out.exit_code, out.output.as_str()), (AttemptState::Succeeded, Some(0), "hi $HOME\n"));
+        let out = execute(
+            &req(shell("sh", &["-c", "echo $GNOMON_RUN_ID $GNOMON_ATTEMPT $GNOMON_SCHEDULED_AT $GNOMON_JOB $GNOMON_WORKER $GNOMON_TOKEN; echo err >&2; exit 3"]), None),
+            &client,
+            &HandlerRegistry::default(),
+            never(),
+        )
+        .await;
+        assert_eq!(out.state, AttemptState::Failed);
+        assert_eq!(out.exit_code, Some(3));
+        assert!(out.output.contains("job1-1000 2 1970-01-01T00:00:01.000Z tick w-test 7\n"), "{}", out.output);
+        assert!(out.output.contains("err\n"));
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_process_group() {
+        let marker = std::env::temp_dir().join(format!("gnomon-pg-{}", rand_suffix()));
+        let script = format!("sleep 60 & echo $! > {}; wait", marker.display());
+        let out = execute(&req(shell("sh", &["-c", &script]), Some(Duration::from_millis(500))), &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
+        assert_eq!(out.state, AttemptState::TimedOut);
+        let pid: i32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
+        let _ = std::fs::remove_file(&marker);
+        // The grandchild `sleep 60` is gone too (allow a moment for reaping).
+        let mut alive = true;
+        for _ in 0..50 {
+            // SAFETY: signal 0 only checks for existence.
+            alive = unsafe { libc::kill(pid, 0) } == 0 && !is_zombie(pid);
+            if !alive {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!alive, "background child {pid} survived the timeout");
+    }
+
+    fn is_zombie(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
+    }
+
+    fn rand_suffix() -> String {
+        format!("{}-{:?}", std::process::id(), std::time::SystemTime::now())
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn cancel_stops_shell() {
+        let (tx, rx) = watch::channel(false);
+        let task = tokio::spawn(async move { execute(&req(shell("sleep", &["60"]), None), &reqwest::Client::new(), &HandlerRegistry::default(), rx).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tx.send(true).unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(10), task).await.unwrap().unwrap();
+        assert_eq!(out.state, AttemptState::Cancelled);
+    }
+
+    #[tokio::test]
+    async fn missing_command_fails_cleanly() {
+        let out = execute(&req(shell("/nonexistent/binary", &[]), None), &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
+        assert_eq!(out.state, AttemptState::Failed);
+        assert!(out.output.contains("cannot start"));
+    }
+
+    #[tokio::test]
+    async fn http_sends_gnomon_headers_and_checks_status() {
+        use axum::{http::HeaderMap, routing::any, Router};
+        let app = Router::new()
+            .route("/ok", any(|h: HeaderMap| async move { format!("run={} token={}", h["gnomon-run-id"].to_str().unwrap(), h["gnomon-token"].to_str().unwrap()) }))
+            .route("/teapot", any(|| async { (axum::http::StatusCode::IM_A_TEAPOT, "short and stout") }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let http = |path: &str, expect: Option<u16>| {
+            Executor::Http(HttpSpec { method: "POST".into(), url: format!("http://{addr}{path}"), headers: Default::default(), body: Some("{}".into()), expect_status: expect })
+        };
+        let client = reqwest::Client::new();
+        let out = execute(&req(http("/ok", None), None), &client, &HandlerRegistry::default(), never()).await;
+        assert_eq!((out.state, out.exit_code, out.output.as_str()), (AttemptState::Succeeded, Some(200), "run=job1-1000 token=7"));
+        let out = execute(&req(http("/teapot", None), None), &client, &HandlerRegistry::default(), never()).await;
+        assert_eq!((out.state, out.exit_code), (AttemptState::Failed, Some(418)));
+        let out = execute(&req(http("/teapot", Some(418)), None), &client, &HandlerRegistry::default(), never()).await;
+        assert_eq!(out.state, AttemptState::Succeeded);
+    }
+
+    #[tokio::test]
+    async fn handlers_and_unknown_handler() {
+        let reg = HandlerRegistry::with_builtins();
+        let h = |name: &str| Executor::Handler(HandlerSpec { name: name.into(), payload: serde_json::json!({"a": 1}) });
+        let out = execute(&req(h("echo"), None), &reqwest::Client::new(), &reg, never()).await;
+        assert_eq!((out.state, out.output.as_str()), (AttemptState::Succeeded, r#"{"a":1}"#));
+        let out = execute(&req(h("missing"), None), &reqwest::Client::new(), &reg, never()).await;
+        assert_eq!(out.state, AttemptState::Failed);
+        assert!(out.output.contains("no handler named"));
+    }
+}
