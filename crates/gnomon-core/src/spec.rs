@@ -42,6 +42,10 @@ pub struct JobSpec {
     pub catchup_window: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteSpec>,
+    /// Read-only metadata that the API adds (version, timestamps). Accepted
+    /// and ignored on write so `job get -o json | job apply -f -` works.
+    #[serde(default, skip_serializing)]
+    pub status: Option<serde_json::Value>,
 }
 
 /// Exactly one of `cron`, `every` or `at`, or none of them (manual only).
@@ -274,6 +278,7 @@ impl JobSpec {
     /// canonicalised) and is what gets stored.
     pub fn compile(&self) -> Result<CompiledJob, SpecError> {
         let mut spec = self.clone();
+        spec.status = None;
         validate_name("name", &spec.name, MAX_NAME_LEN)?;
         let ns = spec.namespace().to_string();
         validate_name("namespace", &ns, MAX_NAMESPACE_LEN)?;

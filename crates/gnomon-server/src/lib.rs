@@ -1,1 +1,13 @@
+#![recursion_limit = "512"]
+//! gnomon-server: the leader runtime (trigger, dispatch, retry,
+//! cancellation), the REST API, metrics and the UI.
 
+pub mod api;
+pub mod auth;
+pub mod leader;
+pub mod metrics_setup;
+pub mod node;
+pub mod openapi;
+mod ui;
+
+pub use node::{Node, NodeConfig, NodeHandle};

@@ -1,0 +1,420 @@
+//! The REST API (`/v1`), health, readiness, metrics, OpenAPI and the UI.
+//!
+//! Every error is `{"error":{"code","message"}}` with a 4xx/5xx status. Job
+//! bodies are read with a 1 MiB limit, must be UTF-8 JSON with no unknown
+//! fields, and are fully validated before anything is written.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use gnomon_backend::{CancelOutcome, JobRecord, Precondition, RunDetail, RunFilter, RunRecord, StoreError};
+use gnomon_core::spec::{parse_job_json, JobSpec, DEFAULT_NAMESPACE};
+use gnomon_core::{format_millis, RunState, SpecError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use crate::leader::LeaderCommand;
+use crate::node::{NodeHandle, SCOPE};
+
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+#[derive(Clone)]
+pub struct ApiState {
+    pub node: NodeHandle,
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// Bearer token required on `/v1` when set.
+    pub token: Option<Arc<String>>,
+}
+
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into() }
+    }
+    fn bad(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({"error": {"code": self.code, "message": self.message}}))).into_response()
+    }
+}
+
+impl From<SpecError> for ApiError {
+    fn from(e: SpecError) -> Self {
+        let status = if e.code == "payload_too_large" { StatusCode::PAYLOAD_TOO_LARGE } else { StatusCode::BAD_REQUEST };
+        Self::new(status, e.code, format!("{}: {}", e.field, e.message))
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let (status, code) = match &e {
+            StoreError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            StoreError::AlreadyExists(_) => (StatusCode::CONFLICT, "already_exists"),
+            StoreError::VersionConflict { .. } => (StatusCode::CONFLICT, "version_conflict"),
+            StoreError::Terminal(_) => (StatusCode::CONFLICT, "run_terminal"),
+            StoreError::Fenced { .. } => (StatusCode::SERVICE_UNAVAILABLE, "not_leader"),
+            StoreError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        Self::new(status, code, e.to_string())
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+pub fn router(state: ApiState) -> Router {
+    let v1 = Router::new()
+        .route("/jobs", post(create_job).get(list_jobs))
+        .route("/jobs/{name}", get(get_job).put(put_job).delete(delete_job))
+        .route("/jobs/{name}/trigger", post(trigger_job))
+        .route("/jobs/{name}/pause", post(pause_job))
+        .route("/jobs/{name}/resume", post(resume_job))
+        .route("/runs", get(list_runs))
+        .route("/runs/{id}", get(get_run))
+        .route("/runs/{id}/cancel", post(cancel_run))
+        .route("/workers", get(list_workers))
+        .route("/leader", get(leader))
+        .route("/openapi.json", get(openapi))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .nest("/v1", v1)
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .route("/ui", get(|| async { Html(crate::ui::PAGE) }))
+        .route("/", get(|| async { axum::response::Redirect::temporary("/ui") }))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server hit a bug handling this request").into_response()
+        }))
+        .with_state(state)
+}
+
+async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    if let Some(expected) = &state.token {
+        let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+        if !crate::auth::token_matches(given, expected) {
+            return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token").into_response();
+        }
+    }
+    next.run(request).await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NsQuery {
+    namespace: Option<String>,
+    version: Option<u64>,
+}
+
+impl NsQuery {
+    fn namespace(&self) -> &str {
+        self.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE)
+    }
+}
+
+/// Parses a query string strictly: unknown parameters are errors.
+fn query<T: serde::de::DeserializeOwned>(raw: Option<&str>) -> ApiResult<T> {
+    serde_urlencoded::from_str(raw.unwrap_or("")).map_err(|e| ApiError::bad("invalid_query", e.to_string()))
+}
+
+async fn read_body(body: Body) -> ApiResult<Vec<u8>> {
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map(|b| b.to_vec())
+        .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", format!("request body is larger than {MAX_BODY_BYTES} bytes")))
+}
+
+pub fn job_json(job: &JobRecord, next_fire_at: Option<i64>) -> Value {
+    let mut v = serde_json::to_value(&job.spec).unwrap_or_else(|_| json!({}));
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert(
+            "status".into(),
+            json!({
+                "version": job.version,
+                "paused": job.paused,
+                "created_at": format_millis(job.created_at),
+                "updated_at": format_millis(job.updated_at),
+                "last_scheduled_at": job.last_scheduled_at.map(format_millis),
+                "next_fire_at": next_fire_at.map(format_millis),
+            }),
+        );
+    }
+    v
+}
+
+fn next_fire(state: &ApiState, job: &JobRecord) -> Option<i64> {
+    if job.paused {
+        return None;
+    }
+    let compiled = job.spec.compile().ok()?;
+    let now = state.node.clock.now_millis();
+    let base = job.last_scheduled_at.unwrap_or(job.created_at).max(now - 1);
+    compiled.schedule.next_after(base)
+}
+
+fn check_name(name: &str) -> ApiResult<()> {
+    gnomon_core::spec::validate_name("name", name, gnomon_core::spec::MAX_NAME_LEN).map_err(ApiError::from)
+}
+
+async fn create_job(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
+    let q: NsQuery = query(req.uri().query())?;
+    let bytes = read_body(req.into_body()).await?;
+    let mut spec = parse_job_json(&bytes)?;
+    if spec.namespace.is_none() && q.namespace.is_some() {
+        spec.namespace = q.namespace.clone();
+    }
+    let compiled = spec.compile()?;
+    let job = state.node.store.put_job(&compiled.spec, Precondition::DoesNotExist, state.node.clock.now_millis()).await?;
+    state.node.nudge();
+    let next = next_fire(&state, &job);
+    Ok((StatusCode::CREATED, Json(job_json(&job, next))))
+}
+
+async fn put_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+    check_name(&name)?;
+    let q: NsQuery = query(req.uri().query())?;
+    let if_match = version_from_headers(req.headers())?;
+    let bytes = read_body(req.into_body()).await?;
+    let mut spec: JobSpec = parse_job_json(&bytes)?;
+    if spec.name != name {
+        return Err(ApiError::bad("name_mismatch", format!("name: body says {:?} but the path says {name:?}", spec.name)));
+    }
+    if spec.namespace.is_none() {
+        spec.namespace = Some(q.namespace().to_string());
+    }
+    let compiled = spec.compile()?;
+    let precondition = match q.version.or(if_match) {
+        Some(v) => Precondition::MatchesVersion(v),
+        None => Precondition::None,
+    };
+    let existed = state.node.store.get_job(compiled.spec.namespace(), &name).await?.is_some();
+    let job = state.node.store.put_job(&compiled.spec, precondition, state.node.clock.now_millis()).await?;
+    state.node.nudge();
+    let next = next_fire(&state, &job);
+    Ok((if existed { StatusCode::OK } else { StatusCode::CREATED }, Json(job_json(&job, next))))
+}
+
+fn version_from_headers(headers: &HeaderMap) -> ApiResult<Option<u64>> {
+    match headers.get(header::IF_MATCH) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .map(|s| s.trim().trim_matches('"'))
+            .and_then(|s| s.parse().ok())
+            .map(Some)
+            .ok_or_else(|| ApiError::bad("invalid_header", "If-Match must be a job version number")),
+    }
+}
+
+async fn list_jobs(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Q {
+        namespace: Option<String>,
+    }
+    let q: Q = query(req.uri().query())?;
+    let jobs = state.node.store.list_jobs(q.namespace.as_deref()).await?;
+    let items: Vec<Value> = jobs.iter().map(|j| job_json(j, next_fire(&state, j))).collect();
+    Ok(Json(json!({"jobs": items})))
+}
+
+async fn load_job(state: &ApiState, ns: &str, name: &str) -> ApiResult<JobRecord> {
+    check_name(name)?;
+    state.node.store.get_job(ns, name).await?.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("job {ns}/{name} does not exist")))
+}
+
+async fn get_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+    let q: NsQuery = query(req.uri().query())?;
+    let job = load_job(&state, q.namespace(), &name).await?;
+    Ok(Json(job_json(&job, next_fire(&state, &job))))
+}
+
+async fn delete_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+    let q: NsQuery = query(req.uri().query())?;
+    check_name(&name)?;
+    let precondition = match q.version.or(version_from_headers(req.headers())?) {
+        Some(v) => Precondition::MatchesVersion(v),
+        None => Precondition::None,
+    };
+    state.node.store.delete_job(q.namespace(), &name, precondition).await?;
+    state.node.nudge();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_paused(state: ApiState, name: String, req: Request, paused: bool) -> ApiResult<Json<Value>> {
+    let q: NsQuery = query(req.uri().query())?;
+    check_name(&name)?;
+    let job = state.node.store.set_job_paused(q.namespace(), &name, paused, state.node.clock.now_millis()).await?;
+    state.node.nudge();
+    Ok(Json(job_json(&job, next_fire(&state, &job))))
+}
+
+async fn pause_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+    set_paused(state, name, req, true).await
+}
+
+async fn resume_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+    set_paused(state, name, req, false).await
+}
+
+fn not_leader(state: &ApiState) -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", format!("node {} does not lead scope {SCOPE} right now; see GET /v1/leader", state.node.config.node_id))
+}
+
+async fn trigger_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+    let q: NsQuery = query(req.uri().query())?;
+    let ns = q.namespace().to_string();
+    load_job(&state, &ns, &name).await?;
+    let tx = state.node.leader_commands().ok_or_else(|| not_leader(&state))?;
+    let (reply_tx, reply_rx) = oneshot::channel();
+    tx.send(LeaderCommand::Trigger { namespace: ns, name, reply: reply_tx }).await.map_err(|_| not_leader(&state))?;
+    let id = tokio::time::timeout(std::time::Duration::from_secs(30), reply_rx)
+        .await
+        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", "the leader did not answer in 30s"))?
+        .map_err(|_| not_leader(&state))??;
+    let detail = state.node.store.get_run(&id).await?.ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "triggered run vanished"))?;
+    Ok((StatusCode::CREATED, Json(run_json(&detail.run, Some(&detail), true))))
+}
+
+pub fn run_json(run: &RunRecord, detail: Option<&RunDetail>, with_output: bool) -> Value {
+    let mut v = json!({
+        "id": run.id,
+        "job": run.job,
+        "namespace": run.namespace,
+        "scheduled_at": format_millis(run.scheduled_at),
+        "fired_at": format_millis(run.fired_at),
+        "state": run.state,
+        "attempt": run.attempt,
+        "reason": run.reason,
+        "manual": run.manual,
+        "next_attempt_at": run.next_attempt_at.map(format_millis),
+        "cancel_requested": run.cancel_requested,
+        "updated_at": format_millis(run.updated_at),
+    });
+    if let (Some(d), Some(obj)) = (detail, v.as_object_mut()) {
+        let attempts: Vec<Value> = d
+            .attempts
+            .iter()
+            .map(|a| {
+                let mut item = json!({
+                    "attempt": a.attempt, "worker": a.worker, "token": a.token, "state": a.state,
+                    "assigned_at": format_millis(a.assigned_at),
+                    "started_at": a.started_at.map(format_millis), "ended_at": a.ended_at.map(format_millis),
+                    "exit_code": a.exit_code,
+                });
+                if with_output {
+                    item["output"] = json!(a.output);
+                }
+                item
+            })
+            .collect();
+        obj.insert("attempts".into(), json!(attempts));
+    }
+    v
+}
+
+async fn list_runs(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Q {
+        job: Option<String>,
+        namespace: Option<String>,
+        state: Option<String>,
+        limit: Option<u64>,
+        cursor: Option<String>,
+    }
+    let q: Q = query(req.uri().query())?;
+    let run_state = match &q.state {
+        None => None,
+        Some(s) => Some(RunState::parse(s).ok_or_else(|| ApiError::bad("invalid_query", format!("state: unknown run state {s:?}")))?),
+    };
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad("invalid_query", "limit: must be between 1 and 1000"));
+    }
+    let cursor = match &q.cursor {
+        None => None,
+        Some(c) => Some(c.parse::<i64>().map_err(|_| ApiError::bad("invalid_query", format!("cursor: {c:?} is not a cursor")))?),
+    };
+    let filter = RunFilter { namespace: q.namespace.clone(), job: q.job.clone(), state: run_state };
+    let page = state.node.store.list_runs(&filter, u32::try_from(limit).unwrap_or(1000), cursor).await?;
+    let runs: Vec<Value> = page.runs.iter().map(|r| run_json(r, None, false)).collect();
+    Ok(Json(json!({"runs": runs, "next_cursor": page.next_cursor.map(|c| c.to_string())})))
+}
+
+async fn get_run(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
+    let detail = state.node.store.get_run(&id).await?.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run {id} does not exist")))?;
+    Ok(Json(run_json(&detail.run, Some(&detail), true)))
+}
+
+async fn cancel_run(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
+    let outcome = state.node.store.request_cancel(&id, state.node.clock.now_millis()).await?;
+    state.node.nudge();
+    let detail = state.node.store.get_run(&id).await?.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run {id} does not exist")))?;
+    let status = if outcome == CancelOutcome::Cancelled { StatusCode::OK } else { StatusCode::ACCEPTED };
+    Ok((status, Json(run_json(&detail.run, Some(&detail), true))))
+}
+
+async fn list_workers(State(state): State<ApiState>) -> impl IntoResponse {
+    let workers: Vec<Value> = state
+        .node
+        .worker()
+        .into_iter()
+        .map(|w| {
+            json!({"id": w.id, "labels": {}, "capacity": w.capacity, "load": w.load, "state": "live",
+                   "lease_expires_at": null, "embedded": true, "handlers": w.handlers})
+        })
+        .collect();
+    Json(json!({"workers": workers}))
+}
+
+async fn leader(State(state): State<ApiState>) -> ApiResult<impl IntoResponse> {
+    let record = state.node.store.leadership(SCOPE).await?;
+    let me = state.node.leading_token();
+    Ok(Json(match record {
+        Some(r) => json!({
+            "scope": r.scope, "backend": r.backend, "holder": r.holder, "token": r.token,
+            "address": r.address, "since": format_millis(r.since),
+            "is_self": me == Some(r.token) && r.holder == state.node.config.node_id,
+        }),
+        None => json!({"scope": SCOPE, "backend": state.node.elector_backend, "holder": null, "token": null, "address": null, "since": null, "is_self": false}),
+    }))
+}
+
+async fn readyz(State(state): State<ApiState>) -> Response {
+    match state.node.store.leadership(SCOPE).await {
+        Ok(Some(_)) => Json(json!({"status": "ready", "leading": state.node.leading_token().is_some()})).into_response(),
+        Ok(None) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no_leader", "no leader has been elected yet").into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+async fn metrics_text(State(state): State<ApiState>) -> Response {
+    match &state.metrics {
+        Some(h) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], h.render()).into_response(),
+        None => ApiError::new(StatusCode::NOT_FOUND, "not_found", "metrics are not enabled").into_response(),
+    }
+}
+
+async fn openapi() -> impl IntoResponse {
+    Json(crate::openapi::document())
+}

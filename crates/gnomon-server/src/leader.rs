@@ -1,0 +1,831 @@
+//! The leader runtime: trigger, dispatcher, retry and cancellation, run as
+//! one actor that owns the in-memory schedule and batches its store writes.
+//!
+//! Every store write carries the leadership's fence. The actor stops within
+//! one loop turn (bounded by [`MAX_TURN`]) when the `lost` signal fires, and
+//! at once when the store reports it has been fenced out.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gnomon_backend::{AttemptChange, Fence, FireOutcome, JobAdvance, JobRecord, NewRun, Store, StoreError, Transition};
+use gnomon_core::policy::{decide_overlap, plan_fires, Decision, OverlapDecision, PlanInput};
+use gnomon_core::run::run_state_after_attempt;
+use gnomon_core::spec::{CompiledJob, OverlapPolicy};
+use gnomon_core::{AttemptState, Clock, Millis, RunState};
+use gnomon_worker::{Assign, Cancel, ExecRequest, LocalWorker, WorkerEvent};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// The longest the actor sleeps between turns, which bounds how stale the
+/// job feed and cancel requests can get (and step-down latency).
+pub const MAX_TURN: Duration = Duration::from_millis(250);
+const POLL_EVERY_MS: Millis = 1000;
+
+#[derive(Debug, Clone)]
+pub struct LeaderConfig {
+    /// How late a scheduled time may be reached and still count as on time.
+    pub misfire_grace_ms: i64,
+    /// Attempts the embedded worker runs at once.
+    pub capacity: usize,
+}
+
+impl Default for LeaderConfig {
+    fn default() -> Self {
+        Self { misfire_grace_ms: 1000, capacity: 256 }
+    }
+}
+
+/// Requests from the API to the leader.
+#[derive(Debug)]
+pub enum LeaderCommand {
+    /// Fire a manual run of the job now; replies with the run id.
+    Trigger { namespace: String, name: String, reply: oneshot::Sender<std::result::Result<String, StoreError>> },
+    /// Something changed in the store (jobs or cancel requests); look now.
+    Nudge,
+}
+
+#[derive(Debug, Clone)]
+struct JobEntry {
+    record: JobRecord,
+    compiled: CompiledJob,
+    generation: u64,
+}
+
+#[derive(Debug, Clone)]
+struct OpenRun {
+    job_uid: String,
+    job: String,
+    namespace: String,
+    scheduled_at: Millis,
+    state: RunState,
+    attempt: u32,
+    ready_since: Millis,
+}
+
+/// Why the runtime ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LeaderExit {
+    Lost,
+    Fenced,
+    Shutdown,
+}
+
+pub struct LeaderRuntime {
+    store: Arc<dyn Store>,
+    fence: Fence,
+    clock: Arc<dyn Clock>,
+    config: LeaderConfig,
+    worker: LocalWorker,
+    events: mpsc::UnboundedReceiver<WorkerEvent>,
+    commands: mpsc::Receiver<LeaderCommand>,
+    lost: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
+
+    jobs: HashMap<String, JobEntry>,
+    job_feed_seq: u64,
+    fire_heap: BinaryHeap<Reverse<(Millis, String, u64)>>,
+    next_generation: u64,
+    runs: HashMap<String, OpenRun>,
+    runs_by_job: HashMap<String, HashSet<String>>,
+    ready: VecDeque<String>,
+    retry_heap: BinaryHeap<Reverse<(Millis, String)>>,
+    in_flight: HashSet<String>,
+    unwritten_events: Vec<WorkerEvent>,
+    cancels_sent: HashSet<(String, u32)>,
+    last_poll: Millis,
+}
+
+pub struct LeaderParts {
+    pub store: Arc<dyn Store>,
+    pub fence: Fence,
+    pub clock: Arc<dyn Clock>,
+    pub config: LeaderConfig,
+    pub worker: LocalWorker,
+    pub events: mpsc::UnboundedReceiver<WorkerEvent>,
+    pub commands: mpsc::Receiver<LeaderCommand>,
+    pub lost: watch::Receiver<bool>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+impl LeaderRuntime {
+    pub fn new(p: LeaderParts) -> Self {
+        Self {
+            store: p.store,
+            fence: p.fence,
+            clock: p.clock,
+            config: p.config,
+            worker: p.worker,
+            events: p.events,
+            commands: p.commands,
+            lost: p.lost,
+            shutdown: p.shutdown,
+            jobs: HashMap::new(),
+            job_feed_seq: 0,
+            fire_heap: BinaryHeap::new(),
+            next_generation: 0,
+            runs: HashMap::new(),
+            runs_by_job: HashMap::new(),
+            ready: VecDeque::new(),
+            retry_heap: BinaryHeap::new(),
+            in_flight: HashSet::new(),
+            unwritten_events: Vec::new(),
+            cancels_sent: HashSet::new(),
+            last_poll: 0,
+        }
+    }
+
+    /// Runs until leadership is lost, the store fences us out, or shutdown.
+    pub async fn run(mut self) -> LeaderExit {
+        loop {
+            match self.recover().await {
+                Ok(()) => break,
+                Err(StoreError::Fenced { .. }) => return LeaderExit::Fenced,
+                Err(e) => {
+                    tracing::warn!(error = %e, "leader recovery failed; retrying");
+                    if let Some(exit) = self.pause(Duration::from_millis(500)).await {
+                        return exit;
+                    }
+                }
+            }
+        }
+        tracing::info!(token = self.fence.token, jobs = self.jobs.len(), open_runs = self.runs.len(), "leader loops started");
+        loop {
+            if let Some(exit) = self.should_stop() {
+                return exit;
+            }
+            match self.turn().await {
+                Ok(()) => {}
+                Err(StoreError::Fenced { token, current, .. }) => {
+                    tracing::error!(token, current, "fenced out by a newer leader; stepping down");
+                    return LeaderExit::Fenced;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "leader turn failed; retrying");
+                    if let Some(exit) = self.pause(Duration::from_millis(200)).await {
+                        return exit;
+                    }
+                    continue;
+                }
+            }
+            if let Some(exit) = self.wait_for_work().await {
+                return exit;
+            }
+        }
+    }
+
+    fn should_stop(&self) -> Option<LeaderExit> {
+        if *self.shutdown.borrow() {
+            return Some(LeaderExit::Shutdown);
+        }
+        if *self.lost.borrow() {
+            return Some(LeaderExit::Lost);
+        }
+        None
+    }
+
+    async fn pause(&mut self, d: Duration) -> Option<LeaderExit> {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = self.lost.changed() => {}
+            _ = self.shutdown.changed() => {}
+        }
+        self.should_stop()
+    }
+
+    /// Loads jobs and open runs. Attempts that were live under a previous
+    /// leader belonged to a worker session that no longer exists (the
+    /// embedded worker dies with its process): they are `lost`.
+    async fn recover(&mut self) -> Result<()> {
+        let changes = self.store.job_changes(0).await?;
+        self.job_feed_seq = changes.seq;
+        for job in changes.upserted {
+            self.upsert_job(job);
+        }
+        let now = self.clock.now_millis();
+        let mut orphaned = Vec::new();
+        for run in self.store.open_runs().await? {
+            let open = OpenRun {
+                job_uid: run.job_uid.clone(),
+                job: run.job.clone(),
+                namespace: run.namespace.clone(),
+                scheduled_at: run.scheduled_at,
+                state: run.state,
+                attempt: run.attempt,
+                ready_since: run.next_attempt_at.unwrap_or(run.fired_at),
+            };
+            self.track(run.id.clone(), open);
+            match run.state {
+                RunState::Pending => self.ready.push_back(run.id.clone()),
+                RunState::Retrying => self.retry_heap.push(Reverse((run.next_attempt_at.unwrap_or(now), run.id.clone()))),
+                RunState::Assigned | RunState::Running => orphaned.push(run.id.clone()),
+                _ => {}
+            }
+        }
+        if !orphaned.is_empty() {
+            let mut batch = Vec::new();
+            for id in &orphaned {
+                batch.push(self.end_attempt(id, AttemptState::Lost, None, "worker session ended (previous leader)".into(), now));
+            }
+            let batch: Vec<Transition> = batch.into_iter().flatten().collect();
+            self.apply(batch).await?;
+        }
+        self.last_poll = now;
+        Ok(())
+    }
+
+    fn upsert_job(&mut self, record: JobRecord) {
+        let compiled = match record.spec.compile() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(job = %record.name, error = %e, "stored job no longer validates; not scheduling it");
+                self.jobs.remove(&record.uid);
+                return;
+            }
+        };
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        let previous_last = self.jobs.get(&record.uid).and_then(|j| j.record.last_scheduled_at);
+        let mut record = record;
+        record.last_scheduled_at = record.last_scheduled_at.max(previous_last);
+        let entry = JobEntry { record, compiled, generation };
+        if !entry.record.paused {
+            if let Some(due) = entry.compiled.schedule.next_after(self.base_of(&entry)) {
+                self.fire_heap.push(Reverse((due, entry.record.uid.clone(), generation)));
+            }
+        }
+        self.jobs.insert(entry.record.uid.clone(), entry);
+    }
+
+    /// The time after which a job's schedule is considered: its persisted
+    /// `last_scheduled_at`, but never before the job (or its latest version)
+    /// existed, so an update or a resume does not replay times that were
+    /// never scheduled under this version.
+    fn base_of(&self, entry: &JobEntry) -> Millis {
+        let version_start = if entry.record.version > 1 { entry.record.updated_at } else { entry.record.created_at };
+        entry.record.last_scheduled_at.map_or(version_start, |last| last.max(version_start))
+    }
+
+    fn track(&mut self, id: String, run: OpenRun) {
+        self.runs_by_job.entry(run.job_uid.clone()).or_default().insert(id.clone());
+        self.runs.insert(id, run);
+    }
+
+    fn untrack(&mut self, id: &str) {
+        if let Some(run) = self.runs.remove(id) {
+            if let Some(set) = self.runs_by_job.get_mut(&run.job_uid) {
+                set.remove(id);
+                if set.is_empty() {
+                    self.runs_by_job.remove(&run.job_uid);
+                }
+            }
+        }
+        self.in_flight.remove(id);
+    }
+
+    fn job_counts(&self, job_uid: &str) -> (usize, usize, usize) {
+        let Some(ids) = self.runs_by_job.get(job_uid) else { return (0, 0, 0) };
+        let mut open = 0;
+        let mut waiting = 0;
+        let mut active = 0;
+        for id in ids {
+            if let Some(r) = self.runs.get(id) {
+                open += 1;
+                if matches!(r.state, RunState::Pending | RunState::Retrying) {
+                    waiting += 1;
+                }
+                if r.state.is_active() {
+                    active += 1;
+                }
+            }
+        }
+        (open, waiting, active)
+    }
+
+    async fn turn(&mut self) -> Result<()> {
+        let now = self.clock.now_millis();
+        if now - self.last_poll >= POLL_EVERY_MS {
+            self.poll_store().await?;
+            self.last_poll = now;
+        }
+        self.handle_commands().await?;
+        self.fire_due(now).await?;
+        self.release_retries(now).await?;
+        self.record_worker_events().await?;
+        self.dispatch().await?;
+        Ok(())
+    }
+
+    async fn poll_store(&mut self) -> Result<()> {
+        let changes = self.store.job_changes(self.job_feed_seq).await?;
+        for uid in changes.deleted {
+            self.jobs.remove(&uid);
+        }
+        for job in changes.upserted {
+            let changed = self.jobs.get(&job.uid).is_none_or(|j| j.record.version != job.version);
+            if changed {
+                self.upsert_job(job);
+            }
+        }
+        self.job_feed_seq = changes.seq;
+        for run in self.store.cancel_requests().await? {
+            let key = (run.id.clone(), run.attempt);
+            if self.in_flight.contains(&run.id) && !self.cancels_sent.contains(&key) {
+                self.worker.cancel(&Cancel { run_id: run.id.clone(), attempt: run.attempt });
+                self.cancels_sent.insert(key);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_commands(&mut self) -> Result<()> {
+        while let Ok(cmd) = self.commands.try_recv() {
+            match cmd {
+                LeaderCommand::Nudge => self.last_poll = 0,
+                LeaderCommand::Trigger { namespace, name, reply } => {
+                    let result = self.trigger(&namespace, &name).await;
+                    if let Err(StoreError::Fenced { .. }) = &result {
+                        let _ = reply.send(result.clone());
+                        return result.map(|_| ());
+                    }
+                    let _ = reply.send(result);
+                }
+            }
+        }
+        if self.last_poll == 0 {
+            self.poll_store().await?;
+            self.last_poll = self.clock.now_millis();
+        }
+        Ok(())
+    }
+
+    async fn trigger(&mut self, namespace: &str, name: &str) -> Result<String> {
+        let Some(job) = self.store.get_job(namespace, name).await? else {
+            return Err(StoreError::NotFound(format!("job {namespace}/{name}")));
+        };
+        let now = self.clock.now_millis();
+        // A manual run gets its own unique scheduled_at: bump on collision.
+        for offset in 0..1000 {
+            let run = NewRun {
+                job_uid: job.uid.clone(),
+                namespace: job.namespace.clone(),
+                job: job.name.clone(),
+                scheduled_at: now + offset,
+                fired_at: now,
+                state: RunState::Pending,
+                reason: Some("manual trigger".into()),
+                manual: true,
+            };
+            let outcome = self.store.fire(&self.fence, std::slice::from_ref(&run), &[]).await?;
+            if outcome[0] == FireOutcome::Created {
+                let id = run.id();
+                metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
+                if !self.jobs.contains_key(&job.uid) {
+                    self.upsert_job(job.clone());
+                }
+                self.track(id.clone(), OpenRun { job_uid: job.uid, job: job.name, namespace: job.namespace, scheduled_at: run.scheduled_at, state: RunState::Pending, attempt: 0, ready_since: now });
+                self.ready.push_back(id.clone());
+                return Ok(id);
+            }
+        }
+        Err(StoreError::Backend("could not find a free scheduled_at for the manual run".into()))
+    }
+
+    async fn fire_due(&mut self, now: Millis) -> Result<()> {
+        let mut due_jobs = Vec::new();
+        while let Some(Reverse((due, uid, generation))) = self.fire_heap.peek().cloned() {
+            if due > now {
+                break;
+            }
+            self.fire_heap.pop();
+            if self.jobs.get(&uid).is_some_and(|j| j.generation == generation && !j.record.paused) {
+                due_jobs.push(uid);
+            }
+        }
+        if due_jobs.is_empty() {
+            return Ok(());
+        }
+        let mut new_runs = Vec::new();
+        let mut advances = Vec::new();
+        let mut replace_cancels = Vec::new();
+        let mut plans = Vec::new();
+        for uid in &due_jobs {
+            let Some(entry) = self.jobs.get(uid) else { continue };
+            let plan = plan_fires(&PlanInput {
+                schedule: &entry.compiled.schedule,
+                after: self.base_of(entry),
+                now,
+                misfire: entry.compiled.spec.misfire,
+                catchup_window_ms: entry.compiled.catchup_window_ms,
+                grace_ms: self.config.misfire_grace_ms,
+            });
+            let (mut open, mut waiting, _) = self.job_counts(uid);
+            for planned in &plan.times {
+                let (state, reason) = match &planned.decision {
+                    Decision::Skip(reason) => (RunState::Skipped, Some(reason.clone())),
+                    Decision::Fire => match decide_overlap(entry.compiled.spec.overlap, open, waiting) {
+                        OverlapDecision::Fire => (RunState::Pending, None),
+                        OverlapDecision::FireAndCancelOpen => {
+                            replace_cancels.push(uid.clone());
+                            (RunState::Pending, Some("overlap: replaced the previous run".into()))
+                        }
+                        OverlapDecision::Skip(reason) => (RunState::Skipped, Some(reason)),
+                    },
+                };
+                if state == RunState::Pending {
+                    open += 1;
+                    waiting += 1;
+                    if entry.compiled.spec.overlap == OverlapPolicy::Replace {
+                        open = 1;
+                        waiting = 1;
+                    }
+                }
+                new_runs.push(NewRun {
+                    job_uid: uid.clone(),
+                    namespace: entry.record.namespace.clone(),
+                    job: entry.record.name.clone(),
+                    scheduled_at: planned.scheduled_at,
+                    fired_at: now,
+                    state,
+                    reason,
+                    manual: false,
+                });
+            }
+            if let Some(last) = plan.last_scheduled_at {
+                advances.push(JobAdvance { job_uid: uid.clone(), last_scheduled_at: last });
+            }
+            plans.push((uid.clone(), plan.last_scheduled_at, plan.more));
+        }
+        // Replace: cancel what is open before the new run goes out.
+        for uid in replace_cancels {
+            self.cancel_open_runs_of(&uid, now).await?;
+        }
+        let outcomes = match self.store.fire(&self.fence, &new_runs, &advances).await {
+            Ok(o) => o,
+            Err(e) => {
+                // Nothing was written: put the jobs back to be tried again.
+                for uid in &due_jobs {
+                    if let Some(j) = self.jobs.get(uid) {
+                        self.fire_heap.push(Reverse((now, uid.clone(), j.generation)));
+                    }
+                }
+                return Err(e);
+            }
+        };
+        for (run, outcome) in new_runs.into_iter().zip(outcomes) {
+            if outcome != FireOutcome::Created {
+                continue;
+            }
+            metrics::counter!("gnomon_runs_total", "state" => run.state.as_str()).increment(1);
+            if run.state == RunState::Pending {
+                metrics::histogram!("gnomon_fire_lateness_seconds").record((now - run.scheduled_at).max(0) as f64 / 1000.0);
+                let id = run.id();
+                self.track(id.clone(), OpenRun { job_uid: run.job_uid, job: run.job, namespace: run.namespace, scheduled_at: run.scheduled_at, state: RunState::Pending, attempt: 0, ready_since: now });
+                self.ready.push_back(id);
+            }
+        }
+        for (uid, last, more) in plans {
+            let Some(entry) = self.jobs.get_mut(&uid) else { continue };
+            if let Some(last) = last {
+                entry.record.last_scheduled_at = Some(entry.record.last_scheduled_at.map_or(last, |l| l.max(last)));
+            }
+            let generation = entry.generation;
+            let next = if more { Some(now) } else { entry.compiled.schedule.next_after(entry.record.last_scheduled_at.unwrap_or(now).max(now)) };
+            if let Some(next) = next {
+                self.fire_heap.push(Reverse((next, uid, generation)));
+            }
+        }
+        Ok(())
+    }
+
+    async fn cancel_open_runs_of(&mut self, job_uid: &str, now: Millis) -> Result<()> {
+        let ids: Vec<String> = self.runs_by_job.get(job_uid).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+        let mut batch = Vec::new();
+        for id in ids {
+            let Some(run) = self.runs.get(&id) else { continue };
+            match run.state {
+                RunState::Pending | RunState::Retrying => batch.push(Transition {
+                    run_id: id.clone(),
+                    from: run.state,
+                    from_attempt: run.attempt,
+                    to: RunState::Cancelled,
+                    to_attempt: run.attempt,
+                    reason: Some("overlap: replaced by a newer run".into()),
+                    next_attempt_at: None,
+                    attempt: None,
+                    at: now,
+                }),
+                RunState::Assigned | RunState::Running => {
+                    self.worker.cancel(&Cancel { run_id: id.clone(), attempt: run.attempt });
+                    self.cancels_sent.insert((id.clone(), run.attempt));
+                }
+                _ => {}
+            }
+        }
+        self.apply(batch).await
+    }
+
+    async fn release_retries(&mut self, now: Millis) -> Result<()> {
+        let mut batch = Vec::new();
+        while let Some(Reverse((at, id))) = self.retry_heap.peek().cloned() {
+            if at > now {
+                break;
+            }
+            self.retry_heap.pop();
+            if let Some(run) = self.runs.get(&id).filter(|r| r.state == RunState::Retrying) {
+                batch.push(Transition {
+                    run_id: id.clone(),
+                    from: RunState::Retrying,
+                    from_attempt: run.attempt,
+                    to: RunState::Pending,
+                    to_attempt: run.attempt,
+                    reason: None,
+                    next_attempt_at: None,
+                    attempt: None,
+                    at: now,
+                });
+            }
+        }
+        self.apply(batch).await
+    }
+
+    /// Writes a batch of transitions and mirrors the applied ones in memory.
+    async fn apply(&mut self, batch: Vec<Transition>) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let applied = self.store.transition(&self.fence, &batch).await?;
+        for (t, ok) in batch.into_iter().zip(applied) {
+            if !ok {
+                // Someone else moved the run (a user cancel): resync it.
+                self.resync(&t.run_id).await?;
+                continue;
+            }
+            self.mirror(&t);
+        }
+        Ok(())
+    }
+
+    fn mirror(&mut self, t: &Transition) {
+        metrics::counter!("gnomon_runs_total", "state" => t.to.as_str()).increment(1);
+        if t.to.is_terminal() {
+            self.untrack(&t.run_id);
+            return;
+        }
+        let Some(run) = self.runs.get_mut(&t.run_id) else { return };
+        run.state = t.to;
+        run.attempt = t.to_attempt;
+        match t.to {
+            RunState::Pending => {
+                run.ready_since = t.at;
+                self.ready.push_back(t.run_id.clone());
+            }
+            RunState::Retrying => {
+                self.in_flight.remove(&t.run_id);
+                self.retry_heap.push(Reverse((t.next_attempt_at.unwrap_or(t.at), t.run_id.clone())));
+            }
+            _ => {}
+        }
+    }
+
+    async fn resync(&mut self, id: &str) -> Result<()> {
+        match self.store.get_run(id).await? {
+            Some(detail) if !detail.run.state.is_terminal() => {
+                if let Some(run) = self.runs.get_mut(id) {
+                    run.state = detail.run.state;
+                    run.attempt = detail.run.attempt;
+                }
+            }
+            _ => self.untrack(id),
+        }
+        Ok(())
+    }
+
+    /// The transition that ends `attempt`'s run attempt with `outcome`.
+    fn end_attempt(&self, id: &str, outcome: AttemptState, exit_code: Option<i32>, output: String, now: Millis) -> Option<Transition> {
+        let run = self.runs.get(id)?;
+        if !run.state.is_active() {
+            return None;
+        }
+        let (max_attempts, backoff) = self.jobs.get(&run.job_uid).map(|j| (j.compiled.max_attempts, j.compiled.backoff)).unwrap_or((1, Default::default()));
+        let to = run_state_after_attempt(outcome, run.attempt, max_attempts);
+        let next_attempt_at = (to == RunState::Retrying).then(|| now + i64::try_from(backoff.delay_random(run.attempt).as_millis()).unwrap_or(i64::MAX / 2));
+        let reason = match to {
+            RunState::Failed => Some(format!("attempt {} of {max_attempts} ended {}", run.attempt, outcome.as_str())),
+            RunState::Retrying => Some(format!("attempt {} ended {}; retrying", run.attempt, outcome.as_str())),
+            RunState::Cancelled => Some("cancelled".into()),
+            _ => None,
+        };
+        Some(Transition {
+            run_id: id.to_string(),
+            from: run.state,
+            from_attempt: run.attempt,
+            to,
+            to_attempt: run.attempt,
+            reason,
+            next_attempt_at,
+            attempt: Some(AttemptChange::End { attempt: run.attempt, state: outcome, exit_code, output }),
+            at: now,
+        })
+    }
+
+    async fn record_worker_events(&mut self) -> Result<()> {
+        while let Ok(e) = self.events.try_recv() {
+            self.unwritten_events.push(e);
+        }
+        if self.unwritten_events.is_empty() {
+            return Ok(());
+        }
+        let events = std::mem::take(&mut self.unwritten_events);
+        // Build the batch against a scratch copy of the states so that a
+        // start and an end of the same attempt in one batch chain correctly.
+        let mut scratch: HashMap<String, (RunState, u32)> = HashMap::new();
+        let mut batch = Vec::new();
+        for e in &events {
+            match e {
+                WorkerEvent::Started { run_id, attempt, at } => {
+                    let Some(run) = self.runs.get(run_id) else { continue };
+                    let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
+                    if state == RunState::Assigned && current == *attempt {
+                        batch.push(Transition { run_id: run_id.clone(), from: state, from_attempt: current, to: RunState::Running, to_attempt: current, reason: None, next_attempt_at: None, attempt: Some(AttemptChange::Start { attempt: *attempt }), at: *at });
+                        scratch.insert(run_id.clone(), (RunState::Running, current));
+                    }
+                }
+                WorkerEvent::Finished { run_id, attempt, outcome, at } => {
+                    let Some(run) = self.runs.get(run_id) else { continue };
+                    let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
+                    if current != *attempt || !state.is_active() {
+                        tracing::warn!(run = %run_id, attempt, "report for a superseded attempt ignored");
+                        continue;
+                    }
+                    let mut t = match self.end_attempt(run_id, outcome.state, outcome.exit_code, outcome.output.clone(), *at) {
+                        Some(t) => t,
+                        None => continue,
+                    };
+                    t.from = state;
+                    scratch.insert(run_id.clone(), (t.to, current));
+                    batch.push(t);
+                }
+            }
+        }
+        match self.apply(batch.clone()).await {
+            Ok(()) => {
+                for t in &batch {
+                    if matches!(t.attempt, Some(AttemptChange::End { .. })) {
+                        self.in_flight.remove(&t.run_id);
+                        self.cancels_sent.retain(|(id, _)| id != &t.run_id);
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // Keep the results until they are written (persist, then act).
+                self.unwritten_events = events;
+                Err(e)
+            }
+        }
+    }
+
+    async fn dispatch(&mut self) -> Result<()> {
+        let capacity = self.config.capacity;
+        let mut batch = Vec::new();
+        let mut deferred = Vec::new();
+        let now = self.clock.now_millis();
+        let mut taken: HashSet<String> = HashSet::new();
+        while self.in_flight.len() + batch.len() < capacity {
+            let Some(id) = self.ready.pop_front() else { break };
+            let Some(run) = self.runs.get(&id) else { continue };
+            if run.state != RunState::Pending || taken.contains(&id) {
+                continue;
+            }
+            // forbid / buffer_one: a waiting run starts only after the active one ends.
+            let overlap = self.jobs.get(&run.job_uid).map(|j| j.compiled.spec.overlap).unwrap_or_default();
+            if matches!(overlap, OverlapPolicy::Forbid | OverlapPolicy::BufferOne | OverlapPolicy::Replace) {
+                let (_, _, active) = self.job_counts(&run.job_uid);
+                let batch_has_job = batch.iter().any(|t: &Transition| self.runs.get(&t.run_id).is_some_and(|r| r.job_uid == run.job_uid));
+                if active > 0 || batch_has_job {
+                    deferred.push(id);
+                    continue;
+                }
+            }
+            taken.insert(id.clone());
+            let attempt = run.attempt + 1;
+            batch.push(Transition {
+                run_id: id.clone(),
+                from: RunState::Pending,
+                from_attempt: run.attempt,
+                to: RunState::Assigned,
+                to_attempt: attempt,
+                reason: None,
+                next_attempt_at: None,
+                attempt: Some(AttemptChange::Assign { attempt, worker: self.worker.id.clone(), token: self.fence.token }),
+                at: now,
+            });
+        }
+        for id in deferred.into_iter().rev() {
+            self.ready.push_front(id);
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        // Persist the assignments, then send them.
+        let applied = match self.store.transition(&self.fence, &batch).await {
+            Ok(a) => a,
+            Err(e) => {
+                for t in batch.iter().rev() {
+                    self.ready.push_front(t.run_id.clone());
+                }
+                return Err(e);
+            }
+        };
+        for (t, ok) in batch.into_iter().zip(applied) {
+            if !ok {
+                self.resync(&t.run_id).await?;
+                continue;
+            }
+            metrics::counter!("gnomon_runs_total", "state" => "assigned").increment(1);
+            let Some(run) = self.runs.get_mut(&t.run_id) else { continue };
+            run.state = RunState::Assigned;
+            run.attempt = t.to_attempt;
+            metrics::histogram!("gnomon_dispatch_latency_seconds").record((now - run.ready_since).max(0) as f64 / 1000.0);
+            let Some(job) = self.jobs.get(&run.job_uid) else {
+                // The job was deleted: its already-fired run still runs with
+                // the last spec we knew? We have none, so it fails cleanly.
+                continue;
+            };
+            let request = ExecRequest {
+                run_id: t.run_id.clone(),
+                attempt: t.to_attempt,
+                job: run.job.clone(),
+                namespace: run.namespace.clone(),
+                scheduled_at: run.scheduled_at,
+                token: self.fence.token,
+                worker_id: self.worker.id.clone(),
+                executor: job.compiled.spec.executor.clone(),
+                timeout: job.compiled.timeout,
+            };
+            self.in_flight.insert(t.run_id.clone());
+            self.worker.assign(Assign { request });
+        }
+        // Runs of deleted jobs cannot execute: end them.
+        let orphans: Vec<String> = self.runs.iter().filter(|(id, r)| r.state == RunState::Assigned && !self.jobs.contains_key(&r.job_uid) && !self.in_flight.contains(*id)).map(|(id, _)| id.clone()).collect();
+        let mut ends = Vec::new();
+        for id in orphans {
+            self.in_flight.insert(id.clone());
+            if let Some(mut t) = self.end_attempt(&id, AttemptState::Failed, None, "job was deleted".into(), now) {
+                t.to = RunState::Failed;
+                t.next_attempt_at = None;
+                ends.push(t);
+            }
+        }
+        self.apply(ends).await
+    }
+
+    async fn wait_for_work(&mut self) -> Option<LeaderExit> {
+        if !self.unwritten_events.is_empty() || (!self.ready.is_empty() && self.in_flight.len() < self.config.capacity && self.ready_has_dispatchable()) {
+            tokio::task::yield_now().await;
+            return self.should_stop();
+        }
+        let now = self.clock.now_millis();
+        let mut wake = now + MAX_TURN.as_millis() as i64;
+        if let Some(Reverse((due, _, _))) = self.fire_heap.peek() {
+            wake = wake.min(*due);
+        }
+        if let Some(Reverse((due, _))) = self.retry_heap.peek() {
+            wake = wake.min(*due);
+        }
+        let sleep = Duration::from_millis(u64::try_from(wake - now).unwrap_or(0));
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            Some(e) = self.events.recv() => self.unwritten_events.push(e),
+            Some(cmd) = self.commands.recv() => self.requeue_command(cmd).await,
+            _ = self.lost.changed() => {}
+            _ = self.shutdown.changed() => {}
+        }
+        self.should_stop()
+    }
+
+    fn ready_has_dispatchable(&self) -> bool {
+        self.ready.iter().take(64).any(|id| {
+            self.runs.get(id).is_some_and(|r| {
+                r.state == RunState::Pending && {
+                    let overlap = self.jobs.get(&r.job_uid).map(|j| j.compiled.spec.overlap).unwrap_or_default();
+                    overlap == OverlapPolicy::Allow || self.job_counts(&r.job_uid).2 == 0
+                }
+            })
+        })
+    }
+
+    async fn requeue_command(&mut self, cmd: LeaderCommand) {
+        match cmd {
+            LeaderCommand::Nudge => self.last_poll = 0,
+            LeaderCommand::Trigger { namespace, name, reply } => {
+                let result = self.trigger(&namespace, &name).await;
+                let _ = reply.send(result);
+            }
+        }
+    }
+}

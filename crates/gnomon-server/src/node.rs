@@ -1,0 +1,172 @@
+//! A server node: campaigns for leadership and runs the leader loops while it
+//! leads. Shared state for the API lives in [`NodeHandle`].
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use gnomon_backend::{Elector, Fence, LeaderInfo, Store};
+use gnomon_core::Clock;
+use gnomon_worker::{HandlerRegistry, LocalWorker};
+use tokio::sync::{mpsc, watch};
+
+use crate::leader::{LeaderCommand, LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime};
+
+pub const SCOPE: &str = "scheduler";
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: String,
+    /// The address workers and clients should use to reach this node.
+    pub advertise: String,
+    pub leader: LeaderConfig,
+    pub worker_id: String,
+}
+
+/// What the API needs to know about this node.
+#[derive(Debug, Clone)]
+pub struct NodeHandle {
+    pub config: NodeConfig,
+    pub store: Arc<dyn Store>,
+    pub elector_backend: &'static str,
+    pub clock: Arc<dyn Clock>,
+    state: Arc<RwLock<NodeState>>,
+}
+
+#[derive(Debug, Default)]
+struct NodeState {
+    term: Option<(u64, mpsc::Sender<LeaderCommand>)>,
+    worker: Option<WorkerInfo>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerInfo {
+    pub id: String,
+    pub capacity: usize,
+    pub load: usize,
+    pub handlers: Vec<String>,
+}
+
+impl NodeHandle {
+    /// The token of the term this node leads, if it leads.
+    pub fn leading_token(&self) -> Option<u64> {
+        self.read().term.as_ref().map(|(t, _)| *t)
+    }
+
+    pub fn leader_commands(&self) -> Option<mpsc::Sender<LeaderCommand>> {
+        self.read().term.as_ref().map(|(_, tx)| tx.clone())
+    }
+
+    /// Tells the leader (if it is this node) to look at the store now.
+    pub fn nudge(&self) {
+        if let Some(tx) = self.leader_commands() {
+            let _ = tx.try_send(LeaderCommand::Nudge);
+        }
+    }
+
+    pub fn worker(&self) -> Option<WorkerInfo> {
+        self.read().worker.clone()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, NodeState> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, NodeState> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub struct Node {
+    pub handle: NodeHandle,
+    elector: Arc<dyn Elector>,
+    handlers: HandlerRegistry,
+}
+
+impl Node {
+    pub fn new(config: NodeConfig, store: Arc<dyn Store>, elector: Arc<dyn Elector>, clock: Arc<dyn Clock>, handlers: HandlerRegistry) -> Self {
+        let handle = NodeHandle { config, store, elector_backend: elector.backend(), clock, state: Arc::default() };
+        Self { handle, elector, handlers }
+    }
+
+    /// Campaigns and leads until `shutdown` turns true; then resigns.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let backend = self.elector.backend();
+        let me = LeaderInfo { holder: self.handle.config.node_id.clone(), address: self.handle.config.advertise.clone(), backend: backend.to_string() };
+        metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(0.0);
+        while !*shutdown.borrow() {
+            let leadership = tokio::select! {
+                r = self.elector.campaign(SCOPE, &me) => r,
+                _ = shutdown.changed() => break,
+            };
+            let leadership = match leadership {
+                Ok(l) => l,
+                Err(e) => {
+                    metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => "error").increment(1);
+                    tracing::warn!(error = %e, "campaign failed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = shutdown.changed() => {}
+                    }
+                    continue;
+                }
+            };
+            metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => "acquired").increment(1);
+            metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(1.0);
+            tracing::info!(token = leadership.token, backend, "leading scope {SCOPE}");
+            let (events_tx, events_rx) = mpsc::unbounded_channel();
+            let worker = LocalWorker::new(self.handle.config.worker_id.clone(), self.handlers.clone(), events_tx);
+            let (cmd_tx, cmd_rx) = mpsc::channel(1024);
+            {
+                let mut st = self.handle.write();
+                st.term = Some((leadership.token, cmd_tx));
+                st.worker = Some(WorkerInfo { id: worker.id.clone(), capacity: self.handle.config.leader.capacity, load: 0, handlers: self.handlers.names() });
+            }
+            metrics::gauge!("gnomon_workers", "state" => "live").set(1.0);
+            let runtime = LeaderRuntime::new(LeaderParts {
+                store: self.handle.store.clone(),
+                fence: Fence { scope: SCOPE.into(), token: leadership.token },
+                clock: self.handle.clock.clone(),
+                config: self.handle.config.leader.clone(),
+                worker: worker.clone(),
+                events: events_rx,
+                commands: cmd_rx,
+                lost: leadership.lost.clone(),
+                shutdown: shutdown.clone(),
+            });
+            let load_handle = self.handle.clone();
+            let load_worker = worker.clone();
+            let load_task = tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    if let Some(w) = load_handle.write().worker.as_mut() {
+                        w.load = load_worker.running();
+                    }
+                }
+            });
+            let exit = runtime.run().await;
+            load_task.abort();
+            {
+                let mut st = self.handle.write();
+                st.term = None;
+                st.worker = None;
+            }
+            metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(0.0);
+            metrics::gauge!("gnomon_workers", "state" => "live").set(0.0);
+            let result = match exit {
+                LeaderExit::Shutdown => "resigned",
+                LeaderExit::Lost | LeaderExit::Fenced => "lost",
+            };
+            metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => result).increment(1);
+            tracing::info!(?exit, "leader loops stopped");
+            if let Err(e) = self.elector.resign(&leadership).await {
+                tracing::warn!(error = %e, "resign failed");
+            }
+            if exit == LeaderExit::Shutdown {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+    }
+}

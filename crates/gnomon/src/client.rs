@@ -1,0 +1,58 @@
+//! A small typed REST client for the CLI.
+
+use anyhow::{anyhow, Context};
+use serde_json::Value;
+
+pub struct Client {
+    base: String,
+    http: reqwest::Client,
+    token: Option<String>,
+}
+
+/// Percent-encodes one path segment.
+pub fn path_segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
+}
+
+impl Client {
+    pub fn new(base: &str, token: Option<&str>) -> anyhow::Result<Self> {
+        let base = base.trim_end_matches('/').to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(anyhow!("--server must be an http:// or https:// URL, got {base:?}"));
+        }
+        let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(60)).build().context("building the HTTP client")?;
+        Ok(Self { base, http, token: token.map(str::to_string) })
+    }
+
+    pub async fn get(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
+        self.send("GET", path, query, None).await
+    }
+
+    pub async fn send(&self, method: &str, path: &str, query: &[(&str, String)], body: Option<Value>) -> anyhow::Result<Value> {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).context("method")?;
+        let url = format!("{}{path}", self.base);
+        let mut req = self.http.request(method, &url).query(query);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.map_err(|e| anyhow!("cannot reach gnomon at {}: {e}", self.base))?;
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        if status.is_success() {
+            if text.is_empty() {
+                return Ok(Value::Null);
+            }
+            return serde_json::from_str(&text).with_context(|| format!("server answered with non-JSON: {text}"));
+        }
+        let parsed: Option<Value> = serde_json::from_str(&text).ok();
+        match parsed.as_ref().and_then(|v| v.get("error")) {
+            Some(e) => Err(anyhow!("{} ({}): {}", e["code"].as_str().unwrap_or("error"), status.as_u16(), e["message"].as_str().unwrap_or(""))),
+            None => Err(anyhow!("HTTP {}: {}", status.as_u16(), text.trim())),
+        }
+    }
+}

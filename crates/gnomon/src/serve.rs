@@ -1,0 +1,179 @@
+//! `gnomon dev` and `gnomon server`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context};
+use clap::Args;
+use gnomon_backend::local::LocalElector;
+use gnomon_backend::{open_store, Elector};
+use gnomon_server::api::{router, ApiState};
+use gnomon_server::leader::LeaderConfig;
+use gnomon_server::{Node, NodeConfig};
+use gnomon_worker::HandlerRegistry;
+
+#[derive(Args, Debug)]
+pub struct DevArgs {
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    listen: String,
+    #[arg(long, default_value = "./.gnomon")]
+    data_dir: PathBuf,
+    /// Allow a non-loopback listener without a token.
+    #[arg(long)]
+    insecure: bool,
+    /// Attempts the embedded worker runs at once.
+    #[arg(long, default_value_t = 256)]
+    capacity: usize,
+    /// How late a scheduled time may be reached and still count as on time.
+    #[arg(long, default_value = "1s")]
+    misfire_grace: String,
+    #[arg(long)]
+    node_id: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    /// sqlite://PATH (mysql://, postgres:// and etcd:// come with their backends).
+    #[arg(long)]
+    store: String,
+    /// Election backend: local (the only one built so far).
+    #[arg(long, default_value = "local")]
+    election: String,
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    listen: String,
+    /// Address others use to reach this node (default: the listen address).
+    #[arg(long)]
+    advertise: Option<String>,
+    #[arg(long)]
+    node_id: Option<String>,
+    #[arg(long)]
+    insecure: bool,
+    #[arg(long, default_value_t = 256)]
+    capacity: usize,
+    #[arg(long, default_value = "1s")]
+    misfire_grace: String,
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GNOMON_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+fn parse_listen(listen: &str) -> anyhow::Result<SocketAddr> {
+    listen.parse().map_err(|e| anyhow!("--listen {listen:?} is not an address like 127.0.0.1:7400: {e}"))
+}
+
+fn default_node_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "node".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// Holds an exclusive lock on the data directory so two processes never
+/// share one embedded store (the local elector would otherwise fence them
+/// against each other).
+struct DirLock {
+    _file: std::fs::File,
+}
+
+fn lock_data_dir(dir: &Path) -> anyhow::Result<DirLock> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating data dir {}", dir.display()))?;
+    let path = dir.join("lock");
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock on a file descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        bail!("data dir {} is in use by another gnomon process", dir.display());
+    }
+    Ok(DirLock { _file: file })
+}
+
+pub async fn dev(args: DevArgs, token: Option<String>) -> anyhow::Result<()> {
+    init_tracing();
+    let addr = parse_listen(&args.listen)?;
+    gnomon_server::auth::check_listen(&addr, token.as_deref(), args.insecure).map_err(|e| anyhow!(e))?;
+    let _lock = lock_data_dir(&args.data_dir)?;
+    let db = args.data_dir.join("gnomon.db");
+    let url = format!("sqlite://{}", db.display());
+    let store = open_store(&url).await.with_context(|| format!("opening store {url}"))?;
+    let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
+    let node_id = args.node_id.unwrap_or_else(|| "dev".to_string());
+    let grace = gnomon_core::duration::parse_duration(&args.misfire_grace).map_err(|e| anyhow!("--misfire-grace: {e}"))?;
+    if args.capacity == 0 {
+        bail!("--capacity must be at least 1");
+    }
+    let config = NodeConfig {
+        worker_id: format!("{node_id}-worker"),
+        node_id,
+        advertise: addr.to_string(),
+        leader: LeaderConfig { misfire_grace_ms: i64::try_from(grace.as_millis()).unwrap_or(1000), capacity: args.capacity },
+    };
+    run_node(config, store, elector, addr, token).await
+}
+
+pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<()> {
+    init_tracing();
+    let addr = parse_listen(&args.listen)?;
+    gnomon_server::auth::check_listen(&addr, token.as_deref(), args.insecure).map_err(|e| anyhow!(e))?;
+    if args.election != "local" {
+        bail!("--election {:?} is not built yet; this build supports: local", args.election);
+    }
+    if !args.store.starts_with("sqlite://") {
+        // Refuse an unsafe pairing rather than run a second, unfenced leader.
+        let store = open_store(&args.store).await.with_context(|| format!("opening store {}", args.store))?;
+        bail!("the local elector is only safe with the embedded SQLite store, not {}", store.backend());
+    }
+    let _lock = match args.store.strip_prefix("sqlite://").map(|p| Path::new(p).parent().unwrap_or(Path::new("."))) {
+        Some(dir) if !dir.as_os_str().is_empty() => Some(lock_data_dir(dir)?),
+        _ => None,
+    };
+    let store = open_store(&args.store).await.with_context(|| format!("opening store {}", args.store))?;
+    let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
+    let node_id = args.node_id.unwrap_or_else(default_node_id);
+    let grace = gnomon_core::duration::parse_duration(&args.misfire_grace).map_err(|e| anyhow!("--misfire-grace: {e}"))?;
+    if args.capacity == 0 {
+        bail!("--capacity must be at least 1");
+    }
+    let config = NodeConfig {
+        worker_id: format!("{node_id}-worker"),
+        advertise: args.advertise.unwrap_or_else(|| addr.to_string()),
+        node_id,
+        leader: LeaderConfig { misfire_grace_ms: i64::try_from(grace.as_millis()).unwrap_or(1000), capacity: args.capacity },
+    };
+    run_node(config, store, elector, addr, token).await
+}
+
+async fn run_node(config: NodeConfig, store: Arc<dyn gnomon_backend::Store>, elector: Arc<dyn Elector>, addr: SocketAddr, token: Option<String>) -> anyhow::Result<()> {
+    let metrics = gnomon_server::metrics_setup::install();
+    let node = Node::new(config, store, elector, Arc::new(gnomon_core::SystemClock), HandlerRegistry::with_builtins());
+    let state = ApiState { node: node.handle.clone(), metrics, token: token.filter(|t| !t.is_empty()).map(Arc::new) };
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr()?;
+    tracing::info!("gnomon listening on http://{local} (UI at http://{local}/ui)");
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let node_task = tokio::spawn(node.run(shutdown_rx.clone()));
+    let mut http_shutdown = shutdown_rx.clone();
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+        let _ = http_shutdown.wait_for(|s| *s).await;
+    });
+    let server_task = tokio::spawn(async move { server.await });
+    wait_for_signal().await;
+    tracing::info!("shutting down: resigning and stopping");
+    let _ = shutdown_tx.send(true);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), node_task).await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), server_task).await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
