@@ -46,7 +46,10 @@ fn tr(run: &str, from: RunState, fa: u32, to: RunState, ta: u32, attempt: Option
 async fn lead(store: &dyn Store, scope: &str) -> Fence {
     let token = store.next_epoch(scope).await.expect("next_epoch");
     let fence = Fence { scope: scope.into(), token };
-    store.fence(&fence, &LeaderInfo { holder: "suite".into(), address: "127.0.0.1:0".into(), backend: "test".into() }, 1).await.expect("fence");
+    store
+        .fence(&fence, &LeaderInfo { holder: "suite".into(), address: "127.0.0.1:0".into(), backend: "test".into() }, 1)
+        .await
+        .expect("fence");
     fence
 }
 
@@ -149,7 +152,9 @@ async fn fire_advances_last_scheduled_at(s: &dyn Store) {
     let mut skipped = new_run(&job, 2000);
     skipped.state = RunState::Skipped;
     skipped.reason = Some("misfire".into());
-    s.fire(&fence, &[new_run(&job, 1000), skipped], &[JobAdvance { job_uid: job.uid.clone(), last_scheduled_at: 2000 }]).await.expect("fire");
+    s.fire(&fence, &[new_run(&job, 1000), skipped], &[JobAdvance { job_uid: job.uid.clone(), last_scheduled_at: 2000 }])
+        .await
+        .expect("fire");
     let j = s.get_job("default", &job.name).await.expect("get").expect("exists");
     assert_eq!(j.last_scheduled_at, Some(2000));
     s.fire(&fence, &[], &[JobAdvance { job_uid: job.uid.clone(), last_scheduled_at: 1500 }]).await.expect("fire");
@@ -177,7 +182,14 @@ async fn stale_token_writes_are_rejected(a: &dyn Store, b: &dyn Store) {
         }
         b.fire(&new, &[new_run(&job, 9000 + i)], &[]).await.expect("the current leader writes");
     }
-    let assign = tr(&rid, RunState::Pending, 0, RunState::Assigned, 1, Some(AttemptChange::Assign { attempt: 1, worker: "w".into(), token: old.token }));
+    let assign = tr(
+        &rid,
+        RunState::Pending,
+        0,
+        RunState::Assigned,
+        1,
+        Some(AttemptChange::Assign { attempt: 1, worker: "w".into(), token: old.token }),
+    );
     assert!(matches!(a.transition(&old, std::slice::from_ref(&assign)).await, Err(StoreError::Fenced { .. })));
     assert!(s_run(a, &rid).await.state == RunState::Pending, "a fenced write changes nothing");
     assert!(a.get_run(&run_id(&job.uid, 5000)).await.expect("get").is_none());
@@ -188,12 +200,15 @@ async fn stale_token_writes_are_rejected(a: &dyn Store, b: &dyn Store) {
         Err(StoreError::StaleToken { .. }) => {}
         other => panic!("re-fencing with an old token must fail, got {other:?}"),
     }
-    assert!(matches!(a.fence(&new, &LeaderInfo::default(), 2).await, Err(StoreError::StaleToken { .. })), "fence requires a strictly higher token");
+    assert!(
+        matches!(a.fence(&new, &LeaderInfo::default(), 2).await, Err(StoreError::StaleToken { .. })),
+        "fence requires a strictly higher token"
+    );
     let record = a.leadership(&scope).await.expect("leadership").expect("exists");
     assert_eq!(record.token, new.token);
     // The epoch counter always outruns the fenced token.
     assert!(a.next_epoch(&scope).await.expect("epoch") > new.token);
-    assert!(b.transition(&new, &[assign.clone()]).await.expect("current leader transitions")[0]);
+    assert!(b.transition(&new, std::slice::from_ref(&assign)).await.expect("current leader transitions")[0]);
 }
 
 async fn s_run(s: &dyn Store, id: &str) -> RunRecord {
@@ -206,19 +221,58 @@ async fn cas_transitions_and_terminal_finality(s: &dyn Store) {
     let job = s.put_job(&job_spec(&unique("cas")), Precondition::DoesNotExist, 1).await.expect("create");
     s.fire(&fence, &[new_run(&job, 1000)], &[]).await.expect("fire");
     let rid = run_id(&job.uid, 1000);
-    let assign1 = tr(&rid, RunState::Pending, 0, RunState::Assigned, 1, Some(AttemptChange::Assign { attempt: 1, worker: "w1".into(), token: fence.token }));
+    let assign1 = tr(
+        &rid,
+        RunState::Pending,
+        0,
+        RunState::Assigned,
+        1,
+        Some(AttemptChange::Assign { attempt: 1, worker: "w1".into(), token: fence.token }),
+    );
     assert_eq!(s.transition(&fence, std::slice::from_ref(&assign1)).await.expect("assign"), vec![true]);
-    assert_eq!(s.transition(&fence, std::slice::from_ref(&assign1)).await.expect("assign again"), vec![false], "a CAS from a state the run left fails");
+    assert_eq!(
+        s.transition(&fence, std::slice::from_ref(&assign1)).await.expect("assign again"),
+        vec![false],
+        "a CAS from a state the run left fails"
+    );
     let wrong_attempt = tr(&rid, RunState::Assigned, 7, RunState::Running, 7, Some(AttemptChange::Start { attempt: 7 }));
     assert_eq!(s.transition(&fence, &[wrong_attempt]).await.expect("t"), vec![false], "a wrong attempt fails");
     let batch = [
         tr(&rid, RunState::Assigned, 1, RunState::Running, 1, Some(AttemptChange::Start { attempt: 1 })),
-        tr(&rid, RunState::Running, 1, RunState::Retrying, 1, Some(AttemptChange::End { attempt: 1, state: AttemptState::Lost, exit_code: None, output: String::new() })),
+        tr(
+            &rid,
+            RunState::Running,
+            1,
+            RunState::Retrying,
+            1,
+            Some(AttemptChange::End { attempt: 1, state: AttemptState::Lost, exit_code: None, output: String::new() }),
+        ),
         tr(&rid, RunState::Retrying, 1, RunState::Pending, 1, None),
-        tr(&rid, RunState::Pending, 1, RunState::Assigned, 2, Some(AttemptChange::Assign { attempt: 2, worker: "w2".into(), token: fence.token })),
-        tr(&rid, RunState::Assigned, 2, RunState::Succeeded, 2, Some(AttemptChange::End { attempt: 2, state: AttemptState::Succeeded, exit_code: Some(0), output: "hi\n".into() })),
+        tr(
+            &rid,
+            RunState::Pending,
+            1,
+            RunState::Assigned,
+            2,
+            Some(AttemptChange::Assign { attempt: 2, worker: "w2".into(), token: fence.token }),
+        ),
+        tr(
+            &rid,
+            RunState::Assigned,
+            2,
+            RunState::Succeeded,
+            2,
+            Some(AttemptChange::End { attempt: 2, state: AttemptState::Succeeded, exit_code: Some(0), output: "hi\n".into() }),
+        ),
         // A late report for the superseded attempt 1 must not apply.
-        tr(&rid, RunState::Running, 1, RunState::Succeeded, 1, Some(AttemptChange::End { attempt: 1, state: AttemptState::Succeeded, exit_code: Some(0), output: "late".into() })),
+        tr(
+            &rid,
+            RunState::Running,
+            1,
+            RunState::Succeeded,
+            1,
+            Some(AttemptChange::End { attempt: 1, state: AttemptState::Succeeded, exit_code: Some(0), output: "late".into() }),
+        ),
     ];
     assert_eq!(s.transition(&fence, &batch).await.expect("batch"), vec![true, true, true, true, true, false]);
     let detail = s.get_run(&rid).await.expect("get").expect("exists");
@@ -257,7 +311,10 @@ async fn pagination_is_stable_under_inserts(s: &dyn Store) {
     }
     let expected: Vec<i64> = (1..=25).rev().map(|i| i * 1000).collect();
     assert_eq!(seen, expected, "no run twice, none skipped, order kept");
-    let by_state = s.list_runs(&RunFilter { state: Some(RunState::Pending), job: Some(job.name.clone()), ..Default::default() }, 1000, None).await.expect("by state");
+    let by_state = s
+        .list_runs(&RunFilter { state: Some(RunState::Pending), job: Some(job.name.clone()), ..Default::default() }, 1000, None)
+        .await
+        .expect("by state");
     assert_eq!(by_state.runs.len(), 30);
     assert_eq!(by_state.next_cursor, None);
 }
@@ -272,11 +329,25 @@ async fn cancel_requests(s: &dyn Store) {
     assert_eq!(s.request_cancel(&pending, 3).await.expect("cancel pending"), CancelOutcome::Cancelled);
     assert_eq!(s_run(s, &pending).await.state, RunState::Cancelled);
     assert!(matches!(s.request_cancel(&pending, 3).await, Err(StoreError::Terminal(_))));
-    let assign = tr(&live, RunState::Pending, 0, RunState::Assigned, 1, Some(AttemptChange::Assign { attempt: 1, worker: "w".into(), token: fence.token }));
+    let assign = tr(
+        &live,
+        RunState::Pending,
+        0,
+        RunState::Assigned,
+        1,
+        Some(AttemptChange::Assign { attempt: 1, worker: "w".into(), token: fence.token }),
+    );
     assert!(s.transition(&fence, &[assign]).await.expect("assign")[0]);
     assert_eq!(s.request_cancel(&live, 4).await.expect("cancel live"), CancelOutcome::Requested);
     assert!(s.cancel_requests().await.expect("requests").iter().any(|r| r.id == live));
-    let end = tr(&live, RunState::Assigned, 1, RunState::Cancelled, 1, Some(AttemptChange::End { attempt: 1, state: AttemptState::Cancelled, exit_code: None, output: String::new() }));
+    let end = tr(
+        &live,
+        RunState::Assigned,
+        1,
+        RunState::Cancelled,
+        1,
+        Some(AttemptChange::End { attempt: 1, state: AttemptState::Cancelled, exit_code: None, output: String::new() }),
+    );
     assert!(s.transition(&fence, &[end]).await.expect("end")[0]);
     assert!(!s.cancel_requests().await.expect("requests").iter().any(|r| r.id == live), "a finished run is no longer a cancel request");
     assert!(matches!(s.request_cancel("no-such-run", 5).await, Err(StoreError::NotFound(_))));
@@ -293,7 +364,10 @@ pub async fn elector_suite(store: Arc<dyn Store>, elector: Arc<dyn Elector>) {
     assert_eq!(record.holder, "node-a");
     let mut lost = first.lost.clone();
     elector.resign(&first).await.expect("resign");
-    tokio::time::timeout(std::time::Duration::from_secs(5), lost.wait_for(|l| *l)).await.expect("loss is signalled promptly").expect("watch");
+    tokio::time::timeout(std::time::Duration::from_secs(5), lost.wait_for(|l| *l))
+        .await
+        .expect("loss is signalled promptly")
+        .expect("watch");
     let second = elector.campaign(&scope, &me).await.expect("campaign again");
     assert!(second.token > first.token, "tokens strictly increase across terms");
     let fence = Fence { scope: scope.clone(), token: first.token };

@@ -6,10 +6,10 @@
 
 pub mod conformance;
 pub mod local;
+mod migrate;
 pub mod model;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
-mod migrate;
 
 pub use model::*;
 
@@ -162,7 +162,10 @@ pub trait Elector: Send + Sync + std::fmt::Debug {
 /// Opens a store from its URL. Backends that are not compiled in answer with
 /// [`StoreError::NotCompiled`].
 pub async fn open_store(url: &str) -> Result<std::sync::Arc<dyn Store>, StoreError> {
-    let scheme = url.split_once("://").map(|(s, _)| s).ok_or_else(|| StoreError::InvalidUrl(format!("{url:?} has no scheme (expected sqlite://, mysql://, postgres:// or etcd://)")))?;
+    let scheme = url
+        .split_once("://")
+        .map(|(s, _)| s)
+        .ok_or_else(|| StoreError::InvalidUrl(format!("{url:?} has no scheme (expected sqlite://, mysql://, postgres:// or etcd://)")))?;
     match scheme {
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(std::sync::Arc::new(sqlite::SqliteStore::open(url).await?)),

@@ -65,7 +65,9 @@ pub struct SqliteStore {
 fn db_err(e: sqlx::Error) -> StoreError {
     match &e {
         sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => StoreError::Unavailable(e.to_string()),
-        sqlx::Error::Database(d) if d.message().contains("locked") || d.message().contains("busy") => StoreError::Unavailable(e.to_string()),
+        sqlx::Error::Database(d) if d.message().contains("locked") || d.message().contains("busy") => {
+            StoreError::Unavailable(e.to_string())
+        }
         _ => StoreError::Backend(e.to_string()),
     }
 }
@@ -105,7 +107,8 @@ impl SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(db_err)?;
-        let current: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM gnomon_migrations").fetch_one(&mut *tx).await.map_err(db_err)?;
+        let current: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(version) FROM gnomon_migrations").fetch_one(&mut *tx).await.map_err(db_err)?;
         for m in MIGRATIONS.iter().filter(|m| m.version > current.unwrap_or(0)) {
             for stmt in m.statements {
                 sqlx::query(stmt).execute(&mut *tx).await.map_err(db_err)?;
@@ -267,16 +270,18 @@ impl Store for SqliteStore {
     async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError> {
         let mut tx = self.write_tx().await?;
         let seq = Self::bump_change_seq(&mut tx).await?;
-        let changed = sqlx::query("UPDATE jobs SET paused = ?, version = version + 1, updated_at = ?, change_seq = ? WHERE namespace = ? AND name = ?")
-            .bind(i64::from(paused))
-            .bind(now)
-            .bind(seq)
-            .bind(namespace)
-            .bind(name)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_err)?
-            .rows_affected();
+        let changed = sqlx::query(
+            "UPDATE jobs SET paused = ?, version = version + 1, updated_at = ?, change_seq = ? WHERE namespace = ? AND name = ?",
+        )
+        .bind(i64::from(paused))
+        .bind(now)
+        .bind(seq)
+        .bind(namespace)
+        .bind(name)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_err)?
+        .rows_affected();
         if changed == 0 {
             return Err(StoreError::NotFound(format!("job {namespace}/{name}")));
         }
@@ -331,8 +336,13 @@ impl Store for SqliteStore {
     async fn job_changes(&self, since: u64) -> Result<JobChanges, StoreError> {
         // One read transaction so the snapshot is consistent with `seq`.
         let mut tx = self.pool.begin().await.map_err(db_err)?;
-        let seq: i64 = sqlx::query_scalar("SELECT value FROM counters WHERE name = 'job_change_seq'").fetch_one(&mut *tx).await.map_err(db_err)?;
-        let rows = sqlx::query("SELECT * FROM jobs WHERE change_seq > ? ORDER BY change_seq").bind(to_i64(since)).fetch_all(&mut *tx).await.map_err(db_err)?;
+        let seq: i64 =
+            sqlx::query_scalar("SELECT value FROM counters WHERE name = 'job_change_seq'").fetch_one(&mut *tx).await.map_err(db_err)?;
+        let rows = sqlx::query("SELECT * FROM jobs WHERE change_seq > ? ORDER BY change_seq")
+            .bind(to_i64(since))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_err)?;
         let deleted: Vec<String> = sqlx::query_scalar("SELECT uid FROM job_deletions WHERE change_seq > ? ORDER BY change_seq")
             .bind(to_i64(since))
             .fetch_all(&mut *tx)
@@ -361,7 +371,11 @@ impl Store for SqliteStore {
 
     async fn fence(&self, fence: &Fence, holder: &LeaderInfo, now: Millis) -> Result<(), StoreError> {
         let mut tx = self.write_tx().await?;
-        let current: Option<i64> = sqlx::query_scalar("SELECT token FROM leadership WHERE scope = ?").bind(&fence.scope).fetch_optional(&mut *tx).await.map_err(db_err)?;
+        let current: Option<i64> = sqlx::query_scalar("SELECT token FROM leadership WHERE scope = ?")
+            .bind(&fence.scope)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_err)?;
         let current = current.map(to_u64).unwrap_or(0);
         if fence.token <= current {
             return Err(StoreError::StaleToken { scope: fence.scope.clone(), token: fence.token, current });
@@ -494,7 +508,8 @@ impl Store for SqliteStore {
             tx.commit().await.map_err(db_err)?;
             return Ok(CancelOutcome::Requested);
         }
-        let exists: Option<String> = sqlx::query_scalar("SELECT state FROM runs WHERE id = ?").bind(run_id).fetch_optional(&mut *tx).await.map_err(db_err)?;
+        let exists: Option<String> =
+            sqlx::query_scalar("SELECT state FROM runs WHERE id = ?").bind(run_id).fetch_optional(&mut *tx).await.map_err(db_err)?;
         match exists {
             None => Err(StoreError::NotFound(format!("run {run_id}"))),
             Some(_) => Err(StoreError::Terminal(run_id.to_string())),
@@ -502,11 +517,16 @@ impl Store for SqliteStore {
     }
 
     async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError> {
-        let Some(row) = sqlx::query("SELECT * FROM runs WHERE id = ?").bind(run_id).fetch_optional(&self.pool).await.map_err(db_err)? else {
+        let Some(row) = sqlx::query("SELECT * FROM runs WHERE id = ?").bind(run_id).fetch_optional(&self.pool).await.map_err(db_err)?
+        else {
             return Ok(None);
         };
         let run = run_from_row(&row)?;
-        let attempts = sqlx::query("SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt").bind(run_id).fetch_all(&self.pool).await.map_err(db_err)?;
+        let attempts = sqlx::query("SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt")
+            .bind(run_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
         Ok(Some(RunDetail { run, attempts: attempts.iter().map(attempt_from_row).collect::<Result<_, _>>()? }))
     }
 
@@ -554,7 +574,12 @@ impl Store for SqliteStore {
     }
 }
 
-async fn apply_attempt_change(tx: &mut Transaction<'static, Sqlite>, run_id: &str, change: &AttemptChange, at: Millis) -> Result<(), StoreError> {
+async fn apply_attempt_change(
+    tx: &mut Transaction<'static, Sqlite>,
+    run_id: &str,
+    change: &AttemptChange,
+    at: Millis,
+) -> Result<(), StoreError> {
     match change {
         AttemptChange::Assign { attempt, worker, token } => {
             sqlx::query("INSERT INTO attempts (run_id, attempt, worker, token, state, assigned_at) VALUES (?, ?, ?, ?, 'assigned', ?)")

@@ -74,10 +74,7 @@ pub fn plan_fires(input: &PlanInput<'_>) -> FirePlan {
             cursor = last_old;
         } else {
             for t in old {
-                plan.times.push(PlannedTime {
-                    scheduled_at: t,
-                    decision: Decision::Skip("misfire: outside the catch-up window".into()),
-                });
+                plan.times.push(PlannedTime { scheduled_at: t, decision: Decision::Skip("misfire: outside the catch-up window".into()) });
                 cursor = t;
             }
         }

@@ -20,11 +20,15 @@ use crate::{Millis, SpecError};
 /// A parsed, validated schedule.
 #[derive(Debug, Clone)]
 pub enum Schedule {
-    Cron(CronSchedule),
+    Cron(Box<CronSchedule>),
     /// Fires at every multiple of `every_ms` since the Unix epoch.
-    Every { every_ms: i64 },
+    Every {
+        every_ms: i64,
+    },
     /// Fires once at the given instant.
-    At { at_ms: Millis },
+    At {
+        at_ms: Millis,
+    },
     /// Never fires by itself; manual triggers only.
     Manual,
 }
@@ -44,9 +48,9 @@ impl CronSchedule {
     /// Parses a 6-field (seconds first) or 5-field (seconds = 0) expression,
     /// or an `@hourly`-style macro, in the given IANA zone name.
     pub fn parse(expression: &str, timezone: &str) -> Result<Self, SpecError> {
-        let tz: Tz = timezone.parse().map_err(|_| {
-            SpecError::new("invalid_timezone", "schedule.timezone", format!("unknown IANA time zone {timezone:?}"))
-        })?;
+        let tz: Tz = timezone
+            .parse()
+            .map_err(|_| SpecError::new("invalid_timezone", "schedule.timezone", format!("unknown IANA time zone {timezone:?}")))?;
         let trimmed = expression.trim();
         if trimmed.is_empty() {
             return Err(SpecError::new("invalid_cron", "schedule.cron", "empty cron expression"));
@@ -55,7 +59,7 @@ impl CronSchedule {
             return Err(SpecError::new("invalid_cron", "schedule.cron", "cron expression longer than 256 characters"));
         }
         let fields = trimmed.split_whitespace().count();
-        if !trimmed.starts_with('@') && !(fields == 5 || fields == 6) {
+        if !(trimmed.starts_with('@') || fields == 5 || fields == 6) {
             return Err(SpecError::new(
                 "invalid_cron",
                 "schedule.cron",
@@ -70,11 +74,7 @@ impl CronSchedule {
         // Reject expressions that can never fire (e.g. "0 0 0 30 2 *").
         let probe = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single().map(|d| d.timestamp_millis()).unwrap_or(0);
         if schedule.next_after(probe).is_none() {
-            return Err(SpecError::new(
-                "invalid_cron",
-                "schedule.cron",
-                format!("cron expression {trimmed:?} never matches a real date"),
-            ));
+            return Err(SpecError::new("invalid_cron", "schedule.cron", format!("cron expression {trimmed:?} never matches a real date")));
         }
         Ok(schedule)
     }
@@ -232,7 +232,7 @@ mod tests {
         assert_eq!(iso(c.next_after(fire).unwrap()), "2026-03-30T00:30:00.000Z");
         // Every minute during the gap collapses into one fire at 03:00 local.
         let c = CronSchedule::parse("0 * 2 * * *", "Europe/Berlin").unwrap();
-        let (fires, _) = Schedule::Cron(c).fires_between(ms("2026-03-29T00:30:00Z"), ms("2026-03-29T03:00:00Z"), 1000);
+        let (fires, _) = Schedule::Cron(Box::new(c)).fires_between(ms("2026-03-29T00:30:00Z"), ms("2026-03-29T03:00:00Z"), 1000);
         assert_eq!(fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(), vec!["2026-03-29T01:00:00.000Z"]);
     }
 
@@ -240,20 +240,14 @@ mod tests {
     fn fall_back_overlap_fires_once_at_first_occurrence() {
         // Europe/Berlin repeats 02:00-03:00 on 2026-10-25: 00:00Z-01:00Z (CEST) and 01:00Z-02:00Z (CET).
         let c = CronSchedule::parse("0 30 2 * * *", "Europe/Berlin").unwrap();
-        let s = Schedule::Cron(c);
+        let s = Schedule::Cron(Box::new(c));
         let (fires, _) = s.fires_between(ms("2026-10-24T12:00:00Z"), ms("2026-10-26T12:00:00Z"), 10);
-        assert_eq!(
-            fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(),
-            vec!["2026-10-25T00:30:00.000Z", "2026-10-26T01:30:00.000Z"]
-        );
+        assert_eq!(fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(), vec!["2026-10-25T00:30:00.000Z", "2026-10-26T01:30:00.000Z"]);
         // Hourly in the overlap: 02:00 local fires once; 03:00 local follows.
         let c = CronSchedule::parse("0 0 * * * *", "Europe/Berlin").unwrap();
-        let s = Schedule::Cron(c);
+        let s = Schedule::Cron(Box::new(c));
         let (fires, _) = s.fires_between(ms("2026-10-24T23:30:00Z"), ms("2026-10-25T02:30:00Z"), 10);
-        assert_eq!(
-            fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(),
-            vec!["2026-10-25T00:00:00.000Z", "2026-10-25T02:00:00.000Z"]
-        );
+        assert_eq!(fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(), vec!["2026-10-25T00:00:00.000Z", "2026-10-25T02:00:00.000Z"]);
         // Asking from inside the second pass of the overlap does not go backwards.
         let next = s.next_after(ms("2026-10-25T01:30:00Z")).unwrap();
         assert_eq!(iso(next), "2026-10-25T02:00:00.000Z");

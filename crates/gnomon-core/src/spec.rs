@@ -241,11 +241,7 @@ pub fn validate_name(field: &str, name: &str, max: usize) -> Result<(), SpecErro
         return Err(SpecError::new("invalid_name", field, format!("longer than {max} characters")));
     }
     if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))) {
-        return Err(SpecError::new(
-            "invalid_name",
-            field,
-            format!("contains {bad:?}; only letters, digits, '_', '.' and '-' are allowed"),
-        ));
+        return Err(SpecError::new("invalid_name", field, format!("contains {bad:?}; only letters, digits, '_', '.' and '-' are allowed")));
     }
     if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
         return Err(SpecError::new("invalid_name", field, "must start with a letter or digit"));
@@ -305,11 +301,7 @@ impl JobSpec {
                     return Err(SpecError::new("invalid_retry", "retry.max_attempts", "must be at least 1"));
                 }
                 if retry.max_attempts > MAX_ATTEMPTS_LIMIT {
-                    return Err(SpecError::new(
-                        "invalid_retry",
-                        "retry.max_attempts",
-                        format!("must be at most {MAX_ATTEMPTS_LIMIT}"),
-                    ));
+                    return Err(SpecError::new("invalid_retry", "retry.max_attempts", format!("must be at most {MAX_ATTEMPTS_LIMIT}")));
                 }
                 let backoff = compile_backoff(retry.backoff.as_mut())?;
                 (retry.max_attempts, backoff)
@@ -326,7 +318,11 @@ impl JobSpec {
         if let Some(route) = &spec.route {
             for (k, v) in &route.labels {
                 if k.is_empty() || k.len() > 63 || v.len() > 63 {
-                    return Err(SpecError::new("invalid_route", format!("route.labels.{k}"), "label keys must be 1-63 bytes, values at most 63"));
+                    return Err(SpecError::new(
+                        "invalid_route",
+                        format!("route.labels.{k}"),
+                        "label keys must be 1-63 bytes, values at most 63",
+                    ));
                 }
             }
         }
@@ -354,7 +350,7 @@ fn compile_schedule(s: &mut ScheduleSpec) -> Result<Schedule, SpecError> {
         let c = CronSchedule::parse(expr, &tz)?;
         s.cron = Some(c.expression.clone());
         s.timezone = Some(tz);
-        return Ok(Schedule::Cron(c));
+        return Ok(Schedule::Cron(Box::new(c)));
     }
     if let Some(every) = &s.every {
         let d = positive_duration_field("schedule.every", every)?;
@@ -417,15 +413,24 @@ fn validate_executor(e: &Executor) -> Result<(), SpecError> {
             }
             for k in s.env.keys() {
                 if k.is_empty() || k.contains('=') || k.contains('\0') {
-                    return Err(SpecError::new("invalid_executor", format!("executor.shell.env.{k}"), "environment names must be non-empty without '=' or NUL"));
+                    return Err(SpecError::new(
+                        "invalid_executor",
+                        format!("executor.shell.env.{k}"),
+                        "environment names must be non-empty without '=' or NUL",
+                    ));
                 }
                 if k.starts_with("GNOMON_") {
-                    return Err(SpecError::new("invalid_executor", format!("executor.shell.env.{k}"), "GNOMON_* variables are set by gnomon itself"));
+                    return Err(SpecError::new(
+                        "invalid_executor",
+                        format!("executor.shell.env.{k}"),
+                        "GNOMON_* variables are set by gnomon itself",
+                    ));
                 }
             }
         }
         Executor::Http(h) => {
-            let url = url::Url::parse(&h.url).map_err(|e| SpecError::new("invalid_url", "executor.http.url", format!("{e}: {:?}", h.url)))?;
+            let url =
+                url::Url::parse(&h.url).map_err(|e| SpecError::new("invalid_url", "executor.http.url", format!("{e}: {:?}", h.url)))?;
             if !matches!(url.scheme(), "http" | "https") {
                 return Err(SpecError::new("invalid_url", "executor.http.url", "scheme must be http or https"));
             }
@@ -452,7 +457,11 @@ fn validate_executor(e: &Executor) -> Result<(), SpecError> {
             validate_name("executor.handler.name", &h.name, MAX_NAME_LEN).map_err(|e| SpecError { code: "invalid_executor", ..e })?;
             let size = serde_json::to_vec(&h.payload).map(|v| v.len()).unwrap_or(usize::MAX);
             if size > MAX_PAYLOAD_BYTES {
-                return Err(SpecError::new("payload_too_large", "executor.handler.payload", format!("payload is {size} bytes; at most {MAX_PAYLOAD_BYTES}")));
+                return Err(SpecError::new(
+                    "payload_too_large",
+                    "executor.handler.payload",
+                    format!("payload is {size} bytes; at most {MAX_PAYLOAD_BYTES}"),
+                ));
             }
         }
     }
@@ -489,16 +498,28 @@ mod tests {
     fn bad_inputs_have_codes_and_fields() {
         let cases = [
             (r#"{"name":"a","schedule":{"cron":"x"},"executor":{"shell":{"command":"true"}}}"#, "invalid_cron", "schedule.cron"),
-            (r#"{"name":"a","schedule":{"cron":"* * * * *","timezone":"Nowhere/City"},"executor":{"shell":{"command":"true"}}}"#, "invalid_timezone", "schedule.timezone"),
+            (
+                r#"{"name":"a","schedule":{"cron":"* * * * *","timezone":"Nowhere/City"},"executor":{"shell":{"command":"true"}}}"#,
+                "invalid_timezone",
+                "schedule.timezone",
+            ),
             (r#"{"name":"a","schedule":{"every":"-1s"},"executor":{"shell":{"command":"true"}}}"#, "invalid_duration", "schedule.every"),
             (r#"{"name":"a","timeout":"soon","executor":{"shell":{"command":"true"}}}"#, "invalid_duration", "timeout"),
             (r#"{"name":"a","retry":{"max_attempts":0},"executor":{"shell":{"command":"true"}}}"#, "invalid_retry", "retry.max_attempts"),
-            (r#"{"name":"a","retry":{"max_attempts":100000},"executor":{"shell":{"command":"true"}}}"#, "invalid_retry", "retry.max_attempts"),
+            (
+                r#"{"name":"a","retry":{"max_attempts":100000},"executor":{"shell":{"command":"true"}}}"#,
+                "invalid_retry",
+                "retry.max_attempts",
+            ),
             (r#"{"name":"a","bogus":1,"executor":{"shell":{"command":"true"}}}"#, "unknown_field", "bogus"),
             (r#"{"name":"a/b","executor":{"shell":{"command":"true"}}}"#, "invalid_name", "name"),
             (r#"{"name":"a","executor":{"http":{"url":"ftp://x"}}}"#, "invalid_url", "executor.http.url"),
             (r#"{"name":"a","executor":{"http":{"url":"not a url"}}}"#, "invalid_url", "executor.http.url"),
-            (r#"{"name":"a","schedule":{"cron":"* * * * *","every":"1s"},"executor":{"shell":{"command":"true"}}}"#, "invalid_schedule", "schedule"),
+            (
+                r#"{"name":"a","schedule":{"cron":"* * * * *","every":"1s"},"executor":{"shell":{"command":"true"}}}"#,
+                "invalid_schedule",
+                "schedule",
+            ),
             (r#"{"name":"a","executor":{"shell":{"command":""}}}"#, "invalid_executor", "executor.shell.command"),
             (r#"{"name":"a","executor":{"shell":{"command":"true","oops":1}}}"#, "unknown_field", "executor.shell.oops"),
             (r#"{"name":"a"}"#, "missing_field", "body"),

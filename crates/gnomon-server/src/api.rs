@@ -109,7 +109,12 @@ pub fn router(state: ApiState) -> Router {
 
 async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {
     if let Some(expected) = &state.token {
-        let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
         if !crate::auth::token_matches(given, expected) {
             return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token").into_response();
         }
@@ -136,10 +141,9 @@ fn query<T: serde::de::DeserializeOwned>(raw: Option<&str>) -> ApiResult<T> {
 }
 
 async fn read_body(body: Body) -> ApiResult<Vec<u8>> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map(|b| b.to_vec())
-        .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", format!("request body is larger than {MAX_BODY_BYTES} bytes")))
+    axum::body::to_bytes(body, MAX_BODY_BYTES).await.map(|b| b.to_vec()).map_err(|_| {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", format!("request body is larger than {MAX_BODY_BYTES} bytes"))
+    })
 }
 
 pub fn job_json(job: &JobRecord, next_fire_at: Option<i64>) -> Value {
@@ -239,7 +243,12 @@ async fn list_jobs(State(state): State<ApiState>, req: Request) -> ApiResult<imp
 
 async fn load_job(state: &ApiState, ns: &str, name: &str) -> ApiResult<JobRecord> {
     check_name(name)?;
-    state.node.store.get_job(ns, name).await?.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("job {ns}/{name} does not exist")))
+    state
+        .node
+        .store
+        .get_job(ns, name)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("job {ns}/{name} does not exist")))
 }
 
 async fn get_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
@@ -277,7 +286,11 @@ async fn resume_job(State(state): State<ApiState>, Path(name): Path<String>, req
 }
 
 fn not_leader(state: &ApiState) -> ApiError {
-    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", format!("node {} does not lead scope {SCOPE} right now; see GET /v1/leader", state.node.config.node_id))
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_leader",
+        format!("node {} does not lead scope {SCOPE} right now; see GET /v1/leader", state.node.config.node_id),
+    )
 }
 
 async fn trigger_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
@@ -291,7 +304,12 @@ async fn trigger_job(State(state): State<ApiState>, Path(name): Path<String>, re
         .await
         .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", "the leader did not answer in 30s"))?
         .map_err(|_| not_leader(&state))??;
-    let detail = state.node.store.get_run(&id).await?.ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "triggered run vanished"))?;
+    let detail = state
+        .node
+        .store
+        .get_run(&id)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "triggered run vanished"))?;
     Ok((StatusCode::CREATED, Json(run_json(&detail.run, Some(&detail), true))))
 }
 
@@ -362,14 +380,24 @@ async fn list_runs(State(state): State<ApiState>, req: Request) -> ApiResult<imp
 }
 
 async fn get_run(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
-    let detail = state.node.store.get_run(&id).await?.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run {id} does not exist")))?;
+    let detail = state
+        .node
+        .store
+        .get_run(&id)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run {id} does not exist")))?;
     Ok(Json(run_json(&detail.run, Some(&detail), true)))
 }
 
 async fn cancel_run(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
     let outcome = state.node.store.request_cancel(&id, state.node.clock.now_millis()).await?;
     state.node.nudge();
-    let detail = state.node.store.get_run(&id).await?.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run {id} does not exist")))?;
+    let detail = state
+        .node
+        .store
+        .get_run(&id)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run {id} does not exist")))?;
     let status = if outcome == CancelOutcome::Cancelled { StatusCode::OK } else { StatusCode::ACCEPTED };
     Ok((status, Json(run_json(&detail.run, Some(&detail), true))))
 }
@@ -396,7 +424,9 @@ async fn leader(State(state): State<ApiState>) -> ApiResult<impl IntoResponse> {
             "address": r.address, "since": format_millis(r.since),
             "is_self": me == Some(r.token) && r.holder == state.node.config.node_id,
         }),
-        None => json!({"scope": SCOPE, "backend": state.node.elector_backend, "holder": null, "token": null, "address": null, "since": null, "is_self": false}),
+        None => {
+            json!({"scope": SCOPE, "backend": state.node.elector_backend, "holder": null, "token": null, "address": null, "since": null, "is_self": false})
+        }
     }))
 }
 

@@ -386,7 +386,18 @@ impl LeaderRuntime {
                 if !self.jobs.contains_key(&job.uid) {
                     self.upsert_job(job.clone());
                 }
-                self.track(id.clone(), OpenRun { job_uid: job.uid, job: job.name, namespace: job.namespace, scheduled_at: run.scheduled_at, state: RunState::Pending, attempt: 0, ready_since: now });
+                self.track(
+                    id.clone(),
+                    OpenRun {
+                        job_uid: job.uid,
+                        job: job.name,
+                        namespace: job.namespace,
+                        scheduled_at: run.scheduled_at,
+                        state: RunState::Pending,
+                        attempt: 0,
+                        ready_since: now,
+                    },
+                );
                 self.ready.push_back(id.clone());
                 return Ok(id);
             }
@@ -483,7 +494,18 @@ impl LeaderRuntime {
             if run.state == RunState::Pending {
                 metrics::histogram!("gnomon_fire_lateness_seconds").record((now - run.scheduled_at).max(0) as f64 / 1000.0);
                 let id = run.id();
-                self.track(id.clone(), OpenRun { job_uid: run.job_uid, job: run.job, namespace: run.namespace, scheduled_at: run.scheduled_at, state: RunState::Pending, attempt: 0, ready_since: now });
+                self.track(
+                    id.clone(),
+                    OpenRun {
+                        job_uid: run.job_uid,
+                        job: run.job,
+                        namespace: run.namespace,
+                        scheduled_at: run.scheduled_at,
+                        state: RunState::Pending,
+                        attempt: 0,
+                        ready_since: now,
+                    },
+                );
                 self.ready.push_back(id);
             }
         }
@@ -493,7 +515,8 @@ impl LeaderRuntime {
                 entry.record.last_scheduled_at = Some(entry.record.last_scheduled_at.map_or(last, |l| l.max(last)));
             }
             let generation = entry.generation;
-            let next = if more { Some(now) } else { entry.compiled.schedule.next_after(entry.record.last_scheduled_at.unwrap_or(now).max(now)) };
+            let next =
+                if more { Some(now) } else { entry.compiled.schedule.next_after(entry.record.last_scheduled_at.unwrap_or(now).max(now)) };
             if let Some(next) = next {
                 self.fire_heap.push(Reverse((next, uid, generation)));
             }
@@ -610,9 +633,11 @@ impl LeaderRuntime {
         if !run.state.is_active() {
             return None;
         }
-        let (max_attempts, backoff) = self.jobs.get(&run.job_uid).map(|j| (j.compiled.max_attempts, j.compiled.backoff)).unwrap_or((1, Default::default()));
+        let (max_attempts, backoff) =
+            self.jobs.get(&run.job_uid).map(|j| (j.compiled.max_attempts, j.compiled.backoff)).unwrap_or((1, Default::default()));
         let to = run_state_after_attempt(outcome, run.attempt, max_attempts);
-        let next_attempt_at = (to == RunState::Retrying).then(|| now + i64::try_from(backoff.delay_random(run.attempt).as_millis()).unwrap_or(i64::MAX / 2));
+        let next_attempt_at =
+            (to == RunState::Retrying).then(|| now + i64::try_from(backoff.delay_random(run.attempt).as_millis()).unwrap_or(i64::MAX / 2));
         let reason = match to {
             RunState::Failed => Some(format!("attempt {} of {max_attempts} ended {}", run.attempt, outcome.as_str())),
             RunState::Retrying => Some(format!("attempt {} ended {}; retrying", run.attempt, outcome.as_str())),
@@ -650,7 +675,17 @@ impl LeaderRuntime {
                     let Some(run) = self.runs.get(run_id) else { continue };
                     let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
                     if state == RunState::Assigned && current == *attempt {
-                        batch.push(Transition { run_id: run_id.clone(), from: state, from_attempt: current, to: RunState::Running, to_attempt: current, reason: None, next_attempt_at: None, attempt: Some(AttemptChange::Start { attempt: *attempt }), at: *at });
+                        batch.push(Transition {
+                            run_id: run_id.clone(),
+                            from: state,
+                            from_attempt: current,
+                            to: RunState::Running,
+                            to_attempt: current,
+                            reason: None,
+                            next_attempt_at: None,
+                            attempt: Some(AttemptChange::Start { attempt: *attempt }),
+                            at: *at,
+                        });
                         scratch.insert(run_id.clone(), (RunState::Running, current));
                     }
                 }
@@ -771,7 +806,12 @@ impl LeaderRuntime {
             self.worker.assign(Assign { request });
         }
         // Runs of deleted jobs cannot execute: end them.
-        let orphans: Vec<String> = self.runs.iter().filter(|(id, r)| r.state == RunState::Assigned && !self.jobs.contains_key(&r.job_uid) && !self.in_flight.contains(*id)).map(|(id, _)| id.clone()).collect();
+        let orphans: Vec<String> = self
+            .runs
+            .iter()
+            .filter(|(id, r)| r.state == RunState::Assigned && !self.jobs.contains_key(&r.job_uid) && !self.in_flight.contains(*id))
+            .map(|(id, _)| id.clone())
+            .collect();
         let mut ends = Vec::new();
         for id in orphans {
             self.in_flight.insert(id.clone());
@@ -785,7 +825,9 @@ impl LeaderRuntime {
     }
 
     async fn wait_for_work(&mut self) -> Option<LeaderExit> {
-        if !self.unwritten_events.is_empty() || (!self.ready.is_empty() && self.in_flight.len() < self.config.capacity && self.ready_has_dispatchable()) {
+        if !self.unwritten_events.is_empty()
+            || (!self.ready.is_empty() && self.in_flight.len() < self.config.capacity && self.ready_has_dispatchable())
+        {
             tokio::task::yield_now().await;
             return self.should_stop();
         }

@@ -82,7 +82,13 @@ pub struct Node {
 }
 
 impl Node {
-    pub fn new(config: NodeConfig, store: Arc<dyn Store>, elector: Arc<dyn Elector>, clock: Arc<dyn Clock>, handlers: HandlerRegistry) -> Self {
+    pub fn new(
+        config: NodeConfig,
+        store: Arc<dyn Store>,
+        elector: Arc<dyn Elector>,
+        clock: Arc<dyn Clock>,
+        handlers: HandlerRegistry,
+    ) -> Self {
         let handle = NodeHandle { config, store, elector_backend: elector.backend(), clock, state: Arc::default() };
         Self { handle, elector, handlers }
     }
@@ -90,7 +96,11 @@ impl Node {
     /// Campaigns and leads until `shutdown` turns true; then resigns.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let backend = self.elector.backend();
-        let me = LeaderInfo { holder: self.handle.config.node_id.clone(), address: self.handle.config.advertise.clone(), backend: backend.to_string() };
+        let me = LeaderInfo {
+            holder: self.handle.config.node_id.clone(),
+            address: self.handle.config.advertise.clone(),
+            backend: backend.to_string(),
+        };
         metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(0.0);
         while !*shutdown.borrow() {
             let leadership = tokio::select! {
@@ -118,7 +128,12 @@ impl Node {
             {
                 let mut st = self.handle.write();
                 st.term = Some((leadership.token, cmd_tx));
-                st.worker = Some(WorkerInfo { id: worker.id.clone(), capacity: self.handle.config.leader.capacity, load: 0, handlers: self.handlers.names() });
+                st.worker = Some(WorkerInfo {
+                    id: worker.id.clone(),
+                    capacity: self.handle.config.leader.capacity,
+                    load: 0,
+                    handlers: self.handlers.names(),
+                });
             }
             metrics::gauge!("gnomon_workers", "state" => "live").set(1.0);
             let runtime = LeaderRuntime::new(LeaderParts {

@@ -13,7 +13,8 @@ fn op(summary: &str, params: &[&str], body: Option<&str>, ok: (&str, &str)) -> V
         },
     });
     if let Some(schema) = body {
-        o["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{schema}")}}}});
+        o["requestBody"] =
+            json!({"required": true, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{schema}")}}}});
     }
     o
 }

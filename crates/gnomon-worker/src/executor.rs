@@ -128,9 +128,20 @@ pub async fn execute(req: &ExecRequest, http: &reqwest::Client, handlers: &Handl
         Executor::Shell(spec) => run_shell(req, spec, cancel).await,
         Executor::Http(spec) => bounded(req.timeout, cancel, run_http(req, spec, http)).await,
         Executor::Handler(h) => match handlers.handlers.get(&h.name) {
-            None => ExecOutcome::failed(format!("no handler named {:?} on worker {} (it has: {})", h.name, req.worker_id, handlers.names().join(", "))),
+            None => ExecOutcome::failed(format!(
+                "no handler named {:?} on worker {} (it has: {})",
+                h.name,
+                req.worker_id,
+                handlers.names().join(", ")
+            )),
             Some(handler) => {
-                let ctx = HandlerContext { run_id: req.run_id.clone(), attempt: req.attempt, job: req.job.clone(), scheduled_at: req.scheduled_at, token: req.token };
+                let ctx = HandlerContext {
+                    run_id: req.run_id.clone(),
+                    attempt: req.attempt,
+                    job: req.job.clone(),
+                    scheduled_at: req.scheduled_at,
+                    token: req.token,
+                };
                 let handler = handler.clone();
                 let payload = h.payload.clone();
                 bounded(req.timeout, cancel, async move {
@@ -168,7 +179,11 @@ async fn sleep_opt(timeout: Option<Duration>) {
     }
 }
 
-async fn bounded(timeout: Option<Duration>, cancel: watch::Receiver<bool>, work: impl std::future::Future<Output = ExecOutcome>) -> ExecOutcome {
+async fn bounded(
+    timeout: Option<Duration>,
+    cancel: watch::Receiver<bool>,
+    work: impl std::future::Future<Output = ExecOutcome>,
+) -> ExecOutcome {
     tokio::select! {
         out = work => out,
         _ = sleep_opt(timeout) => ExecOutcome { state: AttemptState::TimedOut, exit_code: None, output: format!("timed out after {}", gnomon_core::duration::format_duration(timeout.unwrap_or_default())) },
@@ -213,7 +228,11 @@ async fn run_http(req: &ExecRequest, spec: &HttpSpec, http: &reqwest::Client) ->
         Some(expected) => status == expected,
         None => (200..300).contains(&status),
     };
-    ExecOutcome { state: if ok { AttemptState::Succeeded } else { AttemptState::Failed }, exit_code: Some(i32::from(status)), output: tail.into_string() }
+    ExecOutcome {
+        state: if ok { AttemptState::Succeeded } else { AttemptState::Failed },
+        exit_code: Some(i32::from(status)),
+        output: tail.into_string(),
+    }
 }
 
 fn title(word: &str) -> String {
@@ -236,7 +255,13 @@ fn kill_group(pgid: i32) {
 
 async fn run_shell(req: &ExecRequest, spec: &ShellSpec, cancel: watch::Receiver<bool>) -> ExecOutcome {
     let mut cmd = tokio::process::Command::new(&spec.command);
-    cmd.args(&spec.args).envs(&spec.env).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+    cmd.args(&spec.args)
+        .envs(&spec.env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
     for (k, v) in req.gnomon_vars() {
         cmd.env(format!("GNOMON_{k}"), v);
     }
@@ -245,7 +270,9 @@ async fn run_shell(req: &ExecRequest, spec: &ShellSpec, cancel: watch::Receiver<
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return ExecOutcome { state: AttemptState::Failed, exit_code: None, output: format!("cannot start {:?}: {e}", spec.command) },
+        Err(e) => {
+            return ExecOutcome { state: AttemptState::Failed, exit_code: None, output: format!("cannot start {:?}: {e}", spec.command) }
+        }
     };
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0);
     let tail = Arc::new(std::sync::Mutex::new(OutputTail::default()));
@@ -278,7 +305,10 @@ async fn run_shell(req: &ExecRequest, spec: &ShellSpec, cancel: watch::Receiver<
     }
     let mut text = std::mem::take(&mut *tail.lock().unwrap_or_else(|p| p.into_inner())).into_string();
     match state {
-        AttemptState::TimedOut => text.push_str(&format!("\n[gnomon: timed out after {}; process group killed]", gnomon_core::duration::format_duration(req.timeout.unwrap_or_default()))),
+        AttemptState::TimedOut => text.push_str(&format!(
+            "\n[gnomon: timed out after {}; process group killed]",
+            gnomon_core::duration::format_duration(req.timeout.unwrap_or_default())
+        )),
         AttemptState::Cancelled => text.push_str("\n[gnomon: cancelled; process group killed]"),
         _ => {}
     }
@@ -320,7 +350,12 @@ mod tests {
     }
 
     fn shell(command: &str, args: &[&str]) -> Executor {
-        Executor::Shell(ShellSpec { command: command.into(), args: args.iter().map(|s| s.to_string()).collect(), env: Default::default(), cwd: None })
+        Executor::Shell(ShellSpec {
+            command: command.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: Default::default(),
+            cwd: None,
+        })
     }
 
     fn never() -> watch::Receiver<bool> {
@@ -349,7 +384,13 @@ mod tests {
     async fn timeout_kills_the_whole_process_group() {
         let marker = std::env::temp_dir().join(format!("gnomon-pg-{}", rand_suffix()));
         let script = format!("sleep 60 & echo $! > {}; wait", marker.display());
-        let out = execute(&req(shell("sh", &["-c", &script]), Some(Duration::from_millis(500))), &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
+        let out = execute(
+            &req(shell("sh", &["-c", &script]), Some(Duration::from_millis(500))),
+            &reqwest::Client::new(),
+            &HandlerRegistry::default(),
+            never(),
+        )
+        .await;
         assert_eq!(out.state, AttemptState::TimedOut);
         let pid: i32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
         let _ = std::fs::remove_file(&marker);
@@ -371,16 +412,15 @@ mod tests {
     }
 
     fn rand_suffix() -> String {
-        format!("{}-{:?}", std::process::id(), std::time::SystemTime::now())
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .collect()
+        format!("{}-{:?}", std::process::id(), std::time::SystemTime::now()).chars().filter(|c| c.is_ascii_alphanumeric()).collect()
     }
 
     #[tokio::test]
     async fn cancel_stops_shell() {
         let (tx, rx) = watch::channel(false);
-        let task = tokio::spawn(async move { execute(&req(shell("sleep", &["60"]), None), &reqwest::Client::new(), &HandlerRegistry::default(), rx).await });
+        let task = tokio::spawn(async move {
+            execute(&req(shell("sleep", &["60"]), None), &reqwest::Client::new(), &HandlerRegistry::default(), rx).await
+        });
         tokio::time::sleep(Duration::from_millis(200)).await;
         tx.send(true).unwrap();
         let out = tokio::time::timeout(Duration::from_secs(10), task).await.unwrap().unwrap();
@@ -389,7 +429,8 @@ mod tests {
 
     #[tokio::test]
     async fn missing_command_fails_cleanly() {
-        let out = execute(&req(shell("/nonexistent/binary", &[]), None), &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
+        let out =
+            execute(&req(shell("/nonexistent/binary", &[]), None), &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
         assert_eq!(out.state, AttemptState::Failed);
         assert!(out.output.contains("cannot start"));
     }
@@ -398,13 +439,24 @@ mod tests {
     async fn http_sends_gnomon_headers_and_checks_status() {
         use axum::{http::HeaderMap, routing::any, Router};
         let app = Router::new()
-            .route("/ok", any(|h: HeaderMap| async move { format!("run={} token={}", h["gnomon-run-id"].to_str().unwrap(), h["gnomon-token"].to_str().unwrap()) }))
+            .route(
+                "/ok",
+                any(|h: HeaderMap| async move {
+                    format!("run={} token={}", h["gnomon-run-id"].to_str().unwrap(), h["gnomon-token"].to_str().unwrap())
+                }),
+            )
             .route("/teapot", any(|| async { (axum::http::StatusCode::IM_A_TEAPOT, "short and stout") }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         let http = |path: &str, expect: Option<u16>| {
-            Executor::Http(HttpSpec { method: "POST".into(), url: format!("http://{addr}{path}"), headers: Default::default(), body: Some("{}".into()), expect_status: expect })
+            Executor::Http(HttpSpec {
+                method: "POST".into(),
+                url: format!("http://{addr}{path}"),
+                headers: Default::default(),
+                body: Some("{}".into()),
+                expect_status: expect,
+            })
         };
         let client = reqwest::Client::new();
         let out = execute(&req(http("/ok", None), None), &client, &HandlerRegistry::default(), never()).await;

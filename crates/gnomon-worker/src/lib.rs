@@ -37,6 +37,9 @@ pub enum WorkerEvent {
     Finished { run_id: String, attempt: u32, outcome: ExecOutcome, at: Millis },
 }
 
+/// Cancel switches of the attempts running now, by `(run, attempt)`.
+type LiveAttempts = HashMap<(String, u32), watch::Sender<bool>>;
+
 /// An in-process worker session: executes assignments concurrently and
 /// reports on `events`.
 #[derive(Debug, Clone)]
@@ -44,7 +47,7 @@ pub struct LocalWorker {
     pub id: String,
     handlers: HandlerRegistry,
     http: reqwest::Client,
-    live: Arc<Mutex<HashMap<(String, u32), watch::Sender<bool>>>>,
+    live: Arc<Mutex<LiveAttempts>>,
     events: mpsc::UnboundedSender<WorkerEvent>,
 }
 

@@ -51,7 +51,9 @@ impl Client {
         }
         let parsed: Option<Value> = serde_json::from_str(&text).ok();
         match parsed.as_ref().and_then(|v| v.get("error")) {
-            Some(e) => Err(anyhow!("{} ({}): {}", e["code"].as_str().unwrap_or("error"), status.as_u16(), e["message"].as_str().unwrap_or(""))),
+            Some(e) => {
+                Err(anyhow!("{} ({}): {}", e["code"].as_str().unwrap_or("error"), status.as_u16(), e["message"].as_str().unwrap_or("")))
+            }
             None => Err(anyhow!("HTTP {}: {}", status.as_u16(), text.trim())),
         }
     }

@@ -136,6 +136,13 @@ enum WorkerCmd {
 
 fn main() {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Dev(_) | Command::Server(_)) {
+        // Client output piped into `head` ends quietly, like other Unix tools.
+        // SAFETY: restoring the default disposition of SIGPIPE at start-up.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -232,10 +239,21 @@ async fn job(c: &client::Client, cmd: JobCmd, out: Output) -> anyhow::Result<()>
             table::jobs(&serde_json::json!({"jobs": applied}), out)
         }
         JobCmd::List { namespace } => table::jobs(&c.get("/v1/jobs", &ns_query(&namespace)).await?, out),
-        JobCmd::Get(n) => table::job_detail(&c.get(&format!("/v1/jobs/{}", client::path_segment(&n.name)), &ns_query(&n.namespace)).await?, out),
-        JobCmd::Trigger(n) => table::run_detail(&c.send("POST", &format!("/v1/jobs/{}/trigger", client::path_segment(&n.name)), &ns_query(&n.namespace), None).await?, out),
-        JobCmd::Pause(n) => table::jobs(&serde_json::json!({"jobs": [c.send("POST", &format!("/v1/jobs/{}/pause", client::path_segment(&n.name)), &ns_query(&n.namespace), None).await?]}), out),
-        JobCmd::Resume(n) => table::jobs(&serde_json::json!({"jobs": [c.send("POST", &format!("/v1/jobs/{}/resume", client::path_segment(&n.name)), &ns_query(&n.namespace), None).await?]}), out),
+        JobCmd::Get(n) => {
+            table::job_detail(&c.get(&format!("/v1/jobs/{}", client::path_segment(&n.name)), &ns_query(&n.namespace)).await?, out)
+        }
+        JobCmd::Trigger(n) => table::run_detail(
+            &c.send("POST", &format!("/v1/jobs/{}/trigger", client::path_segment(&n.name)), &ns_query(&n.namespace), None).await?,
+            out,
+        ),
+        JobCmd::Pause(n) => table::jobs(
+            &serde_json::json!({"jobs": [c.send("POST", &format!("/v1/jobs/{}/pause", client::path_segment(&n.name)), &ns_query(&n.namespace), None).await?]}),
+            out,
+        ),
+        JobCmd::Resume(n) => table::jobs(
+            &serde_json::json!({"jobs": [c.send("POST", &format!("/v1/jobs/{}/resume", client::path_segment(&n.name)), &ns_query(&n.namespace), None).await?]}),
+            out,
+        ),
         JobCmd::Delete(n) => {
             c.send("DELETE", &format!("/v1/jobs/{}", client::path_segment(&n.name)), &ns_query(&n.namespace), None).await?;
             if out == Output::Json {
@@ -259,6 +277,8 @@ async fn runs(c: &client::Client, cmd: RunCmd, out: Output) -> anyhow::Result<()
             table::runs(&c.get("/v1/runs", &q).await?, out)
         }
         RunCmd::Get { id } => table::run_detail(&c.get(&format!("/v1/runs/{}", client::path_segment(&id)), &[]).await?, out),
-        RunCmd::Cancel { id } => table::run_detail(&c.send("POST", &format!("/v1/runs/{}/cancel", client::path_segment(&id)), &[], None).await?, out),
+        RunCmd::Cancel { id } => {
+            table::run_detail(&c.send("POST", &format!("/v1/runs/{}/cancel", client::path_segment(&id)), &[], None).await?, out)
+        }
     }
 }

@@ -56,7 +56,8 @@ pub struct ServerArgs {
 }
 
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("GNOMON_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("GNOMON_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
@@ -80,7 +81,12 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<DirLock> {
     use std::os::fd::AsRawFd;
     std::fs::create_dir_all(dir).with_context(|| format!("creating data dir {}", dir.display()))?;
     let path = dir.join("lock");
-    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
     // SAFETY: flock on a file descriptor we own.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
@@ -144,7 +150,13 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
     run_node(config, store, elector, addr, token).await
 }
 
-async fn run_node(config: NodeConfig, store: Arc<dyn gnomon_backend::Store>, elector: Arc<dyn Elector>, addr: SocketAddr, token: Option<String>) -> anyhow::Result<()> {
+async fn run_node(
+    config: NodeConfig,
+    store: Arc<dyn gnomon_backend::Store>,
+    elector: Arc<dyn Elector>,
+    addr: SocketAddr,
+    token: Option<String>,
+) -> anyhow::Result<()> {
     let metrics = gnomon_server::metrics_setup::install();
     let node = Node::new(config, store, elector, Arc::new(gnomon_core::SystemClock), HandlerRegistry::with_builtins());
     let state = ApiState { node: node.handle.clone(), metrics, token: token.filter(|t| !t.is_empty()).map(Arc::new) };

@@ -88,7 +88,11 @@ pub fn runs(v: &Value, out: Output) -> anyhow::Result<()> {
     }
     let rows = v["runs"]
         .as_array()
-        .map(|a| a.iter().map(|r| vec![s(&r["id"]), s(&r["job"]), s(&r["scheduled_at"]), s(&r["state"]), s(&r["attempt"]), s(&r["reason"])]).collect())
+        .map(|a| {
+            a.iter()
+                .map(|r| vec![s(&r["id"]), s(&r["job"]), s(&r["scheduled_at"]), s(&r["state"]), s(&r["attempt"]), s(&r["reason"])])
+                .collect()
+        })
         .unwrap_or_default();
     print_table(&["id", "job", "scheduled at", "state", "attempt", "reason"], rows);
     if let Some(c) = v["next_cursor"].as_str() {
@@ -135,7 +139,11 @@ pub fn workers(v: &Value, out: Output) -> anyhow::Result<()> {
     }
     let rows = v["workers"]
         .as_array()
-        .map(|a| a.iter().map(|w| vec![s(&w["id"]), s(&w["state"]), s(&w["load"]), s(&w["capacity"]), s(&w["labels"]), s(&w["lease_expires_at"])]).collect())
+        .map(|a| {
+            a.iter()
+                .map(|w| vec![s(&w["id"]), s(&w["state"]), s(&w["load"]), s(&w["capacity"]), s(&w["labels"]), s(&w["lease_expires_at"])])
+                .collect()
+        })
         .unwrap_or_default();
     print_table(&["id", "state", "load", "capacity", "labels", "lease expires"], rows);
     Ok(())

@@ -1,0 +1,318 @@
+//! Process-level tests: real `gnomon dev` processes on loopback, driven
+//! through the CLI and the REST API. Bounds are generous because real
+//! processes and wall-clock schedules are involved.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gnomon");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Dev {
+    child: Child,
+    url: String,
+}
+
+impl Dev {
+    fn start(dir: &Path, port: u16) -> Dev {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("dev.log")).unwrap();
+        let child = Command::new(BIN)
+            .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(dir.join("data"))
+            .env_remove("GNOMON_TOKEN")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let dev = Dev { child, url: format!("http://127.0.0.1:{port}") };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(v) = dev.api("GET", "/v1/leader", None) {
+                if v.1["is_self"] == json!(true) {
+                    return dev;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("gnomon dev did not become ready; log: {}", std::fs::read_to_string(dir.join("dev.log")).unwrap_or_default());
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN).arg("--server").arg(&self.url).args(args).env_remove("GNOMON_TOKEN").output().unwrap()
+    }
+
+    fn cli_json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["--output", "json"]);
+        let out = self.cli(&all);
+        assert!(out.status.success(), "gnomon {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Raw HTTP via curl-free std: a tiny HTTP/1.1 client is enough here.
+    fn api(&self, method: &str, path: &str, body: Option<&[u8]>) -> std::io::Result<(u16, Value)> {
+        use std::io::{Read, Write};
+        let addr = self.url.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let body = body.unwrap_or(b"");
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )?;
+        s.write_all(body)?;
+        let mut resp = Vec::new();
+        s.read_to_end(&mut resp)?;
+        let text = String::from_utf8_lossy(&resp).to_string();
+        let status: u16 = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body_start = text.find("\r\n\r\n").map(|i| i + 4).unwrap_or(text.len());
+        let mut payload = text[body_start..].to_string();
+        if text[..body_start].to_ascii_lowercase().contains("transfer-encoding: chunked") {
+            payload = dechunk(&payload);
+        }
+        Ok((status, serde_json::from_str(&payload).unwrap_or(Value::Null)))
+    }
+
+    fn runs(&self, job: &str) -> Vec<Value> {
+        self.cli_json(&["run", "list", "--job", job, "--limit", "1000"])["runs"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn stop(mut self) {
+        // SIGTERM: graceful shutdown (resign, stop loops).
+        unsafe {
+            libc_kill(self.child.id() as i32, 15);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+fn dechunk(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("\r\n") {
+        let size = usize::from_str_radix(rest[..i].trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[i + 2..i + 2 + size]);
+        rest = &rest[i + 2 + size + 2..];
+    }
+    out
+}
+
+fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[test]
+fn cron_every_second_retries_timeouts_and_cancel() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Dev::start(dir.path(), free_port());
+    let out = dev.cli(&["job", "create", "tick", "--cron", "* * * * * *", "--", "echo", "hi"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let created = Instant::now();
+    let flaky = json!({"name":"flaky","executor":{"shell":{"command":"sh","args":["-c","echo try $GNOMON_ATTEMPT; exit 7"]}},
+                       "retry":{"max_attempts":3,"backoff":{"initial":"500ms","max":"10s","multiplier":2.0,"jitter":0}}});
+    let slow = json!({"name":"slow","executor":{"shell":{"command":"sleep","args":["60"]}},"timeout":"2s"});
+    let long = json!({"name":"long","executor":{"shell":{"command":"sleep","args":["60"]}}});
+    for j in [&flaky, &slow, &long] {
+        let (status, body) = dev.api("POST", "/v1/jobs", Some(j.to_string().as_bytes())).unwrap();
+        assert_eq!(status, 201, "{body}");
+    }
+    let flaky_run = dev.cli_json(&["job", "trigger", "flaky"])["id"].as_str().unwrap().to_string();
+    let slow_run = dev.cli_json(&["job", "trigger", "slow"])["id"].as_str().unwrap().to_string();
+    let long_run = dev.cli_json(&["job", "trigger", "long"])["id"].as_str().unwrap().to_string();
+
+    // Cancel a live attempt: its process group is killed and the run ends cancelled.
+    wait_until("long to run", Duration::from_secs(20), || dev.cli_json(&["run", "get", &long_run])["state"] == "running");
+    let (status, _) = dev.api("POST", &format!("/v1/runs/{long_run}/cancel"), None).unwrap();
+    assert_eq!(status, 202);
+    wait_until("long to be cancelled", Duration::from_secs(20), || dev.cli_json(&["run", "get", &long_run])["state"] == "cancelled");
+    let (status, body) = dev.api("POST", &format!("/v1/runs/{long_run}/cancel"), None).unwrap();
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("run_terminal")));
+
+    std::thread::sleep(Duration::from_secs(10).saturating_sub(created.elapsed()));
+    let runs = dev.runs("tick");
+    let succeeded: Vec<&Value> = runs.iter().filter(|r| r["state"] == "succeeded").collect();
+    assert!((8..=12).contains(&succeeded.len()), "{} succeeded runs after ~10s", succeeded.len());
+    let mut times: Vec<&str> = runs.iter().map(|r| r["scheduled_at"].as_str().unwrap()).collect();
+    let n = times.len();
+    times.sort();
+    times.dedup();
+    assert_eq!(times.len(), n, "no (job, scheduled_at) twice");
+    let detail = dev.cli(&["run", "get", succeeded[0]["id"].as_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&detail.stdout).contains("| hi"), "run get shows the output");
+
+    // Retries: exactly 3 attempts spaced by the backoff (500ms, then 1s).
+    wait_until("flaky to fail", Duration::from_secs(30), || dev.cli_json(&["run", "get", &flaky_run])["state"] == "failed");
+    let run = dev.cli_json(&["run", "get", &flaky_run]);
+    let attempts = run["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 3);
+    let ts = |a: &Value, k: &str| chrono::DateTime::parse_from_rfc3339(a[k].as_str().unwrap()).unwrap().timestamp_millis();
+    for (i, min_gap) in [(1usize, 450i64), (2, 950)] {
+        let gap = ts(&attempts[i], "started_at") - ts(&attempts[i - 1], "ended_at");
+        assert!(gap >= min_gap, "attempt {} started {gap}ms after the previous ended", i + 1);
+    }
+    assert!(attempts.iter().all(|a| a["state"] == "failed" && a["exit_code"] == 7));
+    assert!(attempts[2]["output"].as_str().unwrap().contains("try 3"));
+
+    // Timeout: the run ends failed with a timed_out attempt, and `sleep 60` is gone.
+    wait_until("slow to time out", Duration::from_secs(30), || dev.cli_json(&["run", "get", &slow_run])["state"] == "failed");
+    let run = dev.cli_json(&["run", "get", &slow_run]);
+    assert_eq!(run["attempts"][0]["state"], "timed_out");
+    let elapsed = ts(&run["attempts"][0], "ended_at") - ts(&run["attempts"][0], "started_at");
+    assert!((1900..10_000).contains(&elapsed), "timed out after {elapsed}ms");
+    // Metrics are exposed.
+    let metrics = Command::new(BIN).args(["--server", &dev.url, "leader", "-o", "json"]).output().unwrap();
+    assert!(metrics.status.success());
+    dev.stop();
+}
+
+#[test]
+fn bad_input_is_rejected_with_codes_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Dev::start(dir.path(), free_port());
+    let ok = json!({"name":"keep","schedule":{"every":"1h"},"executor":{"shell":{"command":"true"}}});
+    assert_eq!(dev.api("POST", "/v1/jobs", Some(ok.to_string().as_bytes())).unwrap().0, 201);
+    let before = dev.api("GET", "/v1/jobs", None).unwrap().1;
+    let big = format!(r#"{{"name":"big","executor":{{"shell":{{"command":"{}"}}}}}}"#, "x".repeat(1_100_000));
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (br#"{"name":"a","schedule":{"cron":"99 * * * *"},"executor":{"shell":{"command":"true"}}}"#.to_vec(), 400, "invalid_cron"),
+        (
+            br#"{"name":"a","schedule":{"cron":"* * * * *","timezone":"Moon/Base"},"executor":{"shell":{"command":"true"}}}"#.to_vec(),
+            400,
+            "invalid_timezone",
+        ),
+        (br#"{"name":"a","schedule":{"every":"-5s"},"executor":{"shell":{"command":"true"}}}"#.to_vec(), 400, "invalid_duration"),
+        (br#"{"name":"a","timeout":"5 fortnights","executor":{"shell":{"command":"true"}}}"#.to_vec(), 400, "invalid_duration"),
+        (br#"{"name":"a","retry":{"max_attempts":0},"executor":{"shell":{"command":"true"}}}"#.to_vec(), 400, "invalid_retry"),
+        (br#"{"name":"a","retry":{"max_attempts":1000000},"executor":{"shell":{"command":"true"}}}"#.to_vec(), 400, "invalid_retry"),
+        (br#"{"name":"a","surprise":true,"executor":{"shell":{"command":"true"}}}"#.to_vec(), 400, "unknown_field"),
+        (br#"{"name":"a/b","executor":{"shell":{"command":"true"}}}"#.to_vec(), 400, "invalid_name"),
+        (format!(r#"{{"name":"{}","executor":{{"shell":{{"command":"true"}}}}}}"#, "n".repeat(129)).into_bytes(), 400, "invalid_name"),
+        (br#"{"name":"a","executor":{"http":{"url":"gopher://x"}}}"#.to_vec(), 400, "invalid_url"),
+        (b"{\"name\":\"\xff\xfe\",\"executor\":{\"shell\":{\"command\":\"true\"}}}".to_vec(), 400, "invalid_encoding"),
+        (b"not json".to_vec(), 400, "invalid_json"),
+        (big.into_bytes(), 413, "payload_too_large"),
+        (ok.to_string().into_bytes(), 409, "already_exists"),
+    ];
+    for (body, status, code) in cases {
+        let (got, resp) = dev.api("POST", "/v1/jobs", Some(&body)).unwrap();
+        assert_eq!((got, resp["error"]["code"].as_str().unwrap_or("")), (status, code), "{resp}");
+        assert!(resp["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+    assert_eq!(dev.api("GET", "/v1/jobs/nope", None).unwrap().0, 404);
+    assert_eq!(dev.api("POST", "/v1/jobs/nope/trigger", None).unwrap().0, 404);
+    assert_eq!(dev.api("GET", "/v1/runs/nope", None).unwrap().0, 404);
+    assert_eq!(dev.api("GET", "/v1/runs?limit=5000", None).unwrap().0, 400);
+    assert_eq!(dev.api("GET", "/v1/runs?state=bogus", None).unwrap().0, 400);
+    assert_eq!(dev.api("GET", "/v1/runs?bogus=1", None).unwrap().0, 400);
+    let (status, resp) = dev.api("PUT", "/v1/jobs/keep?version=7", Some(ok.to_string().as_bytes())).unwrap();
+    assert_eq!((status, resp["error"]["code"].as_str()), (409, Some("version_conflict")));
+    let (status, resp) = dev.api("PUT", "/v1/jobs/other", Some(ok.to_string().as_bytes())).unwrap();
+    assert_eq!((status, resp["error"]["code"].as_str()), (400, Some("name_mismatch")));
+    assert_eq!(dev.api("GET", "/v1/jobs", None).unwrap().1, before, "the job list is unchanged");
+    // The CLI reports errors on one line with a non-zero exit.
+    let out = dev.cli(&["job", "create", "bad", "--cron", "nope", "--", "true"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: invalid_cron (400)") && err.trim().lines().count() == 1, "{err}");
+    assert!(dev.api("GET", "/v1/openapi.json", None).unwrap().1["paths"]["/v1/jobs"].is_object());
+    dev.stop();
+}
+
+#[test]
+fn restart_catch_up_follows_the_misfire_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let dev = Dev::start(dir.path(), port);
+    let jobs = json!([
+        {"name":"once","schedule":{"every":"1s"},"misfire":"fire_once","executor":{"handler":{"name":"noop"}}},
+        {"name":"skipper","schedule":{"every":"1s"},"misfire":"skip","executor":{"handler":{"name":"noop"}}},
+        {"name":"all","schedule":{"every":"1s"},"misfire":"fire_all","executor":{"handler":{"name":"noop"}}}
+    ]);
+    let file = dir.path().join("jobs.json");
+    std::fs::write(&file, jobs.to_string()).unwrap();
+    let out = dev.cli(&["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::thread::sleep(Duration::from_secs(3));
+    dev.stop();
+    std::thread::sleep(Duration::from_secs(6));
+    let dev = Dev::start(dir.path(), port);
+    std::thread::sleep(Duration::from_secs(3));
+    let late = |r: &Value| {
+        let t = |k: &str| chrono::DateTime::parse_from_rfc3339(r[k].as_str().unwrap()).unwrap().timestamp_millis();
+        r["state"] != "skipped" && t("fired_at") - t("scheduled_at") > 1000
+    };
+    for (job, expect_late_fires) in [("once", Some(1)), ("skipper", Some(0)), ("all", None)] {
+        let runs = dev.runs(job);
+        let mut times: Vec<&str> = runs.iter().map(|r| r["scheduled_at"].as_str().unwrap()).collect();
+        let n = times.len();
+        times.sort();
+        times.dedup();
+        assert_eq!(times.len(), n, "{job}: no (job, scheduled_at) twice");
+        let late_fires = runs.iter().filter(|r| late(r)).count();
+        let skipped = runs.iter().filter(|r| r["state"] == "skipped").count();
+        match expect_late_fires {
+            Some(k) => assert_eq!(late_fires, k, "{job}: catch-up runs"),
+            None => assert!(
+                late_fires >= 4 && skipped == 0,
+                "{job}: fire_all catches up every missed second ({late_fires} late, {skipped} skipped)"
+            ),
+        }
+        // Invariant 4: consecutive scheduled times leave no gap.
+        let secs: Vec<i64> = times.iter().map(|t| chrono::DateTime::parse_from_rfc3339(t).unwrap().timestamp()).collect();
+        assert!(secs.windows(2).all(|w| w[1] - w[0] == 1), "{job}: every second has a run or a skip record: {secs:?}");
+    }
+    dev.stop();
+}
+
+#[test]
+fn refuses_public_listen_without_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["dev", "--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("GNOMON_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refusing to listen"));
+}
