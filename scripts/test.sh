@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, clippy (-D warnings) and every test.
+# Installs what it needs on a fresh Debian/Ubuntu machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+ensure_toolchain
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --workspace 2>&1 | tee target/test-output.log
+# One closing line for the whole run.
+passed=$(grep -Eo 'test result: ok\. [0-9]+ passed' target/test-output.log | awk '{s+=$4} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ failed' target/test-output.log | awk '{s+=$1} END {print s+0}')
+echo "gnomon: $passed passed, $failed failed"
