@@ -128,7 +128,12 @@ async fn main() -> anyhow::Result<()> {
     let window = (end_ms - start_ms) as f64 / 1000.0;
     println!("runs in window:      {} ({:?})", lateness.len(), states);
     println!("fires/s:             {:.0}", lateness.len() as f64 / window);
-    println!("fire lateness ms:    p50 {}  p99 {}  max {}", pct(&lateness, 0.5), pct(&lateness, 0.99), lateness.last().copied().unwrap_or(0));
+    println!(
+        "fire lateness ms:    p50 {}  p99 {}  max {}",
+        pct(&lateness, 0.5),
+        pct(&lateness, 0.99),
+        lateness.last().copied().unwrap_or(0)
+    );
     println!("duplicates:          {duplicates}");
     println!("misses:              {misses} (of {} expected)", expected.len() * jobs);
     println!("server peak RSS:     {:.1} MiB", peak_rss as f64 / 1024.0);

@@ -1,0 +1,88 @@
+//! Leader runtime: step-down on loss (invariant 5) and on being fenced
+//! (invariant 2), with an injected clock.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gnomon_backend::sqlite::SqliteStore;
+use gnomon_backend::{Fence, LeaderInfo, Precondition, Store};
+use gnomon_core::spec::parse_job_json;
+use gnomon_core::ManualClock;
+use gnomon_server::leader::{LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime};
+use gnomon_worker::{HandlerRegistry, LocalWorker};
+use tokio::sync::{mpsc, watch};
+
+async fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("g.db").display());
+    (dir, Arc::new(SqliteStore::open(&url).await.unwrap()))
+}
+
+async fn term(store: &Arc<dyn Store>) -> Fence {
+    let token = store.next_epoch("scheduler").await.unwrap();
+    let fence = Fence { scope: "scheduler".into(), token };
+    store.fence(&fence, &LeaderInfo::default(), 0).await.unwrap();
+    fence
+}
+
+fn runtime(store: Arc<dyn Store>, fence: Fence, clock: ManualClock) -> (LeaderRuntime, watch::Sender<bool>, watch::Sender<bool>) {
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let worker = LocalWorker::new("w", HandlerRegistry::with_builtins(), events_tx);
+    let (_cmd_tx, cmd_rx) = mpsc::channel(8);
+    let (lost_tx, lost_rx) = watch::channel(false);
+    let (shut_tx, shut_rx) = watch::channel(false);
+    let rt = LeaderRuntime::new(LeaderParts {
+        store,
+        fence,
+        clock: Arc::new(clock),
+        config: LeaderConfig::default(),
+        worker,
+        events: events_rx,
+        commands: cmd_rx,
+        lost: lost_rx,
+        shutdown: shut_rx,
+    });
+    std::mem::forget(_cmd_tx);
+    (rt, lost_tx, shut_tx)
+}
+
+#[tokio::test]
+async fn leader_loops_stop_within_a_second_of_loss() {
+    let (_d, store) = store().await;
+    let fence = term(&store).await;
+    let (rt, lost, _shut) = runtime(store, fence, ManualClock::new(1_000_000));
+    let task = tokio::spawn(rt.run());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t0 = Instant::now();
+    lost.send(true).unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(5), task).await.expect("stops").unwrap();
+    assert_eq!(exit, LeaderExit::Lost);
+    assert!(t0.elapsed() < Duration::from_secs(1), "stopped after {:?}", t0.elapsed());
+}
+
+#[tokio::test]
+async fn a_fenced_leader_steps_down_and_writes_nothing() {
+    let (_d, store) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    let spec = parse_job_json(br#"{"name":"tick","schedule":{"every":"1s"},"executor":{"handler":{"name":"noop"}}}"#)
+        .unwrap()
+        .compile()
+        .unwrap()
+        .spec;
+    store.put_job(&spec, Precondition::DoesNotExist, 1_000_000).await.unwrap();
+    let old = term(&store).await;
+    let (rt, _lost, _shut) = runtime(store.clone(), old, clock.clone());
+    let task = tokio::spawn(rt.run());
+    // The leader fires while it holds the current token.
+    clock.advance(3_000);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let before = store.list_runs(&Default::default(), 1000, None).await.unwrap().runs.len();
+    assert!(before >= 3, "fired {before} runs");
+    // A newer term fences it out; its next write fails and it stops.
+    term(&store).await;
+    clock.advance(5_000);
+    let exit = tokio::time::timeout(Duration::from_secs(5), task).await.expect("stops").unwrap();
+    assert_eq!(exit, LeaderExit::Fenced);
+    let after = store.list_runs(&Default::default(), 1000, None).await.unwrap().runs.len();
+    assert_eq!(after, before, "no run was created under the stale token");
+}
