@@ -105,16 +105,7 @@ pub async fn dev(args: DevArgs, token: Option<String>) -> anyhow::Result<()> {
     let store = open_store(&url).await.with_context(|| format!("opening store {url}"))?;
     let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
     let node_id = args.node_id.unwrap_or_else(|| "dev".to_string());
-    let grace = gnomon_core::duration::parse_duration(&args.misfire_grace).map_err(|e| anyhow!("--misfire-grace: {e}"))?;
-    if args.capacity == 0 {
-        bail!("--capacity must be at least 1");
-    }
-    let config = NodeConfig {
-        worker_id: format!("{node_id}-worker"),
-        node_id,
-        advertise: addr.to_string(),
-        leader: LeaderConfig { misfire_grace_ms: i64::try_from(grace.as_millis()).unwrap_or(1000), capacity: args.capacity },
-    };
+    let config = node_config(node_id, addr.to_string(), &args.misfire_grace, args.capacity)?;
     run_node(config, store, elector, addr, token).await
 }
 
@@ -137,17 +128,22 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
     let store = open_store(&args.store).await.with_context(|| format!("opening store {}", args.store))?;
     let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
     let node_id = args.node_id.unwrap_or_else(default_node_id);
-    let grace = gnomon_core::duration::parse_duration(&args.misfire_grace).map_err(|e| anyhow!("--misfire-grace: {e}"))?;
-    if args.capacity == 0 {
+    let advertise = args.advertise.unwrap_or_else(|| addr.to_string());
+    let config = node_config(node_id, advertise, &args.misfire_grace, args.capacity)?;
+    run_node(config, store, elector, addr, token).await
+}
+
+fn node_config(node_id: String, advertise: String, misfire_grace: &str, capacity: usize) -> anyhow::Result<NodeConfig> {
+    let grace = gnomon_core::duration::parse_duration(misfire_grace).map_err(|e| anyhow!("--misfire-grace: {e}"))?;
+    if capacity == 0 {
         bail!("--capacity must be at least 1");
     }
-    let config = NodeConfig {
+    Ok(NodeConfig {
         worker_id: format!("{node_id}-worker"),
-        advertise: args.advertise.unwrap_or_else(|| addr.to_string()),
         node_id,
-        leader: LeaderConfig { misfire_grace_ms: i64::try_from(grace.as_millis()).unwrap_or(1000), capacity: args.capacity },
-    };
-    run_node(config, store, elector, addr, token).await
+        advertise,
+        leader: LeaderConfig { misfire_grace_ms: i64::try_from(grace.as_millis()).unwrap_or(1000), capacity },
+    })
 }
 
 async fn run_node(
