@@ -379,25 +379,19 @@ async fn list_runs(State(state): State<ApiState>, req: Request) -> ApiResult<imp
     Ok(Json(json!({"runs": runs, "next_cursor": page.next_cursor.map(|c| c.to_string())})))
 }
 
+async fn load_run(state: &ApiState, id: &str) -> ApiResult<RunDetail> {
+    state.node.store.get_run(id).await?.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run {id} does not exist")))
+}
+
 async fn get_run(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
-    let detail = state
-        .node
-        .store
-        .get_run(&id)
-        .await?
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run {id} does not exist")))?;
+    let detail = load_run(&state, &id).await?;
     Ok(Json(run_json(&detail.run, Some(&detail), true)))
 }
 
 async fn cancel_run(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
     let outcome = state.node.store.request_cancel(&id, state.node.clock.now_millis()).await?;
     state.node.nudge();
-    let detail = state
-        .node
-        .store
-        .get_run(&id)
-        .await?
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run {id} does not exist")))?;
+    let detail = load_run(&state, &id).await?;
     let status = if outcome == CancelOutcome::Cancelled { StatusCode::OK } else { StatusCode::ACCEPTED };
     Ok((status, Json(run_json(&detail.run, Some(&detail), true))))
 }
