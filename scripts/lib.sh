@@ -27,3 +27,68 @@ ensure_toolchain() {
   need_apt pkg-config pkg-config
   rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy >/dev/null 2>&1 || true
 }
+
+port_open() {
+  # port_open PORT: something accepts TCP connections on 127.0.0.1:PORT.
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+wait_port() {
+  # wait_port PORT SECONDS
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    port_open "$1" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+ensure_mariadb() {
+  # MariaDB on 127.0.0.1:3306 with root (empty password) and database `test`,
+  # as the tests expect (override with GNOMON_TEST_MYSQL_URL).
+  [ -n "${GNOMON_TEST_MYSQL_URL:-}" ] && return 0
+  need_apt mysql mariadb-client
+  if ! port_open 3306; then
+    need_apt mysqld mariadb-server
+    echo "== starting MariaDB"
+    service mariadb start >/dev/null 2>&1 || service mysql start >/dev/null 2>&1 || {
+      mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+      (mysqld_safe --bind-address=127.0.0.1 >/dev/null 2>&1 &)
+    }
+    wait_port 3306 60 || { echo "MariaDB did not start on 127.0.0.1:3306" >&2; exit 1; }
+  fi
+  if ! mysql -h 127.0.0.1 -P 3306 -uroot -e "SELECT 1" test >/dev/null 2>&1; then
+    echo "== configuring MariaDB: root over TCP with an empty password, database test"
+    mysql -uroot <<'SQL' || { echo "cannot configure MariaDB as root (socket); set GNOMON_TEST_MYSQL_URL" >&2; exit 1; }
+CREATE DATABASE IF NOT EXISTS test;
+CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';
+GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
+FLUSH PRIVILEGES;
+SQL
+  fi
+}
+
+ensure_postgres() {
+  # PostgreSQL on 127.0.0.1:5432, trust auth for a superuser `root`,
+  # database `test` (override with GNOMON_TEST_POSTGRES_URL).
+  [ -n "${GNOMON_TEST_POSTGRES_URL:-}" ] && return 0
+  need_apt psql postgresql-client
+  if ! port_open 5432; then
+    need_apt pg_ctlcluster postgresql
+    echo "== starting PostgreSQL"
+    service postgresql start >/dev/null 2>&1 || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -1)" main start
+    wait_port 5432 60 || { echo "PostgreSQL did not start on 127.0.0.1:5432" >&2; exit 1; }
+  fi
+  if ! psql -h 127.0.0.1 -U root -d test -c "SELECT 1" >/dev/null 2>&1; then
+    echo "== configuring PostgreSQL: trust for 127.0.0.1, superuser root, database test"
+    local hba
+    hba=$(su postgres -c "psql -tAc 'SHOW hba_file'")
+    if ! grep -q "gnomon-test" "$hba"; then
+      sed -i '1i host all all 127.0.0.1/32 trust # gnomon-test' "$hba"
+      su postgres -c "psql -qc 'SELECT pg_reload_conf()'" >/dev/null
+    fi
+    su postgres -c "psql -qc \"DO \\\$\\\$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'root') THEN CREATE ROLE root SUPERUSER LOGIN; END IF; END\\\$\\\$\"" >/dev/null
+    su postgres -c "psql -tAc \"SELECT 1 FROM pg_database WHERE datname = 'test'\"" | grep -q 1 || su postgres -c "createdb -O root test"
+    psql -h 127.0.0.1 -U root -d test -c "SELECT 1" >/dev/null || { echo "PostgreSQL is not usable as root@127.0.0.1/test" >&2; exit 1; }
+  fi
+}

@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_toolchain
+# The SQL store tests run against real servers; install and start them if missing.
+ensure_mariadb
+ensure_postgres
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"

@@ -64,6 +64,7 @@ where
     jobs_and_preconditions(a.as_ref()).await;
     job_change_feed(a.as_ref(), b.as_ref()).await;
     fire_uniqueness_under_concurrency(a.clone(), b.clone()).await;
+    two_servers_race_fire_in_a_tight_loop(a.clone(), b.clone()).await;
     fire_advances_last_scheduled_at(a.as_ref()).await;
     stale_token_writes_are_rejected(a.as_ref(), b.as_ref()).await;
     cas_transitions_and_terminal_finality(a.as_ref()).await;
@@ -144,6 +145,23 @@ async fn fire_uniqueness_under_concurrency(a: Arc<dyn Store>, b: Arc<dyn Store>)
     assert!(page.runs.iter().all(|r| r.id == run_id(&job.uid, r.scheduled_at)), "run ids derive from (job, scheduled_at)");
 }
 
+/// Two handles (two "servers") fire the same `(job, scheduled_at)` at the
+/// same moment, over and over: exactly one creation every time.
+async fn two_servers_race_fire_in_a_tight_loop(a: Arc<dyn Store>, b: Arc<dyn Store>) {
+    let scope = unique("scope");
+    let fence = lead(a.as_ref(), &scope).await;
+    let job = a.put_job(&job_spec(&unique("tight")), Precondition::DoesNotExist, 1).await.expect("create");
+    for i in 0..100i64 {
+        let run = [new_run(&job, 10_000 + i)];
+        let advance = [JobAdvance { job_uid: job.uid.clone(), last_scheduled_at: 10_000 + i }];
+        let (x, y) = tokio::join!(a.fire(&fence, &run, &advance), b.fire(&fence, &run, &advance));
+        let created = [x.expect("fire a"), y.expect("fire b")].iter().filter(|o| o[0] == FireOutcome::Created).count();
+        assert_eq!(created, 1, "round {i}: exactly one of two racing fires creates the run");
+    }
+    let j = a.get_job("default", &job.name).await.expect("get").expect("exists");
+    assert_eq!(j.last_scheduled_at, Some(10_099));
+}
+
 async fn fire_advances_last_scheduled_at(s: &dyn Store) {
     let scope = unique("scope");
     let fence = lead(s, &scope).await;
@@ -174,7 +192,9 @@ async fn stale_token_writes_are_rejected(a: &dyn Store, b: &dyn Store) {
     // A newer leader takes over through another handle.
     let new = lead(b, &scope).await;
     assert!(new.token > old.token, "tokens strictly increase across terms");
-    // Interleave stale and current writes: every stale one is rejected.
+    // Interleave stale and current writes: every stale one is rejected and
+    // counted in gnomon_fencing_rejections_total.
+    let rejections_before = crate::fencing_rejections();
     for i in 0..5i64 {
         match a.fire(&old, &[new_run(&job, 5000 + i)], &[JobAdvance { job_uid: job.uid.clone(), last_scheduled_at: 5000 + i }]).await {
             Err(StoreError::Fenced { token, current, .. }) => assert_eq!((token, current), (old.token, new.token)),
@@ -191,6 +211,7 @@ async fn stale_token_writes_are_rejected(a: &dyn Store, b: &dyn Store) {
         Some(AttemptChange::Assign { attempt: 1, worker: "w".into(), token: old.token }),
     );
     assert!(matches!(a.transition(&old, std::slice::from_ref(&assign)).await, Err(StoreError::Fenced { .. })));
+    assert!(crate::fencing_rejections() >= rejections_before + 6, "every stale write is counted as a fencing rejection");
     assert!(s_run(a, &rid).await.state == RunState::Pending, "a fenced write changes nothing");
     assert!(a.get_run(&run_id(&job.uid, 5000)).await.expect("get").is_none());
     let j = a.get_job("default", &job.name).await.expect("get").expect("exists");

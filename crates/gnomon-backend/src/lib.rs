@@ -8,8 +8,16 @@ pub mod conformance;
 pub mod local;
 mod migrate;
 pub mod model;
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(all(feature = "mysql", feature = "postgres"))]
+pub mod testdb;
 
 pub use model::*;
 
@@ -159,9 +167,62 @@ pub trait Elector: Send + Sync + std::fmt::Debug {
     async fn resign(&self, leadership: &Leadership) -> Result<(), ElectionError>;
 }
 
-/// Opens a store from its URL. Backends that are not compiled in answer with
-/// [`StoreError::NotCompiled`].
+static FENCING_REJECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts a leader write rejected by the fencing check, in
+/// `gnomon_fencing_rejections_total` and in [`fencing_rejections`].
+pub fn count_fencing_rejection() {
+    FENCING_REJECTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    metrics::counter!("gnomon_fencing_rejections_total").increment(1);
+}
+
+/// Fencing rejections counted by this process so far.
+pub fn fencing_rejections() -> u64 {
+    FENCING_REJECTIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Connection settings of the networked stores (MySQL, PostgreSQL). TLS
+/// and credentials come from the URL itself.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Most connections in the pool.
+    pub pool_max: u32,
+    /// Connections kept open when idle.
+    pub pool_min: u32,
+    /// Longest wait for a connection (connecting included).
+    pub connect_timeout: std::time::Duration,
+    /// Longest a single statement may run.
+    pub statement_timeout: std::time::Duration,
+    /// Longest a statement waits for a row lock.
+    pub lock_timeout: std::time::Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            pool_max: 10,
+            pool_min: 1,
+            connect_timeout: std::time::Duration::from_secs(5),
+            statement_timeout: std::time::Duration::from_secs(30),
+            lock_timeout: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+/// Opens a store from its URL with default connection settings.
 pub async fn open_store(url: &str) -> Result<std::sync::Arc<dyn Store>, StoreError> {
+    open_store_with(url, &StoreOptions::default()).await
+}
+
+/// Opens a store from its URL (applying its migrations). Backends that are
+/// not compiled in answer with [`StoreError::NotCompiled`].
+pub async fn open_store_with(url: &str, options: &StoreOptions) -> Result<std::sync::Arc<dyn Store>, StoreError> {
+    if options.pool_max == 0 || options.pool_min > options.pool_max {
+        return Err(StoreError::InvalidUrl(format!(
+            "pool sizes must satisfy 1 <= max and min <= max (got min {}, max {})",
+            options.pool_min, options.pool_max
+        )));
+    }
     let scheme = url
         .split_once("://")
         .map(|(s, _)| s)
@@ -171,7 +232,15 @@ pub async fn open_store(url: &str) -> Result<std::sync::Arc<dyn Store>, StoreErr
         "sqlite" => Ok(std::sync::Arc::new(sqlite::SqliteStore::open(url).await?)),
         #[cfg(not(feature = "sqlite"))]
         "sqlite" => Err(StoreError::NotCompiled(scheme.to_string())),
-        "mysql" | "postgres" | "postgresql" | "etcd" => Err(StoreError::NotCompiled(scheme.to_string())),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => Ok(std::sync::Arc::new(mysql::MySqlStore::open(&url.replacen("mariadb://", "mysql://", 1), options).await?)),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(std::sync::Arc::new(postgres::PgStore::open(url, options).await?)),
+        #[cfg(not(feature = "mysql"))]
+        "mysql" | "mariadb" => Err(StoreError::NotCompiled(scheme.to_string())),
+        #[cfg(not(feature = "postgres"))]
+        "postgres" | "postgresql" => Err(StoreError::NotCompiled(scheme.to_string())),
+        "etcd" => Err(StoreError::NotCompiled(scheme.to_string())),
         other => Err(StoreError::InvalidUrl(format!("unknown store scheme {other:?}"))),
     }
 }

@@ -135,7 +135,7 @@ impl SqliteStore {
             .map_err(db_err)?;
         let current = current.map(to_u64).unwrap_or(0);
         if current != fence.token {
-            metrics::counter!("gnomon_fencing_rejections_total").increment(1);
+            crate::count_fencing_rejection();
             return Err(StoreError::Fenced { scope: fence.scope.clone(), token: fence.token, current });
         }
         Ok(())
@@ -433,13 +433,31 @@ impl Store for SqliteStore {
             let ids: Vec<String> = qb.build_query_scalar().fetch_all(&mut *tx).await.map_err(db_err)?;
             created.extend(ids);
         }
+        // One statement per chunk of advances; the highest time per job wins.
+        let mut latest: std::collections::HashMap<&str, Millis> = std::collections::HashMap::new();
         for a in advances {
-            sqlx::query("UPDATE jobs SET last_scheduled_at = MAX(COALESCE(last_scheduled_at, ?1), ?1) WHERE uid = ?2")
-                .bind(a.last_scheduled_at)
-                .bind(&a.job_uid)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?;
+            let e = latest.entry(a.job_uid.as_str()).or_insert(a.last_scheduled_at);
+            *e = (*e).max(a.last_scheduled_at);
+        }
+        let latest: Vec<(&str, Millis)> = latest.into_iter().collect();
+        for chunk in latest.chunks(INSERT_CHUNK) {
+            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("UPDATE jobs SET last_scheduled_at = CASE uid");
+            for (uid, at) in chunk {
+                qb.push(" WHEN ")
+                    .push_bind(*uid)
+                    .push(" THEN MAX(COALESCE(last_scheduled_at, ")
+                    .push_bind(*at)
+                    .push("), ")
+                    .push_bind(*at)
+                    .push(")");
+            }
+            qb.push(" ELSE last_scheduled_at END WHERE uid IN (");
+            let mut sep = qb.separated(", ");
+            for (uid, _) in chunk {
+                sep.push_bind(*uid);
+            }
+            qb.push(")");
+            qb.build().execute(&mut *tx).await.map_err(db_err)?;
         }
         tx.commit().await.map_err(db_err)?;
         Ok(runs.iter().map(|r| if created.contains(&r.id()) { FireOutcome::Created } else { FireOutcome::Existed }).collect())

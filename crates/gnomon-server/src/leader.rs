@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use gnomon_backend::{AttemptChange, Fence, FireOutcome, JobAdvance, JobRecord, NewRun, Store, StoreError, Transition};
 use gnomon_core::policy::{decide_overlap, plan_fires, Decision, OverlapDecision, PlanInput};
+use gnomon_core::retry::BackoffPolicy;
 use gnomon_core::run::run_state_after_attempt;
-use gnomon_core::spec::{CompiledJob, OverlapPolicy};
+use gnomon_core::schedule::Schedule;
+use gnomon_core::spec::{Executor, MisfirePolicy, OverlapPolicy};
 use gnomon_core::{AttemptState, Clock, Millis, RunState};
 use gnomon_worker::{Assign, Cancel, ExecRequest, LocalWorker, WorkerEvent};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -21,6 +23,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 /// The longest the actor sleeps between turns, which bounds how stale the
 /// job feed and cancel requests can get (and step-down latency).
 pub const MAX_TURN: Duration = Duration::from_millis(250);
+/// The most jobs fired in one store transaction. A burst (100,000 jobs due
+/// at the same second) is written in chunks, so memory stays bounded and
+/// dispatch and reports interleave with the burst instead of waiting for it.
+const MAX_FIRE_BATCH: usize = 2048;
+/// How long one turn keeps firing chunks of a burst before it dispatches.
+const FIRE_BUDGET: Duration = Duration::from_millis(500);
 const POLL_EVERY_MS: Millis = 1000;
 
 #[derive(Debug, Clone)]
@@ -46,10 +54,34 @@ pub enum LeaderCommand {
     Nudge,
 }
 
+/// What the leader keeps of a job's stored record: its metadata, not its spec.
 #[derive(Debug, Clone)]
+struct JobMeta {
+    uid: String,
+    namespace: String,
+    name: String,
+    version: u64,
+    paused: bool,
+    created_at: Millis,
+    updated_at: Millis,
+    last_scheduled_at: Option<Millis>,
+}
+
+/// What the leader keeps of a job: only what scheduling and dispatch read,
+/// not the whole spec (descriptions, the original strings). Entries are
+/// boxed so the map's table stays small. With 100,000 jobs this is the bulk
+/// of the leader's memory, about 400 bytes a job.
+#[derive(Debug)]
 struct JobEntry {
-    record: JobRecord,
-    compiled: CompiledJob,
+    record: JobMeta,
+    schedule: Schedule,
+    executor: Arc<Executor>,
+    timeout: Option<Duration>,
+    max_attempts: u32,
+    backoff: BackoffPolicy,
+    catchup_window_ms: i64,
+    overlap: OverlapPolicy,
+    misfire: MisfirePolicy,
     generation: u64,
 }
 
@@ -83,7 +115,7 @@ pub struct LeaderRuntime {
     lost: watch::Receiver<bool>,
     shutdown: watch::Receiver<bool>,
 
-    jobs: HashMap<String, JobEntry>,
+    jobs: HashMap<String, Box<JobEntry>>,
     job_feed_seq: u64,
     fire_heap: BinaryHeap<Reverse<(Millis, String, u64)>>,
     next_generation: u64,
@@ -249,11 +281,30 @@ impl LeaderRuntime {
         self.next_generation += 1;
         let generation = self.next_generation;
         let previous_last = self.jobs.get(&record.uid).and_then(|j| j.record.last_scheduled_at);
-        let mut record = record;
-        record.last_scheduled_at = record.last_scheduled_at.max(previous_last);
-        let entry = JobEntry { record, compiled, generation };
+        let record = JobMeta {
+            last_scheduled_at: record.last_scheduled_at.max(previous_last),
+            uid: record.uid,
+            namespace: record.namespace,
+            name: record.name,
+            version: record.version,
+            paused: record.paused,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+        };
+        let entry = Box::new(JobEntry {
+            record,
+            schedule: compiled.schedule,
+            executor: Arc::new(compiled.spec.executor),
+            timeout: compiled.timeout,
+            max_attempts: compiled.max_attempts,
+            backoff: compiled.backoff,
+            catchup_window_ms: compiled.catchup_window_ms,
+            overlap: compiled.spec.overlap,
+            misfire: compiled.spec.misfire,
+            generation,
+        });
         if !entry.record.paused {
-            if let Some(due) = entry.compiled.schedule.next_after(self.base_of(&entry)) {
+            if let Some(due) = entry.schedule.next_after(self.base_of(&entry)) {
                 self.fire_heap.push(Reverse((due, entry.record.uid.clone(), generation)));
             }
         }
@@ -312,7 +363,10 @@ impl LeaderRuntime {
             self.last_poll = now;
         }
         self.handle_commands().await?;
-        self.fire_due(now).await?;
+        // Firing comes first: a burst is written in chunks until it is done
+        // or the turn's fire budget is spent, then dispatch gets its turn.
+        let budget = std::time::Instant::now() + FIRE_BUDGET;
+        while self.fire_due(now).await? && std::time::Instant::now() < budget {}
         self.release_retries(now).await?;
         self.record_worker_events().await?;
         self.dispatch().await?;
@@ -405,10 +459,12 @@ impl LeaderRuntime {
         Err(StoreError::Backend("could not find a free scheduled_at for the manual run".into()))
     }
 
-    async fn fire_due(&mut self, now: Millis) -> Result<()> {
+    /// Fires up to [`MAX_FIRE_BATCH`] due jobs in one store write; returns
+    /// whether more were due than fitted.
+    async fn fire_due(&mut self, now: Millis) -> Result<bool> {
         let mut due_jobs = Vec::new();
         while let Some(Reverse((due, uid, generation))) = self.fire_heap.peek().cloned() {
-            if due > now {
+            if due > now || due_jobs.len() >= MAX_FIRE_BATCH {
                 break;
             }
             self.fire_heap.pop();
@@ -417,8 +473,9 @@ impl LeaderRuntime {
             }
         }
         if due_jobs.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
+        let full = due_jobs.len() >= MAX_FIRE_BATCH;
         let mut new_runs = Vec::new();
         let mut advances = Vec::new();
         let mut replace_cancels = Vec::new();
@@ -426,18 +483,18 @@ impl LeaderRuntime {
         for uid in &due_jobs {
             let Some(entry) = self.jobs.get(uid) else { continue };
             let plan = plan_fires(&PlanInput {
-                schedule: &entry.compiled.schedule,
+                schedule: &entry.schedule,
                 after: self.base_of(entry),
                 now,
-                misfire: entry.compiled.spec.misfire,
-                catchup_window_ms: entry.compiled.catchup_window_ms,
+                misfire: entry.misfire,
+                catchup_window_ms: entry.catchup_window_ms,
                 grace_ms: self.config.misfire_grace_ms,
             });
             let (mut open, mut waiting, _) = self.job_counts(uid);
             for planned in &plan.times {
                 let (state, reason) = match &planned.decision {
                     Decision::Skip(reason) => (RunState::Skipped, Some(reason.clone())),
-                    Decision::Fire => match decide_overlap(entry.compiled.spec.overlap, open, waiting) {
+                    Decision::Fire => match decide_overlap(entry.overlap, open, waiting) {
                         OverlapDecision::Fire => (RunState::Pending, None),
                         OverlapDecision::FireAndCancelOpen => {
                             replace_cancels.push(uid.clone());
@@ -449,7 +506,7 @@ impl LeaderRuntime {
                 if state == RunState::Pending {
                     open += 1;
                     waiting += 1;
-                    if entry.compiled.spec.overlap == OverlapPolicy::Replace {
+                    if entry.overlap == OverlapPolicy::Replace {
                         open = 1;
                         waiting = 1;
                     }
@@ -474,6 +531,12 @@ impl LeaderRuntime {
         for uid in replace_cancels {
             self.cancel_open_runs_of(&uid, now).await?;
         }
+        // Stamp fired_at as late as possible: when the write begins, not when
+        // the turn began (planning a large batch takes time).
+        let stamp = self.clock.now_millis();
+        for run in &mut new_runs {
+            run.fired_at = stamp;
+        }
         let outcomes = match self.store.fire(&self.fence, &new_runs, &advances).await {
             Ok(o) => o,
             Err(e) => {
@@ -486,13 +549,16 @@ impl LeaderRuntime {
                 return Err(e);
             }
         };
+        let committed = self.clock.now_millis();
+        metrics::histogram!("gnomon_store_fire_seconds").record((committed - stamp).max(0) as f64 / 1000.0);
         for (run, outcome) in new_runs.into_iter().zip(outcomes) {
             if outcome != FireOutcome::Created {
                 continue;
             }
             metrics::counter!("gnomon_runs_total", "state" => run.state.as_str()).increment(1);
             if run.state == RunState::Pending {
-                metrics::histogram!("gnomon_fire_lateness_seconds").record((now - run.scheduled_at).max(0) as f64 / 1000.0);
+                // Lateness up to the commit: when the run became durable.
+                metrics::histogram!("gnomon_fire_lateness_seconds").record((committed - run.scheduled_at).max(0) as f64 / 1000.0);
                 let id = run.id();
                 self.track(
                     id.clone(),
@@ -515,13 +581,12 @@ impl LeaderRuntime {
                 entry.record.last_scheduled_at = Some(entry.record.last_scheduled_at.map_or(last, |l| l.max(last)));
             }
             let generation = entry.generation;
-            let next =
-                if more { Some(now) } else { entry.compiled.schedule.next_after(entry.record.last_scheduled_at.unwrap_or(now).max(now)) };
+            let next = if more { Some(now) } else { entry.schedule.next_after(entry.record.last_scheduled_at.unwrap_or(now).max(now)) };
             if let Some(next) = next {
                 self.fire_heap.push(Reverse((next, uid, generation)));
             }
         }
-        Ok(())
+        Ok(full)
     }
 
     async fn cancel_open_runs_of(&mut self, job_uid: &str, now: Millis) -> Result<()> {
@@ -633,8 +698,7 @@ impl LeaderRuntime {
         if !run.state.is_active() {
             return None;
         }
-        let (max_attempts, backoff) =
-            self.jobs.get(&run.job_uid).map(|j| (j.compiled.max_attempts, j.compiled.backoff)).unwrap_or((1, Default::default()));
+        let (max_attempts, backoff) = self.jobs.get(&run.job_uid).map(|j| (j.max_attempts, j.backoff)).unwrap_or((1, Default::default()));
         let to = run_state_after_attempt(outcome, run.attempt, max_attempts);
         let next_attempt_at =
             (to == RunState::Retrying).then(|| now + i64::try_from(backoff.delay_random(run.attempt).as_millis()).unwrap_or(i64::MAX / 2));
@@ -737,7 +801,7 @@ impl LeaderRuntime {
                 continue;
             }
             // forbid / buffer_one: a waiting run starts only after the active one ends.
-            let overlap = self.jobs.get(&run.job_uid).map(|j| j.compiled.spec.overlap).unwrap_or_default();
+            let overlap = self.jobs.get(&run.job_uid).map(|j| j.overlap).unwrap_or_default();
             if matches!(overlap, OverlapPolicy::Forbid | OverlapPolicy::BufferOne | OverlapPolicy::Replace) {
                 let (_, _, active) = self.job_counts(&run.job_uid);
                 let batch_has_job = batch.iter().any(|t: &Transition| self.runs.get(&t.run_id).is_some_and(|r| r.job_uid == run.job_uid));
@@ -799,8 +863,8 @@ impl LeaderRuntime {
                 scheduled_at: run.scheduled_at,
                 token: self.fence.token,
                 worker_id: self.worker.id.clone(),
-                executor: job.compiled.spec.executor.clone(),
-                timeout: job.compiled.timeout,
+                executor: (*job.executor).clone(),
+                timeout: job.timeout,
             };
             self.in_flight.insert(t.run_id.clone());
             self.worker.assign(Assign { request });
@@ -854,7 +918,7 @@ impl LeaderRuntime {
         self.ready.iter().take(64).any(|id| {
             self.runs.get(id).is_some_and(|r| {
                 r.state == RunState::Pending && {
-                    let overlap = self.jobs.get(&r.job_uid).map(|j| j.compiled.spec.overlap).unwrap_or_default();
+                    let overlap = self.jobs.get(&r.job_uid).map(|j| j.overlap).unwrap_or_default();
                     overlap == OverlapPolicy::Allow || self.job_counts(&r.job_uid).2 == 0
                 }
             })

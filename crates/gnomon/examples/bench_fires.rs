@@ -76,6 +76,8 @@ async fn main() -> anyhow::Result<()> {
         ok += usize::from(t.await.unwrap_or(false));
     }
     println!("created {ok}/{jobs} jobs in {:.1}s", created.elapsed().as_secs_f64());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let settled_rss = rss_kib(pid);
     let start_ms = chrono::Utc::now().timestamp_millis() + 2000;
     let mut peak_rss = 0;
     let t0 = Instant::now();
@@ -84,7 +86,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let end_ms = start_ms + (duration as i64) * 1000;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
     peak_rss = peak_rss.max(rss_kib(pid));
     // Read every run back.
     let mut runs = Vec::new();
@@ -120,9 +122,18 @@ async fn main() -> anyhow::Result<()> {
     let first = (start_ms + period - 1) / period * period;
     let expected: HashSet<i64> = (0..).map(|k| first + k * period).take_while(|t| *t < end_ms).collect();
     let mut misses = 0;
+    let mut missed_at: HashMap<i64, usize> = HashMap::new();
     for i in 0..jobs {
         let name = format!("j{i}");
-        misses += expected.iter().filter(|t| !seen.contains_key(&(name.clone(), **t))).count();
+        for t in &expected {
+            if !seen.contains_key(&(name.clone(), *t)) {
+                misses += 1;
+                *missed_at.entry(*t).or_default() += 1;
+            }
+        }
+    }
+    for (t, n) in &missed_at {
+        println!("  missed at {}: {n}", chrono::DateTime::from_timestamp_millis(*t).map(|d| d.to_rfc3339()).unwrap_or_default());
     }
     lateness.sort_unstable();
     let window = (end_ms - start_ms) as f64 / 1000.0;
@@ -136,7 +147,11 @@ async fn main() -> anyhow::Result<()> {
     );
     println!("duplicates:          {duplicates}");
     println!("misses:              {misses} (of {} expected)", expected.len() * jobs);
-    println!("server peak RSS:     {:.1} MiB", peak_rss as f64 / 1024.0);
+    println!(
+        "server RSS:          {:.1} MiB after creating the jobs, {:.1} MiB peak",
+        settled_rss as f64 / 1024.0,
+        peak_rss as f64 / 1024.0
+    );
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use gnomon_backend::local::LocalElector;
-use gnomon_backend::{open_store, Elector};
+use gnomon_backend::{open_store, open_store_with, Elector};
 use gnomon_server::api::{router, ApiState};
 use gnomon_server::leader::LeaderConfig;
 use gnomon_server::{Node, NodeConfig};
@@ -32,11 +32,71 @@ pub struct DevArgs {
     node_id: Option<String>,
 }
 
+/// Connection settings of the networked stores. TLS and credentials come
+/// from the URL (`sslmode=require` for PostgreSQL, `ssl-mode=REQUIRED` for MySQL).
+#[derive(Args, Debug)]
+pub struct StoreArgs {
+    /// sqlite://PATH, mysql://USER:PASS@HOST:PORT/DB or postgres://USER:PASS@HOST:PORT/DB.
+    #[arg(long, env = "GNOMON_STORE")]
+    store: String,
+    /// Most connections to a MySQL/PostgreSQL store.
+    #[arg(long, default_value_t = 10)]
+    store_pool_max: u32,
+    /// Connections kept open when idle.
+    #[arg(long, default_value_t = 1)]
+    store_pool_min: u32,
+    /// Longest wait to connect (or for a free connection).
+    #[arg(long, default_value = "5s")]
+    store_connect_timeout: String,
+    /// Longest a statement may run.
+    #[arg(long, default_value = "30s")]
+    store_statement_timeout: String,
+    /// Longest a statement waits for a row lock.
+    #[arg(long, default_value = "10s")]
+    store_lock_timeout: String,
+}
+
+impl StoreArgs {
+    fn options(&self) -> anyhow::Result<gnomon_backend::StoreOptions> {
+        let d = |flag: &str, v: &str| gnomon_core::duration::parse_duration(v).map_err(|e| anyhow!("--{flag}: {e}"));
+        if self.store_pool_max == 0 || self.store_pool_min > self.store_pool_max {
+            bail!("--store-pool-max must be at least 1 and at least --store-pool-min");
+        }
+        Ok(gnomon_backend::StoreOptions {
+            pool_max: self.store_pool_max,
+            pool_min: self.store_pool_min,
+            connect_timeout: d("store-connect-timeout", &self.store_connect_timeout)?,
+            statement_timeout: d("store-statement-timeout", &self.store_statement_timeout)?,
+            lock_timeout: d("store-lock-timeout", &self.store_lock_timeout)?,
+        })
+    }
+
+    async fn open(&self) -> anyhow::Result<Arc<dyn gnomon_backend::Store>> {
+        let options = self.options()?;
+        // The error says what is wrong (unreachable, credentials, privilege,
+        // version) and never echoes the URL's password.
+        open_store_with(&self.store, &options).await.map_err(|e| anyhow!("cannot open the store: {e}"))
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+/// `gnomon migrate`: opening a store applies its migrations.
+pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    init_tracing();
+    let store = args.store.open().await?;
+    println!("{} store is migrated and ready", store.backend());
+    Ok(())
+}
+
 #[derive(Args, Debug)]
 pub struct ServerArgs {
-    /// sqlite://PATH (mysql://, postgres:// and etcd:// come with their backends).
-    #[arg(long)]
-    store: String,
+    #[command(flatten)]
+    store: StoreArgs,
     /// Election backend: local (the only one built so far).
     #[arg(long, default_value = "local")]
     election: String,
@@ -116,16 +176,18 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
     if args.election != "local" {
         bail!("--election {:?} is not built yet; this build supports: local", args.election);
     }
-    if !args.store.starts_with("sqlite://") {
-        // Refuse an unsafe pairing rather than run a second, unfenced leader.
-        let store = open_store(&args.store).await.with_context(|| format!("opening store {}", args.store))?;
-        bail!("the local elector is only safe with the embedded SQLite store, not {}", store.backend());
-    }
-    let _lock = match args.store.strip_prefix("sqlite://").map(|p| Path::new(p).parent().unwrap_or(Path::new("."))) {
+    // Two processes on one SQLite file would fence each other: lock its directory.
+    let _lock = match args.store.store.strip_prefix("sqlite://").map(|p| Path::new(p).parent().unwrap_or(Path::new("."))) {
         Some(dir) if !dir.as_os_str().is_empty() => Some(lock_data_dir(dir)?),
         _ => None,
     };
-    let store = open_store(&args.store).await.with_context(|| format!("opening store {}", args.store))?;
+    let store = args.store.open().await?;
+    if store.backend() != "sqlite" {
+        tracing::warn!(
+            backend = store.backend(),
+            "the local elector on a shared store is safe (every leader write is fenced) but does not coordinate: run one server per store until a database or etcd elector is configured"
+        );
+    }
     let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
     let node_id = args.node_id.unwrap_or_else(default_node_id);
     let advertise = args.advertise.unwrap_or_else(|| addr.to_string());

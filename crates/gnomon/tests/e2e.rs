@@ -19,17 +19,63 @@ struct Dev {
     url: String,
 }
 
+/// Where a test's gnomon keeps its state: `gnomon dev` (embedded SQLite), or
+/// `gnomon server --store URL` on a throwaway MySQL/PostgreSQL database.
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Dev,
+    MySql,
+    Postgres,
+}
+
+/// A store for one test; the database is dropped when the test ends.
+struct TestStore {
+    backend: Backend,
+    url: Option<String>,
+    db: Option<gnomon_backend::testdb::TestDb>,
+}
+
+impl TestStore {
+    fn new(backend: Backend) -> TestStore {
+        use gnomon_backend::testdb::{Server, TestDb};
+        let server = match backend {
+            Backend::Dev => return TestStore { backend, url: None, db: None },
+            Backend::MySql => Server::MySql,
+            Backend::Postgres => Server::Postgres,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let db = rt.block_on(TestDb::create(server)).unwrap_or_else(|e| panic!("{e}"));
+        TestStore { backend, url: Some(db.url.clone()), db: Some(db) }
+    }
+}
+
+impl Drop for TestStore {
+    fn drop(&mut self) {
+        if let Some(db) = self.db.take() {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(db.drop_database());
+        }
+    }
+}
+
 impl Dev {
     fn start(dir: &Path, port: u16) -> Dev {
+        Dev::start_on(dir, port, &TestStore { backend: Backend::Dev, url: None, db: None })
+    }
+
+    fn start_on(dir: &Path, port: u16, store: &TestStore) -> Dev {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("dev.log")).unwrap();
-        let child = Command::new(BIN)
-            .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-            .arg(dir.join("data"))
-            .env_remove("GNOMON_TOKEN")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let listen = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(BIN);
+        match &store.url {
+            None => {
+                cmd.args(["dev", "--listen", &listen, "--data-dir"]).arg(dir.join("data"));
+            }
+            Some(url) => {
+                cmd.args(["server", "--listen", &listen, "--node-id", &format!("e2e-{:?}", store.backend), "--store", url]);
+            }
+        }
+        let child = cmd.env_remove("GNOMON_TOKEN").env_remove("GNOMON_STORE").stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
         let dev = Dev { child, url: format!("http://127.0.0.1:{port}") };
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
@@ -142,8 +188,23 @@ fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
 
 #[test]
 fn cron_every_second_retries_timeouts_and_cancel() {
+    cron_retries_timeouts_and_cancel(Backend::Dev);
+}
+
+#[test]
+fn cron_every_second_retries_timeouts_and_cancel_on_mysql() {
+    cron_retries_timeouts_and_cancel(Backend::MySql);
+}
+
+#[test]
+fn cron_every_second_retries_timeouts_and_cancel_on_postgres() {
+    cron_retries_timeouts_and_cancel(Backend::Postgres);
+}
+
+fn cron_retries_timeouts_and_cancel(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let dev = Dev::start(dir.path(), free_port());
+    let store = TestStore::new(backend);
+    let dev = Dev::start_on(dir.path(), free_port(), &store);
     let out = dev.cli(&["job", "create", "tick", "--cron", "* * * * * *", "--", "echo", "hi"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let created = Instant::now();
@@ -259,9 +320,24 @@ fn bad_input_is_rejected_with_codes_and_changes_nothing() {
 
 #[test]
 fn restart_catch_up_follows_the_misfire_policy() {
+    restart_catch_up(Backend::Dev);
+}
+
+#[test]
+fn restart_catch_up_follows_the_misfire_policy_on_mysql() {
+    restart_catch_up(Backend::MySql);
+}
+
+#[test]
+fn restart_catch_up_follows_the_misfire_policy_on_postgres() {
+    restart_catch_up(Backend::Postgres);
+}
+
+fn restart_catch_up(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let dev = Dev::start(dir.path(), port);
+    let store = TestStore::new(backend);
+    let dev = Dev::start_on(dir.path(), port, &store);
     let jobs = json!([
         {"name":"once","schedule":{"every":"1s"},"misfire":"fire_once","executor":{"handler":{"name":"noop"}}},
         {"name":"skipper","schedule":{"every":"1s"},"misfire":"skip","executor":{"handler":{"name":"noop"}}},
@@ -274,7 +350,7 @@ fn restart_catch_up_follows_the_misfire_policy() {
     std::thread::sleep(Duration::from_secs(3));
     dev.stop();
     std::thread::sleep(Duration::from_secs(6));
-    let dev = Dev::start(dir.path(), port);
+    let dev = Dev::start_on(dir.path(), port, &store);
     std::thread::sleep(Duration::from_secs(3));
     let late = |r: &Value| {
         let t = |k: &str| chrono::DateTime::parse_from_rfc3339(r[k].as_str().unwrap()).unwrap().timestamp_millis();

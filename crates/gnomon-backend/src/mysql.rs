@@ -1,0 +1,169 @@
+//! The MySQL 8 / MariaDB 10.5+ store (`mysql://…`), InnoDB only.
+//!
+//! Runs at InnoDB's default REPEATABLE READ; every read that a decision
+//! depends on is a locking read (`FOR UPDATE`), which sees the newest
+//! committed row rather than the transaction's snapshot (see [`crate::sql`]).
+//! TLS comes from the URL's standard parameters (`ssl-mode=REQUIRED`,
+//! `ssl-ca=…`). Each connection gets `innodb_lock_wait_timeout` and a
+//! statement time limit (`max_statement_time` on MariaDB,
+//! `max_execution_time` on MySQL, which bounds reads only).
+
+use std::str::FromStr;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::{ConnectOptions, Executor, MySqlPool};
+
+use crate::migrate::Migration;
+use crate::sql::{explain_open_error, redact, Dialect};
+use crate::StoreOptions;
+
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    statements: &[
+        "CREATE TABLE jobs (
+            uid VARCHAR(32) NOT NULL PRIMARY KEY, namespace VARCHAR(64) NOT NULL, name VARCHAR(128) NOT NULL,
+            spec MEDIUMTEXT NOT NULL, version BIGINT NOT NULL, paused BIGINT NOT NULL DEFAULT 0,
+            created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,
+            last_scheduled_at BIGINT NULL, change_seq BIGINT NOT NULL,
+            UNIQUE KEY jobs_name (namespace, name), KEY jobs_change_seq (change_seq)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TABLE job_deletions (uid VARCHAR(32) NOT NULL PRIMARY KEY, change_seq BIGINT NOT NULL, KEY job_deletions_seq (change_seq))
+         ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TABLE counters (name VARCHAR(64) NOT NULL PRIMARY KEY, value BIGINT NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "INSERT INTO counters (name, value) VALUES ('job_change_seq', 0)",
+        "CREATE TABLE runs (
+            seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, id VARCHAR(64) NOT NULL,
+            job_uid VARCHAR(32) NOT NULL, namespace VARCHAR(64) NOT NULL, job VARCHAR(128) NOT NULL,
+            scheduled_at BIGINT NOT NULL, fired_at BIGINT NOT NULL,
+            state VARCHAR(16) NOT NULL, attempt BIGINT NOT NULL DEFAULT 0, reason TEXT NULL,
+            next_attempt_at BIGINT NULL, manual BIGINT NOT NULL DEFAULT 0,
+            cancel_requested BIGINT NOT NULL DEFAULT 0, updated_at BIGINT NOT NULL,
+            UNIQUE KEY runs_id (id), UNIQUE KEY runs_fire (job_uid, scheduled_at),
+            KEY runs_by_job (namespace, job, seq), KEY runs_by_state (state, seq)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TABLE attempts (
+            run_id VARCHAR(64) NOT NULL, attempt BIGINT NOT NULL, worker VARCHAR(255) NOT NULL, token BIGINT NOT NULL,
+            state VARCHAR(16) NOT NULL, assigned_at BIGINT NOT NULL, started_at BIGINT NULL, ended_at BIGINT NULL,
+            exit_code BIGINT NULL, output MEDIUMTEXT NOT NULL,
+            PRIMARY KEY (run_id, attempt)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TABLE leadership (
+            scope VARCHAR(128) NOT NULL PRIMARY KEY, token BIGINT NOT NULL, holder VARCHAR(255) NOT NULL,
+            address VARCHAR(255) NOT NULL, backend VARCHAR(32) NOT NULL, since BIGINT NOT NULL
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TABLE epochs (scope VARCHAR(128) NOT NULL PRIMARY KEY, epoch BIGINT NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+    ],
+}];
+
+const DIALECT: Dialect = Dialect {
+    name: "mysql",
+    numbered: false,
+    ignore_suffix: " ON DUPLICATE KEY UPDATE {key} = {key}",
+    migrate_lock: "SELECT GET_LOCK('gnomon_migrate', 60)",
+    migrate_unlock: "SELECT RELEASE_LOCK('gnomon_migrate')",
+    migrations: MIGRATIONS,
+};
+
+#[derive(Debug, Clone)]
+pub struct MySqlStore {
+    pool: MySqlPool,
+    flavor: Flavor,
+}
+
+/// Which server answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    MySql,
+    MariaDb,
+}
+
+/// Parses `VERSION()`: "8.0.36", "10.11.6-MariaDB-0+deb12u1", "11.4.2-MariaDB".
+pub fn parse_version(v: &str) -> (Flavor, u32, u32) {
+    let flavor = if v.to_lowercase().contains("mariadb") { Flavor::MariaDb } else { Flavor::MySql };
+    let mut parts = v.split(|c: char| !c.is_ascii_digit()).filter(|p| !p.is_empty()).map(|p| p.parse::<u32>().unwrap_or(0));
+    (flavor, parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// MySQL 8.0 or MariaDB 10.5, the oldest servers accepted.
+pub fn version_supported(flavor: Flavor, major: u32, minor: u32) -> bool {
+    match flavor {
+        Flavor::MySql => major >= 8,
+        Flavor::MariaDb => major > 10 || (major == 10 && minor >= 5),
+    }
+}
+
+impl MySqlStore {
+    /// Connects, checks the server, applies migrations and probes the
+    /// privileges gnomon needs. Every failure is explained.
+    pub async fn open(url: &str, options: &StoreOptions) -> Result<Self, crate::StoreError> {
+        let target = redact(url);
+        let connect = MySqlConnectOptions::from_str(url)
+            .map_err(|e| crate::StoreError::InvalidUrl(format!("{target}: {e}")))?
+            .log_statements(tracing::log::LevelFilter::Trace);
+        // One probing connection first: the flavor decides the session settings.
+        let mut probe = connect.connect().await.map_err(|e| explain_open_error("mysql", &target, e))?;
+        let version: String =
+            sqlx::query_scalar("SELECT VERSION()").fetch_one(&mut probe).await.map_err(|e| explain_open_error("mysql", &target, e))?;
+        let (flavor, major, minor) = parse_version(&version);
+        if !version_supported(flavor, major, minor) {
+            return Err(crate::StoreError::Backend(format!(
+                "mysql at {target} is version {version}; gnomon needs MySQL 8.0 or MariaDB 10.5 or newer"
+            )));
+        }
+        let engine: String = sqlx::query_scalar("SELECT @@default_storage_engine").fetch_one(&mut probe).await.unwrap_or_default();
+        if !engine.eq_ignore_ascii_case("innodb") {
+            tracing::warn!(engine, "default storage engine is not InnoDB; gnomon creates its tables with ENGINE=InnoDB");
+        }
+        drop(probe);
+        let lock_secs = options.lock_timeout.as_secs().max(1);
+        let statement = match flavor {
+            Flavor::MariaDb => format!("SET SESSION max_statement_time = {}", options.statement_timeout.as_secs_f64()),
+            Flavor::MySql => format!("SET SESSION max_execution_time = {}", options.statement_timeout.as_millis()),
+        };
+        let session = format!("SET SESSION innodb_lock_wait_timeout = {lock_secs}; {statement}");
+        let pool = MySqlPoolOptions::new()
+            .max_connections(options.pool_max)
+            .min_connections(options.pool_min)
+            .acquire_timeout(options.connect_timeout)
+            .after_connect(move |conn, _meta| {
+                let session = session.clone();
+                Box::pin(async move {
+                    conn.execute(sqlx::raw_sql(&session)).await?;
+                    Ok(())
+                })
+            })
+            .connect_with(connect)
+            .await
+            .map_err(|e| explain_open_error("mysql", &target, e))?;
+        let store = Self { pool, flavor };
+        store.migrate().await?;
+        store.probe().await?;
+        Ok(store)
+    }
+
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+}
+
+mod store_impl {
+    use super::{MySqlStore, DIALECT};
+    use crate::sql::sql_store;
+    sql_store!(MySqlStore, sqlx::MySql, sqlx::mysql::MySqlRow, DIALECT);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_parsed_and_checked() {
+        assert_eq!(parse_version("10.11.6-MariaDB-0+deb12u1"), (Flavor::MariaDb, 10, 11));
+        assert_eq!(parse_version("8.0.36"), (Flavor::MySql, 8, 0));
+        assert!(version_supported(Flavor::MariaDb, 10, 11));
+        assert!(version_supported(Flavor::MariaDb, 11, 0));
+        assert!(!version_supported(Flavor::MariaDb, 10, 4));
+        assert!(!version_supported(Flavor::MySql, 5, 7));
+        assert!(version_supported(Flavor::MySql, 8, 4));
+    }
+}

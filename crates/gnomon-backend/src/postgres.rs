@@ -1,0 +1,107 @@
+//! The PostgreSQL store (`postgres://…`), PostgreSQL 12 or newer.
+//!
+//! Runs at PostgreSQL's default READ COMMITTED isolation; correctness comes
+//! from the row locks described in [`crate::sql`]. TLS, the application name
+//! and the like come from the URL's standard parameters (`sslmode=require`,
+//! `sslrootcert=…`); `statement_timeout` and `lock_timeout` are set on every
+//! connection from [`StoreOptions`].
+
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgPool};
+
+use crate::migrate::Migration;
+use crate::sql::{explain_open_error, redact, Dialect};
+use crate::StoreOptions;
+
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    statements: &[
+        "CREATE TABLE jobs (
+            uid TEXT PRIMARY KEY, namespace TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL,
+            version BIGINT NOT NULL, paused BIGINT NOT NULL DEFAULT 0,
+            created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,
+            last_scheduled_at BIGINT, change_seq BIGINT NOT NULL,
+            UNIQUE (namespace, name))",
+        "CREATE INDEX jobs_change_seq ON jobs (change_seq)",
+        "CREATE TABLE job_deletions (uid TEXT PRIMARY KEY, change_seq BIGINT NOT NULL)",
+        "CREATE INDEX job_deletions_seq ON job_deletions (change_seq)",
+        "CREATE TABLE counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+        "INSERT INTO counters (name, value) VALUES ('job_change_seq', 0)",
+        "CREATE TABLE runs (
+            seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id TEXT NOT NULL UNIQUE,
+            job_uid TEXT NOT NULL, namespace TEXT NOT NULL, job TEXT NOT NULL,
+            scheduled_at BIGINT NOT NULL, fired_at BIGINT NOT NULL,
+            state TEXT NOT NULL, attempt BIGINT NOT NULL DEFAULT 0, reason TEXT,
+            next_attempt_at BIGINT, manual BIGINT NOT NULL DEFAULT 0,
+            cancel_requested BIGINT NOT NULL DEFAULT 0, updated_at BIGINT NOT NULL,
+            UNIQUE (job_uid, scheduled_at))",
+        "CREATE INDEX runs_open ON runs (state) WHERE state IN ('pending', 'assigned', 'running', 'retrying')",
+        "CREATE INDEX runs_by_job ON runs (namespace, job, seq)",
+        "CREATE INDEX runs_by_state ON runs (state, seq)",
+        "CREATE TABLE attempts (
+            run_id TEXT NOT NULL, attempt BIGINT NOT NULL, worker TEXT NOT NULL, token BIGINT NOT NULL,
+            state TEXT NOT NULL, assigned_at BIGINT NOT NULL, started_at BIGINT, ended_at BIGINT,
+            exit_code BIGINT, output TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (run_id, attempt))",
+        "CREATE TABLE leadership (
+            scope TEXT PRIMARY KEY, token BIGINT NOT NULL, holder TEXT NOT NULL,
+            address TEXT NOT NULL, backend TEXT NOT NULL, since BIGINT NOT NULL)",
+        "CREATE TABLE epochs (scope TEXT PRIMARY KEY, epoch BIGINT NOT NULL)",
+    ],
+}];
+
+const DIALECT: Dialect = Dialect {
+    name: "postgres",
+    numbered: true,
+    ignore_suffix: " ON CONFLICT DO NOTHING",
+    migrate_lock: "SELECT pg_advisory_lock(74007400)",
+    migrate_unlock: "SELECT pg_advisory_unlock(74007400)",
+    migrations: MIGRATIONS,
+};
+
+/// The oldest server accepted (`server_version_num`).
+const MIN_VERSION_NUM: i64 = 120000;
+
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// Connects, checks the server, applies migrations and probes the
+    /// privileges gnomon needs. Every failure is explained.
+    pub async fn open(url: &str, options: &StoreOptions) -> Result<Self, crate::StoreError> {
+        let target = redact(url);
+        let statement_ms = options.statement_timeout.as_millis().to_string();
+        let lock_ms = options.lock_timeout.as_millis().to_string();
+        let connect = PgConnectOptions::from_str(url)
+            .map_err(|e| crate::StoreError::InvalidUrl(format!("{target}: {e}")))?
+            .options([("statement_timeout", statement_ms.as_str()), ("lock_timeout", lock_ms.as_str())])
+            .log_statements(tracing::log::LevelFilter::Trace);
+        let pool = PgPoolOptions::new()
+            .max_connections(options.pool_max)
+            .min_connections(options.pool_min)
+            .acquire_timeout(options.connect_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(|e| explain_open_error("postgres", &target, e))?;
+        let version: String =
+            sqlx::query_scalar("SHOW server_version_num").fetch_one(&pool).await.map_err(|e| explain_open_error("postgres", &target, e))?;
+        let num: i64 = version.trim().parse().unwrap_or(0);
+        if num < MIN_VERSION_NUM {
+            return Err(crate::StoreError::Backend(format!("postgres at {target} is version {num}; gnomon needs PostgreSQL 12 or newer")));
+        }
+        let store = Self { pool };
+        store.migrate().await?;
+        store.probe().await?;
+        Ok(store)
+    }
+}
+
+mod store_impl {
+    use super::{PgStore, DIALECT};
+    use crate::sql::sql_store;
+    sql_store!(PgStore, sqlx::Postgres, sqlx::postgres::PgRow, DIALECT);
+}
