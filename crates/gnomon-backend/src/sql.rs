@@ -453,7 +453,7 @@ macro_rules! sql_store {
                             qb.push(" THEN ").push_bind(*at);
                         }
                     }
-                    qb.push(" ELSE started_at END WHERE state = 'assigned' AND (run_id, attempt) IN (");
+                    qb.push(" ELSE started_at END WHERE state = 'assigned' AND ");
                     push_attempt_keys(&mut qb, chunk.iter().map(|(r, c, _)| attempt_key(r, c)).collect());
                     qb.build().execute(&mut **tx).await.map_err(db_err)?;
                 }
@@ -482,7 +482,7 @@ macro_rules! sql_store {
                         }
                         qb.push(" ELSE ").push(*column).push(" END");
                     }
-                    qb.push(" WHERE state IN ('assigned', 'running') AND (run_id, attempt) IN (");
+                    qb.push(" WHERE state IN ('assigned', 'running') AND ");
                     push_attempt_keys(&mut qb, chunk.iter().map(|(r, c, _)| attempt_key(r, c)).collect());
                     qb.build().execute(&mut **tx).await.map_err(db_err)?;
                 }
@@ -497,8 +497,15 @@ macro_rules! sql_store {
             (run_id.to_string(), i64::from(attempt))
         }
 
-        /// Pushes `(k1, a1), (k2, a2), …)` to close a `(run_id, attempt) IN (` list.
+        /// Pushes `run_id IN (…) AND (run_id, attempt) IN ((k1, a1), …)`; the
+        /// plain list lets every planner use the primary key.
         fn push_attempt_keys(qb: &mut QueryBuilder<'_, $db>, keys: Vec<(String, i64)>) {
+            qb.push("run_id IN (");
+            let mut sep = qb.separated(", ");
+            for (run_id, _) in &keys {
+                sep.push_bind(run_id.clone());
+            }
+            qb.push(") AND (run_id, attempt) IN (");
             let mut first = true;
             for (run_id, attempt) in keys {
                 if !first {
@@ -861,8 +868,14 @@ macro_rules! sql_store {
                         }
                         qb.push(" ELSE ").push(*column).push(" END");
                     }
-                    // The CAS: each row must still be in the state it was locked in.
-                    qb.push(" WHERE (id, state, attempt) IN (");
+                    // The CAS: each row must still be in the state it was locked
+                    // in. The plain `id IN` list lets every planner use the index.
+                    qb.push(" WHERE id IN (");
+                    let mut sep = qb.separated(", ");
+                    for (id, _, _, _) in chunk {
+                        sep.push_bind(id.clone());
+                    }
+                    qb.push(") AND (id, state, attempt) IN (");
                     let mut first = true;
                     for (id, state, attempt, _) in chunk {
                         if !first {
