@@ -25,6 +25,8 @@ ensure_toolchain() {
   # The bundled SQLite is compiled from C.
   need_apt cc build-essential
   need_apt pkg-config pkg-config
+  # gnomon-proto compiles the worker protocol with protoc.
+  need_apt protoc protobuf-compiler
   rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy >/dev/null 2>&1 || true
 }
 

@@ -94,8 +94,15 @@ pub fn router(state: ApiState) -> Router {
         .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
+    let grpc = gnomon_proto::v1::worker_server::WorkerServer::new(crate::sessions::WorkerService {
+        node: state.node.clone(),
+        token: state.token.clone(),
+    })
+    .max_decoding_message_size(8 << 20);
     Router::new()
         .nest("/v1", v1)
+        // The worker protocol (gRPC over HTTP/2) shares the listener.
+        .route_service("/gnomon.worker.v1.Worker/Session", grpc)
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
@@ -399,11 +406,19 @@ async fn cancel_run(State(state): State<ApiState>, Path(id): Path<String>) -> Ap
 async fn list_workers(State(state): State<ApiState>) -> impl IntoResponse {
     let workers: Vec<Value> = state
         .node
-        .worker()
+        .workers()
         .into_iter()
         .map(|w| {
-            json!({"id": w.id, "labels": {}, "capacity": w.capacity, "load": w.load, "state": "live",
-                   "lease_expires_at": null, "embedded": true, "handlers": w.handlers})
+            let state = if !w.connected {
+                "disconnected"
+            } else if w.draining {
+                "draining"
+            } else {
+                "live"
+            };
+            json!({"id": w.id, "session": w.session, "labels": w.labels, "capacity": w.capacity, "running": w.running,
+                   "load": w.load, "state": state, "lease_expires_at": format_millis(w.lease_expires_at),
+                   "executors": w.executors, "handlers": w.handlers})
         })
         .collect();
     Json(json!({"workers": workers}))

@@ -6,7 +6,7 @@
 //! at once when the store reports it has been fenced out.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,10 +15,17 @@ use gnomon_core::policy::{decide_overlap, plan_fires, Decision, OverlapDecision,
 use gnomon_core::retry::BackoffPolicy;
 use gnomon_core::run::run_state_after_attempt;
 use gnomon_core::schedule::Schedule;
-use gnomon_core::spec::{Executor, MisfirePolicy, OverlapPolicy};
+use gnomon_core::spec::{Executor, MisfirePolicy, OverlapPolicy, RouteSpec};
 use gnomon_core::{AttemptState, Clock, Millis, RunState};
-use gnomon_worker::{Assign, Cancel, ExecRequest, LocalWorker, WorkerEvent};
+use gnomon_proto::v1::{self, server_message, worker_message};
+use gnomon_worker::ExecOutcome;
 use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::routing::{pick_worker, Candidate};
+
+/// The most ready runs one dispatch pass looks at.
+const MAX_DISPATCH_SCAN: usize = 8192;
+use crate::sessions::Outbound;
 
 /// The longest the actor sleeps between turns, which bounds how stale the
 /// job feed and cancel requests can get (and step-down latency).
@@ -35,14 +42,61 @@ const POLL_EVERY_MS: Millis = 1000;
 pub struct LeaderConfig {
     /// How late a scheduled time may be reached and still count as on time.
     pub misfire_grace_ms: i64,
-    /// Attempts the embedded worker runs at once.
-    pub capacity: usize,
+    /// A worker session's lease: it is alive while heartbeats arrive within
+    /// this time; after it, its attempts are `lost` and retried elsewhere.
+    pub lease_ttl_ms: i64,
+    /// How often workers heartbeat (told in `Welcome`).
+    pub heartbeat_ms: i64,
 }
 
 impl Default for LeaderConfig {
     fn default() -> Self {
-        Self { misfire_grace_ms: 1000, capacity: 256 }
+        Self { misfire_grace_ms: 1000, lease_ttl_ms: 10_000, heartbeat_ms: 2_000 }
     }
+}
+
+/// One worker session as `GET /v1/workers` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WorkerInfo {
+    pub id: String,
+    pub session: String,
+    pub labels: BTreeMap<String, String>,
+    pub capacity: usize,
+    /// Attempts it holds now.
+    pub running: usize,
+    pub load: f64,
+    pub executors: Vec<String>,
+    pub handlers: Vec<String>,
+    pub connected: bool,
+    pub draining: bool,
+    pub lease_expires_at: Millis,
+}
+
+/// The leader's published list of worker sessions.
+pub type WorkersView = Arc<std::sync::RwLock<Vec<WorkerInfo>>>;
+
+/// A worker session, owned by the leader actor.
+#[derive(Debug)]
+struct Session {
+    session_id: String,
+    labels: BTreeMap<String, String>,
+    capacity: usize,
+    executors: HashSet<String>,
+    handlers: HashSet<String>,
+    /// `None` while the stream is down (the lease keeps running).
+    tx: Option<Outbound>,
+    lease_until: Millis,
+    last_heartbeat: Millis,
+    /// Runs whose live attempt this worker holds.
+    attempts: HashSet<String>,
+    draining: bool,
+}
+
+/// What workers report, as the leader batches it.
+#[derive(Debug, Clone)]
+enum WorkerEvent {
+    Started { run_id: String, attempt: u32, at: Millis },
+    Finished { worker: String, run_id: String, attempt: u32, outcome: ExecOutcome, at: Millis },
 }
 
 /// Requests from the API to the leader.
@@ -52,6 +106,13 @@ pub enum LeaderCommand {
     Trigger { namespace: String, name: String, reply: oneshot::Sender<std::result::Result<String, StoreError>> },
     /// Something changed in the store (jobs or cancel requests); look now.
     Nudge,
+    /// A worker said Hello on this leader; the reply is the session id (the
+    /// leader has sent `Welcome`) or the refusal.
+    SessionOpen { hello: Box<v1::Hello>, outbound: Outbound, reply: oneshot::Sender<std::result::Result<String, tonic::Status>> },
+    /// A message on an open session.
+    FromWorker { session: String, msg: worker_message::Msg },
+    /// The session's stream ended (its lease keeps running).
+    SessionClosed { session: String },
 }
 
 /// What the leader keeps of a job's stored record: its metadata, not its spec.
@@ -82,6 +143,7 @@ struct JobEntry {
     catchup_window_ms: i64,
     overlap: OverlapPolicy,
     misfire: MisfirePolicy,
+    route: Option<Box<RouteSpec>>,
     generation: u64,
 }
 
@@ -109,11 +171,19 @@ pub struct LeaderRuntime {
     fence: Fence,
     clock: Arc<dyn Clock>,
     config: LeaderConfig,
-    worker: LocalWorker,
-    events: mpsc::UnboundedReceiver<WorkerEvent>,
     commands: mpsc::Receiver<LeaderCommand>,
     lost: watch::Receiver<bool>,
     shutdown: watch::Receiver<bool>,
+    view: WorkersView,
+
+    /// Worker sessions by worker id, and worker id by session id.
+    sessions: HashMap<String, Session>,
+    session_ids: HashMap<String, String>,
+    /// Live attempts recovered from the store, waiting for their worker to
+    /// reclaim them (or for their lease to run out): run id -> deadline.
+    orphans: HashMap<String, Millis>,
+    round_robin: usize,
+    view_dirty: bool,
 
     jobs: HashMap<String, Box<JobEntry>>,
     job_feed_seq: u64,
@@ -123,7 +193,8 @@ pub struct LeaderRuntime {
     runs_by_job: HashMap<String, HashSet<String>>,
     ready: VecDeque<String>,
     retry_heap: BinaryHeap<Reverse<(Millis, String)>>,
-    in_flight: HashSet<String>,
+    /// Runs with a live attempt, and the worker holding it.
+    in_flight: HashMap<String, String>,
     unwritten_events: Vec<WorkerEvent>,
     cancels_sent: HashSet<(String, u32)>,
     last_poll: Millis,
@@ -134,11 +205,11 @@ pub struct LeaderParts {
     pub fence: Fence,
     pub clock: Arc<dyn Clock>,
     pub config: LeaderConfig,
-    pub worker: LocalWorker,
-    pub events: mpsc::UnboundedReceiver<WorkerEvent>,
     pub commands: mpsc::Receiver<LeaderCommand>,
     pub lost: watch::Receiver<bool>,
     pub shutdown: watch::Receiver<bool>,
+    /// Where the leader publishes its worker sessions.
+    pub view: WorkersView,
 }
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -150,11 +221,15 @@ impl LeaderRuntime {
             fence: p.fence,
             clock: p.clock,
             config: p.config,
-            worker: p.worker,
-            events: p.events,
             commands: p.commands,
             lost: p.lost,
             shutdown: p.shutdown,
+            view: p.view,
+            sessions: HashMap::new(),
+            session_ids: HashMap::new(),
+            orphans: HashMap::new(),
+            round_robin: 0,
+            view_dirty: true,
             jobs: HashMap::new(),
             job_feed_seq: 0,
             fire_heap: BinaryHeap::new(),
@@ -163,7 +238,7 @@ impl LeaderRuntime {
             runs_by_job: HashMap::new(),
             ready: VecDeque::new(),
             retry_heap: BinaryHeap::new(),
-            in_flight: HashSet::new(),
+            in_flight: HashMap::new(),
             unwritten_events: Vec::new(),
             cancels_sent: HashSet::new(),
             last_poll: 0,
@@ -229,8 +304,8 @@ impl LeaderRuntime {
     }
 
     /// Loads jobs and open runs. Attempts that were live under a previous
-    /// leader belonged to a worker session that no longer exists (the
-    /// embedded worker dies with its process): they are `lost`.
+    /// leader wait one lease TTL for their worker to reconnect and reclaim
+    /// them (its `Hello` lists them); after that they are `lost`.
     async fn recover(&mut self) -> Result<()> {
         let changes = self.store.job_changes(0).await?;
         self.job_feed_seq = changes.seq;
@@ -257,13 +332,8 @@ impl LeaderRuntime {
                 _ => {}
             }
         }
-        if !orphaned.is_empty() {
-            let mut batch = Vec::new();
-            for id in &orphaned {
-                batch.push(self.end_attempt(id, AttemptState::Lost, None, "worker session ended (previous leader)".into(), now));
-            }
-            let batch: Vec<Transition> = batch.into_iter().flatten().collect();
-            self.apply(batch).await?;
+        for id in orphaned {
+            self.orphans.insert(id, now + self.config.lease_ttl_ms);
         }
         self.last_poll = now;
         Ok(())
@@ -301,6 +371,7 @@ impl LeaderRuntime {
             catchup_window_ms: compiled.catchup_window_ms,
             overlap: compiled.spec.overlap,
             misfire: compiled.spec.misfire,
+            route: compiled.spec.route.map(Box::new),
             generation,
         });
         if !entry.record.paused {
@@ -334,7 +405,33 @@ impl LeaderRuntime {
                 }
             }
         }
-        self.in_flight.remove(id);
+        self.release(id);
+    }
+
+    /// Forgets which worker holds `id`'s attempt.
+    fn release(&mut self, id: &str) {
+        self.orphans.remove(id);
+        if let Some(worker) = self.in_flight.remove(id) {
+            if let Some(s) = self.sessions.get_mut(&worker) {
+                s.attempts.remove(id);
+                self.view_dirty = true;
+            }
+        }
+    }
+
+    fn send_to(&self, worker: &str, msg: server_message::Msg) -> bool {
+        match self.sessions.get(worker).and_then(|s| s.tx.as_ref()) {
+            Some(tx) => tx.try_send(Ok(v1::ServerMessage { msg: Some(msg) })).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Asks the worker holding the run's attempt to stop it.
+    fn send_cancel(&mut self, run_id: &str, attempt: u32) {
+        if let Some(worker) = self.in_flight.get(run_id).cloned() {
+            self.send_to(&worker, server_message::Msg::Cancel(v1::Cancel { run_id: run_id.into(), attempt, token: self.fence.token }));
+        }
+        self.cancels_sent.insert((run_id.to_string(), attempt));
     }
 
     fn job_counts(&self, job_uid: &str) -> (usize, usize, usize) {
@@ -363,6 +460,7 @@ impl LeaderRuntime {
             self.last_poll = now;
         }
         self.handle_commands().await?;
+        self.expire_leases(now).await?;
         // Firing comes first: a burst is written in chunks until it is done
         // or the turn's fire budget is spent, then dispatch gets its turn.
         let budget = std::time::Instant::now() + FIRE_BUDGET;
@@ -387,9 +485,8 @@ impl LeaderRuntime {
         self.job_feed_seq = changes.seq;
         for run in self.store.cancel_requests().await? {
             let key = (run.id.clone(), run.attempt);
-            if self.in_flight.contains(&run.id) && !self.cancels_sent.contains(&key) {
-                self.worker.cancel(&Cancel { run_id: run.id.clone(), attempt: run.attempt });
-                self.cancels_sent.insert(key);
+            if self.in_flight.contains_key(&run.id) && !self.cancels_sent.contains(&key) {
+                self.send_cancel(&run.id, run.attempt);
             }
         }
         Ok(())
@@ -397,23 +494,239 @@ impl LeaderRuntime {
 
     async fn handle_commands(&mut self) -> Result<()> {
         while let Ok(cmd) = self.commands.try_recv() {
-            match cmd {
-                LeaderCommand::Nudge => self.last_poll = 0,
-                LeaderCommand::Trigger { namespace, name, reply } => {
-                    let result = self.trigger(&namespace, &name).await;
-                    if let Err(StoreError::Fenced { .. }) = &result {
-                        let _ = reply.send(result.clone());
-                        return result.map(|_| ());
-                    }
-                    let _ = reply.send(result);
-                }
-            }
+            self.on_command(cmd).await?;
         }
         if self.last_poll == 0 {
             self.poll_store().await?;
             self.last_poll = self.clock.now_millis();
         }
         Ok(())
+    }
+
+    async fn on_command(&mut self, cmd: LeaderCommand) -> Result<()> {
+        match cmd {
+            LeaderCommand::Nudge => self.last_poll = 0,
+            LeaderCommand::Trigger { namespace, name, reply } => {
+                let result = self.trigger(&namespace, &name).await;
+                if let Err(StoreError::Fenced { .. }) = &result {
+                    let _ = reply.send(result.clone());
+                    return result.map(|_| ());
+                }
+                let _ = reply.send(result);
+            }
+            LeaderCommand::SessionOpen { hello, outbound, reply } => {
+                let result = self.open_session(*hello, outbound);
+                let _ = reply.send(result);
+            }
+            LeaderCommand::FromWorker { session, msg } => self.on_worker_message(&session, msg),
+            LeaderCommand::SessionClosed { session } => {
+                if let Some(worker) = self.session_ids.remove(&session) {
+                    if let Some(s) = self.sessions.get_mut(&worker).filter(|s| s.session_id == session) {
+                        s.tx = None;
+                        self.view_dirty = true;
+                        tracing::info!(worker = %worker, "worker session stream closed; its lease keeps running");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Registers a worker session (answering `Welcome`), reclaiming the
+    /// attempts it still runs, or refuses it.
+    #[allow(clippy::result_large_err)] // tonic::Status is what the service returns
+    fn open_session(&mut self, hello: v1::Hello, outbound: Outbound) -> std::result::Result<String, tonic::Status> {
+        let now = self.clock.now_millis();
+        let worker = hello.worker_id.clone();
+        if let Some(old) = self.sessions.get(&worker) {
+            if old.tx.as_ref().is_some_and(|tx| !tx.is_closed()) && now - old.last_heartbeat < 2 * self.config.heartbeat_ms {
+                return Err(tonic::Status::already_exists(format!("worker id {worker:?} already has a live session")));
+            }
+        }
+        let session_id = format!("{worker}-{:08x}", rand::random::<u32>());
+        let mut attempts = self
+            .sessions
+            .remove(&worker)
+            .map(|s| {
+                self.session_ids.remove(&s.session_id);
+                s.attempts
+            })
+            .unwrap_or_default();
+        let listed: HashSet<&str> = hello.running.iter().map(|r| r.run_id.as_str()).collect();
+        // Attempts it held but no longer lists: its report may still be
+        // spooled; give it one lease to arrive, then they are lost.
+        for id in attempts.iter().filter(|id| !listed.contains(id.as_str())) {
+            self.orphans.insert(id.clone(), now + self.config.lease_ttl_ms);
+        }
+        let mut reclaimed = Vec::new();
+        let mut superseded = Vec::new();
+        for r in &hello.running {
+            let current = self.runs.get(&r.run_id).is_some_and(|run| run.state.is_active() && run.attempt == r.attempt);
+            let ours = self.orphans.contains_key(&r.run_id) || self.in_flight.get(&r.run_id) == Some(&worker);
+            if current && ours {
+                self.orphans.remove(&r.run_id);
+                if let Some(prev) = self.in_flight.insert(r.run_id.clone(), worker.clone()) {
+                    if prev != worker {
+                        if let Some(s) = self.sessions.get_mut(&prev) {
+                            s.attempts.remove(&r.run_id);
+                        }
+                    }
+                }
+                attempts.insert(r.run_id.clone());
+                reclaimed.push(r.clone());
+            } else {
+                superseded.push(r.clone());
+            }
+        }
+        let welcome = v1::Welcome {
+            session_id: session_id.clone(),
+            lease_ttl_ms: u64::try_from(self.config.lease_ttl_ms).unwrap_or(10_000),
+            heartbeat_interval_ms: u64::try_from(self.config.heartbeat_ms).unwrap_or(2_000),
+            leader_token: self.fence.token,
+            reclaimed,
+            superseded,
+        };
+        if outbound.try_send(Ok(v1::ServerMessage { msg: Some(server_message::Msg::Welcome(welcome)) })).is_err() {
+            return Err(tonic::Status::unavailable("the session closed during Hello"));
+        }
+        tracing::info!(worker = %worker, session = %session_id, capacity = hello.capacity, labels = ?hello.labels, "worker session opened");
+        self.sessions.insert(
+            worker.clone(),
+            Session {
+                session_id: session_id.clone(),
+                labels: hello.labels.into_iter().collect(),
+                capacity: usize::try_from(hello.capacity).unwrap_or(1),
+                executors: hello.executors.into_iter().collect(),
+                handlers: hello.handlers.into_iter().collect(),
+                tx: Some(outbound),
+                lease_until: now + self.config.lease_ttl_ms,
+                last_heartbeat: now,
+                attempts,
+                draining: false,
+            },
+        );
+        self.session_ids.insert(session_id.clone(), worker);
+        self.view_dirty = true;
+        Ok(session_id)
+    }
+
+    fn on_worker_message(&mut self, session: &str, msg: worker_message::Msg) {
+        let Some(worker) = self.session_ids.get(session).cloned() else { return };
+        let now = self.clock.now_millis();
+        match msg {
+            worker_message::Msg::Heartbeat(hb) => {
+                if let Some(s) = self.sessions.get_mut(&worker) {
+                    s.lease_until = now + self.config.lease_ttl_ms;
+                    s.last_heartbeat = now;
+                    if s.draining != hb.draining {
+                        tracing::info!(worker = %worker, draining = hb.draining, "worker drain state changed");
+                    }
+                    s.draining = hb.draining;
+                    self.view_dirty = true;
+                }
+                self.send_to(&worker, server_message::Msg::Ack(v1::Ack { heartbeat_seq: Some(hb.seq), ..Default::default() }));
+            }
+            worker_message::Msg::Started(st) => {
+                self.unwritten_events.push(WorkerEvent::Started { run_id: st.run_id, attempt: st.attempt, at: st.started_at_ms });
+            }
+            worker_message::Msg::Report(r) => {
+                let state = match v1::Outcome::try_from(r.outcome).unwrap_or(v1::Outcome::Failed) {
+                    v1::Outcome::Succeeded => AttemptState::Succeeded,
+                    v1::Outcome::TimedOut => AttemptState::TimedOut,
+                    v1::Outcome::Cancelled => AttemptState::Cancelled,
+                    v1::Outcome::Lost => AttemptState::Lost,
+                    v1::Outcome::Failed | v1::Outcome::Unspecified => AttemptState::Failed,
+                };
+                let exit_code = r.exit_code.or(r.http_status.and_then(|s| i32::try_from(s).ok()));
+                let mut output = r.output;
+                if output.len() > gnomon_worker::MAX_OUTPUT_BYTES {
+                    let cut = output.len() - gnomon_worker::MAX_OUTPUT_BYTES;
+                    let cut = (cut..output.len()).find(|i| output.is_char_boundary(*i)).unwrap_or(output.len());
+                    output = output[cut..].to_string();
+                }
+                self.unwritten_events.push(WorkerEvent::Finished {
+                    worker,
+                    run_id: r.run_id,
+                    attempt: r.attempt,
+                    outcome: ExecOutcome { state, exit_code, output },
+                    at: r.ended_at_ms.max(r.started_at_ms),
+                });
+            }
+            worker_message::Msg::Hello(_) => {}
+        }
+    }
+
+    /// Sessions whose lease ran out lose their attempts (retried elsewhere
+    /// per the job's policy); recovered attempts nobody reclaimed likewise.
+    async fn expire_leases(&mut self, now: Millis) -> Result<()> {
+        let expired: Vec<String> = self.sessions.iter().filter(|(_, s)| s.lease_until < now).map(|(w, _)| w.clone()).collect();
+        let mut batch = Vec::new();
+        for worker in expired {
+            let Some(s) = self.sessions.remove(&worker) else { continue };
+            self.session_ids.remove(&s.session_id);
+            self.view_dirty = true;
+            tracing::warn!(worker = %worker, attempts = s.attempts.len(), "worker lease expired; its attempts are lost");
+            metrics::counter!("gnomon_worker_leases_expired_total").increment(1);
+            for id in s.attempts {
+                if self.in_flight.get(&id) == Some(&worker) {
+                    self.in_flight.remove(&id);
+                    if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, format!("worker {worker} lease expired"), now) {
+                        batch.push(t);
+                    }
+                }
+            }
+        }
+        let overdue: Vec<String> = self.orphans.iter().filter(|(_, d)| **d < now).map(|(id, _)| id.clone()).collect();
+        for id in overdue {
+            self.orphans.remove(&id);
+            if let Some(worker) = self.in_flight.remove(&id) {
+                if let Some(s) = self.sessions.get_mut(&worker) {
+                    s.attempts.remove(&id);
+                }
+            }
+            if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, "no worker reclaimed the attempt within its lease".into(), now)
+            {
+                batch.push(t);
+            }
+        }
+        self.apply(batch).await?;
+        self.publish_view();
+        Ok(())
+    }
+
+    fn publish_view(&mut self) {
+        if !self.view_dirty {
+            return;
+        }
+        self.view_dirty = false;
+        let mut list: Vec<WorkerInfo> = self
+            .sessions
+            .iter()
+            .map(|(id, s)| WorkerInfo {
+                id: id.clone(),
+                session: s.session_id.clone(),
+                labels: s.labels.clone(),
+                capacity: s.capacity,
+                running: s.attempts.len(),
+                load: s.attempts.len() as f64 / s.capacity.max(1) as f64,
+                executors: {
+                    let mut v: Vec<String> = s.executors.iter().cloned().collect();
+                    v.sort();
+                    v
+                },
+                handlers: {
+                    let mut v: Vec<String> = s.handlers.iter().cloned().collect();
+                    v.sort();
+                    v
+                },
+                connected: s.tx.is_some(),
+                draining: s.draining,
+                lease_expires_at: s.lease_until,
+            })
+            .collect();
+        list.sort_by(|a, b| a.id.cmp(&b.id));
+        metrics::gauge!("gnomon_workers", "state" => "live").set(list.iter().filter(|w| w.connected).count() as f64);
+        *self.view.write().unwrap_or_else(|p| p.into_inner()) = list;
     }
 
     async fn trigger(&mut self, namespace: &str, name: &str) -> Result<String> {
@@ -607,8 +920,8 @@ impl LeaderRuntime {
                     at: now,
                 }),
                 RunState::Assigned | RunState::Running => {
-                    self.worker.cancel(&Cancel { run_id: id.clone(), attempt: run.attempt });
-                    self.cancels_sent.insert((id.clone(), run.attempt));
+                    let attempt = run.attempt;
+                    self.send_cancel(&id, attempt);
                 }
                 _ => {}
             }
@@ -672,7 +985,7 @@ impl LeaderRuntime {
                 self.ready.push_back(t.run_id.clone());
             }
             RunState::Retrying => {
-                self.in_flight.remove(&t.run_id);
+                self.release(&t.run_id);
                 self.retry_heap.push(Reverse((t.next_attempt_at.unwrap_or(t.at), t.run_id.clone())));
             }
             _ => {}
@@ -722,9 +1035,6 @@ impl LeaderRuntime {
     }
 
     async fn record_worker_events(&mut self) -> Result<()> {
-        while let Ok(e) = self.events.try_recv() {
-            self.unwritten_events.push(e);
-        }
         if self.unwritten_events.is_empty() {
             return Ok(());
         }
@@ -733,6 +1043,8 @@ impl LeaderRuntime {
         // start and an end of the same attempt in one batch chain correctly.
         let mut scratch: HashMap<String, (RunState, u32)> = HashMap::new();
         let mut batch = Vec::new();
+        // Reports to ack once the batch is written: (worker, run, attempt, rejection).
+        let mut acks: Vec<(String, String, u32, Option<&'static str>)> = Vec::new();
         for e in &events {
             match e {
                 WorkerEvent::Started { run_id, attempt, at } => {
@@ -753,20 +1065,25 @@ impl LeaderRuntime {
                         scratch.insert(run_id.clone(), (RunState::Running, current));
                     }
                 }
-                WorkerEvent::Finished { run_id, attempt, outcome, at } => {
-                    let Some(run) = self.runs.get(run_id) else { continue };
+                WorkerEvent::Finished { worker, run_id, attempt, outcome, at } => {
+                    let Some(run) = self.runs.get(run_id) else {
+                        acks.push((worker.clone(), run_id.clone(), *attempt, Some("unknown run, or its result is already recorded")));
+                        continue;
+                    };
                     let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
-                    if current != *attempt || !state.is_active() {
-                        tracing::warn!(run = %run_id, attempt, "report for a superseded attempt ignored");
+                    let holder = self.in_flight.get(run_id) == Some(worker) || self.orphans.contains_key(run_id);
+                    if current != *attempt || !state.is_active() || !holder {
+                        acks.push((worker.clone(), run_id.clone(), *attempt, Some("superseded attempt: the run has moved on")));
                         continue;
                     }
-                    let mut t = match self.end_attempt(run_id, outcome.state, outcome.exit_code, outcome.output.clone(), *at) {
-                        Some(t) => t,
-                        None => continue,
+                    let Some(mut t) = self.end_attempt(run_id, outcome.state, outcome.exit_code, outcome.output.clone(), *at) else {
+                        acks.push((worker.clone(), run_id.clone(), *attempt, Some("the attempt is no longer live")));
+                        continue;
                     };
                     t.from = state;
                     scratch.insert(run_id.clone(), (t.to, current));
                     batch.push(t);
+                    acks.push((worker.clone(), run_id.clone(), *attempt, None));
                 }
             }
         }
@@ -774,9 +1091,32 @@ impl LeaderRuntime {
             Ok(()) => {
                 for t in &batch {
                     if matches!(t.attempt, Some(AttemptChange::End { .. })) {
-                        self.in_flight.remove(&t.run_id);
+                        self.release(&t.run_id);
                         self.cancels_sent.retain(|(id, _)| id != &t.run_id);
                     }
+                }
+                // Persisted: now ack (and abort what was superseded).
+                for (worker, run_id, attempt, rejection) in acks {
+                    if let Some(reason) = rejection {
+                        tracing::info!(worker = %worker, run = %run_id, attempt, reason, "report rejected");
+                        self.send_to(
+                            &worker,
+                            server_message::Msg::Abort(v1::Abort {
+                                run_id: run_id.clone(),
+                                attempt,
+                                token: self.fence.token,
+                                reason: reason.into(),
+                            }),
+                        );
+                    }
+                    self.send_to(
+                        &worker,
+                        server_message::Msg::Ack(v1::Ack {
+                            heartbeat_seq: None,
+                            report: Some(v1::AttemptRef { run_id, attempt }),
+                            rejected_reason: rejection.unwrap_or_default().to_string(),
+                        }),
+                    );
                 }
                 Ok(())
             }
@@ -788,45 +1128,104 @@ impl LeaderRuntime {
         }
     }
 
+    /// The workers a job may run on, sorted by id, as routing candidates.
+    fn candidates_for(&self, job: &JobEntry) -> Vec<Candidate<'_>> {
+        let (kind, handler) = match job.executor.as_ref() {
+            Executor::Shell(_) => ("shell", None),
+            Executor::Http(_) => ("http", None),
+            Executor::Handler(h) => ("handler", Some(h.name.as_str())),
+        };
+        let mut out: Vec<Candidate<'_>> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.tx.is_some() && !s.draining && s.executors.contains(kind))
+            .filter(|(_, s)| handler.is_none_or(|h| s.handlers.contains(h)))
+            .filter(|(_, s)| job.route.as_ref().is_none_or(|r| r.labels.iter().all(|(k, v)| s.labels.get(k) == Some(v))))
+            .map(|(id, s)| Candidate { id: id.as_str(), running: s.attempts.len(), capacity: s.capacity })
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(b.id));
+        out
+    }
+
+    fn free_slots(&self) -> usize {
+        self.sessions.values().filter(|s| s.tx.is_some() && !s.draining).map(|s| s.capacity.saturating_sub(s.attempts.len())).sum()
+    }
+
     async fn dispatch(&mut self) -> Result<()> {
-        let capacity = self.config.capacity;
-        let mut batch = Vec::new();
-        let mut deferred = Vec::new();
         let now = self.clock.now_millis();
-        let mut taken: HashSet<String> = HashSet::new();
-        while self.in_flight.len() + batch.len() < capacity {
+        let mut free = self.free_slots();
+        let mut batch: Vec<Transition> = Vec::new();
+        let mut targets: Vec<String> = Vec::new();
+        let mut batch_jobs: HashSet<String> = HashSet::new();
+        let mut deferred = Vec::new();
+        let mut dropped = Vec::new();
+        let mut scanned = 0;
+        while free > 0 && scanned < MAX_DISPATCH_SCAN {
             let Some(id) = self.ready.pop_front() else { break };
+            scanned += 1;
             let Some(run) = self.runs.get(&id) else { continue };
-            if run.state != RunState::Pending || taken.contains(&id) {
+            if run.state != RunState::Pending || self.in_flight.contains_key(&id) {
                 continue;
             }
-            // forbid / buffer_one: a waiting run starts only after the active one ends.
-            let overlap = self.jobs.get(&run.job_uid).map(|j| j.overlap).unwrap_or_default();
-            if matches!(overlap, OverlapPolicy::Forbid | OverlapPolicy::BufferOne | OverlapPolicy::Replace) {
+            let Some(job) = self.jobs.get(&run.job_uid) else {
+                // Its job was deleted: it can never run.
+                dropped.push(Transition {
+                    run_id: id.clone(),
+                    from: RunState::Pending,
+                    from_attempt: run.attempt,
+                    to: RunState::Cancelled,
+                    to_attempt: run.attempt,
+                    reason: Some("its job was deleted before it ran".into()),
+                    next_attempt_at: None,
+                    attempt: None,
+                    at: now,
+                });
+                continue;
+            };
+            // forbid / buffer_one / replace: a waiting run starts only after the active one ends.
+            if matches!(job.overlap, OverlapPolicy::Forbid | OverlapPolicy::BufferOne | OverlapPolicy::Replace) {
                 let (_, _, active) = self.job_counts(&run.job_uid);
-                let batch_has_job = batch.iter().any(|t: &Transition| self.runs.get(&t.run_id).is_some_and(|r| r.job_uid == run.job_uid));
-                if active > 0 || batch_has_job {
+                if active > 0 || batch_jobs.contains(&run.job_uid) {
                     deferred.push(id);
                     continue;
                 }
             }
-            taken.insert(id.clone());
+            let strategy = job.route.as_ref().map(|r| r.strategy).unwrap_or_default();
+            let candidates = self.candidates_for(job);
+            let mut rr = self.round_robin;
+            let Some(i) = pick_worker(strategy, &run.job, &candidates, &mut rr) else {
+                deferred.push(id);
+                continue;
+            };
+            let worker = candidates[i].id.to_string();
+            drop(candidates);
+            self.round_robin = rr;
             let attempt = run.attempt + 1;
+            let job_uid = run.job_uid.clone();
+            batch_jobs.insert(job_uid);
+            // Reserve the slot now so the rest of this pass sees it taken.
+            if let Some(s) = self.sessions.get_mut(&worker) {
+                s.attempts.insert(id.clone());
+            }
+            self.in_flight.insert(id.clone(), worker.clone());
+            free -= 1;
             batch.push(Transition {
                 run_id: id.clone(),
                 from: RunState::Pending,
-                from_attempt: run.attempt,
+                from_attempt: attempt - 1,
                 to: RunState::Assigned,
                 to_attempt: attempt,
                 reason: None,
                 next_attempt_at: None,
-                attempt: Some(AttemptChange::Assign { attempt, worker: self.worker.id.clone(), token: self.fence.token }),
+                attempt: Some(AttemptChange::Assign { attempt, worker: worker.clone(), token: self.fence.token }),
                 at: now,
             });
+            targets.push(worker);
         }
         for id in deferred.into_iter().rev() {
             self.ready.push_front(id);
         }
+        self.apply(dropped).await?;
         if batch.is_empty() {
             return Ok(());
         }
@@ -835,13 +1234,16 @@ impl LeaderRuntime {
             Ok(a) => a,
             Err(e) => {
                 for t in batch.iter().rev() {
+                    self.release(&t.run_id);
                     self.ready.push_front(t.run_id.clone());
                 }
                 return Err(e);
             }
         };
-        for (t, ok) in batch.into_iter().zip(applied) {
+        self.view_dirty = true;
+        for ((t, ok), worker) in batch.into_iter().zip(applied).zip(targets) {
             if !ok {
+                self.release(&t.run_id);
                 self.resync(&t.run_id).await?;
                 continue;
             }
@@ -850,48 +1252,28 @@ impl LeaderRuntime {
             run.state = RunState::Assigned;
             run.attempt = t.to_attempt;
             metrics::histogram!("gnomon_dispatch_latency_seconds").record((now - run.ready_since).max(0) as f64 / 1000.0);
-            let Some(job) = self.jobs.get(&run.job_uid) else {
-                // The job was deleted: its already-fired run still runs with
-                // the last spec we knew? We have none, so it fails cleanly.
-                continue;
-            };
-            let request = ExecRequest {
+            let Some(job) = self.jobs.get(&run.job_uid) else { continue };
+            let assign = v1::Assign {
                 run_id: t.run_id.clone(),
                 attempt: t.to_attempt,
+                token: self.fence.token,
                 job: run.job.clone(),
                 namespace: run.namespace.clone(),
-                scheduled_at: run.scheduled_at,
-                token: self.fence.token,
-                worker_id: self.worker.id.clone(),
-                executor: (*job.executor).clone(),
-                timeout: job.timeout,
+                scheduled_at_ms: run.scheduled_at,
+                executor_json: serde_json::to_string(job.executor.as_ref()).unwrap_or_default(),
+                timeout_ms: job.timeout.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0),
+                idempotency_key: t.run_id.clone(),
             };
-            self.in_flight.insert(t.run_id.clone());
-            self.worker.assign(Assign { request });
-        }
-        // Runs of deleted jobs cannot execute: end them.
-        let orphans: Vec<String> = self
-            .runs
-            .iter()
-            .filter(|(id, r)| r.state == RunState::Assigned && !self.jobs.contains_key(&r.job_uid) && !self.in_flight.contains(*id))
-            .map(|(id, _)| id.clone())
-            .collect();
-        let mut ends = Vec::new();
-        for id in orphans {
-            self.in_flight.insert(id.clone());
-            if let Some(mut t) = self.end_attempt(&id, AttemptState::Failed, None, "job was deleted".into(), now) {
-                t.to = RunState::Failed;
-                t.next_attempt_at = None;
-                ends.push(t);
+            if !self.send_to(&worker, server_message::Msg::Assign(assign)) {
+                tracing::warn!(worker = %worker, run = %t.run_id, "assignment persisted but not deliverable; its lease decides");
             }
         }
-        self.apply(ends).await
+        Ok(())
     }
 
     async fn wait_for_work(&mut self) -> Option<LeaderExit> {
-        if !self.unwritten_events.is_empty()
-            || (!self.ready.is_empty() && self.in_flight.len() < self.config.capacity && self.ready_has_dispatchable())
-        {
+        self.publish_view();
+        if !self.unwritten_events.is_empty() || (!self.ready.is_empty() && self.free_slots() > 0 && self.ready_has_dispatchable()) {
             tokio::task::yield_now().await;
             return self.should_stop();
         }
@@ -906,8 +1288,11 @@ impl LeaderRuntime {
         let sleep = Duration::from_millis(u64::try_from(wake - now).unwrap_or(0));
         tokio::select! {
             _ = tokio::time::sleep(sleep) => {}
-            Some(e) = self.events.recv() => self.unwritten_events.push(e),
-            Some(cmd) = self.commands.recv() => self.requeue_command(cmd).await,
+            Some(cmd) = self.commands.recv() => {
+                if let Err(e) = self.on_command(cmd).await {
+                    tracing::warn!(error = %e, "command failed");
+                }
+            }
             _ = self.lost.changed() => {}
             _ = self.shutdown.changed() => {}
         }
@@ -917,21 +1302,12 @@ impl LeaderRuntime {
     fn ready_has_dispatchable(&self) -> bool {
         self.ready.iter().take(64).any(|id| {
             self.runs.get(id).is_some_and(|r| {
-                r.state == RunState::Pending && {
-                    let overlap = self.jobs.get(&r.job_uid).map(|j| j.overlap).unwrap_or_default();
-                    overlap == OverlapPolicy::Allow || self.job_counts(&r.job_uid).2 == 0
-                }
+                r.state == RunState::Pending
+                    && self.jobs.get(&r.job_uid).is_none_or(|j| {
+                        (j.overlap == OverlapPolicy::Allow || self.job_counts(&r.job_uid).2 == 0)
+                            && self.candidates_for(j).iter().any(|c| c.has_room())
+                    })
             })
         })
-    }
-
-    async fn requeue_command(&mut self, cmd: LeaderCommand) {
-        match cmd {
-            LeaderCommand::Nudge => self.last_poll = 0,
-            LeaderCommand::Trigger { namespace, name, reply } => {
-                let result = self.trigger(&namespace, &name).await;
-                let _ = reply.send(result);
-            }
-        }
     }
 }

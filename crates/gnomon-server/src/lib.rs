@@ -8,6 +8,8 @@ pub mod leader;
 pub mod metrics_setup;
 pub mod node;
 pub mod openapi;
+pub mod routing;
+pub mod sessions;
 mod ui;
 
 pub use node::{Node, NodeConfig, NodeHandle};

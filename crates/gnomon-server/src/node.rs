@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use gnomon_backend::{Elector, Fence, LeaderInfo, Store};
 use gnomon_core::Clock;
-use gnomon_worker::{HandlerRegistry, LocalWorker};
 use tokio::sync::{mpsc, watch};
 
-use crate::leader::{LeaderCommand, LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime};
+use crate::leader::{LeaderCommand, LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime, WorkerInfo, WorkersView};
 
 pub const SCOPE: &str = "scheduler";
 
@@ -19,7 +18,6 @@ pub struct NodeConfig {
     /// The address workers and clients should use to reach this node.
     pub advertise: String,
     pub leader: LeaderConfig,
-    pub worker_id: String,
 }
 
 /// What the API needs to know about this node.
@@ -35,15 +33,7 @@ pub struct NodeHandle {
 #[derive(Debug, Default)]
 struct NodeState {
     term: Option<(u64, mpsc::Sender<LeaderCommand>)>,
-    worker: Option<WorkerInfo>,
-}
-
-#[derive(Debug, Clone)]
-pub struct WorkerInfo {
-    pub id: String,
-    pub capacity: usize,
-    pub load: usize,
-    pub handlers: Vec<String>,
+    workers: WorkersView,
 }
 
 impl NodeHandle {
@@ -63,8 +53,11 @@ impl NodeHandle {
         }
     }
 
-    pub fn worker(&self) -> Option<WorkerInfo> {
-        self.read().worker.clone()
+    /// The worker sessions of the current term (empty on a follower).
+    pub fn workers(&self) -> Vec<WorkerInfo> {
+        let view = self.read().workers.clone();
+        let list = view.read().unwrap_or_else(|p| p.into_inner()).clone();
+        list
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, NodeState> {
@@ -78,19 +71,12 @@ impl NodeHandle {
 pub struct Node {
     pub handle: NodeHandle,
     elector: Arc<dyn Elector>,
-    handlers: HandlerRegistry,
 }
 
 impl Node {
-    pub fn new(
-        config: NodeConfig,
-        store: Arc<dyn Store>,
-        elector: Arc<dyn Elector>,
-        clock: Arc<dyn Clock>,
-        handlers: HandlerRegistry,
-    ) -> Self {
+    pub fn new(config: NodeConfig, store: Arc<dyn Store>, elector: Arc<dyn Elector>, clock: Arc<dyn Clock>) -> Self {
         let handle = NodeHandle { config, store, elector_backend: elector.backend(), clock, state: Arc::default() };
-        Self { handle, elector, handlers }
+        Self { handle, elector }
     }
 
     /// Campaigns and leads until `shutdown` turns true; then resigns.
@@ -122,47 +108,28 @@ impl Node {
             metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => "acquired").increment(1);
             metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(1.0);
             tracing::info!(token = leadership.token, backend, "leading scope {SCOPE}");
-            let (events_tx, events_rx) = mpsc::unbounded_channel();
-            let worker = LocalWorker::new(self.handle.config.worker_id.clone(), self.handlers.clone(), events_tx);
-            let (cmd_tx, cmd_rx) = mpsc::channel(1024);
+            let (cmd_tx, cmd_rx) = mpsc::channel(8192);
+            let view = WorkersView::default();
             {
                 let mut st = self.handle.write();
                 st.term = Some((leadership.token, cmd_tx));
-                st.worker = Some(WorkerInfo {
-                    id: worker.id.clone(),
-                    capacity: self.handle.config.leader.capacity,
-                    load: 0,
-                    handlers: self.handlers.names(),
-                });
+                st.workers = view.clone();
             }
-            metrics::gauge!("gnomon_workers", "state" => "live").set(1.0);
             let runtime = LeaderRuntime::new(LeaderParts {
                 store: self.handle.store.clone(),
                 fence: Fence { scope: SCOPE.into(), token: leadership.token },
                 clock: self.handle.clock.clone(),
                 config: self.handle.config.leader.clone(),
-                worker: worker.clone(),
-                events: events_rx,
                 commands: cmd_rx,
                 lost: leadership.lost.clone(),
                 shutdown: shutdown.clone(),
-            });
-            let load_handle = self.handle.clone();
-            let load_worker = worker.clone();
-            let load_task = tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    if let Some(w) = load_handle.write().worker.as_mut() {
-                        w.load = load_worker.running();
-                    }
-                }
+                view,
             });
             let exit = runtime.run().await;
-            load_task.abort();
             {
                 let mut st = self.handle.write();
                 st.term = None;
-                st.worker = None;
+                st.workers = WorkersView::default();
             }
             metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(0.0);
             metrics::gauge!("gnomon_workers", "state" => "live").set(0.0);

@@ -9,7 +9,6 @@ use gnomon_backend::{Fence, LeaderInfo, Precondition, Store};
 use gnomon_core::spec::parse_job_json;
 use gnomon_core::ManualClock;
 use gnomon_server::leader::{LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime};
-use gnomon_worker::{HandlerRegistry, LocalWorker};
 use tokio::sync::{mpsc, watch};
 
 async fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
@@ -26,8 +25,6 @@ async fn term(store: &Arc<dyn Store>) -> Fence {
 }
 
 fn runtime(store: Arc<dyn Store>, fence: Fence, clock: ManualClock) -> (LeaderRuntime, watch::Sender<bool>, watch::Sender<bool>) {
-    let (events_tx, events_rx) = mpsc::unbounded_channel();
-    let worker = LocalWorker::new("w", HandlerRegistry::with_builtins(), events_tx);
     let (_cmd_tx, cmd_rx) = mpsc::channel(8);
     let (lost_tx, lost_rx) = watch::channel(false);
     let (shut_tx, shut_rx) = watch::channel(false);
@@ -36,11 +33,10 @@ fn runtime(store: Arc<dyn Store>, fence: Fence, clock: ManualClock) -> (LeaderRu
         fence,
         clock: Arc::new(clock),
         config: LeaderConfig::default(),
-        worker,
-        events: events_rx,
         commands: cmd_rx,
         lost: lost_rx,
         shutdown: shut_rx,
+        view: Default::default(),
     });
     std::mem::forget(_cmd_tx);
     (rt, lost_tx, shut_tx)

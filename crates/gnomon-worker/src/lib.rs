@@ -7,9 +7,11 @@
 //! remote worker protocol carries.
 
 pub mod executor;
+pub mod session;
 mod tail;
 
 pub use executor::{execute, ExecOutcome, ExecRequest, Handler, HandlerContext, HandlerRegistry};
+pub use session::{WorkerConfig, WorkerRuntime};
 pub use tail::{OutputTail, MAX_OUTPUT_BYTES};
 
 use std::collections::HashMap;

@@ -4,9 +4,10 @@
 //! - fires/s: 20,000 runs created by batched `fire` calls (500 a call);
 //! - transitions/s: the same runs taken pending → assigned → running →
 //!   succeeded in batches of 500 (60,000 transitions, with attempt rows);
-//! - end-to-end runs/s: 20,000 pending runs of a `noop` handler job executed
-//!   by a real leader with its embedded worker at capacity 50, from the
-//!   node's start to the last run recorded `succeeded`.
+//! - end-to-end runs/s: 20,000 pending runs of a handler job that does
+//!   nothing, executed by a real leader (REST + gRPC listener on loopback)
+//!   and one worker session of capacity 50 over the worker protocol, from
+//!   the node's start to the last run recorded `succeeded`.
 //!
 //! Nothing is asserted. Run it with `bench/store.sh`.
 
@@ -18,9 +19,10 @@ use gnomon_backend::testdb::{Server, TestDb};
 use gnomon_backend::{AttemptChange, Fence, LeaderInfo, NewRun, Precondition, Store, Transition};
 use gnomon_core::spec::parse_job_json;
 use gnomon_core::{AttemptState, RunState};
+use gnomon_server::api::{router, ApiState};
 use gnomon_server::leader::LeaderConfig;
 use gnomon_server::{Node, NodeConfig};
-use gnomon_worker::{Handler, HandlerContext, HandlerRegistry};
+use gnomon_worker::{Handler, HandlerContext, HandlerRegistry, WorkerConfig, WorkerRuntime};
 
 const RUNS: i64 = 20_000;
 const BATCH: usize = 500;
@@ -138,17 +140,19 @@ async fn bench(name: &str, url: &str) {
     let count = Arc::new(AtomicUsize::new(0));
     let mut handlers = HandlerRegistry::with_builtins();
     handlers.register("count", Arc::new(Counting(count.clone())));
-    let config = NodeConfig {
-        node_id: "bench".into(),
-        advertise: "127.0.0.1:0".into(),
-        leader: LeaderConfig { misfire_grace_ms: 1000, capacity: 50 },
-        worker_id: "bench-worker".into(),
-    };
+    let config = NodeConfig { node_id: "bench".into(), advertise: "127.0.0.1:0".into(), leader: LeaderConfig::default() };
     let elector = Arc::new(gnomon_backend::local::LocalElector::new(store.clone()));
-    let node = Node::new(config, store.clone(), elector, Arc::new(gnomon_core::SystemClock), handlers);
+    let node = Node::new(config, store.clone(), elector, Arc::new(gnomon_core::SystemClock));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let api = router(ApiState { node: node.handle.clone(), metrics: None, token: None });
+    let server = tokio::spawn(async move { axum::serve(listener, api).await });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let t = Instant::now();
-    let task = tokio::spawn(node.run(stop_rx));
+    let task = tokio::spawn(node.run(stop_rx.clone()));
+    let mut wc = WorkerConfig::new("bench-worker", vec![addr.to_string()]);
+    wc.capacity = 50;
+    let worker = tokio::spawn(WorkerRuntime::new(wc, handlers).run(stop_rx));
     while count.load(Ordering::Relaxed) < RUNS as usize && t.elapsed() < Duration::from_secs(600) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -157,7 +161,9 @@ async fn bench(name: &str, url: &str) {
     }
     let e2e_secs = t.elapsed().as_secs_f64();
     let _ = stop_tx.send(true);
+    let _ = worker.await;
     let _ = task.await;
+    server.abort();
     println!(
         "{name:<10} fires/s {:>8.0}   transitions/s {:>8.0}   end-to-end runs/s {:>7.0}  ({} runs in {:.1}s, capacity 50)",
         RUNS as f64 / fire_secs,

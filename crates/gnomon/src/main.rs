@@ -14,6 +14,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc options: return freed memory to the OS within about a second
+/// (from a background thread) instead of keeping dirty pages for 10 s.
+#[allow(non_upper_case_globals)]
+#[export_name = "_rjem_malloc_conf"]
+pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 #[derive(Parser, Debug)]
 #[command(name = "gnomon", version, about = "A fenced, exactly-once-firing distributed job scheduler")]
 struct Cli {
@@ -50,9 +56,9 @@ enum Command {
     /// Inspect and cancel runs.
     #[command(subcommand)]
     Run(RunCmd),
-    /// Inspect workers.
-    #[command(subcommand)]
-    Worker(WorkerCmd),
+    /// Run a worker for the servers in `--server` (comma-separated
+    /// host:port); `gnomon worker list` shows the leader's worker sessions.
+    Worker(WorkerCommand),
     /// Show who leads.
     Leader,
 }
@@ -136,14 +142,26 @@ enum RunCmd {
     },
 }
 
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+struct WorkerCommand {
+    #[command(subcommand)]
+    cmd: Option<WorkerCmd>,
+    #[command(flatten)]
+    run: serve::WorkerArgs,
+}
+
 #[derive(Subcommand, Debug)]
 enum WorkerCmd {
+    /// The leader's worker sessions.
     List,
 }
 
 fn main() {
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Dev(_) | Command::Server(_) | Command::Migrate(_)) {
+    let serving = matches!(&cli.command, Command::Dev(_) | Command::Server(_) | Command::Migrate(_))
+        || matches!(&cli.command, Command::Worker(w) if w.cmd.is_none());
+    if !serving {
         // Client output piped into `head` ends quietly, like other Unix tools.
         // SAFETY: restoring the default disposition of SIGPIPE at start-up.
         unsafe {
@@ -169,14 +187,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dev(args) => serve::dev(args, cli.token).await,
         Command::Server(args) => serve::server(args, cli.token).await,
         Command::Migrate(args) => serve::migrate(args).await,
+        Command::Worker(WorkerCommand { cmd: None, run }) => serve::worker(run, &cli.server, cli.token).await,
         command => {
             let c = client::Client::new(&cli.server, cli.token.as_deref())?;
             match command {
                 Command::Job(cmd) => job(&c, cmd, out).await,
                 Command::Run(cmd) => runs(&c, cmd, out).await,
-                Command::Worker(WorkerCmd::List) => table::workers(&c.get("/v1/workers", &[]).await?, out),
+                Command::Worker(WorkerCommand { cmd: Some(WorkerCmd::List), .. }) => table::workers(&c.get("/v1/workers", &[]).await?, out),
                 Command::Leader => table::leader(&c.get("/v1/leader", &[]).await?, out),
-                Command::Dev(_) | Command::Server(_) | Command::Migrate(_) => unreachable!("handled above"),
+                Command::Dev(_) | Command::Server(_) | Command::Migrate(_) | Command::Worker(WorkerCommand { cmd: None, .. }) => {
+                    unreachable!("handled above")
+                }
             }
         }
     }

@@ -11,7 +11,7 @@ use gnomon_backend::{open_store, open_store_with, Elector};
 use gnomon_server::api::{router, ApiState};
 use gnomon_server::leader::LeaderConfig;
 use gnomon_server::{Node, NodeConfig};
-use gnomon_worker::HandlerRegistry;
+use gnomon_worker::{HandlerRegistry, WorkerConfig, WorkerRuntime};
 
 #[derive(Args, Debug)]
 pub struct DevArgs {
@@ -24,12 +24,34 @@ pub struct DevArgs {
     insecure: bool,
     /// Attempts the embedded worker runs at once.
     #[arg(long, default_value_t = 256)]
-    capacity: usize,
+    capacity: u32,
     /// How late a scheduled time may be reached and still count as on time.
     #[arg(long, default_value = "1s")]
     misfire_grace: String,
+    /// Worker session lease: a worker silent for this long loses its attempts.
+    #[arg(long, default_value = "10s")]
+    lease_ttl: String,
     #[arg(long)]
     node_id: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// Stable worker id (default: generated once and kept in the data dir).
+    #[arg(long)]
+    id: Option<String>,
+    /// Attempts run at once.
+    #[arg(long, default_value_t = 16)]
+    capacity: u32,
+    /// A label for routing (`--label zone=a`), repeatable.
+    #[arg(long = "label", value_name = "K=V")]
+    labels: Vec<String>,
+    /// Keeps the worker id and the spool of unacknowledged reports.
+    #[arg(long, default_value = "./.gnomon-worker")]
+    data_dir: PathBuf,
+    /// On SIGTERM, how long running attempts may take to finish.
+    #[arg(long, default_value = "30s")]
+    drain_timeout: String,
 }
 
 /// Connection settings of the networked stores. TLS and credentials come
@@ -109,10 +131,15 @@ pub struct ServerArgs {
     node_id: Option<String>,
     #[arg(long)]
     insecure: bool,
-    #[arg(long, default_value_t = 256)]
-    capacity: usize,
+    /// Attempts an embedded worker runs at once (0: no embedded worker; run
+    /// `gnomon worker` processes instead).
+    #[arg(long, default_value_t = 0)]
+    capacity: u32,
     #[arg(long, default_value = "1s")]
     misfire_grace: String,
+    /// Worker session lease: a worker silent for this long loses its attempts.
+    #[arg(long, default_value = "10s")]
+    lease_ttl: String,
 }
 
 fn init_tracing() {
@@ -165,8 +192,16 @@ pub async fn dev(args: DevArgs, token: Option<String>) -> anyhow::Result<()> {
     let store = open_store(&url).await.with_context(|| format!("opening store {url}"))?;
     let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
     let node_id = args.node_id.unwrap_or_else(|| "dev".to_string());
-    let config = node_config(node_id, addr.to_string(), &args.misfire_grace, args.capacity)?;
-    run_node(config, store, elector, addr, token).await
+    if args.capacity == 0 {
+        bail!("--capacity must be at least 1");
+    }
+    let mut worker = WorkerConfig::new(format!("{node_id}-worker"), vec![]);
+    worker.capacity = args.capacity;
+    worker.spool_dir = Some(args.data_dir.join("worker-spool"));
+    worker.drain_timeout = std::time::Duration::from_secs(5);
+    worker.token = token.clone();
+    let config = node_config(node_id, addr.to_string(), &args.misfire_grace, &args.lease_ttl)?;
+    run_node(config, store, elector, addr, token, Some(worker)).await
 }
 
 pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<()> {
@@ -191,20 +226,32 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
     let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
     let node_id = args.node_id.unwrap_or_else(default_node_id);
     let advertise = args.advertise.unwrap_or_else(|| addr.to_string());
-    let config = node_config(node_id, advertise, &args.misfire_grace, args.capacity)?;
-    run_node(config, store, elector, addr, token).await
+    let worker = (args.capacity > 0).then(|| {
+        let mut w = WorkerConfig::new(format!("{node_id}-worker"), vec![]);
+        w.capacity = args.capacity;
+        w.drain_timeout = std::time::Duration::from_secs(5);
+        w.token = token.clone();
+        w
+    });
+    let config = node_config(node_id, advertise, &args.misfire_grace, &args.lease_ttl)?;
+    run_node(config, store, elector, addr, token, worker).await
 }
 
-fn node_config(node_id: String, advertise: String, misfire_grace: &str, capacity: usize) -> anyhow::Result<NodeConfig> {
+fn node_config(node_id: String, advertise: String, misfire_grace: &str, lease_ttl: &str) -> anyhow::Result<NodeConfig> {
     let grace = gnomon_core::duration::parse_duration(misfire_grace).map_err(|e| anyhow!("--misfire-grace: {e}"))?;
-    if capacity == 0 {
-        bail!("--capacity must be at least 1");
+    let ttl = gnomon_core::duration::parse_duration(lease_ttl).map_err(|e| anyhow!("--lease-ttl: {e}"))?;
+    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    if !(1_000..=600_000).contains(&ttl_ms) {
+        bail!("--lease-ttl must be between 1s and 10m");
     }
     Ok(NodeConfig {
-        worker_id: format!("{node_id}-worker"),
         node_id,
         advertise,
-        leader: LeaderConfig { misfire_grace_ms: i64::try_from(grace.as_millis()).unwrap_or(1000), capacity },
+        leader: LeaderConfig {
+            misfire_grace_ms: i64::try_from(grace.as_millis()).unwrap_or(1000),
+            lease_ttl_ms: ttl_ms,
+            heartbeat_ms: (ttl_ms / 5).max(200),
+        },
     })
 }
 
@@ -214,13 +261,14 @@ async fn run_node(
     elector: Arc<dyn Elector>,
     addr: SocketAddr,
     token: Option<String>,
+    embedded_worker: Option<WorkerConfig>,
 ) -> anyhow::Result<()> {
     let metrics = gnomon_server::metrics_setup::install();
-    let node = Node::new(config, store, elector, Arc::new(gnomon_core::SystemClock), HandlerRegistry::with_builtins());
+    let node = Node::new(config, store, elector, Arc::new(gnomon_core::SystemClock));
     let state = ApiState { node: node.handle.clone(), metrics, token: token.filter(|t| !t.is_empty()).map(Arc::new) };
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
-    tracing::info!("gnomon listening on http://{local} (UI at http://{local}/ui)");
+    tracing::info!("gnomon listening on http://{local} (UI at http://{local}/ui, workers connect here too)");
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let node_task = tokio::spawn(node.run(shutdown_rx.clone()));
     let mut http_shutdown = shutdown_rx.clone();
@@ -228,12 +276,89 @@ async fn run_node(
         let _ = http_shutdown.wait_for(|s| *s).await;
     });
     let server_task = tokio::spawn(async move { server.await });
+    // The embedded worker speaks the same protocol as `gnomon worker`, over
+    // loopback to this listener: one code path for both.
+    let (worker_stop_tx, worker_stop_rx) = tokio::sync::watch::channel(false);
+    let worker_task = embedded_worker.map(|mut w| {
+        w.servers = vec![local.to_string()];
+        let drain = w.drain_timeout;
+        (tokio::spawn(WorkerRuntime::new(w, HandlerRegistry::with_builtins()).run(worker_stop_rx)), drain)
+    });
     wait_for_signal().await;
-    tracing::info!("shutting down: resigning and stopping");
+    tracing::info!("shutting down: draining the embedded worker, then resigning");
+    let _ = worker_stop_tx.send(true);
+    if let Some((task, drain)) = worker_task {
+        let _ = tokio::time::timeout(drain + std::time::Duration::from_secs(6), task).await;
+    }
     let _ = shutdown_tx.send(true);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), node_task).await;
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), server_task).await;
     Ok(())
+}
+
+/// `gnomon worker`: runs attempts for the leader among `servers`.
+pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>) -> anyhow::Result<()> {
+    init_tracing();
+    let servers: Vec<String> = servers
+        .split(',')
+        .map(|s| s.trim().trim_start_matches("http://").trim_end_matches('/').to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if servers.is_empty() {
+        bail!("--server needs at least one address (host:port, comma-separated)");
+    }
+    for s in &servers {
+        if s.contains("://") || !s.contains(':') {
+            bail!("--server {s:?} must be host:port (or http://host:port)");
+        }
+    }
+    if args.capacity == 0 {
+        bail!("--capacity must be at least 1");
+    }
+    let mut labels = std::collections::BTreeMap::new();
+    for l in &args.labels {
+        let (k, v) = l.split_once('=').ok_or_else(|| anyhow!("--label {l:?} must be key=value"))?;
+        if k.is_empty() {
+            bail!("--label {l:?} has an empty key");
+        }
+        labels.insert(k.to_string(), v.to_string());
+    }
+    let drain = gnomon_core::duration::parse_duration(&args.drain_timeout).map_err(|e| anyhow!("--drain-timeout: {e}"))?;
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let _lock = lock_data_dir(&args.data_dir)?;
+    let id = match args.id {
+        Some(id) => id,
+        None => {
+            let path = args.data_dir.join("worker-id");
+            match std::fs::read_to_string(&path) {
+                Ok(id) if !id.trim().is_empty() => id.trim().to_string(),
+                _ => {
+                    let id = format!("{}-{:06x}", default_node_id().split('-').next().unwrap_or("worker"), rand_suffix());
+                    std::fs::write(&path, &id).with_context(|| format!("writing {}", path.display()))?;
+                    id
+                }
+            }
+        }
+    };
+    let mut config = WorkerConfig::new(id.clone(), servers);
+    config.capacity = args.capacity;
+    config.labels = labels;
+    config.spool_dir = Some(args.data_dir.join("spool"));
+    config.drain_timeout = drain;
+    config.token = token.filter(|t| !t.is_empty());
+    tracing::info!(worker = %id, capacity = args.capacity, "gnomon worker starting");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(WorkerRuntime::new(config, HandlerRegistry::with_builtins()).run(stop_rx));
+    wait_for_signal().await;
+    tracing::info!("SIGTERM: draining");
+    let _ = stop_tx.send(true);
+    let _ = task.await;
+    Ok(())
+}
+
+fn rand_suffix() -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    (t ^ std::process::id().rotate_left(12)) & 0xff_ffff
 }
 
 async fn wait_for_signal() {

@@ -1,0 +1,139 @@
+//! The server side of the worker protocol: the gRPC `Session` service,
+//! served on the same listener as the REST API.
+//!
+//! The service only validates the `Hello` and relays: a follower answers
+//! `NotLeader` with the leader's advertised address; on the leader, the
+//! session is handed to the leader actor ([`crate::leader`]), which owns all
+//! session state (leases, attempts, routing) and answers `Welcome` or refuses.
+//! Worker messages are forwarded to the actor in order; when the stream ends
+//! the actor is told, and the session's lease keeps running until the worker
+//! reconnects or it expires.
+
+use std::sync::Arc;
+
+use gnomon_proto::v1::{self, server_message, worker_message, worker_server};
+use gnomon_proto::PROTOCOL_VERSION;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::leader::LeaderCommand;
+use crate::node::{NodeHandle, SCOPE};
+
+/// Longest accepted worker id.
+pub const MAX_WORKER_ID_LEN: usize = 128;
+
+/// What the leader actor sends down a session.
+pub type Outbound = mpsc::Sender<Result<v1::ServerMessage, Status>>;
+
+#[derive(Clone)]
+pub struct WorkerService {
+    pub node: NodeHandle,
+    pub token: Option<Arc<String>>,
+}
+
+/// Checks a Hello before any state is touched.
+#[allow(clippy::result_large_err)] // tonic::Status is what the service returns
+pub fn validate_hello(h: &v1::Hello) -> Result<(), Status> {
+    if h.protocol_version != PROTOCOL_VERSION {
+        return Err(Status::failed_precondition(format!(
+            "worker protocol version {} is not supported; this server speaks version {PROTOCOL_VERSION} (gnomon.worker.v1)",
+            h.protocol_version
+        )));
+    }
+    if h.capacity == 0 {
+        return Err(Status::invalid_argument("capacity must be at least 1"));
+    }
+    if h.worker_id.is_empty()
+        || h.worker_id.len() > MAX_WORKER_ID_LEN
+        || !h.worker_id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+    {
+        return Err(Status::invalid_argument(format!(
+            "worker id {:?} must be 1-{MAX_WORKER_ID_LEN} characters of letters, digits, '-', '_', '.', ':'",
+            h.worker_id
+        )));
+    }
+    if let Some(kind) = h.executors.iter().find(|e| !matches!(e.as_str(), "shell" | "http" | "handler")) {
+        return Err(Status::invalid_argument(format!("unknown executor kind {kind:?} (shell, http, handler)")));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl worker_server::Worker for WorkerService {
+    type SessionStream = ReceiverStream<Result<v1::ServerMessage, Status>>;
+
+    async fn session(&self, request: Request<Streaming<v1::WorkerMessage>>) -> Result<Response<Self::SessionStream>, Status> {
+        if let Some(expected) = &self.token {
+            let given =
+                request.metadata().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+            if !crate::auth::token_matches(given, expected) {
+                return Err(Status::unauthenticated("missing or wrong bearer token"));
+            }
+        }
+        let mut inbound = request.into_inner();
+        let hello = match inbound.message().await? {
+            Some(v1::WorkerMessage { msg: Some(worker_message::Msg::Hello(h)) }) => h,
+            _ => return Err(Status::invalid_argument("the first message of a session must be Hello")),
+        };
+        validate_hello(&hello)?;
+        let (tx, rx) = mpsc::channel(4096);
+        let Some(commands) = self.node.leader_commands() else {
+            let address = match self.node.store.leadership(SCOPE).await {
+                Ok(Some(r)) if r.holder != self.node.config.node_id => r.address,
+                _ => String::new(),
+            };
+            let _ =
+                tx.try_send(Ok(v1::ServerMessage { msg: Some(server_message::Msg::NotLeader(v1::NotLeader { leader_address: address })) }));
+            return Ok(Response::new(ReceiverStream::new(rx)));
+        };
+        let (reply_tx, reply_rx) = oneshot::channel();
+        commands
+            .send(LeaderCommand::SessionOpen { hello: Box::new(hello), outbound: tx, reply: reply_tx })
+            .await
+            .map_err(|_| Status::unavailable("leadership changed; reconnect"))?;
+        let session = reply_rx.await.map_err(|_| Status::unavailable("leadership changed; reconnect"))??;
+        tokio::spawn(async move {
+            loop {
+                match inbound.message().await {
+                    Ok(Some(v1::WorkerMessage { msg: Some(msg) })) => {
+                        if commands.send(LeaderCommand::FromWorker { session: session.clone(), msg }).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            let _ = commands.send(LeaderCommand::SessionClosed { session }).await;
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello() -> v1::Hello {
+        v1::Hello {
+            worker_id: "w-1".into(),
+            capacity: 4,
+            executors: vec!["shell".into()],
+            protocol_version: PROTOCOL_VERSION,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn hello_is_validated() {
+        assert!(validate_hello(&hello()).is_ok());
+        let e = validate_hello(&v1::Hello { protocol_version: 99, ..hello() }).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+        assert!(e.message().contains("version 99"));
+        assert_eq!(validate_hello(&v1::Hello { capacity: 0, ..hello() }).unwrap_err().code(), tonic::Code::InvalidArgument);
+        assert!(validate_hello(&v1::Hello { worker_id: "a b".into(), ..hello() }).is_err());
+        assert!(validate_hello(&v1::Hello { worker_id: String::new(), ..hello() }).is_err());
+        assert!(validate_hello(&v1::Hello { executors: vec!["ftp".into()], ..hello() }).is_err());
+    }
+}

@@ -1,0 +1,550 @@
+//! The worker side of the `gnomon.worker.v1` protocol: one [`WorkerRuntime`]
+//! per worker process, used by `gnomon worker`, by `gnomon dev`'s embedded
+//! worker and by Rust programs that register their own handlers.
+//!
+//! - **Sessions**: connects to one of `servers`, follows `NotLeader`
+//!   redirects, reconnects with exponential backoff (100 ms → 5 s, jittered).
+//!   Attempts keep running across reconnects and are listed in the next
+//!   `Hello` so the leader can reclaim them.
+//! - **Persist, then forget**: every report is written to the spool (one
+//!   file per attempt, written then renamed) before it is sent, and removed
+//!   only when the leader acks it; after a reconnect or a restart the spool
+//!   is sent again (the leader dedupes by `(run, attempt)`).
+//! - **Self-fencing**: when heartbeats have not been acked for
+//!   `self_fence_fraction × lease TTL`, every running attempt is killed and
+//!   reported `lost`: the leader re-dispatches only after the full TTL, so
+//!   the two executions never overlap.
+//! - **Tokens**: commands carrying a token lower than the highest seen are
+//!   ignored.
+//! - **Drain**: on shutdown the worker tells the leader it is draining, lets
+//!   running attempts finish for up to `drain_timeout`, kills and reports
+//!   what is left as `lost` (so it is retried elsewhere), waits for its
+//!   reports to be acked, and returns.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gnomon_core::spec::Executor;
+use gnomon_core::{AttemptState, Millis};
+use gnomon_proto::v1::{self, server_message, worker_client::WorkerClient, worker_message};
+use gnomon_proto::PROTOCOL_VERSION;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::{execute, ExecRequest, HandlerRegistry};
+
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Stable worker id.
+    pub id: String,
+    /// Server addresses (`host:port`), tried in turn.
+    pub servers: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+    pub capacity: u32,
+    /// Where unacked reports are kept; `None` keeps them in memory only.
+    pub spool_dir: Option<PathBuf>,
+    pub drain_timeout: Duration,
+    /// Fraction of the lease TTL after which unacked heartbeats make the
+    /// worker kill its attempts.
+    pub self_fence_fraction: f64,
+    /// Bearer token for the servers, if they require one.
+    pub token: Option<String>,
+}
+
+impl WorkerConfig {
+    pub fn new(id: impl Into<String>, servers: Vec<String>) -> Self {
+        Self {
+            id: id.into(),
+            servers,
+            labels: BTreeMap::new(),
+            capacity: 16,
+            spool_dir: None,
+            drain_timeout: Duration::from_secs(30),
+            self_fence_fraction: 0.7,
+            token: None,
+        }
+    }
+}
+
+struct Running {
+    cancel: watch::Sender<bool>,
+    token: u64,
+    /// Superseded: stop and do not report.
+    aborted: bool,
+    /// Killed by self-fencing or drain: report `lost`.
+    lost: bool,
+}
+
+struct Inner {
+    running: HashMap<(String, u32), Running>,
+    spool: BTreeMap<(String, u32), v1::Report>,
+    outbound: Option<mpsc::Sender<v1::WorkerMessage>>,
+    max_token: u64,
+    last_ack: Instant,
+    lease_ttl: Duration,
+    draining: bool,
+}
+
+/// A worker process's runtime. Cheap to clone.
+#[derive(Clone)]
+pub struct WorkerRuntime {
+    config: Arc<WorkerConfig>,
+    handlers: HandlerRegistry,
+    http: reqwest::Client,
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn now_ms() -> Millis {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn outcome_of(state: AttemptState) -> v1::Outcome {
+    match state {
+        AttemptState::Succeeded => v1::Outcome::Succeeded,
+        AttemptState::TimedOut => v1::Outcome::TimedOut,
+        AttemptState::Cancelled => v1::Outcome::Cancelled,
+        AttemptState::Lost => v1::Outcome::Lost,
+        _ => v1::Outcome::Failed,
+    }
+}
+
+fn msg(m: worker_message::Msg) -> v1::WorkerMessage {
+    v1::WorkerMessage { msg: Some(m) }
+}
+
+impl WorkerRuntime {
+    pub fn new(config: WorkerConfig, handlers: HandlerRegistry) -> Self {
+        let inner = Inner {
+            running: HashMap::new(),
+            spool: BTreeMap::new(),
+            outbound: None,
+            max_token: 0,
+            last_ack: Instant::now(),
+            lease_ttl: Duration::from_secs(10),
+            draining: false,
+        };
+        let rt = Self { config: Arc::new(config), handlers, http: reqwest::Client::new(), inner: Arc::new(Mutex::new(inner)) };
+        rt.load_spool();
+        rt
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Attempts running now.
+    pub fn running(&self) -> usize {
+        self.lock().running.len()
+    }
+
+    /// Reports written but not yet acked.
+    pub fn unacked(&self) -> usize {
+        self.lock().spool.len()
+    }
+
+    fn spool_path(&self, run: &str, attempt: u32) -> Option<PathBuf> {
+        self.config.spool_dir.as_ref().map(|d| d.join(format!("{run}.{attempt}.report")))
+    }
+
+    fn load_spool(&self) {
+        let Some(dir) = &self.config.spool_dir else { return };
+        let _ = std::fs::create_dir_all(dir);
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let mut inner = self.lock();
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("report") {
+                continue;
+            }
+            match std::fs::read(&path).ok().and_then(|b| <v1::Report as prost::Message>::decode(b.as_slice()).ok()) {
+                Some(r) => {
+                    inner.spool.insert((r.run_id.clone(), r.attempt), r);
+                }
+                None => {
+                    tracing::warn!(path = %path.display(), "unreadable spooled report dropped");
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        if !inner.spool.is_empty() {
+            tracing::info!(reports = inner.spool.len(), "re-sending spooled reports");
+        }
+    }
+
+    /// Persists a report, then sends it if a session is up.
+    fn spool_report(&self, report: v1::Report) {
+        if let Some(path) = self.spool_path(&report.run_id, report.attempt) {
+            let tmp = path.with_extension("tmp");
+            let bytes = prost::Message::encode_to_vec(&report);
+            let written = std::fs::write(&tmp, &bytes)
+                .and_then(|_| std::fs::File::open(&tmp).and_then(|f| f.sync_all()))
+                .and_then(|_| std::fs::rename(&tmp, &path));
+            if let Err(e) = written {
+                tracing::error!(error = %e, run = %report.run_id, "cannot spool report; keeping it in memory");
+            }
+        }
+        let out = {
+            let mut inner = self.lock();
+            inner.spool.insert((report.run_id.clone(), report.attempt), report.clone());
+            inner.outbound.clone()
+        };
+        if let Some(tx) = out {
+            let _ = tx.try_send(msg(worker_message::Msg::Report(report)));
+        }
+    }
+
+    fn acked(&self, run: &str, attempt: u32) {
+        self.lock().spool.remove(&(run.to_string(), attempt));
+        if let Some(path) = self.spool_path(run, attempt) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    fn start_attempt(&self, a: v1::Assign) {
+        let executor: Executor = match serde_json::from_str(&a.executor_json) {
+            Ok(e) => e,
+            Err(e) => {
+                let now = now_ms();
+                self.spool_report(v1::Report {
+                    run_id: a.run_id,
+                    attempt: a.attempt,
+                    outcome: v1::Outcome::Failed as i32,
+                    output: format!("worker cannot read the executor spec: {e}"),
+                    started_at_ms: now,
+                    ended_at_ms: now,
+                    token: a.token,
+                    ..Default::default()
+                });
+                return;
+            }
+        };
+        let key = (a.run_id.clone(), a.attempt);
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        {
+            let mut inner = self.lock();
+            if inner.running.contains_key(&key) || inner.spool.contains_key(&key) {
+                return; // a duplicate Assign: already running or done
+            }
+            inner.running.insert(key.clone(), Running { cancel: cancel_tx, token: a.token, aborted: false, lost: false });
+        }
+        let request = ExecRequest {
+            run_id: a.run_id.clone(),
+            attempt: a.attempt,
+            job: a.job.clone(),
+            namespace: a.namespace.clone(),
+            scheduled_at: a.scheduled_at_ms,
+            token: a.token,
+            worker_id: self.config.id.clone(),
+            executor,
+            timeout: (a.timeout_ms > 0).then(|| Duration::from_millis(a.timeout_ms)),
+        };
+        let rt = self.clone();
+        tokio::spawn(async move {
+            let started = now_ms();
+            if let Some(tx) = rt.lock().outbound.clone() {
+                let _ = tx.try_send(msg(worker_message::Msg::Started(v1::Started {
+                    run_id: key.0.clone(),
+                    attempt: key.1,
+                    started_at_ms: started,
+                })));
+            }
+            let outcome = execute(&request, &rt.http, &rt.handlers, cancel_rx).await;
+            let state = rt.lock().running.remove(&key);
+            let Some(state) = state else { return };
+            if state.aborted {
+                tracing::info!(run = %key.0, attempt = key.1, "superseded attempt stopped; not reported");
+                return;
+            }
+            let outcome_state = if state.lost { AttemptState::Lost } else { outcome.state };
+            let http_status = matches!(request.executor, Executor::Http(_)).then_some(outcome.exit_code).flatten();
+            rt.spool_report(v1::Report {
+                run_id: key.0.clone(),
+                attempt: key.1,
+                outcome: outcome_of(outcome_state) as i32,
+                exit_code: if http_status.is_some() { None } else { outcome.exit_code },
+                http_status: http_status.and_then(|s| u32::try_from(s).ok()),
+                output: outcome.output,
+                started_at_ms: started,
+                ended_at_ms: now_ms(),
+                token: state.token,
+            });
+        });
+    }
+
+    /// Stops an attempt. `report_as`: `None` aborts it silently (superseded),
+    /// `Some(lost)` reports it cancelled (`false`) or lost (`true`).
+    fn stop_attempt(&self, run: &str, attempt: u32, report_as: Option<bool>) {
+        let mut inner = self.lock();
+        if let Some(r) = inner.running.get_mut(&(run.to_string(), attempt)) {
+            match report_as {
+                None => r.aborted = true,
+                Some(lost) => r.lost = lost,
+            }
+            let _ = r.cancel.send(true);
+        }
+    }
+
+    /// Self-fencing: kill everything running and report it lost.
+    fn fence_self(&self, why: &str) {
+        let keys: Vec<(String, u32)> = self.lock().running.keys().cloned().collect();
+        if keys.is_empty() {
+            return;
+        }
+        tracing::warn!(attempts = keys.len(), why, "self-fencing: killing running attempts");
+        for (run, attempt) in keys {
+            self.stop_attempt(&run, attempt, Some(true));
+        }
+    }
+
+    fn handle(&self, m: server_message::Msg) {
+        match m {
+            server_message::Msg::Assign(a) => {
+                let stale = {
+                    let mut inner = self.lock();
+                    if a.token < inner.max_token {
+                        true
+                    } else {
+                        inner.max_token = a.token;
+                        false
+                    }
+                };
+                if stale {
+                    tracing::warn!(run = %a.run_id, token = a.token, "assignment with a stale token ignored");
+                    return;
+                }
+                self.start_attempt(a);
+            }
+            server_message::Msg::Cancel(c) => {
+                if c.token >= self.lock().max_token {
+                    self.stop_attempt(&c.run_id, c.attempt, Some(false));
+                }
+            }
+            server_message::Msg::Abort(a) => {
+                if a.token >= self.lock().max_token {
+                    tracing::warn!(run = %a.run_id, attempt = a.attempt, reason = %a.reason, "attempt aborted by the leader");
+                    self.stop_attempt(&a.run_id, a.attempt, None);
+                    self.acked(&a.run_id, a.attempt);
+                }
+            }
+            server_message::Msg::Ack(ack) => {
+                if ack.heartbeat_seq.is_some() {
+                    self.lock().last_ack = Instant::now();
+                }
+                if let Some(r) = ack.report {
+                    if !ack.rejected_reason.is_empty() {
+                        tracing::warn!(run = %r.run_id, attempt = r.attempt, reason = %ack.rejected_reason, "report rejected by the leader");
+                    }
+                    self.acked(&r.run_id, r.attempt);
+                }
+            }
+            server_message::Msg::Welcome(_) | server_message::Msg::NotLeader(_) => {}
+        }
+    }
+
+    fn hello(&self) -> v1::Hello {
+        let inner = self.lock();
+        let mut executors = vec!["shell".to_string(), "http".to_string()];
+        if !self.handlers.names().is_empty() {
+            executors.push("handler".into());
+        }
+        v1::Hello {
+            worker_id: self.config.id.clone(),
+            labels: self.config.labels.clone().into_iter().collect(),
+            capacity: self.config.capacity,
+            executors,
+            handlers: self.handlers.names(),
+            running: inner
+                .running
+                .iter()
+                .filter(|(_, r)| !r.lost)
+                .map(|(k, _)| v1::AttemptRef { run_id: k.0.clone(), attempt: k.1 })
+                .collect(),
+            protocol_version: PROTOCOL_VERSION,
+        }
+    }
+
+    /// Runs sessions until `shutdown` turns true and the drain is done.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        // Self-fencing watchdog.
+        let watchdog = {
+            let rt = self.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let (silent, limit) = {
+                        let inner = rt.lock();
+                        (inner.last_ack.elapsed(), inner.lease_ttl.mul_f64(rt.config.self_fence_fraction))
+                    };
+                    if silent > limit {
+                        rt.fence_self("no heartbeat acked within the safety fraction of the lease");
+                    }
+                }
+            })
+        };
+        let mut backoff = Duration::from_millis(100);
+        let mut next = 0usize;
+        let mut redirect: Option<String> = None;
+        let mut drain_deadline: Option<Instant> = None;
+        loop {
+            if *shutdown.borrow() && drain_deadline.is_none() {
+                drain_deadline = Some(Instant::now() + self.config.drain_timeout);
+                self.lock().draining = true;
+            }
+            if let Some(deadline) = drain_deadline {
+                if Instant::now() >= deadline {
+                    self.fence_self("drain timeout");
+                }
+                let (running, unacked) = (self.running(), self.unacked());
+                if running == 0 && (unacked == 0 || Instant::now() >= deadline + Duration::from_secs(5)) {
+                    break;
+                }
+            }
+            let addr = redirect.take().unwrap_or_else(|| {
+                let a = self.config.servers[next % self.config.servers.len().max(1)].clone();
+                next += 1;
+                a
+            });
+            match self.session(&addr, &mut shutdown, &mut drain_deadline).await {
+                SessionEnd::Redirect(to) => {
+                    tracing::info!(from = %addr, to = %to, "not the leader; following the redirect");
+                    redirect = Some(to);
+                    backoff = Duration::from_millis(100);
+                    continue;
+                }
+                SessionEnd::Refused(why) => tracing::error!(server = %addr, why, "session refused"),
+                SessionEnd::Lost(why) => tracing::warn!(server = %addr, why, "session ended; reconnecting"),
+                SessionEnd::Drained => break,
+            }
+            let jitter = rand::random::<f64>() * 0.3 + 0.85;
+            tokio::select! {
+                _ = tokio::time::sleep(backoff.mul_f64(jitter)) => {}
+                _ = shutdown.changed() => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+        watchdog.abort();
+        tracing::info!(worker = %self.config.id, "worker stopped");
+    }
+
+    async fn session(&self, addr: &str, shutdown: &mut watch::Receiver<bool>, drain_deadline: &mut Option<Instant>) -> SessionEnd {
+        let endpoint = match tonic::transport::Endpoint::from_shared(format!("http://{addr}")) {
+            Ok(e) => e
+                .connect_timeout(Duration::from_secs(3))
+                .http2_keep_alive_interval(Duration::from_secs(2))
+                .keep_alive_timeout(Duration::from_secs(3)),
+            Err(e) => return SessionEnd::Refused(format!("bad server address {addr:?}: {e}")),
+        };
+        let channel = match endpoint.connect().await {
+            Ok(c) => c,
+            Err(e) => return SessionEnd::Lost(format!("connect: {e}")),
+        };
+        let mut client = WorkerClient::new(channel).max_decoding_message_size(8 << 20);
+        let (tx, rx) = mpsc::channel::<v1::WorkerMessage>(4096);
+        let _ = tx.try_send(msg(worker_message::Msg::Hello(self.hello())));
+        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        if let Some(token) = &self.config.token {
+            if let Ok(v) = format!("Bearer {token}").parse() {
+                request.metadata_mut().insert("authorization", v);
+            }
+        }
+        let mut inbound = match client.session(request).await {
+            Ok(r) => r.into_inner(),
+            Err(status) => {
+                return match status.code() {
+                    tonic::Code::FailedPrecondition
+                    | tonic::Code::InvalidArgument
+                    | tonic::Code::AlreadyExists
+                    | tonic::Code::Unauthenticated => SessionEnd::Refused(status.message().to_string()),
+                    _ => SessionEnd::Lost(status.to_string()),
+                }
+            }
+        };
+        let welcome = match inbound.message().await {
+            Ok(Some(v1::ServerMessage { msg: Some(server_message::Msg::Welcome(w)) })) => w,
+            Ok(Some(v1::ServerMessage { msg: Some(server_message::Msg::NotLeader(n)) })) => {
+                return if n.leader_address.is_empty() || n.leader_address == addr {
+                    SessionEnd::Lost("no leader yet".into())
+                } else {
+                    SessionEnd::Redirect(n.leader_address)
+                };
+            }
+            Ok(_) => return SessionEnd::Lost("the server did not answer Hello".into()),
+            Err(status) => {
+                return match status.code() {
+                    tonic::Code::FailedPrecondition
+                    | tonic::Code::InvalidArgument
+                    | tonic::Code::AlreadyExists
+                    | tonic::Code::Unauthenticated => SessionEnd::Refused(status.message().to_string()),
+                    _ => SessionEnd::Lost(status.to_string()),
+                }
+            }
+        };
+        for r in &welcome.superseded {
+            self.stop_attempt(&r.run_id, r.attempt, None);
+        }
+        let heartbeat_every = Duration::from_millis(welcome.heartbeat_interval_ms.max(50));
+        {
+            let mut inner = self.lock();
+            inner.max_token = inner.max_token.max(welcome.leader_token);
+            inner.lease_ttl = Duration::from_millis(welcome.lease_ttl_ms.max(500));
+            inner.last_ack = Instant::now();
+            inner.outbound = Some(tx.clone());
+            for r in inner.spool.values() {
+                let _ = tx.try_send(msg(worker_message::Msg::Report(r.clone())));
+            }
+        }
+        tracing::info!(server = %addr, session = %welcome.session_id, token = welcome.leader_token, "session established");
+        let mut seq = 0u64;
+        let mut ticker = tokio::time::interval(heartbeat_every);
+        let end = loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    seq += 1;
+                    let (running, attempts, draining) = {
+                        let inner = self.lock();
+                        let attempts: Vec<v1::AttemptRef> =
+                            inner.running.keys().map(|k| v1::AttemptRef { run_id: k.0.clone(), attempt: k.1 }).collect();
+                        (inner.running.len() as u32, attempts, inner.draining)
+                    };
+                    let hb = v1::Heartbeat { seq, running, load: f64::from(running) / f64::from(self.config.capacity.max(1)), attempts, draining };
+                    if tx.try_send(msg(worker_message::Msg::Heartbeat(hb))).is_err() {
+                        break SessionEnd::Lost("outbound queue full or closed".into());
+                    }
+                    if let Some(deadline) = *drain_deadline {
+                        if Instant::now() >= deadline {
+                            self.fence_self("drain timeout");
+                        }
+                        if self.running() == 0 && self.unacked() == 0 {
+                            break SessionEnd::Drained;
+                        }
+                        if self.running() == 0 && Instant::now() >= deadline + Duration::from_secs(5) {
+                            break SessionEnd::Drained;
+                        }
+                    }
+                }
+                m = inbound.message() => match m {
+                    Ok(Some(v1::ServerMessage { msg: Some(m) })) => self.handle(m),
+                    Ok(Some(_)) => {}
+                    Ok(None) => break SessionEnd::Lost("the server closed the session".into()),
+                    Err(status) => break SessionEnd::Lost(status.to_string()),
+                },
+                _ = shutdown.changed(), if drain_deadline.is_none() => {
+                    *drain_deadline = Some(Instant::now() + self.config.drain_timeout);
+                    self.lock().draining = true;
+                    tracing::info!(running = self.running(), "draining: no new assignments; waiting for running attempts");
+                }
+            }
+        };
+        self.lock().outbound = None;
+        end
+    }
+}
+
+enum SessionEnd {
+    Redirect(String),
+    Refused(String),
+    Lost(String),
+    Drained,
+}
