@@ -43,16 +43,17 @@ fn fnv1a(parts: &[&str]) -> u64 {
 /// `candidates` must be sorted by id; `rr` is the round-robin cursor.
 pub fn pick_worker(strategy: RouteStrategy, key: &str, candidates: &[Candidate<'_>], rr: &mut usize) -> Option<usize> {
     match strategy {
-        RouteStrategy::LeastLoaded => candidates
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.has_room())
-            .min_by(|(_, a), (_, b)| {
-                let la = a.running as f64 / a.capacity.max(1) as f64;
-                let lb = b.running as f64 / b.capacity.max(1) as f64;
-                la.total_cmp(&lb).then(a.running.cmp(&b.running)).then(a.id.cmp(b.id))
-            })
-            .map(|(i, _)| i),
+        RouteStrategy::LeastLoaded => {
+            // The lowest load relative to capacity; ties rotate, so a burst
+            // of short runs on idle workers is spread instead of piling onto
+            // the first id.
+            let load = |c: &Candidate<'_>| c.running as f64 / c.capacity.max(1) as f64;
+            let best = candidates.iter().filter(|c| c.has_room()).map(load).min_by(|a, b| a.total_cmp(b))?;
+            let tied: Vec<usize> = (0..candidates.len()).filter(|i| candidates[*i].has_room() && load(&candidates[*i]) == best).collect();
+            let i = tied[*rr % tied.len()];
+            *rr = rr.wrapping_add(1);
+            Some(i)
+        }
         RouteStrategy::RoundRobin => {
             let open: Vec<usize> = (0..candidates.len()).filter(|i| candidates[*i].has_room()).collect();
             if open.is_empty() {
@@ -84,6 +85,10 @@ mod tests {
         assert_eq!(pick_worker(RouteStrategy::LeastLoaded, "j", &c, &mut 0), Some(1));
         let full = cands(&ids, &[10, 10]);
         assert_eq!(pick_worker(RouteStrategy::LeastLoaded, "j", &full, &mut 0), None);
+        let idle = cands(&ids, &[0, 0]);
+        let mut rr = 0;
+        let picks: Vec<usize> = (0..4).map(|_| pick_worker(RouteStrategy::LeastLoaded, "j", &idle, &mut rr).unwrap()).collect();
+        assert_eq!(picks, vec![0, 1, 0, 1], "ties rotate");
     }
 
     #[test]

@@ -268,6 +268,17 @@ async fn run_shell(req: &ExecRequest, spec: &ShellSpec, cancel: watch::Receiver<
     if let Some(cwd) = &spec.cwd {
         cmd.current_dir(cwd);
     }
+    // If the worker dies (SIGKILL, OOM), its job's top process dies with it
+    // instead of running on beside the retry the leader will dispatch.
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {

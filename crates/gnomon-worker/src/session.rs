@@ -3,7 +3,7 @@
 //! worker and by Rust programs that register their own handlers.
 //!
 //! - **Sessions**: connects to one of `servers`, follows `NotLeader`
-//!   redirects, reconnects with exponential backoff (100 ms → 5 s, jittered).
+//!   redirects, reconnects with exponential backoff (100 ms → 2 s, jittered).
 //!   Attempts keep running across reconnects and are listed in the next
 //!   `Hello` so the leader can reclaim them.
 //! - **Persist, then forget**: every report is written to the spool (one
@@ -422,7 +422,9 @@ impl WorkerRuntime {
                 _ = tokio::time::sleep(backoff.mul_f64(jitter)) => {}
                 _ = shutdown.changed() => {}
             }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            // Capped at 2 s: a worker must be back well within a new
+            // leader's lease TTL to reclaim its running attempts.
+            backoff = (backoff * 2).min(Duration::from_secs(2));
         }
         watchdog.abort();
         tracing::info!(worker = %self.config.id, "worker stopped");

@@ -1,0 +1,441 @@
+//! Process-level tests of remote workers: real `gnomon server` and
+//! `gnomon worker` processes on loopback, with SIGKILL, SIGSTOP, a server
+//! restart and a TCP proxy that cuts a worker off. A short lease (3-5 s)
+//! keeps them quick; bounds are generous because real processes are involved.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+mod common;
+use common::*;
+
+const SIGKILL: i32 = 9;
+const SIGTERM: i32 = 15;
+const SIGSTOP: i32 = 19;
+const SIGCONT: i32 = 18;
+
+struct Proc {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(dir: &Path, name: &str, args: &[String]) -> Proc {
+        let log = dir.join(format!("{name}.log"));
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let child = Command::new(BIN)
+            .args(args)
+            .env_remove("GNOMON_TOKEN")
+            .env_remove("GNOMON_STORE")
+            .env("GNOMON_LOG", "info,sqlx=warn")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        Proc { child, log }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn signal(&self, sig: i32) {
+        kill(self.pid(), sig);
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            kill(self.pid(), SIGCONT);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    port: u16,
+    ttl: &'static str,
+    server: Option<Proc>,
+}
+
+impl Cluster {
+    fn new(ttl: &'static str) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Cluster { dir, port: free_port(), ttl, server: None };
+        c.start_server();
+        c
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn start_server(&mut self) {
+        std::fs::create_dir_all(self.dir.path().join("db")).unwrap();
+        let store = format!("sqlite://{}", self.dir.path().join("db/g.db").display());
+        let args: Vec<String> = ["server", "--listen", &self.addr(), "--node-id", "s1", "--lease-ttl", self.ttl, "--store", &store]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        self.server = Some(Proc::spawn(self.dir.path(), "server", &args));
+        let addr = self.addr();
+        wait_until("the server to lead", Duration::from_secs(30), || {
+            http(&addr, "GET", "/v1/leader", None).is_ok_and(|(_, v)| v["is_self"] == json!(true))
+        });
+    }
+
+    fn worker_via(&self, id: &str, capacity: u32, server: &str) -> Proc {
+        self.worker_in(id, capacity, server, &format!("w-{id}"))
+    }
+
+    fn worker_in(&self, id: &str, capacity: u32, server: &str, data_dir: &str) -> Proc {
+        let data = self.dir.path().join(data_dir);
+        let args: Vec<String> = [
+            "--server",
+            server,
+            "worker",
+            "--id",
+            id,
+            "--capacity",
+            &capacity.to_string(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--drain-timeout",
+            "20s",
+            "--label",
+            &format!("name={id}"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        Proc::spawn(self.dir.path(), &format!("worker-{data_dir}"), &args)
+    }
+
+    fn worker(&self, id: &str, capacity: u32) -> Proc {
+        self.worker_via(id, capacity, &self.addr())
+    }
+
+    fn api(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let body = body.map(|b| b.to_string());
+        http(&self.addr(), method, path, body.as_deref().map(str::as_bytes)).unwrap()
+    }
+
+    fn wait_workers(&self, ids: &[&str]) {
+        wait_until(&format!("workers {ids:?} to be live"), Duration::from_secs(30), || {
+            let (_, v) = self.api("GET", "/v1/workers", None);
+            let live: Vec<String> = v["workers"]
+                .as_array()
+                .map(|a| a.iter().filter(|w| w["state"] == "live").map(|w| w["id"].as_str().unwrap_or("").to_string()).collect())
+                .unwrap_or_default();
+            ids.iter().all(|id| live.iter().any(|l| l == id))
+        });
+    }
+
+    fn create(&self, job: Value) {
+        let (status, body) = self.api("POST", "/v1/jobs", Some(job));
+        assert_eq!(status, 201, "{body}");
+    }
+
+    fn trigger(&self, job: &str, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|_| {
+                let (status, body) = self.api("POST", &format!("/v1/jobs/{job}/trigger"), None);
+                assert!(status < 300, "{body}");
+                body["id"].as_str().unwrap().to_string()
+            })
+            .collect()
+    }
+
+    fn run(&self, id: &str) -> Value {
+        self.api("GET", &format!("/v1/runs/{id}"), None).1
+    }
+
+    fn wait_states(&self, ids: &[String], state: &str, timeout: Duration) {
+        wait_until(&format!("{} runs to be {state}", ids.len()), timeout, || ids.iter().all(|id| self.run(id)["state"] == state));
+    }
+}
+
+fn ts(v: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap_or("")).map(|d| d.timestamp_millis()).unwrap_or(0)
+}
+
+fn retrying_shell(name: &str, script: &str) -> Value {
+    json!({"name": name, "executor": {"shell": {"command": "sh", "args": ["-c", script]}},
+           "retry": {"max_attempts": 3, "backoff": {"initial": "100ms", "max": "1s", "multiplier": 2.0, "jitter": 0}}})
+}
+
+#[test]
+fn a_killed_workers_attempts_finish_on_another_worker() {
+    let c = Cluster::new("3s");
+    let a = c.worker("wa", 60);
+    c.wait_workers(&["wa"]);
+    c.create(retrying_shell("sleeper", "sleep 5"));
+    let runs = c.trigger("sleeper", 50);
+    c.wait_states(&runs, "running", Duration::from_secs(30));
+    let _b = c.worker("wb", 60);
+    c.wait_workers(&["wa", "wb"]);
+    let killed = Instant::now();
+    a.signal(SIGKILL);
+    c.wait_states(&runs, "succeeded", Duration::from_secs(3 + 5 + 20));
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(3 + 5 + 10), "all 50 succeeded {took:?} after the kill (lease 3s + 5s run + margin)");
+    for id in &runs {
+        let run = c.run(id);
+        let attempts = run["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 2, "{run}");
+        assert_eq!((attempts[0]["state"].as_str(), attempts[0]["worker"].as_str()), (Some("lost"), Some("wa")), "{run}");
+        assert_eq!((attempts[1]["state"].as_str(), attempts[1]["worker"].as_str()), (Some("succeeded"), Some("wb")), "{run}");
+        assert!(ts(&attempts[1]["assigned_at"]) >= ts(&attempts[0]["ended_at"]), "no two live attempts at once: {run}");
+    }
+    drop(a);
+}
+
+#[test]
+fn a_stopped_worker_is_fenced_and_its_late_reports_are_rejected() {
+    let c = Cluster::new("3s");
+    let a = c.worker("wa", 20);
+    c.wait_workers(&["wa"]);
+    c.create(retrying_shell("nap", "sleep 4"));
+    let runs = c.trigger("nap", 10);
+    c.wait_states(&runs, "running", Duration::from_secs(30));
+    let _b = c.worker("wb", 20);
+    c.wait_workers(&["wa", "wb"]);
+    a.signal(SIGSTOP);
+    // Past the lease: the leader gives the runs to wb.
+    std::thread::sleep(Duration::from_secs(6));
+    a.signal(SIGCONT);
+    c.wait_states(&runs, "succeeded", Duration::from_secs(30));
+    // Give wa time to reconnect and send what it still had.
+    c.wait_workers(&["wa", "wb"]);
+    std::thread::sleep(Duration::from_secs(3));
+    for id in &runs {
+        let run = c.run(id);
+        assert_eq!(run["state"], "succeeded");
+        let attempts = run["attempts"].as_array().unwrap();
+        let successes = attempts.iter().filter(|a| a["state"] == "succeeded").count();
+        assert_eq!(successes, 1, "exactly one success: {run}");
+        assert_eq!((attempts[0]["state"].as_str(), attempts[0]["worker"].as_str()), (Some("lost"), Some("wa")), "{run}");
+    }
+    let log = a.log();
+    assert!(
+        log.contains("report rejected") || log.contains("aborted") || log.contains("self-fencing"),
+        "wa was told or fenced itself:\n{log}"
+    );
+}
+
+#[test]
+fn a_server_restart_loses_no_result() {
+    let mut c = Cluster::new("5s");
+    let _a = c.worker("wa", 30);
+    c.wait_workers(&["wa"]);
+    // One attempt only: every result must come from the original attempt.
+    c.create(json!({"name": "work", "executor": {"shell": {"command": "sh", "args": ["-c", "sleep 3; echo done-$GNOMON_ATTEMPT"]}}}));
+    let runs = c.trigger("work", 20);
+    c.wait_states(&runs, "running", Duration::from_secs(30));
+    let mut server = c.server.take().unwrap();
+    server.signal(SIGKILL);
+    server.wait_exit(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(2));
+    c.start_server();
+    c.wait_states(&runs, "succeeded", Duration::from_secs(40));
+    for id in &runs {
+        let run = c.run(id);
+        let attempts = run["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 1, "recorded exactly once: {run}");
+        assert_eq!(attempts[0]["state"], "succeeded");
+        assert!(attempts[0]["output"].as_str().unwrap_or("").contains("done-1"), "{run}");
+    }
+}
+
+/// A TCP proxy the test controls: `cut` closes every connection and refuses
+/// new ones until `restore`.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(upstream: String) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (cut2, conns2) = (cut.clone(), conns.clone());
+        std::thread::spawn(move || {
+            for down in listener.incoming().flatten() {
+                if cut2.load(Ordering::SeqCst) {
+                    drop(down);
+                    continue;
+                }
+                let Ok(up) = TcpStream::connect(&upstream) else { continue };
+                let mut list = conns2.lock().unwrap();
+                list.push(down.try_clone().unwrap());
+                list.push(up.try_clone().unwrap());
+                for (mut from, mut to) in [(down.try_clone().unwrap(), up.try_clone().unwrap()), (up, down)] {
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16384];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port, cut, conns }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for s in self.conns.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_cut_off_worker_stops_its_attempts_before_they_are_retried() {
+    let c = Cluster::new("3s");
+    let proxy = Proxy::start(c.addr());
+    let log = c.dir.path().join("ticks.log");
+    let _a = c.worker_via("wa", 10, &format!("127.0.0.1:{}", proxy.port));
+    c.wait_workers(&["wa"]);
+    // Each attempt writes a timestamped line every 100 ms for ~6 s.
+    let script =
+        format!("for i in $(seq 1 60); do echo \"$GNOMON_RUN_ID $GNOMON_ATTEMPT $(date +%s%N)\" >> {}; sleep 0.1; done", log.display());
+    c.create(retrying_shell("ticker", &script));
+    let runs = c.trigger("ticker", 5);
+    c.wait_states(&runs, "running", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(500));
+    let _b = c.worker("wb", 10);
+    c.wait_workers(&["wa", "wb"]);
+    proxy.cut();
+    c.wait_states(&runs, "succeeded", Duration::from_secs(40));
+    proxy.restore();
+    // Per run and attempt, the first and last tick.
+    let mut spans: HashMap<(String, u32), (i64, i64)> = HashMap::new();
+    for line in std::fs::read_to_string(&log).unwrap().lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let [run, attempt, ns] = parts[..] else { continue };
+        let t: i64 = ns.parse().unwrap_or(0) / 1_000_000;
+        let e = spans.entry((run.to_string(), attempt.parse().unwrap_or(0))).or_insert((t, t));
+        e.0 = e.0.min(t);
+        e.1 = e.1.max(t);
+    }
+    for id in &runs {
+        let run = c.run(id);
+        let attempts = run["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 2, "{run}");
+        assert_eq!(attempts[0]["state"], "lost", "{run}");
+        let first = spans.get(&(id.clone(), 1)).expect("attempt 1 ticked");
+        let second = spans.get(&(id.clone(), 2)).expect("attempt 2 ticked");
+        assert!(first.1 < second.0, "run {id}: attempt 1 ticked until {} but attempt 2 started at {}", first.1, second.0);
+    }
+}
+
+#[test]
+fn runs_are_spread_by_each_routing_strategy() {
+    let c = Cluster::new("5s");
+    let _a = c.worker("wa", 50);
+    let _b = c.worker("wb", 50);
+    c.wait_workers(&["wa", "wb"]);
+    let noop =
+        |name: &str, strategy: &str| json!({"name": name, "executor": {"handler": {"name": "noop"}}, "route": {"strategy": strategy}});
+    c.create(noop("ll", "least_loaded"));
+    c.create(noop("rr", "round_robin"));
+    for i in 0..20 {
+        c.create(noop(&format!("ch-{i}"), "consistent_hash"));
+    }
+    // Label selectors: only wb may run this one.
+    c.create(json!({"name": "pinned", "executor": {"handler": {"name": "noop"}}, "route": {"labels": {"name": "wb"}}}));
+    let mut by_job: Vec<(String, Vec<String>)> =
+        vec![("ll".into(), c.trigger("ll", 400)), ("rr".into(), c.trigger("rr", 400)), ("pinned".into(), c.trigger("pinned", 20))];
+    for i in 0..20 {
+        let job = format!("ch-{i}");
+        let runs = c.trigger(&job, 10);
+        by_job.push((job, runs));
+    }
+    let all: Vec<String> = by_job.iter().flat_map(|(_, r)| r.clone()).collect();
+    assert_eq!(all.len(), 1020);
+    c.wait_states(&all, "succeeded", Duration::from_secs(120));
+    let worker_of = |id: &str| c.run(id)["attempts"][0]["worker"].as_str().unwrap_or("").to_string();
+    let mut ch_workers = std::collections::HashSet::new();
+    for (job, runs) in &by_job {
+        let workers: Vec<String> = runs.iter().map(|r| worker_of(r)).collect();
+        let on_a = workers.iter().filter(|w| *w == "wa").count();
+        match job.as_str() {
+            "ll" | "rr" => assert!((100..=300).contains(&on_a), "{job}: {on_a} of 400 on wa"),
+            "pinned" => assert_eq!(on_a, 0, "the label selector keeps pinned off wa"),
+            _ => {
+                assert!(on_a == 0 || on_a == runs.len(), "{job}: consistent hash keeps a job on one worker ({on_a}/{})", runs.len());
+                ch_workers.insert(workers[0].clone());
+            }
+        }
+    }
+    assert_eq!(ch_workers.len(), 2, "20 consistent-hash jobs use both workers");
+}
+
+#[test]
+fn worker_drains_on_sigterm_and_bad_hellos_are_refused() {
+    let c = Cluster::new("5s");
+    let mut a = c.worker("wa", 5);
+    c.wait_workers(&["wa"]);
+    c.create(json!({"name": "short", "executor": {"shell": {"command": "sleep", "args": ["2"]}}}));
+    let runs = c.trigger("short", 3);
+    c.wait_states(&runs, "running", Duration::from_secs(30));
+    a.signal(SIGTERM);
+    let status = a.wait_exit(Duration::from_secs(30)).expect("the worker exits after draining");
+    assert!(status.success(), "exit status {status:?}\n{}", a.log());
+    c.wait_states(&runs, "succeeded", Duration::from_secs(10));
+    // A second worker with the id of a live session is refused.
+    let _b = c.worker("wb", 5);
+    c.wait_workers(&["wb"]);
+    let mut dup = c.worker_in("wb", 5, &c.addr(), "w-wb-duplicate");
+    wait_until("the duplicate to be refused", Duration::from_secs(20), || dup.log().contains("already has a live session"));
+    dup.signal(SIGTERM);
+    dup.wait_exit(Duration::from_secs(30));
+    // Bad flags: a clear message and a non-zero exit.
+    for (args, needle) in [
+        (vec!["--server", "127.0.0.1:1", "worker", "--capacity", "0"], "--capacity"),
+        (vec!["--server", "127.0.0.1:1", "worker", "--label", "novalue"], "key=value"),
+        (vec!["--server", "ftp://x", "worker"], "host:port"),
+    ] {
+        let out = Command::new(BIN).args(&args).arg("--data-dir").arg(c.dir.path().join("bad")).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(needle), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
