@@ -300,17 +300,36 @@ fn not_leader(state: &ApiState) -> ApiError {
     )
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TriggerQuery {
+    namespace: Option<String>,
+    /// How many manual runs to create at once (1 to 10,000).
+    count: Option<u32>,
+}
+
+/// Most runs one trigger call may create.
+pub const MAX_TRIGGER_COUNT: u32 = 10_000;
+
 async fn trigger_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
-    let q: NsQuery = query(req.uri().query())?;
-    let ns = q.namespace().to_string();
+    let q: TriggerQuery = query(req.uri().query())?;
+    let ns = q.namespace.clone().unwrap_or_else(|| gnomon_core::spec::DEFAULT_NAMESPACE.to_string());
+    let count = q.count.unwrap_or(1);
+    if !(1..=MAX_TRIGGER_COUNT).contains(&count) {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_count", format!("count must be between 1 and {MAX_TRIGGER_COUNT}")));
+    }
     load_job(&state, &ns, &name).await?;
     let tx = state.node.leader_commands().ok_or_else(|| not_leader(&state))?;
     let (reply_tx, reply_rx) = oneshot::channel();
-    tx.send(LeaderCommand::Trigger { namespace: ns, name, reply: reply_tx }).await.map_err(|_| not_leader(&state))?;
-    let id = tokio::time::timeout(std::time::Duration::from_secs(30), reply_rx)
+    tx.send(LeaderCommand::Trigger { namespace: ns, name, count, reply: reply_tx }).await.map_err(|_| not_leader(&state))?;
+    let ids = tokio::time::timeout(std::time::Duration::from_secs(30), reply_rx)
         .await
         .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", "the leader did not answer in 30s"))?
         .map_err(|_| not_leader(&state))??;
+    if count > 1 {
+        return Ok((StatusCode::CREATED, Json(json!({"count": ids.len(), "ids": ids}))));
+    }
+    let id = ids.into_iter().next().ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "no run was created"))?;
     let detail = state
         .node
         .store

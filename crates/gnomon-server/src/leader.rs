@@ -103,7 +103,8 @@ enum WorkerEvent {
 #[derive(Debug)]
 pub enum LeaderCommand {
     /// Fire a manual run of the job now; replies with the run id.
-    Trigger { namespace: String, name: String, reply: oneshot::Sender<std::result::Result<String, StoreError>> },
+    /// Fire `count` manual runs of the job now; replies with their ids.
+    Trigger { namespace: String, name: String, count: u32, reply: oneshot::Sender<std::result::Result<Vec<String>, StoreError>> },
     /// Something changed in the store (jobs or cancel requests); look now.
     Nudge,
     /// A worker said Hello on this leader; the reply is the session id (the
@@ -506,8 +507,8 @@ impl LeaderRuntime {
     async fn on_command(&mut self, cmd: LeaderCommand) -> Result<()> {
         match cmd {
             LeaderCommand::Nudge => self.last_poll = 0,
-            LeaderCommand::Trigger { namespace, name, reply } => {
-                let result = self.trigger(&namespace, &name).await;
+            LeaderCommand::Trigger { namespace, name, count, reply } => {
+                let result = self.trigger(&namespace, &name, count).await;
                 if let Err(StoreError::Fenced { .. }) = &result {
                     let _ = reply.send(result.clone());
                     return result.map(|_| ());
@@ -729,36 +730,50 @@ impl LeaderRuntime {
         *self.view.write().unwrap_or_else(|p| p.into_inner()) = list;
     }
 
-    async fn trigger(&mut self, namespace: &str, name: &str) -> Result<String> {
+    /// Creates `count` manual runs in one store write. Each gets its own
+    /// `scheduled_at` (now, now+1 ms, …; bumped past any taken instant), so
+    /// its id stays unique.
+    async fn trigger(&mut self, namespace: &str, name: &str, count: u32) -> Result<Vec<String>> {
         let Some(job) = self.store.get_job(namespace, name).await? else {
             return Err(StoreError::NotFound(format!("job {namespace}/{name}")));
         };
         let now = self.clock.now_millis();
-        // A manual run gets its own unique scheduled_at: bump on collision.
-        for offset in 0..1000 {
-            let run = NewRun {
-                job_uid: job.uid.clone(),
-                namespace: job.namespace.clone(),
-                job: job.name.clone(),
-                scheduled_at: now + offset,
-                fired_at: now,
-                state: RunState::Pending,
-                reason: Some("manual trigger".into()),
-                manual: true,
-            };
-            let outcome = self.store.fire(&self.fence, std::slice::from_ref(&run), &[]).await?;
-            if outcome[0] == FireOutcome::Created {
+        let mut created: Vec<String> = Vec::new();
+        let mut next = now;
+        for _ in 0..100 {
+            let want = count as usize - created.len();
+            if want == 0 {
+                break;
+            }
+            let runs: Vec<NewRun> = (0..want as i64)
+                .map(|k| NewRun {
+                    job_uid: job.uid.clone(),
+                    namespace: job.namespace.clone(),
+                    job: job.name.clone(),
+                    scheduled_at: next + k,
+                    fired_at: now,
+                    state: RunState::Pending,
+                    reason: Some("manual trigger".into()),
+                    manual: true,
+                })
+                .collect();
+            next += want as i64;
+            let outcomes = self.store.fire(&self.fence, &runs, &[]).await?;
+            if !self.jobs.contains_key(&job.uid) {
+                self.upsert_job(job.clone());
+            }
+            for (run, outcome) in runs.into_iter().zip(outcomes) {
+                if outcome != FireOutcome::Created {
+                    continue;
+                }
                 let id = run.id();
                 metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
-                if !self.jobs.contains_key(&job.uid) {
-                    self.upsert_job(job.clone());
-                }
                 self.track(
                     id.clone(),
                     OpenRun {
-                        job_uid: job.uid,
-                        job: job.name,
-                        namespace: job.namespace,
+                        job_uid: run.job_uid,
+                        job: run.job,
+                        namespace: run.namespace,
                         scheduled_at: run.scheduled_at,
                         state: RunState::Pending,
                         attempt: 0,
@@ -766,10 +781,13 @@ impl LeaderRuntime {
                     },
                 );
                 self.ready.push_back(id.clone());
-                return Ok(id);
+                created.push(id);
             }
         }
-        Err(StoreError::Backend("could not find a free scheduled_at for the manual run".into()))
+        if created.len() < count as usize {
+            return Err(StoreError::Backend("could not find free scheduled_at instants for the manual runs".into()));
+        }
+        Ok(created)
     }
 
     /// Fires up to [`MAX_FIRE_BATCH`] due jobs in one store write; returns

@@ -1,0 +1,237 @@
+//! Worker benchmark: real `gnomon server` (SQLite, `synchronous=FULL`) and
+//! `gnomon worker` processes (release build) on loopback. Prints, asserting
+//! nothing:
+//! - **A, throughput**: 20,000 runs of the `noop` handler, one worker with
+//!   capacity 50. Runs/s from the first creation to the last completion and
+//!   from the worker's start to the last completion, with the runs created
+//!   before the worker starts (A1) and while it runs (A2). Runs are created
+//!   with `POST /v1/jobs/{name}/trigger?count=1000`.
+//! - **B1, burst lateness**: 2,000 one-shot (`at`) jobs due at the same
+//!   instant; attempt-start lateness (started_at − scheduled_at) p50/p99/max.
+//! - **B2, spread lateness**: 2,000 one-shot jobs due 1 ms apart.
+//!
+//! Usage: bench_workers BIN [A|B1|B2 ...]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const RUNS: usize = 20_000;
+const ONE_SHOTS: usize = 2_000;
+
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+struct Env {
+    bin: String,
+    dir: tempfile::TempDir,
+    addr: String,
+    http: reqwest::Client,
+    procs: Procs,
+}
+
+impl Env {
+    async fn start(bin: &str) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr = format!("127.0.0.1:{port}");
+        let store = format!("sqlite://{}", dir.path().join("g.db").display());
+        let server = Command::new(bin)
+            .args(["server", "--listen", &addr, "--node-id", "bench", "--store", &store])
+            .env("GNOMON_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let env = Env { bin: bin.into(), dir, addr, http: reqwest::Client::new(), procs: Procs(vec![server]) };
+        for _ in 0..300 {
+            if let Ok(r) = env.http.get(format!("http://{}/v1/leader", env.addr)).send().await {
+                if r.json::<Value>().await.map(|v| v["is_self"] == json!(true)).unwrap_or(false) {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        env
+    }
+
+    fn worker(&mut self, capacity: u32) {
+        let data = self.dir.path().join(format!("worker-{}", self.procs.0.len()));
+        let child = Command::new(&self.bin)
+            .args(["--server", &self.addr, "worker", "--id", &format!("bench-{}", self.procs.0.len()), "--capacity", &capacity.to_string()])
+            .arg("--data-dir")
+            .arg(data)
+            .env("GNOMON_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        self.procs.0.push(child);
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let r = self.http.post(format!("http://{}{path}", self.addr)).json(&body).send().await.unwrap();
+        let status = r.status();
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        assert!(status.is_success(), "{path}: {status} {v}");
+        v
+    }
+
+    /// `gnomon_runs_total{state="succeeded"}` from /metrics.
+    async fn succeeded(&self) -> u64 {
+        let text = match self.http.get(format!("http://{}/metrics", self.addr)).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => return 0,
+        };
+        text.lines()
+            .find(|l| l.starts_with("gnomon_runs_total{") && l.contains("state=\"succeeded\""))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .unwrap_or(0)
+    }
+
+    async fn wait_succeeded(&self, n: u64) -> Instant {
+        let deadline = Instant::now() + Duration::from_secs(900);
+        while self.succeeded().await < n && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Instant::now()
+    }
+
+    async fn create_runs(&self, job: &str, n: usize) {
+        for _ in 0..n / 1000 {
+            self.post(&format!("/v1/jobs/{job}/trigger?count=1000"), Value::Null).await;
+        }
+    }
+
+    async fn all_runs(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut q = vec![("limit", "1000".to_string())];
+            if let Some(c) = &cursor {
+                q.push(("cursor", c.clone()));
+            }
+            let page: Value = self.http.get(format!("http://{}/v1/runs", self.addr)).query(&q).send().await.unwrap().json().await.unwrap();
+            out.extend(page["runs"].as_array().cloned().unwrap_or_default());
+            match page["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_string()),
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+fn ms(v: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap_or("")).map(|d| d.timestamp_millis()).unwrap_or(0)
+}
+
+fn pct(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
+}
+
+async fn throughput(bin: &str, before: bool) {
+    let mut env = Env::start(bin).await;
+    env.post("/v1/jobs", json!({"name": "a", "executor": {"handler": {"name": "noop"}}})).await;
+    let (first, worker_start) = if before {
+        let first = Instant::now();
+        env.create_runs("a", RUNS).await;
+        let created = first.elapsed();
+        let ws = Instant::now();
+        env.worker(50);
+        println!("  created {RUNS} runs in {:.2}s before the worker started", created.as_secs_f64());
+        (first, ws)
+    } else {
+        let ws = Instant::now();
+        env.worker(50);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let first = Instant::now();
+        env.create_runs("a", RUNS).await;
+        println!("  created {RUNS} runs in {:.2}s while the worker ran", first.elapsed().as_secs_f64());
+        (first, ws)
+    };
+    let done = env.wait_succeeded(RUNS as u64).await;
+    let label = if before { "A1 (created before the worker)" } else { "A2 (created while it runs)" };
+    println!(
+        "{label}: {:.0} runs/s from first creation, {:.0} runs/s from worker start ({} succeeded)",
+        RUNS as f64 / (done - first).as_secs_f64(),
+        RUNS as f64 / (done - worker_start).as_secs_f64(),
+        env.succeeded().await
+    );
+}
+
+async fn lateness(bin: &str, spread_ms: i64) {
+    let mut env = Env::start(bin).await;
+    env.worker(256);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let due = chrono::Utc::now().timestamp_millis() + 15_000;
+    let created = Instant::now();
+    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(16));
+    let mut tasks = Vec::new();
+    for i in 0..ONE_SHOTS {
+        let at = chrono::DateTime::from_timestamp_millis(due + i as i64 * spread_ms)
+            .unwrap()
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let body = json!({"name": format!("b{i}"), "schedule": {"at": at}, "executor": {"handler": {"name": "noop"}}});
+        let (http, addr, permit) = (env.http.clone(), env.addr.clone(), sem.clone().acquire_owned().await.unwrap());
+        tasks.push(tokio::spawn(async move {
+            let r = http.post(format!("http://{addr}/v1/jobs")).json(&body).send().await;
+            drop(permit);
+            r.map(|r| r.status().is_success()).unwrap_or(false)
+        }));
+    }
+    for t in tasks {
+        assert!(t.await.unwrap(), "job creation failed");
+    }
+    let took = created.elapsed();
+    assert!(took < Duration::from_secs(14), "creating the jobs took {took:?}, past their due time");
+    env.wait_succeeded(ONE_SHOTS as u64).await;
+    let mut late = Vec::new();
+    for r in env.all_runs().await {
+        let detail: Value =
+            env.http.get(format!("http://{}/v1/runs/{}", env.addr, r["id"].as_str().unwrap())).send().await.unwrap().json().await.unwrap();
+        late.push(ms(&detail["attempts"][0]["started_at"]) - ms(&detail["scheduled_at"]));
+    }
+    late.sort_unstable();
+    let label = if spread_ms == 0 { "B1 (2,000 due at one instant)" } else { "B2 (2,000 due 1 ms apart)" };
+    println!(
+        "{label}: attempt-start lateness p50 {} ms, p99 {} ms, max {} ms ({} runs, worker capacity 256)",
+        pct(&late, 0.5),
+        pct(&late, 0.99),
+        late.last().copied().unwrap_or(0),
+        late.len()
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let bin = args.get(1).cloned().unwrap_or_else(|| "target/release/gnomon".into());
+    let only: Vec<&str> = args.iter().skip(2).map(String::as_str).collect();
+    let wants = |w: &str| only.is_empty() || only.contains(&w);
+    println!("gnomon worker benchmark (SQLite store, synchronous=FULL; one worker process)");
+    if wants("A") {
+        throughput(&bin, true).await;
+        throughput(&bin, false).await;
+    }
+    if wants("B1") {
+        lateness(&bin, 0).await;
+    }
+    if wants("B2") {
+        lateness(&bin, 1).await;
+    }
+}
