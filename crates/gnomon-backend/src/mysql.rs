@@ -58,6 +58,9 @@ const MIGRATIONS: &[Migration] = &[Migration {
 const DIALECT: Dialect = Dialect {
     name: "mysql",
     numbered: false,
+    for_update: " FOR UPDATE",
+    greatest: "GREATEST",
+    begin: None,
     ignore_suffix: " ON DUPLICATE KEY UPDATE {key} = {key}",
     migrate_lock: "SELECT GET_LOCK('gnomon_migrate', 60)",
     migrate_unlock: "SELECT RELEASE_LOCK('gnomon_migrate')",

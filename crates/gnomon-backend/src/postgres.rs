@@ -55,6 +55,9 @@ const MIGRATIONS: &[Migration] = &[Migration {
 const DIALECT: Dialect = Dialect {
     name: "postgres",
     numbered: true,
+    for_update: " FOR UPDATE",
+    greatest: "GREATEST",
+    begin: None,
     ignore_suffix: " ON CONFLICT DO NOTHING",
     migrate_lock: "SELECT pg_advisory_lock(74007400)",
     migrate_unlock: "SELECT pg_advisory_unlock(74007400)",

@@ -46,6 +46,13 @@ pub(crate) struct Dialect {
     pub name: &'static str,
     /// `$1, $2, …` placeholders instead of `?`.
     pub numbered: bool,
+    /// `" FOR UPDATE"` where rows are locked by locking reads; empty for
+    /// SQLite, whose `BEGIN IMMEDIATE` takes the database's write lock.
+    pub for_update: &'static str,
+    /// The two-argument maximum: `GREATEST` (MySQL, PostgreSQL) or `MAX` (SQLite).
+    pub greatest: &'static str,
+    /// How a write transaction begins, if not with the driver's default.
+    pub begin: Option<&'static str>,
     /// Turns an INSERT into insert-or-ignore; `{key}` is a column of the table.
     pub ignore_suffix: &'static str,
     pub migrate_lock: &'static str,
@@ -54,10 +61,11 @@ pub(crate) struct Dialect {
 }
 
 impl Dialect {
-    /// Rewrites `?` placeholders for the dialect.
+    /// Rewrites `?` placeholders and `FOR UPDATE` for the dialect.
     pub fn q(&self, sql: &str) -> String {
+        let sql = if self.for_update.is_empty() { sql.replace(" FOR UPDATE", "") } else { sql.to_string() };
         if !self.numbered {
-            return sql.to_string();
+            return sql;
         }
         let mut out = String::with_capacity(sql.len() + 8);
         let mut n = 0;
@@ -89,7 +97,8 @@ pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
             let msg = d.message();
             // Serialization failure, deadlock, lock or statement timeout:
             // the transaction was rolled back and may be retried.
-            if matches!(code.as_str(), "40001" | "40P01" | "55P03" | "57014" | "57P01")
+            if matches!(code.as_str(), "40001" | "40P01" | "55P03" | "57014" | "57P01" | "5" | "6")
+                || msg.contains("database is locked")
                 || msg.contains("Lock wait timeout")
                 || msg.contains("Deadlock found")
                 || msg.contains("max_statement_time")
@@ -363,7 +372,7 @@ macro_rules! sql_store {
                     "SELECT id FROM runs WHERE id = 'gnomon-probe' FOR UPDATE",
                 ];
                 for step in steps {
-                    if let Err(e) = sqlx::query(step).execute(&mut *tx).await {
+                    if let Err(e) = sqlx::query(&D.q(step)).execute(&mut *tx).await {
                         return Err(StoreError::Backend(format!(
                             "the {} user cannot run `{step}` (missing privilege?): {e}",
                             D.name
@@ -374,7 +383,10 @@ macro_rules! sql_store {
             }
 
             async fn write_tx(&self) -> Result<Tx, StoreError> {
-                self.pool.begin().await.map_err(db_err)
+                match D.begin {
+                    Some(begin) => self.pool.begin_with(begin).await.map_err(db_err),
+                    None => self.pool.begin().await.map_err(db_err),
+                }
             }
 
             /// The fencing check: locks the scope's leadership row until the
@@ -754,7 +766,7 @@ macro_rules! sql_store {
                     for id in chunk {
                         sep.push_bind(id.clone());
                     }
-                    qb.push(") FOR UPDATE");
+                    qb.push(")").push(D.for_update);
                     for r in qb.build().fetch_all(&mut *tx).await.map_err(db_err)? {
                         existing.insert(text(&r, "id")?);
                     }
@@ -796,7 +808,7 @@ macro_rules! sql_store {
                 for chunk in latest.chunks(CHUNK) {
                     let mut qb: QueryBuilder<$db> = QueryBuilder::new("UPDATE jobs SET last_scheduled_at = CASE");
                     for (uid, at) in chunk {
-                        qb.push(" WHEN uid = ").push_bind(uid.to_string()).push(" THEN GREATEST(COALESCE(last_scheduled_at, ");
+                        qb.push(" WHEN uid = ").push_bind(uid.to_string()).push(" THEN ").push(D.greatest).push("(COALESCE(last_scheduled_at, ");
                         qb.push_bind(*at).push("), ").push_bind(*at).push(")");
                     }
                     qb.push(" ELSE last_scheduled_at END WHERE uid IN (");
@@ -831,7 +843,7 @@ macro_rules! sql_store {
                     for id in chunk {
                         sep.push_bind(id.to_string());
                     }
-                    qb.push(") ORDER BY id FOR UPDATE");
+                    qb.push(") ORDER BY id").push(D.for_update);
                     for r in qb.build().fetch_all(&mut *tx).await.map_err(db_err)? {
                         let state = text(&r, "state")?;
                         locked.insert(
@@ -1021,10 +1033,20 @@ mod tests {
 
     #[test]
     fn placeholders_are_numbered_for_postgres() {
-        let d = Dialect { name: "x", numbered: true, ignore_suffix: "", migrate_lock: "", migrate_unlock: "", migrations: &[] };
-        assert_eq!(d.q("a = ? AND b = ?"), "a = $1 AND b = $2");
-        let d = Dialect { numbered: false, ..d };
-        assert_eq!(d.q("a = ?"), "a = ?");
+        let d = Dialect {
+            name: "x",
+            numbered: true,
+            for_update: " FOR UPDATE",
+            greatest: "GREATEST",
+            begin: None,
+            ignore_suffix: "",
+            migrate_lock: "",
+            migrate_unlock: "",
+            migrations: &[],
+        };
+        assert_eq!(d.q("a = ? AND b = ? FOR UPDATE"), "a = $1 AND b = $2 FOR UPDATE");
+        let d = Dialect { numbered: false, for_update: "", ..d };
+        assert_eq!(d.q("a = ? FOR UPDATE"), "a = ?");
     }
 
     #[test]

@@ -3,11 +3,13 @@
 //! This crate does no I/O and has no async runtime. Everything here can be
 //! tested with an injected [`clock::Clock`] and without sleeping.
 
+pub mod backpressure;
 pub mod clock;
 pub mod duration;
 pub mod error;
 pub mod policy;
 pub mod retry;
+pub mod routing;
 pub mod run;
 pub mod schedule;
 pub mod spec;

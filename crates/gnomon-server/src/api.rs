@@ -411,7 +411,13 @@ async fn load_run(state: &ApiState, id: &str) -> ApiResult<RunDetail> {
 
 async fn get_run(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
     let detail = load_run(&state, &id).await?;
-    Ok(Json(run_json(&detail.run, Some(&detail), true)))
+    let mut v = run_json(&detail.run, Some(&detail), true);
+    if detail.run.state == RunState::Pending {
+        if let Some(why) = state.node.waiting_reason(&detail.run.job_uid) {
+            v["waiting_for"] = json!(why);
+        }
+    }
+    Ok(Json(v))
 }
 
 async fn cancel_run(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
@@ -451,6 +457,7 @@ async fn leader(State(state): State<ApiState>) -> ApiResult<impl IntoResponse> {
             "scope": r.scope, "backend": r.backend, "holder": r.holder, "token": r.token,
             "address": r.address, "since": format_millis(r.since),
             "is_self": me == Some(r.token) && r.holder == state.node.config.node_id,
+            "backpressure": state.node.pressure(),
         }),
         None => {
             json!({"scope": SCOPE, "backend": state.node.elector_backend, "holder": null, "token": null, "address": null, "since": null, "is_self": false})

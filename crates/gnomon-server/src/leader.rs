@@ -21,7 +21,8 @@ use gnomon_proto::v1::{self, server_message, worker_message};
 use gnomon_worker::ExecOutcome;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::routing::{pick_worker, Candidate};
+use gnomon_core::backpressure::{Backpressure, BackpressureConfig, Pressure};
+use gnomon_core::routing::{pick_worker, Candidate};
 
 /// The most ready runs one dispatch pass looks at.
 const MAX_DISPATCH_SCAN: usize = 8192;
@@ -34,6 +35,10 @@ pub const MAX_TURN: Duration = Duration::from_millis(250);
 /// at the same second) is written in chunks, so memory stays bounded and
 /// dispatch and reports interleave with the burst instead of waiting for it.
 const MAX_FIRE_BATCH: usize = 2048;
+/// How long the actor waits for more worker results before writing them.
+const GROUP_COMMIT_WINDOW: Duration = Duration::from_millis(2);
+/// Results that are written at once without waiting for more.
+const EVENT_BATCH: usize = 256;
 /// How long one turn keeps firing chunks of a burst before it dispatches.
 const FIRE_BUDGET: Duration = Duration::from_millis(500);
 const POLL_EVERY_MS: Millis = 1000;
@@ -47,12 +52,30 @@ pub struct LeaderConfig {
     pub lease_ttl_ms: i64,
     /// How often workers heartbeat (told in `Welcome`).
     pub heartbeat_ms: i64,
+    pub backpressure: BackpressureConfig,
 }
 
 impl Default for LeaderConfig {
     fn default() -> Self {
-        Self { misfire_grace_ms: 1000, lease_ttl_ms: 10_000, heartbeat_ms: 2_000 }
+        Self { misfire_grace_ms: 1000, lease_ttl_ms: 10_000, heartbeat_ms: 2_000, backpressure: BackpressureConfig::default() }
     }
+}
+
+/// The backpressure state as `/v1/leader` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PressureInfo {
+    pub state: Pressure,
+    pub pending: usize,
+    pub max_pending: usize,
+}
+
+/// What the leader publishes for the API.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub workers: Vec<WorkerInfo>,
+    pub pressure: Option<PressureInfo>,
+    /// Why runs of a job are waiting in `pending`, by job uid.
+    pub waiting: HashMap<String, String>,
 }
 
 /// One worker session as `GET /v1/workers` shows it.
@@ -72,8 +95,8 @@ pub struct WorkerInfo {
     pub lease_expires_at: Millis,
 }
 
-/// The leader's published list of worker sessions.
-pub type WorkersView = Arc<std::sync::RwLock<Vec<WorkerInfo>>>;
+/// The leader's published worker sessions and backpressure.
+pub type WorkersView = Arc<std::sync::RwLock<Snapshot>>;
 
 /// A worker session, owned by the leader actor.
 #[derive(Debug)]
@@ -185,6 +208,9 @@ pub struct LeaderRuntime {
     orphans: HashMap<String, Millis>,
     round_robin: usize,
     view_dirty: bool,
+    pressure: Backpressure,
+    /// Why a job's runs cannot be placed right now, by job uid.
+    waiting: HashMap<String, String>,
 
     jobs: HashMap<String, Box<JobEntry>>,
     job_feed_seq: u64,
@@ -217,6 +243,7 @@ type Result<T> = std::result::Result<T, StoreError>;
 
 impl LeaderRuntime {
     pub fn new(p: LeaderParts) -> Self {
+        let pressure = Backpressure::new(p.config.backpressure);
         Self {
             store: p.store,
             fence: p.fence,
@@ -231,6 +258,8 @@ impl LeaderRuntime {
             orphans: HashMap::new(),
             round_robin: 0,
             view_dirty: true,
+            pressure,
+            waiting: HashMap::new(),
             jobs: HashMap::new(),
             job_feed_seq: 0,
             fire_heap: BinaryHeap::new(),
@@ -462,10 +491,12 @@ impl LeaderRuntime {
         }
         self.handle_commands().await?;
         self.expire_leases(now).await?;
+        self.update_pressure();
         // Firing comes first: a burst is written in chunks until it is done
         // or the turn's fire budget is spent, then dispatch gets its turn.
+        // Under red backpressure due jobs wait (they are not dropped).
         let budget = std::time::Instant::now() + FIRE_BUDGET;
-        while self.fire_due(now).await? && std::time::Instant::now() < budget {}
+        while !self.pressure.defers_fires() && self.fire_due(now).await? && std::time::Instant::now() < budget {}
         self.release_retries(now).await?;
         self.record_worker_events().await?;
         self.dispatch().await?;
@@ -695,6 +726,26 @@ impl LeaderRuntime {
         Ok(())
     }
 
+    fn update_pressure(&mut self) {
+        let before = self.pressure.state();
+        let capacity: usize = self.sessions.values().filter(|s| s.tx.is_some() && !s.draining).map(|s| s.capacity).sum();
+        let pending = self.ready.len();
+        let after = self.pressure.update(pending, self.free_slots(), capacity);
+        if after != before {
+            tracing::warn!(
+                from = before.as_str(),
+                to = after.as_str(),
+                pending,
+                max_pending = self.pressure.config.max_pending,
+                "backpressure changed"
+            );
+        }
+        metrics::gauge!("gnomon_backpressure_state").set(after.level());
+        metrics::gauge!("gnomon_pending_runs").set(pending as f64);
+        self.view.write().unwrap_or_else(|p| p.into_inner()).pressure =
+            Some(PressureInfo { state: after, pending, max_pending: self.pressure.config.max_pending });
+    }
+
     fn publish_view(&mut self) {
         if !self.view_dirty {
             return;
@@ -727,7 +778,9 @@ impl LeaderRuntime {
             .collect();
         list.sort_by(|a, b| a.id.cmp(&b.id));
         metrics::gauge!("gnomon_workers", "state" => "live").set(list.iter().filter(|w| w.connected).count() as f64);
-        *self.view.write().unwrap_or_else(|p| p.into_inner()) = list;
+        let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
+        view.workers = list;
+        view.waiting = self.waiting.clone();
     }
 
     /// Creates `count` manual runs in one store write. Each gets its own
@@ -1171,13 +1224,29 @@ impl LeaderRuntime {
 
     async fn dispatch(&mut self) -> Result<()> {
         let now = self.clock.now_millis();
-        let mut free = self.free_slots();
+        let mut free = self.pressure.dispatch_allowance(self.free_slots());
         let mut batch: Vec<Transition> = Vec::new();
         let mut targets: Vec<String> = Vec::new();
         let mut batch_jobs: HashSet<String> = HashSet::new();
         let mut deferred = Vec::new();
         let mut dropped = Vec::new();
         let mut scanned = 0;
+        if free == 0 {
+            // Nothing can be placed: say why for the runs at the front.
+            let mut reasons = Vec::new();
+            for id in self.ready.iter().take(16) {
+                let Some(run) = self.runs.get(id) else { continue };
+                let Some(job) = self.jobs.get(&run.job_uid) else { continue };
+                let strategy = job.route.as_ref().map(|r| r.strategy).unwrap_or_default();
+                reasons.push((run.job_uid.clone(), waiting_reason(job, strategy, self.candidates_for(job).is_empty())));
+            }
+            for (job_uid, why) in reasons {
+                if self.waiting.get(&job_uid) != Some(&why) {
+                    self.waiting.insert(job_uid, why);
+                    self.view_dirty = true;
+                }
+            }
+        }
         while free > 0 && scanned < MAX_DISPATCH_SCAN {
             let Some(id) = self.ready.pop_front() else { break };
             scanned += 1;
@@ -1212,11 +1281,22 @@ impl LeaderRuntime {
             let candidates = self.candidates_for(job);
             let mut rr = self.round_robin;
             let Some(i) = pick_worker(strategy, &run.job, &candidates, &mut rr) else {
+                let why = waiting_reason(job, strategy, candidates.is_empty());
+                let job_uid = run.job_uid.clone();
+                if self.waiting.get(&job_uid) != Some(&why) {
+                    self.waiting.insert(job_uid, why);
+                    self.view_dirty = true;
+                }
                 deferred.push(id);
                 continue;
             };
             let worker = candidates[i].id.to_string();
             drop(candidates);
+            let job_uid = run.job_uid.clone();
+            if self.waiting.remove(&job_uid).is_some() {
+                self.view_dirty = true;
+            }
+            let Some(run) = self.runs.get(&id) else { continue };
             self.round_robin = rr;
             let attempt = run.attempt + 1;
             let job_uid = run.job_uid.clone();
@@ -1297,7 +1377,7 @@ impl LeaderRuntime {
         }
         let now = self.clock.now_millis();
         let mut wake = now + MAX_TURN.as_millis() as i64;
-        if let Some(Reverse((due, _, _))) = self.fire_heap.peek() {
+        if let Some(Reverse((due, _, _))) = self.fire_heap.peek().filter(|_| !self.pressure.defers_fires()) {
             wake = wake.min(*due);
         }
         if let Some(Reverse((due, _))) = self.retry_heap.peek() {
@@ -1309,6 +1389,12 @@ impl LeaderRuntime {
             Some(cmd) = self.commands.recv() => {
                 if let Err(e) = self.on_command(cmd).await {
                     tracing::warn!(error = %e, "command failed");
+                }
+                // Group commit: worker results trickle in one message at a
+                // time; waiting a moment lets one store write carry many of
+                // them instead of one write (and one fsync) per result.
+                if !self.unwritten_events.is_empty() && self.unwritten_events.len() < EVENT_BATCH {
+                    tokio::time::sleep(GROUP_COMMIT_WINDOW).await;
                 }
             }
             _ = self.lost.changed() => {}
@@ -1327,5 +1413,22 @@ impl LeaderRuntime {
                     })
             })
         })
+    }
+}
+
+/// Why a run of `job` cannot be placed on any worker now.
+fn waiting_reason(job: &JobEntry, strategy: gnomon_core::spec::RouteStrategy, no_candidates: bool) -> String {
+    if no_candidates {
+        let needs = match job.executor.as_ref() {
+            Executor::Shell(_) => "the shell executor".to_string(),
+            Executor::Http(_) => "the http executor".to_string(),
+            Executor::Handler(h) => format!("handler {:?}", h.name),
+        };
+        let labels = job.route.as_ref().filter(|r| !r.labels.is_empty()).map(|r| format!(" and labels {:?}", r.labels));
+        format!("no connected worker offers {needs}{}", labels.unwrap_or_default())
+    } else if strategy == gnomon_core::spec::RouteStrategy::ConsistentHash {
+        "its consistent-hash worker is at capacity".to_string()
+    } else {
+        "every eligible worker is at capacity".to_string()
     }
 }

@@ -8,7 +8,6 @@ pub mod leader;
 pub mod metrics_setup;
 pub mod node;
 pub mod openapi;
-pub mod routing;
 pub mod sessions;
 mod ui;
 

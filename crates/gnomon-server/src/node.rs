@@ -8,7 +8,7 @@ use gnomon_backend::{Elector, Fence, LeaderInfo, Store};
 use gnomon_core::Clock;
 use tokio::sync::{mpsc, watch};
 
-use crate::leader::{LeaderCommand, LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime, WorkerInfo, WorkersView};
+use crate::leader::{LeaderCommand, LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime, PressureInfo, WorkerInfo, WorkersView};
 
 pub const SCOPE: &str = "scheduler";
 
@@ -56,8 +56,22 @@ impl NodeHandle {
     /// The worker sessions of the current term (empty on a follower).
     pub fn workers(&self) -> Vec<WorkerInfo> {
         let view = self.read().workers.clone();
-        let list = view.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let list = view.read().unwrap_or_else(|p| p.into_inner()).workers.clone();
         list
+    }
+
+    /// Why runs of the job are waiting in `pending`, if the leader knows.
+    pub fn waiting_reason(&self, job_uid: &str) -> Option<String> {
+        let view = self.read().workers.clone();
+        let reason = view.read().unwrap_or_else(|p| p.into_inner()).waiting.get(job_uid).cloned();
+        reason
+    }
+
+    /// The leader's backpressure state (`None` on a follower).
+    pub fn pressure(&self) -> Option<PressureInfo> {
+        let view = self.read().workers.clone();
+        let p = view.read().unwrap_or_else(|p| p.into_inner()).pressure.clone();
+        p
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, NodeState> {

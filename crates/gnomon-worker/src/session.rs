@@ -178,9 +178,12 @@ impl WorkerRuntime {
         if let Some(path) = self.spool_path(&report.run_id, report.attempt) {
             let tmp = path.with_extension("tmp");
             let bytes = prost::Message::encode_to_vec(&report);
-            let written = std::fs::write(&tmp, &bytes)
-                .and_then(|_| std::fs::File::open(&tmp).and_then(|f| f.sync_all()))
-                .and_then(|_| std::fs::rename(&tmp, &path));
+            // Written and renamed, not fsynced: the spool must survive worker
+            // and server restarts (the page cache does); after an OS crash a
+            // missing report means the lease expires and the run is retried,
+            // which at-least-once execution allows. An fsync per report would
+            // cap a worker at about a thousand results a second.
+            let written = std::fs::write(&tmp, &bytes).and_then(|_| std::fs::rename(&tmp, &path));
             if let Err(e) = written {
                 tracing::error!(error = %e, run = %report.run_id, "cannot spool report; keeping it in memory");
             }

@@ -146,6 +146,9 @@ async fn bench(name: &str, url: &str) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let api = router(ApiState { node: node.handle.clone(), metrics: None, token: None });
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = tokio::spawn(async move { axum::serve(listener, api).await });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let t = Instant::now();

@@ -31,6 +31,10 @@ pub struct DevArgs {
     /// Worker session lease: a worker silent for this long loses its attempts.
     #[arg(long, default_value = "10s")]
     lease_ttl: String,
+    /// Backpressure: pending runs at which dispatch is paced (70 %) and new
+    /// fires are deferred (90 %).
+    #[arg(long, default_value_t = 10_000)]
+    max_pending: usize,
     #[arg(long)]
     node_id: Option<String>,
 }
@@ -140,6 +144,10 @@ pub struct ServerArgs {
     /// Worker session lease: a worker silent for this long loses its attempts.
     #[arg(long, default_value = "10s")]
     lease_ttl: String,
+    /// Backpressure: pending runs at which dispatch is paced (70 %) and new
+    /// fires are deferred (90 %).
+    #[arg(long, default_value_t = 10_000)]
+    max_pending: usize,
 }
 
 fn init_tracing() {
@@ -200,7 +208,7 @@ pub async fn dev(args: DevArgs, token: Option<String>) -> anyhow::Result<()> {
     worker.spool_dir = Some(args.data_dir.join("worker-spool"));
     worker.drain_timeout = std::time::Duration::from_secs(5);
     worker.token = token.clone();
-    let config = node_config(node_id, addr.to_string(), &args.misfire_grace, &args.lease_ttl)?;
+    let config = node_config(node_id, addr.to_string(), &args.misfire_grace, &args.lease_ttl, args.max_pending)?;
     run_node(config, store, elector, addr, token, Some(worker)).await
 }
 
@@ -233,11 +241,14 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
         w.token = token.clone();
         w
     });
-    let config = node_config(node_id, advertise, &args.misfire_grace, &args.lease_ttl)?;
+    let config = node_config(node_id, advertise, &args.misfire_grace, &args.lease_ttl, args.max_pending)?;
     run_node(config, store, elector, addr, token, worker).await
 }
 
-fn node_config(node_id: String, advertise: String, misfire_grace: &str, lease_ttl: &str) -> anyhow::Result<NodeConfig> {
+fn node_config(node_id: String, advertise: String, misfire_grace: &str, lease_ttl: &str, max_pending: usize) -> anyhow::Result<NodeConfig> {
+    if max_pending == 0 {
+        bail!("--max-pending must be at least 1");
+    }
     let grace = gnomon_core::duration::parse_duration(misfire_grace).map_err(|e| anyhow!("--misfire-grace: {e}"))?;
     let ttl = gnomon_core::duration::parse_duration(lease_ttl).map_err(|e| anyhow!("--lease-ttl: {e}"))?;
     let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
@@ -251,6 +262,7 @@ fn node_config(node_id: String, advertise: String, misfire_grace: &str, lease_tt
             misfire_grace_ms: i64::try_from(grace.as_millis()).unwrap_or(1000),
             lease_ttl_ms: ttl_ms,
             heartbeat_ms: (ttl_ms / 5).max(200),
+            backpressure: gnomon_core::backpressure::BackpressureConfig { max_pending, ..Default::default() },
         },
     })
 }
@@ -272,6 +284,11 @@ async fn run_node(
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let node_task = tokio::spawn(node.run(shutdown_rx.clone()));
     let mut http_shutdown = shutdown_rx.clone();
+    // TCP_NODELAY: worker messages are small; Nagle's algorithm against
+    // delayed ACKs would hold each one back for tens of milliseconds.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
         let _ = http_shutdown.wait_for(|s| *s).await;
     });

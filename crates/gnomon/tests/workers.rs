@@ -82,13 +82,18 @@ struct Cluster {
     dir: tempfile::TempDir,
     port: u16,
     ttl: &'static str,
+    extra: Vec<String>,
     server: Option<Proc>,
 }
 
 impl Cluster {
     fn new(ttl: &'static str) -> Cluster {
+        Cluster::with_args(ttl, &[])
+    }
+
+    fn with_args(ttl: &'static str, extra: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Cluster { dir, port: free_port(), ttl, server: None };
+        let mut c = Cluster { dir, port: free_port(), ttl, extra: extra.iter().map(|s| s.to_string()).collect(), server: None };
         c.start_server();
         c
     }
@@ -100,10 +105,11 @@ impl Cluster {
     fn start_server(&mut self) {
         std::fs::create_dir_all(self.dir.path().join("db")).unwrap();
         let store = format!("sqlite://{}", self.dir.path().join("db/g.db").display());
-        let args: Vec<String> = ["server", "--listen", &self.addr(), "--node-id", "s1", "--lease-ttl", self.ttl, "--store", &store]
+        let mut args: Vec<String> = ["server", "--listen", &self.addr(), "--node-id", "s1", "--lease-ttl", self.ttl, "--store", &store]
             .iter()
             .map(|s| s.to_string())
             .collect();
+        args.extend(self.extra.iter().cloned());
         self.server = Some(Proc::spawn(self.dir.path(), "server", &args));
         let addr = self.addr();
         wait_until("the server to lead", Duration::from_secs(30), || {
@@ -438,4 +444,42 @@ fn worker_drains_on_sigterm_and_bad_hellos_are_refused() {
         assert!(!out.status.success(), "{args:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains(needle), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
+}
+
+/// The raw text of `GET path` (for the Prometheus endpoint).
+fn get_text(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn red_backpressure_defers_fires_until_workers_catch_up() {
+    let c = Cluster::with_args("5s", &["--max-pending", "10"]);
+    c.create(json!({"name": "tick", "schedule": {"every": "1s"}, "misfire": "fire_once", "executor": {"handler": {"name": "noop"}}}));
+    let runs = || c.api("GET", "/v1/runs?job=tick&limit=1000", None).1["runs"].as_array().cloned().unwrap_or_default();
+    // No worker: pending grows to 90 % of 10, and the leader turns red.
+    wait_until("red backpressure", Duration::from_secs(30), || c.api("GET", "/v1/leader", None).1["backpressure"]["state"] == "red");
+    assert!(get_text(&c.addr(), "/metrics").contains("gnomon_backpressure_state 2"), "the metric shows red");
+    let pending = runs().into_iter().find(|r| r["state"] == "pending").expect("a pending run");
+    let detail = c.run(pending["id"].as_str().unwrap());
+    assert!(detail["waiting_for"].as_str().unwrap_or("").contains("no connected worker offers handler"), "run get says why: {detail}");
+    let before = runs().len();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(runs().len(), before, "no new fires while red");
+    // A worker drains the backlog; the deferred fires come back through the
+    // misfire policy (fire_once: one catch-up run, the rest recorded skipped).
+    let _w = c.worker("wa", 4);
+    wait_until("green again", Duration::from_secs(30), || c.api("GET", "/v1/leader", None).1["backpressure"]["state"] == "green");
+    std::thread::sleep(Duration::from_secs(2));
+    let all = runs();
+    let mut times: Vec<i64> = all.iter().map(|r| ts(&r["scheduled_at"])).collect();
+    times.sort_unstable();
+    let n = times.len();
+    times.dedup();
+    assert_eq!(times.len(), n, "no (job, scheduled_at) twice");
+    assert!(times.windows(2).all(|w| w[1] - w[0] == 1000), "every second has a run or a skip record");
+    assert!(all.iter().any(|r| r["state"] == "skipped"), "deferred seconds beyond the catch-up are recorded skipped");
 }

@@ -6,7 +6,7 @@
 //! executor kind and handler, the job's label selector); this module only
 //! ranks them. Pure and deterministic.
 
-use gnomon_core::spec::RouteStrategy;
+use crate::spec::RouteStrategy;
 
 #[derive(Debug, Clone)]
 pub struct Candidate<'a> {

@@ -1,0 +1,144 @@
+//! The backpressure controller (seed 000): green / yellow / red from the
+//! number of pending runs against a maximum, and from worker saturation.
+//!
+//! - **green**: fire and dispatch freely;
+//! - **yellow** (pending ≥ `yellow` × max, or every worker slot taken while
+//!   runs wait): dispatch is paced — at most half the free slots per pass —
+//!   so a backlog does not hit workers all at once;
+//! - **red** (pending ≥ `red` × max): new fires are deferred. They are not
+//!   dropped: the jobs stay due and fire when pressure falls, through the
+//!   job's misfire policy like any other late fire.
+//!
+//! Leaving a state needs the ratio to fall `hysteresis` below its threshold,
+//! so the state does not flap around a boundary. Pure: the leader feeds it.
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pressure {
+    Green,
+    Yellow,
+    Red,
+}
+
+impl Pressure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pressure::Green => "green",
+            Pressure::Yellow => "yellow",
+            Pressure::Red => "red",
+        }
+    }
+
+    /// The value of `gnomon_backpressure_state`: 0, 1, 2.
+    pub fn level(self) -> f64 {
+        match self {
+            Pressure::Green => 0.0,
+            Pressure::Yellow => 1.0,
+            Pressure::Red => 2.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BackpressureConfig {
+    pub max_pending: usize,
+    /// Fractions of `max_pending`.
+    pub yellow: f64,
+    pub red: f64,
+    pub hysteresis: f64,
+}
+
+impl Default for BackpressureConfig {
+    fn default() -> Self {
+        Self { max_pending: 10_000, yellow: 0.7, red: 0.9, hysteresis: 0.05 }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Backpressure {
+    pub config: BackpressureConfig,
+    state: Pressure,
+}
+
+impl Backpressure {
+    pub fn new(config: BackpressureConfig) -> Self {
+        Self { config, state: Pressure::Green }
+    }
+
+    pub fn state(&self) -> Pressure {
+        self.state
+    }
+
+    /// Updates the state from the pending count and the workers' free slots
+    /// (`capacity` is their total; 0 when no worker is connected).
+    pub fn update(&mut self, pending: usize, free_slots: usize, capacity: usize) -> Pressure {
+        let c = self.config;
+        let ratio = pending as f64 / c.max_pending.max(1) as f64;
+        let saturated = capacity > 0 && free_slots == 0 && pending > 0;
+        let by_ratio = |slack: f64| {
+            if ratio >= c.red - slack {
+                Pressure::Red
+            } else if ratio >= c.yellow - slack {
+                Pressure::Yellow
+            } else {
+                Pressure::Green
+            }
+        };
+        let rising = by_ratio(0.0);
+        // Falling only below the threshold minus the hysteresis.
+        let held = by_ratio(c.hysteresis).min(self.state);
+        let mut next = rising.max(held);
+        if saturated && next == Pressure::Green {
+            next = Pressure::Yellow;
+        }
+        self.state = next;
+        next
+    }
+
+    /// How many runs one dispatch pass may assign, given the free slots.
+    pub fn dispatch_allowance(&self, free_slots: usize) -> usize {
+        match self.state {
+            Pressure::Green => free_slots,
+            Pressure::Yellow | Pressure::Red => free_slots.div_ceil(2),
+        }
+    }
+
+    pub fn defers_fires(&self) -> bool {
+        self.state == Pressure::Red
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bp() -> Backpressure {
+        Backpressure::new(BackpressureConfig { max_pending: 100, ..Default::default() })
+    }
+
+    #[test]
+    fn thresholds_and_hysteresis() {
+        let mut b = bp();
+        assert_eq!(b.update(10, 5, 10), Pressure::Green);
+        assert_eq!(b.update(70, 5, 10), Pressure::Yellow);
+        assert_eq!(b.update(90, 5, 10), Pressure::Red);
+        assert!(b.defers_fires());
+        // Just under the red line: still red (hysteresis).
+        assert_eq!(b.update(87, 5, 10), Pressure::Red);
+        assert_eq!(b.update(84, 5, 10), Pressure::Yellow);
+        assert_eq!(b.update(66, 5, 10), Pressure::Yellow);
+        assert_eq!(b.update(64, 5, 10), Pressure::Green);
+    }
+
+    #[test]
+    fn saturated_workers_make_it_yellow() {
+        let mut b = bp();
+        assert_eq!(b.update(3, 0, 10), Pressure::Yellow);
+        assert_eq!(b.dispatch_allowance(9), 5);
+        assert_eq!(b.update(0, 0, 10), Pressure::Green, "nothing waits: not saturated");
+        assert_eq!(b.update(3, 0, 0), Pressure::Green, "no workers at all is not saturation");
+        assert_eq!(b.dispatch_allowance(9), 9);
+    }
+}
