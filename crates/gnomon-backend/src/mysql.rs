@@ -61,6 +61,7 @@ const DIALECT: Dialect = Dialect {
     for_update: " FOR UPDATE",
     greatest: "GREATEST",
     begin: None,
+    case_chunk: 125,
     ignore_suffix: " ON DUPLICATE KEY UPDATE {key} = {key}",
     migrate_lock: "SELECT GET_LOCK('gnomon_migrate', 60)",
     migrate_unlock: "SELECT RELEASE_LOCK('gnomon_migrate')",

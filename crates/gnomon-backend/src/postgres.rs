@@ -58,6 +58,7 @@ const DIALECT: Dialect = Dialect {
     for_update: " FOR UPDATE",
     greatest: "GREATEST",
     begin: None,
+    case_chunk: 125,
     ignore_suffix: " ON CONFLICT DO NOTHING",
     migrate_lock: "SELECT pg_advisory_lock(74007400)",
     migrate_unlock: "SELECT pg_advisory_unlock(74007400)",

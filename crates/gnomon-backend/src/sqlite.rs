@@ -60,6 +60,7 @@ const DIALECT: Dialect = Dialect {
     for_update: "",
     greatest: "MAX",
     begin: Some("BEGIN IMMEDIATE"),
+    case_chunk: 32,
     ignore_suffix: " ON CONFLICT DO NOTHING",
     // One process owns the file (the data dir is flock'ed), and SQLite's
     // write lock serialises the DDL anyway.

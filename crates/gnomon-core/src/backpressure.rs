@@ -60,11 +60,13 @@ impl Default for BackpressureConfig {
 pub struct Backpressure {
     pub config: BackpressureConfig,
     state: Pressure,
+    /// Whether the workers were saturated at the last update.
+    saturated: bool,
 }
 
 impl Backpressure {
     pub fn new(config: BackpressureConfig) -> Self {
-        Self { config, state: Pressure::Green }
+        Self { config, state: Pressure::Green, saturated: false }
     }
 
     pub fn state(&self) -> Pressure {
@@ -76,7 +78,12 @@ impl Backpressure {
     pub fn update(&mut self, pending: usize, free_slots: usize, capacity: usize) -> Pressure {
         let c = self.config;
         let ratio = pending as f64 / c.max_pending.max(1) as f64;
-        let saturated = capacity > 0 && free_slots == 0 && pending > 0;
+        // Saturation: every slot taken and at least a slot's worth waiting per
+        // slot; once yellow for it, held until the backlog halves (no flapping
+        // each time one slot frees up).
+        let saturated =
+            capacity > 0 && if self.saturated { pending >= capacity.div_ceil(2) } else { free_slots == 0 && pending >= capacity };
+        self.saturated = saturated;
         let by_ratio = |slack: f64| {
             if ratio >= c.red - slack {
                 Pressure::Red
@@ -133,12 +140,14 @@ mod tests {
     }
 
     #[test]
-    fn saturated_workers_make_it_yellow() {
+    fn saturated_workers_make_it_yellow_without_flapping() {
         let mut b = bp();
-        assert_eq!(b.update(3, 0, 10), Pressure::Yellow);
+        assert_eq!(b.update(3, 0, 10), Pressure::Green, "a short queue is not a backlog");
+        assert_eq!(b.update(12, 0, 10), Pressure::Yellow);
         assert_eq!(b.dispatch_allowance(9), 5);
-        assert_eq!(b.update(0, 0, 10), Pressure::Green, "nothing waits: not saturated");
-        assert_eq!(b.update(3, 0, 0), Pressure::Green, "no workers at all is not saturation");
+        assert_eq!(b.update(8, 1, 10), Pressure::Yellow, "held while the backlog is over half the slots");
+        assert_eq!(b.update(4, 1, 10), Pressure::Green);
+        assert_eq!(b.update(30, 0, 0), Pressure::Green, "no workers at all is not saturation");
         assert_eq!(b.dispatch_allowance(9), 9);
     }
 }

@@ -732,13 +732,12 @@ impl LeaderRuntime {
         let pending = self.ready.len();
         let after = self.pressure.update(pending, self.free_slots(), capacity);
         if after != before {
-            tracing::warn!(
-                from = before.as_str(),
-                to = after.as_str(),
-                pending,
-                max_pending = self.pressure.config.max_pending,
-                "backpressure changed"
-            );
+            let max_pending = self.pressure.config.max_pending;
+            if after == Pressure::Red || before == Pressure::Red {
+                tracing::warn!(from = before.as_str(), to = after.as_str(), pending, max_pending, "backpressure changed");
+            } else {
+                tracing::info!(from = before.as_str(), to = after.as_str(), pending, max_pending, "backpressure changed");
+            }
         }
         metrics::gauge!("gnomon_backpressure_state").set(after.level());
         metrics::gauge!("gnomon_pending_runs").set(pending as f64);

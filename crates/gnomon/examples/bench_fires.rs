@@ -42,7 +42,10 @@ async fn main() -> anyhow::Result<()> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let url = format!("http://127.0.0.1:{port}");
     let mut child = Command::new(&bin)
-        .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--capacity", "2048", "--data-dir"])
+        // The pending limit is raised so backpressure (default 10,000
+        // pending runs) does not defer the 100,000-job burst: this measures
+        // the fire path, not the controller.
+        .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--capacity", "2048", "--max-pending", "1000000", "--data-dir"])
         .arg(dir.path())
         .env("GNOMON_LOG", "warn")
         .stdout(Stdio::null())
@@ -56,7 +59,9 @@ async fn main() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    println!("gnomon fire benchmark: {jobs} jobs, every {every}s, measured for {duration}s (SQLite, synchronous=FULL)");
+    println!(
+        "gnomon fire benchmark: {jobs} jobs, every {every}s, measured for {duration}s (SQLite, synchronous=FULL, --max-pending 1000000)"
+    );
     let created = Instant::now();
     let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(32));
     let mut tasks = Vec::new();

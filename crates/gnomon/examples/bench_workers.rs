@@ -152,12 +152,12 @@ async fn throughput(bin: &str, before: bool) {
         env.create_runs("a", RUNS).await;
         let created = first.elapsed();
         let ws = Instant::now();
-        env.worker(50);
+        env.worker(std::env::var("BENCH_CAPACITY").ok().and_then(|c| c.parse().ok()).unwrap_or(50));
         println!("  created {RUNS} runs in {:.2}s before the worker started", created.as_secs_f64());
         (first, ws)
     } else {
         let ws = Instant::now();
-        env.worker(50);
+        env.worker(std::env::var("BENCH_CAPACITY").ok().and_then(|c| c.parse().ok()).unwrap_or(50));
         tokio::time::sleep(Duration::from_millis(500)).await;
         let first = Instant::now();
         env.create_runs("a", RUNS).await;

@@ -352,3 +352,27 @@ fn refuses_public_listen_without_token() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("refusing to listen"));
 }
+
+#[test]
+fn migrate_command_applies_migrations_and_explains_failures() {
+    for backend in [Backend::MySql, Backend::Postgres] {
+        let store = TestStore::new(backend);
+        let url = store.url.clone().unwrap();
+        for _ in 0..2 {
+            let out = Command::new(BIN).args(["migrate", "--store", &url]).env_remove("GNOMON_STORE").output().unwrap();
+            assert!(out.status.success(), "{backend:?}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(String::from_utf8_lossy(&out.stdout).contains("migrated and ready"));
+        }
+    }
+    let port = free_port();
+    let out = Command::new(BIN)
+        .args(["migrate", "--store", &format!("postgres://root:secret-pw@127.0.0.1:{port}/x"), "--store-connect-timeout", "2s"])
+        .env_remove("GNOMON_STORE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("unreachable") && !err.contains("secret-pw"), "{err}");
+    let out = Command::new(BIN).args(["migrate", "--store", "oracle://x"]).env_remove("GNOMON_STORE").output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("unknown store scheme"));
+}
