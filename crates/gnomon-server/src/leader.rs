@@ -35,6 +35,9 @@ pub const MAX_TURN: Duration = Duration::from_millis(250);
 /// at the same second) is written in chunks, so memory stays bounded and
 /// dispatch and reports interleave with the burst instead of waiting for it.
 const MAX_FIRE_BATCH: usize = 2048;
+/// The worker's longest reconnect backoff, added to a new leader's wait for
+/// recovered attempts to be reclaimed.
+const RECONNECT_SLACK_MS: Millis = 2_000;
 /// How long the actor waits for more worker results before writing them.
 const GROUP_COMMIT_WINDOW: Duration = Duration::from_millis(2);
 /// Results that are written at once without waiting for more.
@@ -362,8 +365,11 @@ impl LeaderRuntime {
                 _ => {}
             }
         }
+        // One lease TTL, plus the worker's longest reconnect backoff (2 s):
+        // a worker that was connected to the old leader gets a full lease to
+        // find this one.
         for id in orphaned {
-            self.orphans.insert(id, now + self.config.lease_ttl_ms);
+            self.orphans.insert(id, now + self.config.lease_ttl_ms + RECONNECT_SLACK_MS);
         }
         self.last_poll = now;
         Ok(())

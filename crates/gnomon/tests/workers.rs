@@ -188,6 +188,24 @@ impl Cluster {
     }
 }
 
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // On a failure, show what the processes said.
+        if std::thread::panicking() {
+            for e in std::fs::read_dir(self.dir.path()).into_iter().flatten().flatten() {
+                if e.path().extension().is_some_and(|x| x == "log") {
+                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                    let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                    eprintln!("--- {} (last 40 lines)", e.path().display());
+                    for l in tail.iter().rev() {
+                        eprintln!("{l}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn ts(v: &Value) -> i64 {
     chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap_or("")).map(|d| d.timestamp_millis()).unwrap_or(0)
 }
