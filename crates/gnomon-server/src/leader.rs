@@ -427,6 +427,23 @@ impl LeaderRuntime {
         entry.record.last_scheduled_at.map_or(version_start, |last| last.max(version_start))
     }
 
+    /// Tracks a newly created pending run and queues it for dispatch.
+    fn track_pending(&mut self, run: NewRun, now: Millis) -> String {
+        let id = run.id();
+        let open = OpenRun {
+            job_uid: run.job_uid,
+            job: run.job,
+            namespace: run.namespace,
+            scheduled_at: run.scheduled_at,
+            state: RunState::Pending,
+            attempt: 0,
+            ready_since: now,
+        };
+        self.track(id.clone(), open);
+        self.ready.push_back(id.clone());
+        id
+    }
+
     fn track(&mut self, id: String, run: OpenRun) {
         self.runs_by_job.entry(run.job_uid.clone()).or_default().insert(id.clone());
         self.runs.insert(id, run);
@@ -824,22 +841,8 @@ impl LeaderRuntime {
                 if outcome != FireOutcome::Created {
                     continue;
                 }
-                let id = run.id();
                 metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
-                self.track(
-                    id.clone(),
-                    OpenRun {
-                        job_uid: run.job_uid,
-                        job: run.job,
-                        namespace: run.namespace,
-                        scheduled_at: run.scheduled_at,
-                        state: RunState::Pending,
-                        attempt: 0,
-                        ready_since: now,
-                    },
-                );
-                self.ready.push_back(id.clone());
-                created.push(id);
+                created.push(self.track_pending(run, now));
             }
         }
         if created.len() < count as usize {
@@ -948,20 +951,7 @@ impl LeaderRuntime {
             if run.state == RunState::Pending {
                 // Lateness up to the commit: when the run became durable.
                 metrics::histogram!("gnomon_fire_lateness_seconds").record((committed - run.scheduled_at).max(0) as f64 / 1000.0);
-                let id = run.id();
-                self.track(
-                    id.clone(),
-                    OpenRun {
-                        job_uid: run.job_uid,
-                        job: run.job,
-                        namespace: run.namespace,
-                        scheduled_at: run.scheduled_at,
-                        state: RunState::Pending,
-                        attempt: 0,
-                        ready_since: now,
-                    },
-                );
-                self.ready.push_back(id);
+                self.track_pending(run, now);
             }
         }
         for (uid, last, more) in plans {

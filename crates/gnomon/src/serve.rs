@@ -25,6 +25,15 @@ pub struct DevArgs {
     /// Attempts the embedded worker runs at once.
     #[arg(long, default_value_t = 256)]
     capacity: u32,
+    #[command(flatten)]
+    leader: LeaderArgs,
+    #[arg(long)]
+    node_id: Option<String>,
+}
+
+/// The leader's flags, shared by `dev` and `server`.
+#[derive(Args, Debug)]
+pub struct LeaderArgs {
     /// How late a scheduled time may be reached and still count as on time.
     #[arg(long, default_value = "1s")]
     misfire_grace: String,
@@ -35,8 +44,30 @@ pub struct DevArgs {
     /// fires are deferred (90 %).
     #[arg(long, default_value_t = 10_000)]
     max_pending: usize,
-    #[arg(long)]
-    node_id: Option<String>,
+}
+
+impl LeaderArgs {
+    fn node_config(&self, node_id: String, advertise: String) -> anyhow::Result<NodeConfig> {
+        if self.max_pending == 0 {
+            bail!("--max-pending must be at least 1");
+        }
+        let grace = gnomon_core::duration::parse_duration(&self.misfire_grace).map_err(|e| anyhow!("--misfire-grace: {e}"))?;
+        let ttl = gnomon_core::duration::parse_duration(&self.lease_ttl).map_err(|e| anyhow!("--lease-ttl: {e}"))?;
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        if !(1_000..=600_000).contains(&ttl_ms) {
+            bail!("--lease-ttl must be between 1s and 10m");
+        }
+        Ok(NodeConfig {
+            node_id,
+            advertise,
+            leader: LeaderConfig {
+                misfire_grace_ms: i64::try_from(grace.as_millis()).unwrap_or(1000),
+                lease_ttl_ms: ttl_ms,
+                heartbeat_ms: (ttl_ms / 5).max(200),
+                backpressure: gnomon_core::backpressure::BackpressureConfig { max_pending: self.max_pending, ..Default::default() },
+            },
+        })
+    }
 }
 
 #[derive(Args, Debug)]
@@ -139,15 +170,8 @@ pub struct ServerArgs {
     /// `gnomon worker` processes instead).
     #[arg(long, default_value_t = 0)]
     capacity: u32,
-    #[arg(long, default_value = "1s")]
-    misfire_grace: String,
-    /// Worker session lease: a worker silent for this long loses its attempts.
-    #[arg(long, default_value = "10s")]
-    lease_ttl: String,
-    /// Backpressure: pending runs at which dispatch is paced (70 %) and new
-    /// fires are deferred (90 %).
-    #[arg(long, default_value_t = 10_000)]
-    max_pending: usize,
+    #[command(flatten)]
+    leader: LeaderArgs,
 }
 
 fn init_tracing() {
@@ -203,12 +227,8 @@ pub async fn dev(args: DevArgs, token: Option<String>) -> anyhow::Result<()> {
     if args.capacity == 0 {
         bail!("--capacity must be at least 1");
     }
-    let mut worker = WorkerConfig::new(format!("{node_id}-worker"), vec![]);
-    worker.capacity = args.capacity;
-    worker.spool_dir = Some(args.data_dir.join("worker-spool"));
-    worker.drain_timeout = std::time::Duration::from_secs(5);
-    worker.token = token.clone();
-    let config = node_config(node_id, addr.to_string(), &args.misfire_grace, &args.lease_ttl, args.max_pending)?;
+    let worker = embedded_worker(&node_id, args.capacity, Some(args.data_dir.join("worker-spool")), &token);
+    let config = args.leader.node_config(node_id, addr.to_string())?;
     run_node(config, store, elector, addr, token, Some(worker)).await
 }
 
@@ -234,37 +254,19 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
     let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
     let node_id = args.node_id.unwrap_or_else(default_node_id);
     let advertise = args.advertise.unwrap_or_else(|| addr.to_string());
-    let worker = (args.capacity > 0).then(|| {
-        let mut w = WorkerConfig::new(format!("{node_id}-worker"), vec![]);
-        w.capacity = args.capacity;
-        w.drain_timeout = std::time::Duration::from_secs(5);
-        w.token = token.clone();
-        w
-    });
-    let config = node_config(node_id, advertise, &args.misfire_grace, &args.lease_ttl, args.max_pending)?;
+    let worker = (args.capacity > 0).then(|| embedded_worker(&node_id, args.capacity, None, &token));
+    let config = args.leader.node_config(node_id, advertise)?;
     run_node(config, store, elector, addr, token, worker).await
 }
 
-fn node_config(node_id: String, advertise: String, misfire_grace: &str, lease_ttl: &str, max_pending: usize) -> anyhow::Result<NodeConfig> {
-    if max_pending == 0 {
-        bail!("--max-pending must be at least 1");
-    }
-    let grace = gnomon_core::duration::parse_duration(misfire_grace).map_err(|e| anyhow!("--misfire-grace: {e}"))?;
-    let ttl = gnomon_core::duration::parse_duration(lease_ttl).map_err(|e| anyhow!("--lease-ttl: {e}"))?;
-    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-    if !(1_000..=600_000).contains(&ttl_ms) {
-        bail!("--lease-ttl must be between 1s and 10m");
-    }
-    Ok(NodeConfig {
-        node_id,
-        advertise,
-        leader: LeaderConfig {
-            misfire_grace_ms: i64::try_from(grace.as_millis()).unwrap_or(1000),
-            lease_ttl_ms: ttl_ms,
-            heartbeat_ms: (ttl_ms / 5).max(200),
-            backpressure: gnomon_core::backpressure::BackpressureConfig { max_pending, ..Default::default() },
-        },
-    })
+/// The embedded worker of `dev` / `server --capacity N`.
+fn embedded_worker(node_id: &str, capacity: u32, spool_dir: Option<PathBuf>, token: &Option<String>) -> WorkerConfig {
+    let mut w = WorkerConfig::new(format!("{node_id}-worker"), vec![]);
+    w.capacity = capacity;
+    w.spool_dir = spool_dir;
+    w.drain_timeout = std::time::Duration::from_secs(5);
+    w.token = token.clone();
+    w
 }
 
 async fn run_node(
