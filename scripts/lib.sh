@@ -94,3 +94,46 @@ ensure_postgres() {
     psql -h 127.0.0.1 -U root -d test -c "SELECT 1" >/dev/null || { echo "PostgreSQL is not usable as root@127.0.0.1/test" >&2; exit 1; }
   fi
 }
+
+# A 3-member etcd cluster on loopback for the election and etcd tests:
+# clients on 127.0.0.1:23791-23793, peers on 127.0.0.1:23801-23803. Data
+# and logs under ${GNOMON_ETCD_DIR:-/tmp/gnomon-etcd}; member PIDs in
+# member-N/pid (stop them with scripts/etcd.sh stop). Override with
+# GNOMON_TEST_ETCD (a comma list of endpoints) to use another cluster.
+GNOMON_ETCD_DIR=${GNOMON_ETCD_DIR:-/tmp/gnomon-etcd}
+
+etcd_member_start() {
+  # etcd_member_start N: starts member N (1..3) unless its port answers.
+  local n=$1 dir="$GNOMON_ETCD_DIR/member-$1"
+  local client=$((23790 + n)) peer=$((23800 + n))
+  port_open "$client" && return 0
+  mkdir -p "$dir"
+  local cluster="m1=http://127.0.0.1:23801,m2=http://127.0.0.1:23802,m3=http://127.0.0.1:23803"
+  local state=new
+  [ -d "$dir/data/member" ] && state=existing
+  ETCD_UNSUPPORTED_ARCH=${ETCD_UNSUPPORTED_ARCH:-} nohup etcd --name "m$n" --data-dir "$dir/data" \
+    --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
+    --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --initial-cluster "$cluster" --initial-cluster-state "$state" --initial-cluster-token gnomon-test \
+    --heartbeat-interval 100 --election-timeout 1000 --auto-compaction-retention 1h \
+    --quota-backend-bytes 2147483648 >"$dir/log" 2>&1 &
+  echo $! >"$dir/pid"
+}
+
+ensure_etcd() {
+  [ -n "${GNOMON_TEST_ETCD:-}" ] && return 0
+  need_apt etcd etcd-server
+  need_apt etcdctl etcd-client
+  local n
+  for n in 1 2 3; do etcd_member_start "$n"; done
+  for n in 1 2 3; do
+    wait_port $((23790 + n)) 60 || { echo "etcd member $n did not start; see $GNOMON_ETCD_DIR/member-$n/log" >&2; exit 1; }
+  done
+  local i
+  for ((i = 0; i < 300; i++)); do
+    ETCDCTL_API=3 etcdctl --endpoints=127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793 endpoint health >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "etcd cluster is not healthy; see $GNOMON_ETCD_DIR/member-*/log" >&2
+  exit 1
+}

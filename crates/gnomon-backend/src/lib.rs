@@ -5,6 +5,9 @@
 //! across any pair because the *store* checks the token of every leader write.
 
 pub mod conformance;
+pub mod election;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod local;
 mod migrate;
 pub mod model;
@@ -165,6 +168,12 @@ pub trait Elector: Send + Sync + std::fmt::Debug {
     /// Waits until this node leads `scope`.
     async fn campaign(&self, scope: &str, me: &LeaderInfo) -> Result<Leadership, ElectionError>;
     async fn resign(&self, leadership: &Leadership) -> Result<(), ElectionError>;
+    /// The advertised address of the scope's leader as the election backend
+    /// sees it, where it keeps one (etcd's election value). `None` means
+    /// "ask the store's leadership record".
+    async fn current_leader(&self, _scope: &str) -> Option<String> {
+        None
+    }
 }
 
 static FENCING_REJECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

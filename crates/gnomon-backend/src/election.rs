@@ -1,0 +1,532 @@
+//! Database-lock electors (MySQL/MariaDB `GET_LOCK`, PostgreSQL advisory
+//! locks), the seed-000 fallback wrapper, and what they share.
+//!
+//! # The lock electors
+//! A candidate holds one **dedicated connection** (never a pool connection)
+//! and takes a server-side lock on it. The lock lives exactly as long as the
+//! connection does, so:
+//! - a crashed leader's connection is closed by its kernel and the lock is
+//!   released at once;
+//! - a leader that is paused (SIGSTOP) or cut off from the database stops
+//!   talking on the connection, and the server closes it after the
+//!   configured TTL (MySQL `wait_timeout`, PostgreSQL
+//!   `idle_session_timeout`), releasing the lock;
+//! - the leader pings the connection every second and declares its
+//!   leadership lost the moment a ping fails, times out, or shows the lock
+//!   gone (invariant 5). Either way a deposed leader's writes are rejected
+//!   by the store's fencing check: the token is the store's epoch, bumped
+//!   while holding the lock, and `fence`d before any leader work.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{oneshot, watch};
+
+use crate::local::LocalElector;
+use crate::{ElectionError, Elector, Fence, LeaderInfo, Leadership, Store};
+
+/// Counts one election event in `gnomon_leader_election_total`.
+pub fn count_election(backend: &'static str, result: &'static str) {
+    metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => result).increment(1);
+}
+
+/// A duration of `base` ± 25 %, so candidates do not retry in lockstep.
+pub(crate) fn jitter(base: Duration) -> Duration {
+    use rand::Rng;
+    let f: f64 = rand::thread_rng().gen_range(0.75..1.25);
+    base.mul_f64(f)
+}
+
+/// Settings shared by every elector.
+#[derive(Debug, Clone)]
+pub struct ElectionConfig {
+    /// How long a silent leader keeps its lease or lock: the etcd lease TTL,
+    /// the MySQL `wait_timeout` and the PostgreSQL `idle_session_timeout` of
+    /// the lock connection.
+    pub ttl: Duration,
+    /// How often a lock holder pings its connection.
+    pub ping_every: Duration,
+    /// Retry delay (jittered ±25 %) after a failed lock call (seed: 2 s).
+    pub retry: Duration,
+}
+
+impl Default for ElectionConfig {
+    fn default() -> Self {
+        Self { ttl: Duration::from_secs(5), ping_every: Duration::from_secs(1), retry: Duration::from_secs(2) }
+    }
+}
+
+impl ElectionConfig {
+    /// A ping that takes longer than this means we can no longer be sure we
+    /// hold the lock.
+    pub fn ping_timeout(&self) -> Duration {
+        (self.ttl / 2).clamp(Duration::from_millis(500), Duration::from_secs(2))
+    }
+}
+
+/// One dedicated connection that can hold the election lock.
+#[async_trait]
+pub trait LockSession: Send {
+    /// Tries to take the lock, waiting up to `wait` for a holder to release it.
+    async fn acquire(&mut self, wait: Duration) -> Result<bool, String>;
+    /// Whether this connection still holds the lock.
+    async fn holds(&mut self) -> Result<bool, String>;
+    async fn release(&mut self) -> Result<(), String>;
+}
+
+/// Opens lock sessions for one scope.
+#[async_trait]
+pub trait LockConnector: Send + Sync + std::fmt::Debug {
+    fn backend(&self) -> &'static str;
+    async fn connect(&self, scope: &str) -> Result<Box<dyn LockSession>, String>;
+}
+
+/// An elector over a database lock held on a dedicated connection.
+#[derive(Debug)]
+pub struct DbLockElector {
+    connector: Arc<dyn LockConnector>,
+    store: Arc<dyn Store>,
+    config: ElectionConfig,
+    terms: Mutex<HashMap<u64, oneshot::Sender<()>>>,
+}
+
+/// How long one lock call waits before the candidate re-checks its state.
+const LOCK_WAIT: Duration = Duration::from_secs(1);
+
+impl DbLockElector {
+    pub fn new(connector: Arc<dyn LockConnector>, store: Arc<dyn Store>, config: ElectionConfig) -> Self {
+        Self { connector, store, config, terms: Mutex::new(HashMap::new()) }
+    }
+
+    /// Takes the lock once and releases it: a start-up check that this
+    /// database user may use the lock functions at all.
+    pub async fn probe(&self) -> Result<(), ElectionError> {
+        let backend = self.connector.backend();
+        let mut s = self.connector.connect("probe").await.map_err(ElectionError::Refused)?;
+        match s.acquire(Duration::ZERO).await {
+            Ok(_) => {}
+            Err(e) => return Err(ElectionError::Refused(format!("the {backend} election lock cannot be used by this database user: {e}"))),
+        }
+        let _ = s.release().await;
+        Ok(())
+    }
+
+    async fn hold_lock(&self, scope: &str) -> Box<dyn LockSession> {
+        let backend = self.connector.backend();
+        let mut contended = false;
+        loop {
+            let mut session = match tokio::time::timeout(self.config.ttl + LOCK_WAIT, self.connector.connect(scope)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    count_election(backend, "error");
+                    tracing::warn!(backend, error = %e, "election: cannot open the lock connection; retrying");
+                    tokio::time::sleep(jitter(self.config.retry)).await;
+                    continue;
+                }
+                Err(_) => {
+                    count_election(backend, "error");
+                    tracing::warn!(backend, "election: opening the lock connection timed out; retrying");
+                    tokio::time::sleep(jitter(self.config.retry)).await;
+                    continue;
+                }
+            };
+            loop {
+                match tokio::time::timeout(LOCK_WAIT + self.config.ping_timeout(), session.acquire(LOCK_WAIT)).await {
+                    Ok(Ok(true)) => return session,
+                    Ok(Ok(false)) => {
+                        if !contended {
+                            contended = true;
+                            count_election(backend, "contended");
+                            tracing::info!(backend, scope, "election: another server leads; waiting on the lock");
+                        }
+                    }
+                    Ok(Err(e)) => {
+                        count_election(backend, "error");
+                        tracing::warn!(backend, error = %e, "election: lock call failed; reconnecting");
+                        tokio::time::sleep(jitter(self.config.retry)).await;
+                        break;
+                    }
+                    Err(_) => {
+                        count_election(backend, "error");
+                        tracing::warn!(backend, "election: lock call timed out; reconnecting");
+                        tokio::time::sleep(jitter(self.config.retry)).await;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Elector for DbLockElector {
+    fn backend(&self) -> &'static str {
+        self.connector.backend()
+    }
+
+    async fn campaign(&self, scope: &str, me: &LeaderInfo) -> Result<Leadership, ElectionError> {
+        let backend = self.connector.backend();
+        let mut session = self.hold_lock(scope).await;
+        // Holding the lock: a new term. The token is the store's epoch,
+        // bumped now, and fenced before any leader work.
+        let fenced = async {
+            let token = self.store.next_epoch(scope).await?;
+            let info = LeaderInfo { backend: backend.into(), ..me.clone() };
+            self.store.fence(&Fence { scope: scope.to_string(), token }, &info, gnomon_core::chrono::Utc::now().timestamp_millis()).await?;
+            Ok::<u64, ElectionError>(token)
+        }
+        .await;
+        let token = match fenced {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = tokio::time::timeout(Duration::from_secs(1), session.release()).await;
+                return Err(e);
+            }
+        };
+        let (lost_tx, lost_rx) = watch::channel(false);
+        let (resign_tx, mut resign_rx) = oneshot::channel::<()>();
+        self.terms.lock().unwrap_or_else(|p| p.into_inner()).insert(token, resign_tx);
+        let config = self.config.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(config.ping_every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        let verdict = match tokio::time::timeout(config.ping_timeout(), session.holds()).await {
+                            Ok(Ok(true)) => None,
+                            Ok(Ok(false)) => Some("the lock is no longer held by this connection".to_string()),
+                            Ok(Err(e)) => Some(format!("ping failed: {e}")),
+                            Err(_) => Some(format!("ping took longer than {:?}", config.ping_timeout())),
+                        };
+                        if let Some(why) = verdict {
+                            tracing::warn!(backend, token, why, "election: leadership lost");
+                            let _ = lost_tx.send(true);
+                            // Dropping the connection releases whatever the
+                            // server still thinks we hold.
+                            return;
+                        }
+                    }
+                    _ = &mut resign_rx => {
+                        let _ = tokio::time::timeout(Duration::from_secs(1), session.release()).await;
+                        let _ = lost_tx.send(true);
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Leadership { scope: scope.to_string(), token, lost: lost_rx })
+    }
+
+    async fn resign(&self, leadership: &Leadership) -> Result<(), ElectionError> {
+        let tx = self.terms.lock().unwrap_or_else(|p| p.into_inner()).remove(&leadership.token);
+        if let Some(tx) = tx {
+            let _ = tx.send(());
+        }
+        // Wait (briefly) until the holder task has let go of the lock.
+        let mut lost = leadership.lost.clone();
+        let _ = tokio::time::timeout(Duration::from_secs(2), lost.wait_for(|l| *l)).await;
+        Ok(())
+    }
+}
+
+/// The seed-000 degradation, opt-in with `--election-fallback local`: when
+/// the primary elector cannot be reached, lead locally (with a `WARN` and
+/// `gnomon_leader_election_total{result="fallback_local"}`) instead of
+/// waiting. Two servers that both fall back both lead; the store's fencing
+/// keeps their writes apart, but they do not coordinate.
+#[derive(Debug)]
+pub struct FallbackElector {
+    primary: Arc<dyn Elector>,
+    local: LocalElector,
+    local_terms: Mutex<Vec<u64>>,
+}
+
+impl FallbackElector {
+    pub fn new(primary: Arc<dyn Elector>, store: Arc<dyn Store>) -> Self {
+        Self { primary, local: LocalElector::new(store), local_terms: Mutex::new(Vec::new()) }
+    }
+
+    /// Leads locally: the degradation itself.
+    pub async fn fall_back(&self, scope: &str, me: &LeaderInfo, why: &str) -> Result<Leadership, ElectionError> {
+        let backend = self.primary.backend();
+        tracing::warn!(
+            backend,
+            why,
+            "election backend unreachable: FALLING BACK TO THE LOCAL ELECTOR (no mutual exclusion between servers)"
+        );
+        count_election(backend, "fallback_local");
+        let l = self.local.campaign(scope, me).await?;
+        self.local_terms.lock().unwrap_or_else(|p| p.into_inner()).push(l.token);
+        Ok(l)
+    }
+}
+
+#[async_trait]
+impl Elector for FallbackElector {
+    fn backend(&self) -> &'static str {
+        self.primary.backend()
+    }
+
+    async fn campaign(&self, scope: &str, me: &LeaderInfo) -> Result<Leadership, ElectionError> {
+        match self.primary.campaign(scope, me).await {
+            Err(ElectionError::Unavailable(why)) => self.fall_back(scope, me, &why).await,
+            other => other,
+        }
+    }
+
+    async fn resign(&self, leadership: &Leadership) -> Result<(), ElectionError> {
+        let local = {
+            let mut terms = self.local_terms.lock().unwrap_or_else(|p| p.into_inner());
+            let before = terms.len();
+            terms.retain(|t| *t != leadership.token);
+            terms.len() != before
+        };
+        if local {
+            self.local.resign(leadership).await
+        } else {
+            self.primary.resign(leadership).await
+        }
+    }
+
+    async fn current_leader(&self, scope: &str) -> Option<String> {
+        self.primary.current_leader(scope).await
+    }
+}
+
+/// FNV-1a, for lock names and keys derived from a scope.
+pub(crate) fn fnv1a(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(feature = "mysql")]
+pub mod mysql_lock {
+    //! `GET_LOCK` on a dedicated MySQL/MariaDB connection.
+    use super::*;
+    use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+    use sqlx::{ConnectOptions, Executor};
+    use std::str::FromStr;
+
+    #[derive(Debug)]
+    pub struct MySqlLock {
+        options: MySqlConnectOptions,
+        ttl: Duration,
+    }
+
+    impl MySqlLock {
+        pub fn new(url: &str, ttl: Duration) -> Result<Self, ElectionError> {
+            let options = MySqlConnectOptions::from_str(url)
+                .map_err(|e| ElectionError::Refused(format!("invalid MySQL URL {}: {e}", crate::sql::redact(url))))?
+                .log_statements(tracing::log::LevelFilter::Trace);
+            Ok(Self { options, ttl })
+        }
+    }
+
+    struct Session {
+        conn: MySqlConnection,
+        name: String,
+    }
+
+    #[async_trait]
+    impl LockConnector for MySqlLock {
+        fn backend(&self) -> &'static str {
+            "mysql"
+        }
+
+        async fn connect(&self, scope: &str) -> Result<Box<dyn LockSession>, String> {
+            let mut conn = self.options.connect().await.map_err(|e| e.to_string())?;
+            // A leader that stops talking (paused, cut off) is disconnected
+            // by the server after the TTL, which releases its lock.
+            let ttl = self.ttl.as_secs().max(1);
+            let set = format!("SET SESSION wait_timeout = {ttl}, SESSION interactive_timeout = {ttl}, SESSION net_write_timeout = {ttl}");
+            conn.execute(set.as_str()).await.map_err(|e| e.to_string())?;
+            let db: Option<String> = sqlx::query_scalar("SELECT DATABASE()").fetch_one(&mut conn).await.map_err(|e| e.to_string())?;
+            // Lock names are server-wide: include the database. At most 64 characters.
+            let mut name = format!("gnomon/{}/{scope}", db.unwrap_or_default());
+            if name.len() > 64 {
+                name = format!("gnomon/{:016x}", fnv1a(&name));
+            }
+            Ok(Box::new(Session { conn, name }))
+        }
+    }
+
+    #[async_trait]
+    impl LockSession for Session {
+        async fn acquire(&mut self, wait: Duration) -> Result<bool, String> {
+            // 1: taken; 0: timed out; NULL: error (e.g. the thread was killed).
+            let got: i64 = sqlx::query_scalar("SELECT CAST(COALESCE(GET_LOCK(?, ?), -1) AS SIGNED)")
+                .bind(&self.name)
+                .bind(wait.as_secs() as i64)
+                .fetch_one(&mut self.conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            match got {
+                1 => Ok(true),
+                0 => Ok(false),
+                _ => Err("GET_LOCK returned NULL".into()),
+            }
+        }
+
+        async fn holds(&mut self) -> Result<bool, String> {
+            let held: i64 = sqlx::query_scalar("SELECT CAST(COALESCE(IS_USED_LOCK(?) = CONNECTION_ID(), 0) AS SIGNED)")
+                .bind(&self.name)
+                .fetch_one(&mut self.conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(held == 1)
+        }
+
+        async fn release(&mut self) -> Result<(), String> {
+            sqlx::query("SELECT RELEASE_LOCK(?)").bind(&self.name).execute(&mut self.conn).await.map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+pub mod postgres_lock {
+    //! `pg_try_advisory_lock` on a dedicated PostgreSQL connection.
+    use super::*;
+    use sqlx::postgres::{PgConnectOptions, PgConnection};
+    use sqlx::{ConnectOptions, Executor};
+    use std::str::FromStr;
+
+    #[derive(Debug)]
+    pub struct PgLock {
+        options: PgConnectOptions,
+        ttl: Duration,
+    }
+
+    impl PgLock {
+        pub fn new(url: &str, ttl: Duration) -> Result<Self, ElectionError> {
+            let options = PgConnectOptions::from_str(url)
+                .map_err(|e| ElectionError::Refused(format!("invalid PostgreSQL URL {}: {e}", crate::sql::redact(url))))?
+                .log_statements(tracing::log::LevelFilter::Trace);
+            Ok(Self { options, ttl })
+        }
+    }
+
+    struct Session {
+        conn: PgConnection,
+        key: i64,
+    }
+
+    /// How often a waiting candidate retries `pg_try_advisory_lock`.
+    const POLL: Duration = Duration::from_millis(200);
+
+    #[async_trait]
+    impl LockConnector for PgLock {
+        fn backend(&self) -> &'static str {
+            "postgres"
+        }
+
+        async fn connect(&self, scope: &str) -> Result<Box<dyn LockSession>, String> {
+            let mut conn = self.options.connect().await.map_err(|e| e.to_string())?;
+            let ttl_ms = self.ttl.as_millis().max(1000);
+            let ttl_s = self.ttl.as_secs().max(1);
+            // TCP keepalives bound a hold across a dead network path; the
+            // idle-session timeout (PostgreSQL 14+) bounds it for a leader
+            // that is alive but silent (paused, or behind a black hole).
+            let set = format!(
+                "SET tcp_keepalives_idle = 1; SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = {ttl_s}; SET statement_timeout = {ttl_ms}"
+            );
+            conn.execute(set.as_str()).await.map_err(|e| e.to_string())?;
+            let idle = format!("SET idle_session_timeout = {ttl_ms}");
+            if let Err(e) = conn.execute(idle.as_str()).await {
+                tracing::warn!(error = %e, "PostgreSQL before 14 has no idle_session_timeout: a paused leader holds the advisory lock until its TCP connection dies");
+            }
+            Ok(Box::new(Session { conn, key: fnv1a(&format!("gnomon/{scope}")) as i64 }))
+        }
+    }
+
+    #[async_trait]
+    impl LockSession for Session {
+        async fn acquire(&mut self, wait: Duration) -> Result<bool, String> {
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+                    .bind(self.key)
+                    .fetch_one(&mut self.conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if got {
+                    return Ok(true);
+                }
+                if tokio::time::Instant::now() + POLL > deadline {
+                    return Ok(false);
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        }
+
+        async fn holds(&mut self) -> Result<bool, String> {
+            sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted \
+                 AND classid = (($1::bigint >> 32) & 4294967295)::bigint::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1)",
+            )
+            .bind(self.key)
+            .fetch_one(&mut self.conn)
+            .await
+            .map_err(|e| e.to_string())
+        }
+
+        async fn release(&mut self) -> Result<(), String> {
+            sqlx::query("SELECT pg_advisory_unlock($1)").bind(self.key).execute(&mut self.conn).await.map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_a_quarter() {
+        for _ in 0..1000 {
+            let d = jitter(Duration::from_secs(2));
+            assert!(d >= Duration::from_millis(1500) && d <= Duration::from_millis(2500), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn ping_timeout_is_bounded() {
+        let c = |s| ElectionConfig { ttl: Duration::from_secs(s), ..Default::default() };
+        assert_eq!(c(1).ping_timeout(), Duration::from_millis(500));
+        assert_eq!(c(3).ping_timeout(), Duration::from_millis(1500));
+        assert_eq!(c(60).ping_timeout(), Duration::from_secs(2));
+    }
+}
+
+/// The database-lock elector that goes with a store URL: `GET_LOCK` for
+/// `mysql://`, an advisory lock for `postgres://`; `None` for other stores.
+/// Probes the lock once, so a user who may not take it is told at start.
+pub async fn lock_elector_for(url: &str, store: Arc<dyn Store>, config: ElectionConfig) -> Result<Option<DbLockElector>, ElectionError> {
+    let connector: Arc<dyn LockConnector> = if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        #[cfg(feature = "mysql")]
+        {
+            Arc::new(mysql_lock::MySqlLock::new(url, config.ttl)?)
+        }
+        #[cfg(not(feature = "mysql"))]
+        return Err(ElectionError::Refused("the mysql backend is not compiled into this build".into()));
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        #[cfg(feature = "postgres")]
+        {
+            Arc::new(postgres_lock::PgLock::new(url, config.ttl)?)
+        }
+        #[cfg(not(feature = "postgres"))]
+        return Err(ElectionError::Refused("the postgres backend is not compiled into this build".into()));
+    } else {
+        return Ok(None);
+    };
+    let elector = DbLockElector::new(connector, store, config);
+    elector.probe().await?;
+    Ok(Some(elector))
+}

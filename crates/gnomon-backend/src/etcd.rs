@@ -1,0 +1,326 @@
+//! etcd: the election (this module) and, later, the store.
+//!
+//! # Key layout
+//! Everything lives under `/gnomon/<cluster>/`:
+//! - `election/<scope>/<lease id>`: the candidates of etcd's election API
+//!   (v3election). The one with the lowest create revision leads; its value
+//!   is the leader's advertised address, so followers and workers can find
+//!   it, and its create revision is the term's fencing token.
+//!
+//! # Election
+//! A candidate grants a lease (TTL 5 s by default) and keeps it alive from a
+//! task that refreshes it every TTL/3. It then campaigns: the call returns
+//! once its key is the oldest of the election. The term's token is that
+//! key's create revision — etcd revisions only grow, so tokens strictly
+//! increase across terms — and the store is `fence`d with it before any
+//! leader work.
+//!
+//! Leadership is lost (and the `lost` signal set) when
+//! - keep-alive has not succeeded for a whole TTL, counted from when the
+//!   last successful refresh was *sent* (so we give up no later than etcd
+//!   can expire the lease), or etcd answers that the lease is gone;
+//! - the leader key is deleted (lease revoked or expired, or an operator
+//!   deleted it), seen by a watch on the key.
+//!
+//! Requests carry `require_leader`, so a member cut off from its quorum
+//! refuses them instead of answering with stale data.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{Client, ConnectOptions, EventType, LeaderKey, ResignOptions, WatchOptions};
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use crate::election::{count_election, jitter, ElectionConfig};
+use crate::{ElectionError, Elector, Fence, LeaderInfo, Leadership, Store, StoreError};
+
+/// Parses `h1:2379,h2:2379` (an `http://` prefix is accepted) into endpoint
+/// URLs, or says exactly what is wrong.
+pub fn parse_endpoints(list: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for raw in list.split(',') {
+        let e = raw.trim();
+        if e.is_empty() {
+            return Err(format!("etcd endpoint list {list:?} has an empty entry"));
+        }
+        if e.starts_with("https://") {
+            return Err(format!("etcd endpoint {e:?}: TLS endpoints are not supported yet; use http://"));
+        }
+        let hostport = e.strip_prefix("http://").unwrap_or(e).trim_end_matches('/');
+        if hostport.contains("://") || hostport.contains('/') {
+            return Err(format!("etcd endpoint {e:?} must be host:port or http://host:port"));
+        }
+        let (host, port) = hostport.rsplit_once(':').ok_or_else(|| format!("etcd endpoint {e:?} has no port (host:port)"))?;
+        if host.is_empty() || host.contains(char::is_whitespace) {
+            return Err(format!("etcd endpoint {e:?} has no host"));
+        }
+        match port.parse::<u16>() {
+            Ok(p) if p > 0 => {}
+            _ => return Err(format!("etcd endpoint {e:?} has an invalid port {port:?}")),
+        }
+        out.push(format!("http://{hostport}"));
+    }
+    Ok(out)
+}
+
+/// Connects to etcd and checks that a quorum answers.
+pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Client, ElectionError> {
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        // etcd answers pings more often than every 5 s (its default
+        // --grpc-keepalive-min-time) with GOAWAY "too many pings".
+        .with_keep_alive(Duration::from_secs(6), Duration::from_secs(3))
+        .with_keep_alive_while_idle(true)
+        .with_require_leader(true);
+    let shown = endpoints.join(",");
+    let mut client = tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
+        .await
+        .map_err(|_| ElectionError::Unavailable(format!("etcd at {shown}: connecting timed out after {timeout:?}")))?
+        .map_err(|e| ElectionError::Unavailable(format!("etcd at {shown} is unreachable: {e}")))?;
+    tokio::time::timeout(timeout, client.get("/gnomon/", None))
+        .await
+        .map_err(|_| ElectionError::Unavailable(format!("etcd at {shown} did not answer within {timeout:?} (no quorum?)")))?
+        .map_err(|e| ElectionError::Unavailable(format!("etcd at {shown} is unreachable: {e}")))?;
+    Ok(client)
+}
+
+struct Term {
+    leader: LeaderKey,
+    lease: i64,
+    stop: oneshot::Sender<()>,
+}
+
+/// Leader election over etcd's election API.
+pub struct EtcdElector {
+    client: Client,
+    prefix: String,
+    config: ElectionConfig,
+    store: Arc<dyn Store>,
+    terms: Mutex<HashMap<u64, Term>>,
+}
+
+impl std::fmt::Debug for EtcdElector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdElector").field("prefix", &self.prefix).field("ttl", &self.config.ttl).finish()
+    }
+}
+
+fn unavailable(what: &str, e: impl std::fmt::Display) -> ElectionError {
+    ElectionError::Unavailable(format!("etcd {what}: {e}"))
+}
+
+/// How long one etcd request may take before we treat etcd as unreachable.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl EtcdElector {
+    /// `cluster` names this gnomon cluster: keys live under `/gnomon/<cluster>/`.
+    pub fn new(client: Client, cluster: &str, store: Arc<dyn Store>, config: ElectionConfig) -> Self {
+        Self { client, prefix: format!("/gnomon/{cluster}"), config, store, terms: Mutex::new(HashMap::new()) }
+    }
+
+    fn election(&self, scope: &str) -> String {
+        format!("{}/election/{scope}", self.prefix)
+    }
+
+    fn ttl_secs(&self) -> i64 {
+        self.config.ttl.as_secs().max(1) as i64
+    }
+
+    async fn revoke(&self, lease: i64) {
+        let mut c = self.client.clone();
+        let _ = tokio::time::timeout(REQUEST_TIMEOUT, c.lease_revoke(lease)).await;
+    }
+}
+
+/// Keeps `lease` alive until `stop`; sets `alive` to false once a whole TTL
+/// has passed since the last refresh that etcd confirmed was sent.
+async fn keep_alive(mut client: Client, lease: i64, ttl: Duration, alive: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
+    let every = ttl / 3;
+    let mut last_ok = Instant::now();
+    let mut stream = None;
+    loop {
+        if stream.is_none() {
+            if let Ok(Ok(s)) = tokio::time::timeout(every, client.lease_keep_alive(lease)).await {
+                stream = Some(s);
+            }
+        }
+        if let Some((keeper, replies)) = stream.as_mut() {
+            let sent = Instant::now();
+            let refreshed = tokio::time::timeout(every, async {
+                keeper.keep_alive().await?;
+                replies.message().await
+            })
+            .await;
+            match refreshed {
+                Ok(Ok(Some(r))) if r.ttl() > 0 => last_ok = sent,
+                Ok(Ok(Some(_))) => {
+                    tracing::warn!(lease, "etcd: the election lease has expired");
+                    let _ = alive.send(false);
+                    return;
+                }
+                _ => stream = None,
+            }
+        }
+        if last_ok.elapsed() >= ttl {
+            tracing::warn!(lease, ?ttl, "etcd: no keep-alive succeeded for a whole lease TTL");
+            let _ = alive.send(false);
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every.min(ttl.saturating_sub(last_ok.elapsed()))) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Sets `lost` when the leader key disappears or the lease dies.
+async fn watch_leadership(
+    mut client: Client,
+    key: Vec<u8>,
+    rev: i64,
+    mut alive: watch::Receiver<bool>,
+    lost: watch::Sender<bool>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut from = rev;
+    loop {
+        let watched =
+            tokio::time::timeout(REQUEST_TIMEOUT, client.watch(key.clone(), Some(WatchOptions::new().with_start_revision(from)))).await;
+        let (_watcher, mut events) = match watched {
+            Ok(Ok(w)) => w,
+            _ => {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                    _ = alive.wait_for(|a| !*a) => { let _ = lost.send(true); return; }
+                    _ = &mut stop => { let _ = lost.send(true); return; }
+                }
+            }
+        };
+        loop {
+            tokio::select! {
+                msg = events.message() => match msg {
+                    Ok(Some(resp)) => {
+                        if resp.canceled() {
+                            break;
+                        }
+                        if let Some(h) = resp.header() {
+                            from = from.max(h.revision() + 1);
+                        }
+                        if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                            tracing::warn!("etcd: the leader key was deleted");
+                            let _ = lost.send(true);
+                            return;
+                        }
+                    }
+                    _ => break,
+                },
+                _ = alive.wait_for(|a| !*a) => { let _ = lost.send(true); return; }
+                _ = &mut stop => { let _ = lost.send(true); return; }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[async_trait]
+impl Elector for EtcdElector {
+    fn backend(&self) -> &'static str {
+        "etcd"
+    }
+
+    async fn campaign(&self, scope: &str, me: &LeaderInfo) -> Result<Leadership, ElectionError> {
+        let mut client = self.client.clone();
+        let name = self.election(scope);
+        let lease = tokio::time::timeout(REQUEST_TIMEOUT, client.lease_grant(self.ttl_secs(), None))
+            .await
+            .map_err(|_| unavailable("lease grant", "timed out"))?
+            .map_err(|e| unavailable("lease grant", e))?
+            .id();
+        let (alive_tx, mut alive_rx) = watch::channel(true);
+        let (stop_ka_tx, stop_ka_rx) = watch::channel(false);
+        tokio::spawn(keep_alive(client.clone(), lease, self.config.ttl, alive_tx, stop_ka_rx));
+        if let Ok(Ok(r)) = tokio::time::timeout(REQUEST_TIMEOUT, client.leader(name.clone())).await {
+            if r.kv().is_some() {
+                count_election("etcd", "contended");
+                tracing::info!(scope, "election: another server leads; campaigning");
+            }
+        }
+        // Blocks until our key is the oldest; gives up if our lease dies.
+        let won = tokio::select! {
+            r = client.campaign(name.clone(), me.address.clone(), lease) => r.map_err(|e| unavailable("campaign", e)),
+            _ = alive_rx.wait_for(|a| !*a) => Err(unavailable("campaign", "the lease expired while waiting")),
+        };
+        let leader = match won.and_then(|r| r.leader().cloned().ok_or_else(|| unavailable("campaign", "no leader key in the answer"))) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = stop_ka_tx.send(true);
+                self.revoke(lease).await;
+                tokio::time::sleep(jitter(Duration::from_millis(500))).await;
+                return Err(e);
+            }
+        };
+        let token = leader.rev() as u64;
+        let info = LeaderInfo { backend: "etcd".into(), ..me.clone() };
+        let now = gnomon_core::chrono::Utc::now().timestamp_millis();
+        if let Err(e) = self.store.fence(&Fence { scope: scope.to_string(), token }, &info, now).await {
+            let _ = stop_ka_tx.send(true);
+            let _ = tokio::time::timeout(REQUEST_TIMEOUT, client.resign(Some(ResignOptions::new().with_leader(leader)))).await;
+            self.revoke(lease).await;
+            return Err(match e {
+                StoreError::StaleToken { token, current, .. } => ElectionError::Refused(format!(
+                    "the etcd election revision {token} is below the store's fencing token {current}: this store was led by another \
+                     election backend or etcd cluster; point every server at the same etcd cluster"
+                )),
+                other => ElectionError::Store(other),
+            });
+        }
+        let (lost_tx, lost_rx) = watch::channel(false);
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let key = leader.key().to_vec();
+        let ka_stop = stop_ka_tx;
+        tokio::spawn(async move {
+            watch_leadership(client, key, leader_rev(token), alive_rx, lost_tx, stop_rx).await;
+            let _ = ka_stop.send(true);
+        });
+        self.terms.lock().unwrap_or_else(|p| p.into_inner()).insert(token, Term { leader, lease, stop: stop_tx });
+        Ok(Leadership { scope: scope.to_string(), token, lost: lost_rx })
+    }
+
+    async fn resign(&self, leadership: &Leadership) -> Result<(), ElectionError> {
+        let term = self.terms.lock().unwrap_or_else(|p| p.into_inner()).remove(&leadership.token);
+        let Some(term) = term else { return Ok(()) };
+        let _ = term.stop.send(());
+        let mut c = self.client.clone();
+        // Deleting our key hands the election to the next candidate at once;
+        // revoking the lease removes anything else bound to it.
+        let _ = tokio::time::timeout(REQUEST_TIMEOUT, c.resign(Some(ResignOptions::new().with_leader(term.leader)))).await;
+        self.revoke(term.lease).await;
+        Ok(())
+    }
+
+    async fn current_leader(&self, scope: &str) -> Option<String> {
+        let mut c = self.client.clone();
+        let r = tokio::time::timeout(REQUEST_TIMEOUT, c.leader(self.election(scope))).await.ok()?.ok()?;
+        r.kv().and_then(|kv| kv.value_str().ok()).map(str::to_string)
+    }
+}
+
+fn leader_rev(token: u64) -> i64 {
+    i64::try_from(token).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_or_say_why() {
+        assert_eq!(parse_endpoints("127.0.0.1:2379, http://h2:2380/").unwrap(), vec!["http://127.0.0.1:2379", "http://h2:2380"]);
+        for bad in ["", "a:1,,b:2", "host", "h:0", "h:99999", "https://h:2379", "ftp://h:1", ":2379", "h:2379/x"] {
+            assert!(parse_endpoints(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+}
