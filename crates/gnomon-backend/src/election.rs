@@ -530,3 +530,130 @@ pub async fn lock_elector_for(url: &str, store: Arc<dyn Store>, config: Election
     elector.probe().await?;
     Ok(Some(elector))
 }
+
+/// `--election`: which elector a server uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElectionKind {
+    /// etcd if endpoints are given, else the store's own lock, else local.
+    Auto,
+    Etcd,
+    MySql,
+    Postgres,
+    Local,
+}
+
+impl std::str::FromStr for ElectionKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "auto" => Self::Auto,
+            "etcd" => Self::Etcd,
+            "mysql" | "mariadb" => Self::MySql,
+            "postgres" | "postgresql" => Self::Postgres,
+            "local" => Self::Local,
+            _ => return Err(format!("--election {s:?} is not one of: auto, etcd, mysql, postgres, local")),
+        })
+    }
+}
+
+/// What a server does when etcd cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    /// Keep campaigning as a follower; never become a second leader.
+    None,
+    /// The seed-000 degradation: lead locally (logged, counted).
+    Local,
+}
+
+impl std::str::FromStr for Fallback {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Self::None),
+            "local" => Ok(Self::Local),
+            _ => Err(format!("--election-fallback {s:?} is not one of: none, local")),
+        }
+    }
+}
+
+/// The elector a server will build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElectionPlan {
+    Etcd {
+        fallback_local: bool,
+    },
+    /// The store's database lock (`GET_LOCK` or an advisory lock).
+    StoreLock,
+    Local,
+}
+
+/// Decides the elector from the flags and the store (`sqlite`, `mysql`,
+/// `postgres`), refusing combinations that could make two leaders or that
+/// do not make sense, with a message that says what to do instead.
+pub fn plan_election(
+    kind: ElectionKind,
+    etcd_given: bool,
+    store: &str,
+    fallback: Fallback,
+    single_server: bool,
+) -> Result<ElectionPlan, String> {
+    let shared = matches!(store, "mysql" | "postgres");
+    let plan = match kind {
+        ElectionKind::Auto if etcd_given => ElectionPlan::Etcd { fallback_local: fallback == Fallback::Local },
+        ElectionKind::Auto if shared => ElectionPlan::StoreLock,
+        ElectionKind::Auto => ElectionPlan::Local,
+        ElectionKind::Etcd if !etcd_given => return Err("--election etcd needs the etcd endpoints: --etcd host:2379,host:2379,…".into()),
+        ElectionKind::Etcd => ElectionPlan::Etcd { fallback_local: fallback == Fallback::Local },
+        ElectionKind::MySql if store != "mysql" => {
+            return Err(format!("--election mysql takes GET_LOCK in the store's database, but the store is {store}; use a mysql:// store or --election auto"))
+        }
+        ElectionKind::Postgres if store != "postgres" => {
+            return Err(format!("--election postgres takes an advisory lock in the store's database, but the store is {store}; use a postgres:// store or --election auto"))
+        }
+        ElectionKind::MySql | ElectionKind::Postgres => ElectionPlan::StoreLock,
+        ElectionKind::Local => ElectionPlan::Local,
+    };
+    if etcd_given && !matches!(plan, ElectionPlan::Etcd { .. }) {
+        return Err(format!("--etcd was given but --election is {kind:?}: drop one of them"));
+    }
+    if fallback == Fallback::Local && !matches!(plan, ElectionPlan::Etcd { .. }) {
+        return Err("--election-fallback local only applies to the etcd elector (it is what etcd degrades to)".into());
+    }
+    if plan == ElectionPlan::Local && shared && !single_server {
+        return Err(format!(
+            "the local elector on a shared {store} store would make every server that uses this database a leader: use --election auto \
+             (the {store} lock) or --etcd, or pass --single-server if this is the only gnomon server on this database"
+        ));
+    }
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+    use ElectionKind::*;
+
+    #[test]
+    fn the_factory_chain_of_seed_000() {
+        assert_eq!(plan_election(Auto, true, "postgres", Fallback::None, false), Ok(ElectionPlan::Etcd { fallback_local: false }));
+        assert_eq!(plan_election(Auto, true, "sqlite", Fallback::Local, false), Ok(ElectionPlan::Etcd { fallback_local: true }));
+        assert_eq!(plan_election(Auto, false, "mysql", Fallback::None, false), Ok(ElectionPlan::StoreLock));
+        assert_eq!(plan_election(Auto, false, "postgres", Fallback::None, false), Ok(ElectionPlan::StoreLock));
+        assert_eq!(plan_election(Auto, false, "sqlite", Fallback::None, false), Ok(ElectionPlan::Local));
+        assert_eq!(plan_election(MySql, false, "mysql", Fallback::None, false), Ok(ElectionPlan::StoreLock));
+    }
+
+    #[test]
+    fn unsafe_or_senseless_combinations_are_refused() {
+        let e = plan_election(Local, false, "mysql", Fallback::None, false).unwrap_err();
+        assert!(e.contains("every server") && e.contains("--single-server"), "{e}");
+        assert_eq!(plan_election(Local, false, "mysql", Fallback::None, true), Ok(ElectionPlan::Local));
+        assert!(plan_election(Etcd, false, "sqlite", Fallback::None, false).unwrap_err().contains("--etcd"));
+        assert!(plan_election(MySql, false, "postgres", Fallback::None, false).unwrap_err().contains("mysql://"));
+        assert!(plan_election(Postgres, false, "sqlite", Fallback::None, false).is_err());
+        assert!(plan_election(Auto, false, "mysql", Fallback::Local, false).unwrap_err().contains("only applies to the etcd"));
+        assert!(plan_election(Local, true, "sqlite", Fallback::None, false).unwrap_err().contains("--etcd was given"));
+        assert!("raft".parse::<ElectionKind>().is_err());
+        assert!("maybe".parse::<Fallback>().is_err());
+    }
+}

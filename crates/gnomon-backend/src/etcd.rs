@@ -95,7 +95,8 @@ struct Term {
 
 /// Leader election over etcd's election API.
 pub struct EtcdElector {
-    client: Client,
+    endpoints: Vec<String>,
+    client: tokio::sync::Mutex<Option<Client>>,
     prefix: String,
     config: ElectionConfig,
     store: Arc<dyn Store>,
@@ -117,8 +118,28 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl EtcdElector {
     /// `cluster` names this gnomon cluster: keys live under `/gnomon/<cluster>/`.
-    pub fn new(client: Client, cluster: &str, store: Arc<dyn Store>, config: ElectionConfig) -> Self {
-        Self { client, prefix: format!("/gnomon/{cluster}"), config, store, terms: Mutex::new(HashMap::new()) }
+    /// Connects on first use (see [`EtcdElector::client`]).
+    pub fn new(endpoints: Vec<String>, cluster: &str, store: Arc<dyn Store>, config: ElectionConfig) -> Self {
+        Self {
+            endpoints,
+            client: tokio::sync::Mutex::new(None),
+            prefix: format!("/gnomon/{cluster}"),
+            config,
+            store,
+            terms: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The connected client; connects (and checks that a quorum answers)
+    /// if there is none yet. Fails with [`ElectionError::Unavailable`].
+    pub async fn client(&self) -> Result<Client, ElectionError> {
+        let mut slot = self.client.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let c = connect(&self.endpoints, REQUEST_TIMEOUT).await?;
+        *slot = Some(c.clone());
+        Ok(c)
     }
 
     fn election(&self, scope: &str) -> String {
@@ -130,8 +151,9 @@ impl EtcdElector {
     }
 
     async fn revoke(&self, lease: i64) {
-        let mut c = self.client.clone();
-        let _ = tokio::time::timeout(REQUEST_TIMEOUT, c.lease_revoke(lease)).await;
+        if let Ok(mut c) = self.client().await {
+            let _ = tokio::time::timeout(REQUEST_TIMEOUT, c.lease_revoke(lease)).await;
+        }
     }
 }
 
@@ -232,7 +254,7 @@ impl Elector for EtcdElector {
     }
 
     async fn campaign(&self, scope: &str, me: &LeaderInfo) -> Result<Leadership, ElectionError> {
-        let mut client = self.client.clone();
+        let mut client = self.client().await?;
         let name = self.election(scope);
         let lease = tokio::time::timeout(REQUEST_TIMEOUT, client.lease_grant(self.ttl_secs(), None))
             .await
@@ -293,16 +315,17 @@ impl Elector for EtcdElector {
         let term = self.terms.lock().unwrap_or_else(|p| p.into_inner()).remove(&leadership.token);
         let Some(term) = term else { return Ok(()) };
         let _ = term.stop.send(());
-        let mut c = self.client.clone();
         // Deleting our key hands the election to the next candidate at once;
         // revoking the lease removes anything else bound to it.
-        let _ = tokio::time::timeout(REQUEST_TIMEOUT, c.resign(Some(ResignOptions::new().with_leader(term.leader)))).await;
+        if let Ok(mut c) = self.client().await {
+            let _ = tokio::time::timeout(REQUEST_TIMEOUT, c.resign(Some(ResignOptions::new().with_leader(term.leader)))).await;
+        }
         self.revoke(term.lease).await;
         Ok(())
     }
 
     async fn current_leader(&self, scope: &str) -> Option<String> {
-        let mut c = self.client.clone();
+        let mut c = self.client().await.ok()?;
         let r = tokio::time::timeout(REQUEST_TIMEOUT, c.leader(self.election(scope))).await.ok()?.ok()?;
         r.kv().and_then(|kv| kv.value_str().ok()).map(str::to_string)
     }

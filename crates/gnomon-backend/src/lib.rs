@@ -204,6 +204,12 @@ pub struct StoreOptions {
     pub statement_timeout: std::time::Duration,
     /// Longest a statement waits for a row lock.
     pub lock_timeout: std::time::Duration,
+    /// A connection that sits inside a transaction without sending anything
+    /// for this long is closed by the server, rolling the transaction back.
+    /// It bounds how long a paused or cut-off leader can hold the row locks
+    /// of a half-done write, which would otherwise block its successor's
+    /// `fence`. Servers set it to the election TTL.
+    pub idle_in_transaction_timeout: std::time::Duration,
 }
 
 impl Default for StoreOptions {
@@ -214,6 +220,7 @@ impl Default for StoreOptions {
             connect_timeout: std::time::Duration::from_secs(5),
             statement_timeout: std::time::Duration::from_secs(30),
             lock_timeout: std::time::Duration::from_secs(10),
+            idle_in_transaction_timeout: std::time::Duration::from_secs(5),
         }
     }
 }

@@ -124,11 +124,24 @@ impl MySqlStore {
             Flavor::MariaDb => format!("SET SESSION max_statement_time = {}", options.statement_timeout.as_secs_f64()),
             Flavor::MySql => format!("SET SESSION max_execution_time = {}", options.statement_timeout.as_millis()),
         };
-        let session = format!("SET SESSION innodb_lock_wait_timeout = {lock_secs}; {statement}");
+        // MariaDB closes a connection idle inside a transaction after
+        // idle_transaction_timeout; MySQL has no such setting, so there the
+        // whole session's wait_timeout bounds it (and the pool retires idle
+        // connections before the server would).
+        let idle_tx = options.idle_in_transaction_timeout.as_secs().max(1);
+        let idle = match flavor {
+            Flavor::MariaDb => format!("SET SESSION idle_transaction_timeout = {idle_tx}"),
+            Flavor::MySql => format!("SET SESSION wait_timeout = {}", idle_tx.max(10)),
+        };
+        let session = format!("SET SESSION innodb_lock_wait_timeout = {lock_secs}; {statement}; {idle}");
         let pool = MySqlPoolOptions::new()
             .max_connections(options.pool_max)
             .min_connections(options.pool_min)
             .acquire_timeout(options.connect_timeout)
+            .idle_timeout(match flavor {
+                Flavor::MariaDb => None,
+                Flavor::MySql => Some(std::time::Duration::from_secs(options.idle_in_transaction_timeout.as_secs().max(10) / 2)),
+            })
             .after_connect(move |conn, _meta| {
                 let session = session.clone();
                 Box::pin(async move {

@@ -80,9 +80,14 @@ impl PgStore {
         let target = redact(url);
         let statement_ms = options.statement_timeout.as_millis().to_string();
         let lock_ms = options.lock_timeout.as_millis().to_string();
+        let idle_tx_ms = options.idle_in_transaction_timeout.as_millis().max(1000).to_string();
         let connect = PgConnectOptions::from_str(url)
             .map_err(|e| crate::StoreError::InvalidUrl(format!("{target}: {e}")))?
-            .options([("statement_timeout", statement_ms.as_str()), ("lock_timeout", lock_ms.as_str())])
+            .options([
+                ("statement_timeout", statement_ms.as_str()),
+                ("lock_timeout", lock_ms.as_str()),
+                ("idle_in_transaction_session_timeout", idle_tx_ms.as_str()),
+            ])
             .log_statements(tracing::log::LevelFilter::Trace);
         let pool = PgPoolOptions::new()
             .max_connections(options.pool_max)

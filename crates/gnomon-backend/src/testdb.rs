@@ -102,6 +102,15 @@ impl TestDb {
     }
 }
 
+/// The test etcd cluster: `GNOMON_TEST_ETCD`, else the 3 members that
+/// `scripts/test.sh` starts on 127.0.0.1:23791-23793.
+pub fn etcd_endpoints() -> String {
+    std::env::var("GNOMON_TEST_ETCD")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,13 +121,4 @@ mod tests {
         assert_eq!(with_database("postgres://u:p@h:5432/test?sslmode=disable", "x"), "postgres://u:p@h:5432/x?sslmode=disable");
         assert_eq!(with_database("postgres://h:5432", "x"), "postgres://h:5432/x");
     }
-}
-
-/// The test etcd cluster: `GNOMON_TEST_ETCD`, else the 3 members that
-/// `scripts/test.sh` starts on 127.0.0.1:23791-23793.
-pub fn etcd_endpoints() -> String {
-    std::env::var("GNOMON_TEST_ETCD")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793".into())
 }

@@ -92,8 +92,9 @@ impl ElectorFixture for EtcdFixture {
         self.store.clone()
     }
     async fn candidate(&self) -> Arc<dyn Elector> {
-        let client = gnomon_backend::etcd::connect(&self.endpoints, Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
-        Arc::new(gnomon_backend::etcd::EtcdElector::new(client, &self.cluster, self.store.clone(), config()))
+        let e = gnomon_backend::etcd::EtcdElector::new(self.endpoints.clone(), &self.cluster, self.store.clone(), config());
+        e.client().await.unwrap_or_else(|e| panic!("{e}"));
+        Arc::new(e)
     }
     async fn sever(&self, scope: &str) {
         // Revoke the leader's lease from another client, as etcd does when

@@ -457,10 +457,12 @@ async fn leader(State(state): State<ApiState>) -> ApiResult<impl IntoResponse> {
             "scope": r.scope, "backend": r.backend, "holder": r.holder, "token": r.token,
             "address": r.address, "since": format_millis(r.since),
             "is_self": me == Some(r.token) && r.holder == state.node.config.node_id,
+            "answered_by": state.node.config.node_id,
             "backpressure": state.node.pressure(),
         }),
         None => {
-            json!({"scope": SCOPE, "backend": state.node.elector_backend, "holder": null, "token": null, "address": null, "since": null, "is_self": false})
+            json!({"scope": SCOPE, "backend": state.node.elector_backend, "holder": null, "token": null, "address": null, "since": null, "is_self": false,
+                   "answered_by": state.node.config.node_id})
         }
     }))
 }

@@ -26,6 +26,7 @@ pub struct NodeHandle {
     pub config: NodeConfig,
     pub store: Arc<dyn Store>,
     pub elector_backend: &'static str,
+    pub elector: Arc<dyn Elector>,
     pub clock: Arc<dyn Clock>,
     state: Arc<RwLock<NodeState>>,
 }
@@ -44,6 +45,20 @@ impl NodeHandle {
 
     pub fn leader_commands(&self) -> Option<mpsc::Sender<LeaderCommand>> {
         self.read().term.as_ref().map(|(_, tx)| tx.clone())
+    }
+
+    /// The advertised address of the current leader if it is another node:
+    /// the election backend's view where it has one (etcd), else the
+    /// store's fenced leadership record.
+    pub async fn leader_address(&self) -> Option<String> {
+        let me = &self.config.advertise;
+        if let Some(a) = self.elector.current_leader(SCOPE).await {
+            return (a != *me && !a.is_empty()).then_some(a);
+        }
+        match self.store.leadership(SCOPE).await {
+            Ok(Some(r)) if r.holder != self.config.node_id && !r.address.is_empty() => Some(r.address),
+            _ => None,
+        }
     }
 
     /// Tells the leader (if it is this node) to look at the store now.
@@ -89,7 +104,8 @@ pub struct Node {
 
 impl Node {
     pub fn new(config: NodeConfig, store: Arc<dyn Store>, elector: Arc<dyn Elector>, clock: Arc<dyn Clock>) -> Self {
-        let handle = NodeHandle { config, store, elector_backend: elector.backend(), clock, state: Arc::default() };
+        let handle =
+            NodeHandle { config, store, elector_backend: elector.backend(), elector: elector.clone(), clock, state: Arc::default() };
         Self { handle, elector }
     }
 

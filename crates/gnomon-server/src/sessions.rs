@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::leader::LeaderCommand;
-use crate::node::{NodeHandle, SCOPE};
+use crate::node::NodeHandle;
 
 /// Longest accepted worker id.
 pub const MAX_WORKER_ID_LEN: usize = 128;
@@ -79,10 +79,7 @@ impl worker_server::Worker for WorkerService {
         validate_hello(&hello)?;
         let (tx, rx) = mpsc::channel(4096);
         let Some(commands) = self.node.leader_commands() else {
-            let address = match self.node.store.leadership(SCOPE).await {
-                Ok(Some(r)) if r.holder != self.node.config.node_id => r.address,
-                _ => String::new(),
-            };
+            let address = self.node.leader_address().await.unwrap_or_default();
             let _ =
                 tx.try_send(Ok(v1::ServerMessage { msg: Some(server_message::Msg::NotLeader(v1::NotLeader { leader_address: address })) }));
             return Ok(Response::new(ReceiverStream::new(rx)));

@@ -6,6 +6,10 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
+use std::time::Duration;
+
+use gnomon_backend::election::{lock_elector_for, plan_election, ElectionConfig, ElectionKind, ElectionPlan, Fallback, FallbackElector};
+use gnomon_backend::etcd::EtcdElector;
 use gnomon_backend::local::LocalElector;
 use gnomon_backend::{open_store, open_store_with, Elector};
 use gnomon_server::api::{router, ApiState};
@@ -125,11 +129,19 @@ impl StoreArgs {
             connect_timeout: d("store-connect-timeout", &self.store_connect_timeout)?,
             statement_timeout: d("store-statement-timeout", &self.store_statement_timeout)?,
             lock_timeout: d("store-lock-timeout", &self.store_lock_timeout)?,
+            ..Default::default()
         })
     }
 
     async fn open(&self) -> anyhow::Result<Arc<dyn gnomon_backend::Store>> {
-        let options = self.options()?;
+        self.open_with_idle_tx(gnomon_backend::StoreOptions::default().idle_in_transaction_timeout).await
+    }
+
+    /// Opens the store; a transaction left idle for `idle_tx` (a paused or
+    /// cut-off leader's) is rolled back by the server.
+    async fn open_with_idle_tx(&self, idle_tx: Duration) -> anyhow::Result<Arc<dyn gnomon_backend::Store>> {
+        let mut options = self.options()?;
+        options.idle_in_transaction_timeout = idle_tx;
         // The error says what is wrong (unreachable, credentials, privilege,
         // version) and never echoes the URL's password.
         open_store_with(&self.store, &options).await.map_err(|e| anyhow!("cannot open the store: {e}"))
@@ -154,9 +166,27 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
 pub struct ServerArgs {
     #[command(flatten)]
     store: StoreArgs,
-    /// Election backend: local (the only one built so far).
-    #[arg(long, default_value = "local")]
+    /// Election backend: auto (etcd if --etcd is given, else the store's
+    /// own lock for MySQL/PostgreSQL, else local), etcd, mysql, postgres, local.
+    #[arg(long, env = "GNOMON_ELECTION", default_value = "auto")]
     election: String,
+    /// etcd endpoints for the election: host:2379,host:2379,… (any store).
+    #[arg(long, env = "GNOMON_ETCD")]
+    etcd: Option<String>,
+    /// Names this gnomon cluster in etcd: its keys live under /gnomon/<cluster>/.
+    #[arg(long, env = "GNOMON_CLUSTER", default_value = "default")]
+    cluster: String,
+    /// How long a silent leader keeps its etcd lease or database lock.
+    #[arg(long, default_value = "5s")]
+    election_ttl: String,
+    /// When etcd cannot be reached: none (keep campaigning as a follower) or
+    /// local (the seed-000 degradation: lead without mutual exclusion).
+    #[arg(long, default_value = "none")]
+    election_fallback: String,
+    /// Declares this the only gnomon server on its MySQL/PostgreSQL store,
+    /// which makes --election local acceptable there.
+    #[arg(long)]
+    single_server: bool,
     #[arg(long, default_value = "127.0.0.1:7400")]
     listen: String,
     /// Address others use to reach this node (default: the listen address).
@@ -236,27 +266,73 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
     init_tracing();
     let addr = parse_listen(&args.listen)?;
     gnomon_server::auth::check_listen(&addr, token.as_deref(), args.insecure).map_err(|e| anyhow!(e))?;
-    if args.election != "local" {
-        bail!("--election {:?} is not built yet; this build supports: local", args.election);
+    let kind: ElectionKind = args.election.parse().map_err(|e: String| anyhow!(e))?;
+    let fallback: Fallback = args.election_fallback.parse().map_err(|e: String| anyhow!(e))?;
+    let store_kind = store_kind(&args.store.store)?;
+    let plan = plan_election(kind, args.etcd.is_some(), store_kind, fallback, args.single_server).map_err(|e| anyhow!(e))?;
+    let ttl = gnomon_core::duration::parse_duration(&args.election_ttl).map_err(|e| anyhow!("--election-ttl: {e}"))?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&ttl) {
+        bail!("--election-ttl must be between 1s and 60s");
+    }
+    let election = ElectionConfig { ttl, ..Default::default() };
+    let endpoints = match &args.etcd {
+        Some(list) => gnomon_backend::etcd::parse_endpoints(list).map_err(|e| anyhow!("--etcd: {e}"))?,
+        None => Vec::new(),
+    };
+    if args.cluster.is_empty() || !args.cluster.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        bail!("--cluster {:?} must be letters, digits, '-', '_' or '.'", args.cluster);
     }
     // Two processes on one SQLite file would fence each other: lock its directory.
     let _lock = match args.store.store.strip_prefix("sqlite://").map(|p| Path::new(p).parent().unwrap_or(Path::new("."))) {
         Some(dir) if !dir.as_os_str().is_empty() => Some(lock_data_dir(dir)?),
         _ => None,
     };
-    let store = args.store.open().await?;
-    if store.backend() != "sqlite" {
-        tracing::warn!(
-            backend = store.backend(),
-            "the local elector on a shared store is safe (every leader write is fenced) but does not coordinate: run one server per store until a database or etcd elector is configured"
-        );
-    }
-    let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
+    let store = args.store.open_with_idle_tx(ttl).await?;
+    let elector: Arc<dyn Elector> = match plan {
+        ElectionPlan::Etcd { fallback_local } => {
+            let etcd = Arc::new(EtcdElector::new(endpoints, &args.cluster, store.clone(), election));
+            match etcd.client().await {
+                Ok(_) => {}
+                Err(e) if fallback_local => tracing::warn!(error = %e, "etcd is unreachable at start; --election-fallback local"),
+                Err(e) => bail!(
+                    "{e}; the etcd elector cannot start (pass --election-fallback local to lead without etcd, at the risk of two leaders)"
+                ),
+            }
+            if fallback_local {
+                Arc::new(FallbackElector::new(etcd, store.clone()))
+            } else {
+                etcd
+            }
+        }
+        ElectionPlan::StoreLock => match lock_elector_for(&args.store.store, store.clone(), election).await {
+            Ok(Some(e)) => Arc::new(e),
+            Ok(None) => bail!("the {store_kind} store has no database lock to elect with"),
+            Err(e) => bail!("cannot use the {store_kind} election lock: {e}"),
+        },
+        ElectionPlan::Local => {
+            if store_kind != "sqlite" {
+                tracing::warn!(backend = store_kind, "--single-server: the local elector leads unconditionally on this shared store");
+            }
+            Arc::new(LocalElector::new(store.clone()))
+        }
+    };
+    tracing::info!(backend = elector.backend(), "election backend");
     let node_id = args.node_id.unwrap_or_else(default_node_id);
     let advertise = args.advertise.unwrap_or_else(|| addr.to_string());
     let worker = (args.capacity > 0).then(|| embedded_worker(&node_id, args.capacity, None, &token));
     let config = args.leader.node_config(node_id, advertise)?;
     run_node(config, store, elector, addr, token, worker).await
+}
+
+/// The store's kind from its URL, before connecting (for the election plan).
+fn store_kind(url: &str) -> anyhow::Result<&'static str> {
+    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
+    Ok(match scheme {
+        "sqlite" => "sqlite",
+        "mysql" | "mariadb" => "mysql",
+        "postgres" | "postgresql" => "postgres",
+        _ => bail!("--store {:?} must start with sqlite://, mysql:// or postgres://", url.split("://").next().unwrap_or(url)),
+    })
 }
 
 /// The embedded worker of `dev` / `server --capacity N`.
@@ -284,8 +360,8 @@ async fn run_node(
     let local = listener.local_addr()?;
     tracing::info!("gnomon listening on http://{local} (UI at http://{local}/ui, workers connect here too)");
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let node_task = tokio::spawn(node.run(shutdown_rx.clone()));
-    let mut http_shutdown = shutdown_rx.clone();
+    let node_task = tokio::spawn(node.run(shutdown_rx));
+    let (http_stop_tx, mut http_shutdown) = tokio::sync::watch::channel(false);
     // TCP_NODELAY: worker messages are small; Nagle's algorithm against
     // delayed ACKs would hold each one back for tens of milliseconds.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
@@ -304,14 +380,18 @@ async fn run_node(
         (tokio::spawn(WorkerRuntime::new(w, HandlerRegistry::with_builtins()).run(worker_stop_rx)), drain)
     });
     wait_for_signal().await;
-    tracing::info!("shutting down: draining the embedded worker, then resigning");
+    // Seed 003's order: resign first, so another replica takes over within
+    // about a second; then drain; then stop serving. Workers connected here
+    // are answered NotLeader and follow the new leader.
+    tracing::info!("shutting down: resigning leadership, then draining");
+    let _ = shutdown_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(10), node_task).await;
     let _ = worker_stop_tx.send(true);
     if let Some((task, drain)) = worker_task {
-        let _ = tokio::time::timeout(drain + std::time::Duration::from_secs(6), task).await;
+        let _ = tokio::time::timeout(drain + Duration::from_secs(6), task).await;
     }
-    let _ = shutdown_tx.send(true);
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), node_task).await;
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), server_task).await;
+    let _ = http_stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), server_task).await;
     Ok(())
 }
 

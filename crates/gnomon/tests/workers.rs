@@ -5,78 +5,14 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::TcpStream;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 mod common;
 use common::*;
-
-const SIGKILL: i32 = 9;
-const SIGTERM: i32 = 15;
-const SIGSTOP: i32 = 19;
-const SIGCONT: i32 = 18;
-
-struct Proc {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(dir: &Path, name: &str, args: &[String]) -> Proc {
-        let log = dir.join(format!("{name}.log"));
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-        let child = Command::new(BIN)
-            .args(args)
-            .env_remove("GNOMON_TOKEN")
-            .env_remove("GNOMON_STORE")
-            .env("GNOMON_LOG", "info,sqlx=warn")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap();
-        Proc { child, log }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn signal(&self, sig: i32) {
-        kill(self.pid(), sig);
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return Some(s);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            kill(self.pid(), SIGCONT);
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 struct Cluster {
     dir: tempfile::TempDir,
@@ -192,16 +128,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         // On a failure, show what the processes said.
         if std::thread::panicking() {
-            for e in std::fs::read_dir(self.dir.path()).into_iter().flatten().flatten() {
-                if e.path().extension().is_some_and(|x| x == "log") {
-                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-                    let tail: Vec<&str> = text.lines().rev().take(40).collect();
-                    eprintln!("--- {} (last 40 lines)", e.path().display());
-                    for l in tail.iter().rev() {
-                        eprintln!("{l}");
-                    }
-                }
-            }
+            dump_logs(self.dir.path());
         }
     }
 }
@@ -300,57 +227,6 @@ fn a_server_restart_loses_no_result() {
 
 /// A TCP proxy the test controls: `cut` closes every connection and refuses
 /// new ones until `restore`.
-struct Proxy {
-    port: u16,
-    cut: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl Proxy {
-    fn start(upstream: String) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let cut = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (cut2, conns2) = (cut.clone(), conns.clone());
-        std::thread::spawn(move || {
-            for down in listener.incoming().flatten() {
-                if cut2.load(Ordering::SeqCst) {
-                    drop(down);
-                    continue;
-                }
-                let Ok(up) = TcpStream::connect(&upstream) else { continue };
-                let mut list = conns2.lock().unwrap();
-                list.push(down.try_clone().unwrap());
-                list.push(up.try_clone().unwrap());
-                for (mut from, mut to) in [(down.try_clone().unwrap(), up.try_clone().unwrap()), (up, down)] {
-                    std::thread::spawn(move || {
-                        let mut buf = [0u8; 16384];
-                        while let Ok(n) = from.read(&mut buf) {
-                            if n == 0 || to.write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                        let _ = to.shutdown(std::net::Shutdown::Both);
-                    });
-                }
-            }
-        });
-        Proxy { port, cut, conns }
-    }
-
-    fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        for s in self.conns.lock().unwrap().drain(..) {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
-    }
-
-    fn restore(&self) {
-        self.cut.store(false, Ordering::SeqCst);
-    }
-}
-
 #[test]
 fn a_cut_off_worker_stops_its_attempts_before_they_are_retried() {
     let c = Cluster::new("3s");

@@ -1,9 +1,20 @@
 //! Helpers shared by the process-level tests.
 #![allow(dead_code)]
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+pub const SIGKILL: i32 = 9;
+pub const SIGTERM: i32 = 15;
+pub const SIGSTOP: i32 = 19;
+pub const SIGCONT: i32 = 18;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_gnomon");
 
@@ -71,4 +82,159 @@ pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool
         std::thread::sleep(Duration::from_millis(200));
     }
     panic!("timed out waiting for {what}");
+}
+
+/// A gnomon process this test started, its output in `<dir>/<name>.log`.
+pub struct Proc {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(dir: &Path, name: &str, args: &[String]) -> Proc {
+        let log = dir.join(format!("{name}.log"));
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let child = Command::new(BIN)
+            .args(args)
+            .env_remove("GNOMON_TOKEN")
+            .env_remove("GNOMON_STORE")
+            .env("GNOMON_LOG", "info,sqlx=warn")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        Proc { child, log }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: i32) {
+        kill(self.pid(), sig);
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            kill(self.pid(), SIGCONT);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A TCP proxy the test controls, standing in for a network path (this
+/// kernel has no netem). `cut` closes every connection and refuses new ones
+/// (both ends see the break at once); `blackhole` keeps connections open but
+/// passes nothing, as a partition does (both ends only see silence).
+pub struct Proxy {
+    pub port: u16,
+    cut: Arc<AtomicBool>,
+    hole: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    pub fn start(upstream: String) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let hole = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (cut2, hole2, conns2) = (cut.clone(), hole.clone(), conns.clone());
+        std::thread::spawn(move || {
+            for down in listener.incoming().flatten() {
+                if cut2.load(Ordering::SeqCst) {
+                    drop(down);
+                    continue;
+                }
+                if hole2.load(Ordering::SeqCst) {
+                    // Accepted, never answered.
+                    conns2.lock().unwrap().push(down);
+                    continue;
+                }
+                let Ok(up) = TcpStream::connect(&upstream) else { continue };
+                let _ = (down.set_nodelay(true), up.set_nodelay(true));
+                let mut list = conns2.lock().unwrap();
+                list.push(down.try_clone().unwrap());
+                list.push(up.try_clone().unwrap());
+                for (mut from, mut to) in [(down.try_clone().unwrap(), up.try_clone().unwrap()), (up, down)] {
+                    let hole = hole2.clone();
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16384];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 {
+                                break;
+                            }
+                            if hole.load(Ordering::SeqCst) {
+                                continue;
+                            }
+                            if to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port, cut, hole, conns }
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for s in self.conns.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    pub fn blackhole(&self) {
+        self.hole.store(true, Ordering::SeqCst);
+    }
+
+    /// Passes traffic again; connections broken or swallowed meanwhile are closed.
+    pub fn restore(&self) {
+        if self.hole.swap(false, Ordering::SeqCst) {
+            for s in self.conns.lock().unwrap().drain(..) {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Prints the tail of every process log in `dir` (for a failing test).
+pub fn dump_logs(dir: &Path) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.path().extension().is_some_and(|x| x == "log") {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(60).collect();
+            eprintln!("--- {} (last 60 lines)", e.path().display());
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+    }
 }

@@ -1,0 +1,425 @@
+//! High availability at process level: three `gnomon server` replicas and
+//! two `gnomon worker`s on loopback, with jobs firing every second, for each
+//! election backend — etcd (3-member cluster, PostgreSQL store), MySQL
+//! `GET_LOCK` and PostgreSQL advisory locks. Each replica reaches its
+//! election backend through a TCP proxy the test controls.
+//!
+//! Every test runs the same four faults against the leader in turn —
+//! SIGKILL, SIGSTOP past the TTL then SIGCONT, SIGTERM, and a network
+//! black hole between it and the backend — and then checks the whole
+//! history: no `(job, scheduled_at)` fired twice, every second of the
+//! `fire_all` job fired exactly once (misses caught up), and no run ever had
+//! two live attempts.
+//!
+//! Bounds are generous (shared, noisy machines); the failover *times* are
+//! measured by `bench/failover.sh`, not asserted here.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gnomon_backend::testdb::{etcd_endpoints, Server as Db, TestDb};
+use gnomon_backend::{RunFilter, Store};
+use serde_json::{json, Value};
+
+mod common;
+use common::*;
+
+const ELECTION_TTL: &str = "3s";
+const LEASE_TTL: &str = "4s";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Backend {
+    Etcd,
+    MySql,
+    Postgres,
+}
+
+struct Replica {
+    id: String,
+    port: u16,
+    /// The proxies between this replica and its election backend.
+    proxies: Vec<Proxy>,
+    args: Vec<String>,
+    proc: Option<Proc>,
+}
+
+impl Replica {
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+struct Ha {
+    dir: tempfile::TempDir,
+    rt: tokio::runtime::Runtime,
+    db: Option<TestDb>,
+    store: Arc<dyn Store>,
+    replicas: Vec<Replica>,
+    _workers: Vec<Proc>,
+    /// The scheduled seconds the fire_all job must cover, from its first run.
+    started: i64,
+}
+
+/// `url` with its host:port replaced by `addr`.
+fn via(url: &str, addr: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (creds, hostpath) = match rest.split_once('@') {
+        Some((c, h)) => (format!("{c}@"), h),
+        None => (String::new(), rest),
+    };
+    let path = hostpath.split_once('/').map(|(_, p)| p).unwrap_or("");
+    format!("{scheme}://{creds}{addr}/{path}")
+}
+
+fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").unwrap().1;
+    let hostpath = rest.rsplit_once('@').map(|(_, h)| h).unwrap_or(rest);
+    hostpath.split('/').next().unwrap().to_string()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+impl Ha {
+    fn start(backend: Backend) -> Ha {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let db =
+            rt.block_on(TestDb::create(if backend == Backend::MySql { Db::MySql } else { Db::Postgres })).unwrap_or_else(|e| panic!("{e}"));
+        let store = rt.block_on(gnomon_backend::open_store(&db.url)).expect("open the test store");
+        let cluster = format!("failover-{:08x}", rand_u32());
+        let mut replicas = Vec::new();
+        for i in 1..=3 {
+            let port = free_port();
+            let mut args: Vec<String> = vec![
+                "server".into(),
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--node-id".into(),
+                format!("s{i}"),
+                "--lease-ttl".into(),
+                LEASE_TTL.into(),
+                "--election-ttl".into(),
+                ELECTION_TTL.into(),
+                "--store-connect-timeout".into(),
+                "2s".into(),
+            ];
+            let proxies = match backend {
+                Backend::Etcd => {
+                    let members: Vec<Proxy> =
+                        etcd_endpoints().split(',').map(|e| Proxy::start(e.trim().trim_start_matches("http://").to_string())).collect();
+                    let list: Vec<String> = members.iter().map(|p| p.addr()).collect();
+                    args.extend(["--store".into(), db.url.clone(), "--etcd".into(), list.join(","), "--cluster".into(), cluster.clone()]);
+                    members
+                }
+                Backend::MySql | Backend::Postgres => {
+                    let p = Proxy::start(host_port(&db.url));
+                    args.extend(["--store".into(), via(&db.url, &p.addr())]);
+                    vec![p]
+                }
+            };
+            replicas.push(Replica { id: format!("s{i}"), port, proxies, args, proc: None });
+        }
+        let mut ha = Ha { dir, rt, db: Some(db), store, replicas, _workers: Vec::new(), started: 0 };
+        for i in 0..3 {
+            ha.start_replica(i);
+        }
+        let servers: Vec<String> = ha.replicas.iter().map(Replica::addr).collect();
+        for w in ["wa", "wb"] {
+            let data = ha.dir.path().join(w);
+            let args: Vec<String> =
+                ["--server", &servers.join(","), "worker", "--id", w, "--capacity", "16", "--data-dir", data.to_str().unwrap()]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+            ha._workers.push(Proc::spawn(ha.dir.path(), w, &args));
+        }
+        ha.leader(Duration::from_secs(60));
+        ha
+    }
+
+    fn start_replica(&mut self, i: usize) {
+        let r = &mut self.replicas[i];
+        r.proc = Some(Proc::spawn(self.dir.path(), &r.id, &r.args));
+        let addr = r.addr();
+        wait_until(&format!("{} to answer", r.id), Duration::from_secs(60), || http(&addr, "GET", "/v1/leader", None).is_ok());
+    }
+
+    fn api(&self, i: usize, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let bytes = body.map(|b| serde_json::to_vec(&b).unwrap());
+        http(&self.replicas[i].addr(), method, path, bytes.as_deref()).unwrap_or((0, Value::Null))
+    }
+
+    /// The index of the replica that says it leads (exactly one), waiting up to `timeout`.
+    fn leader(&self, timeout: Duration) -> usize {
+        let mut found = None;
+        wait_until("exactly one replica to lead", timeout, || {
+            let leading: Vec<usize> = (0..3)
+                .filter(|&i| self.replicas[i].proc.is_some())
+                .filter(|&i| self.api(i, "GET", "/v1/leader", None).1["is_self"] == json!(true))
+                .collect();
+            found = (leading.len() == 1).then(|| leading[0]);
+            found.is_some()
+        });
+        found.unwrap()
+    }
+
+    fn token(&self, i: usize) -> u64 {
+        self.api(i, "GET", "/v1/leader", None).1["token"].as_u64().unwrap_or(0)
+    }
+
+    /// Waits for a replica other than `old` to lead, with a token above `old_token`.
+    fn new_leader(&self, old: usize, old_token: u64, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let l = self.leader(deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1)));
+            if l != old {
+                let t = self.token(l);
+                assert!(t > old_token, "the new term's token {t} is not above the old {old_token}");
+                return l;
+            }
+            assert!(Instant::now() < deadline, "no other replica took over within {timeout:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn runs(&self, job: &str) -> Vec<gnomon_backend::RunRecord> {
+        let filter = RunFilter { job: Some(job.into()), ..Default::default() };
+        let mut out = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self.rt.block_on(self.store.list_runs(&filter, 1000, cursor)).expect("list runs");
+            out.extend(page.runs);
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => return out,
+            }
+        }
+    }
+
+    /// Waits until some run was fired after `t` (by whoever leads now).
+    fn wait_fire_after(&self, t: i64, timeout: Duration) {
+        wait_until("a fire by the new leader", timeout, || self.runs("every-second").iter().any(|r| r.fired_at > t));
+    }
+
+    fn metric(&self, i: usize, name: &str) -> f64 {
+        let Ok(text) = raw_get(&self.replicas[i].addr(), "/metrics") else { return -1.0 };
+        text.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+    }
+
+    fn create_jobs(&mut self) {
+        let l = self.leader(Duration::from_secs(30));
+        for (name, misfire) in [("every-second", "fire_all"), ("every-second-once", "fire_once")] {
+            let (code, body) = self.api(
+                l,
+                "POST",
+                "/v1/jobs",
+                Some(json!({"name": name, "schedule": {"every": "1s"}, "misfire": misfire, "catchup_window": "10m",
+                            "executor": {"handler": {"name": "noop"}},
+                            "retry": {"max_attempts": 5, "backoff": {"initial": "100ms", "max": "1s", "multiplier": 2.0, "jitter": 0}}})),
+            );
+            assert_eq!(code, 201, "{body}");
+        }
+        // A manual-only job: a burst of it keeps a leader busy writing.
+        let (code, body) = self.api(l, "POST", "/v1/jobs", Some(json!({"name": "burst", "executor": {"handler": {"name": "noop"}}})));
+        assert_eq!(code, 201, "{body}");
+        wait_until("the jobs to fire", Duration::from_secs(30), || self.runs("every-second").len() >= 3);
+        self.started = self.runs("every-second").iter().map(|r| r.scheduled_at).min().unwrap();
+    }
+
+    /// The history is clean: no duplicate fires; every second of the
+    /// fire_all job fired once; no run with two live attempts.
+    fn check_history(&self) {
+        let end = now_ms() - 15_000;
+        for job in ["every-second", "every-second-once"] {
+            let runs = self.runs(job);
+            let mut seen = HashSet::new();
+            for r in &runs {
+                assert!(seen.insert(r.scheduled_at), "{job}: scheduled time {} fired twice", r.scheduled_at);
+            }
+        }
+        let all: BTreeMap<i64, _> = self.runs("every-second").into_iter().map(|r| (r.scheduled_at, r)).collect();
+        let mut t = self.started;
+        let mut missing = Vec::new();
+        while t <= end {
+            if !all.contains_key(&t) {
+                missing.push(t);
+            }
+            t += 1000;
+        }
+        assert!(missing.is_empty(), "fire_all missed {} scheduled seconds, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
+        for job in ["every-second", "every-second-once"] {
+            for r in self.runs(job) {
+                let d = self.rt.block_on(self.store.get_run(&r.id)).expect("get run").expect("run exists");
+                let live = d
+                    .attempts
+                    .iter()
+                    .filter(|a| matches!(a.state, gnomon_core::AttemptState::Assigned | gnomon_core::AttemptState::Running))
+                    .count();
+                assert!(live <= 1, "run {} has {live} live attempts: {:?}", r.id, d.attempts);
+                let mut spans: Vec<(i64, i64)> = d.attempts.iter().map(|a| (a.assigned_at, a.ended_at.unwrap_or(i64::MAX))).collect();
+                spans.sort();
+                for w in spans.windows(2) {
+                    assert!(w[1].0 >= w[0].1, "run {}: attempts overlap in time: {:?}", r.id, d.attempts);
+                }
+            }
+        }
+    }
+
+    fn sigkill(&mut self) {
+        let old = self.leader(Duration::from_secs(30));
+        let token = self.token(old);
+        let t0 = now_ms();
+        let mut p = self.replicas[old].proc.take().unwrap();
+        p.signal(SIGKILL);
+        p.wait_exit(Duration::from_secs(10));
+        let new = self.new_leader(old, token, Duration::from_secs(30));
+        self.wait_fire_after(t0, Duration::from_secs(30));
+        eprintln!("SIGKILL: {} -> {} after {} ms", self.replicas[old].id, self.replicas[new].id, now_ms() - t0);
+        self.start_replica(old);
+    }
+
+    /// SIGSTOP the leader past its TTL, let another take over, SIGCONT it.
+    /// Returns the old leader's fencing rejections after it stepped down.
+    fn sigstop_once(&mut self, busy: bool) -> f64 {
+        let old = self.leader(Duration::from_secs(30));
+        let token = self.token(old);
+        let before = self.metric(old, "gnomon_fencing_rejections_total");
+        if busy {
+            // Pause it while it is busy dispatching a burst and writing its
+            // results, as a GC pause or an overloaded host would.
+            let (code, body) = self.api(old, "POST", "/v1/jobs/burst/trigger?count=2000", None);
+            assert!(code < 300, "{body}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let t0 = now_ms();
+        let p = self.replicas[old].proc.take().unwrap();
+        p.signal(SIGSTOP);
+        let new = self.new_leader(old, token, Duration::from_secs(40));
+        self.wait_fire_after(t0, Duration::from_secs(30));
+        // Let the new term fire for a while, then wake the old leader into it.
+        std::thread::sleep(Duration::from_secs(2));
+        p.signal(SIGCONT);
+        self.replicas[old].proc = Some(p);
+        let addr = self.replicas[old].addr();
+        wait_until("the old leader to step down", Duration::from_secs(20), || {
+            http(&addr, "GET", "/v1/leader", None).is_ok_and(|(_, v)| v["is_self"] == json!(false))
+                && self.metric(old, "gnomon_is_leader") == 0.0
+        });
+        assert_eq!(self.leader(Duration::from_secs(10)), new, "leadership stays with the new leader");
+        let rejected = self.metric(old, "gnomon_fencing_rejections_total") - before;
+        eprintln!(
+            "SIGSTOP{}: {} -> {}; {rejected} stale writes fenced",
+            if busy { " (busy)" } else { "" },
+            self.replicas[old].id,
+            self.replicas[new].id
+        );
+        rejected
+    }
+
+    /// Whether a woken leader writes before its elector tells it that it
+    /// lost is a race (both wake at once); when it does, the write must be
+    /// fenced. Pause until that has been seen, a few times at most.
+    fn sigstop(&mut self) {
+        for i in 0..6 {
+            if self.sigstop_once(i % 2 == 1) > 0.0 {
+                return;
+            }
+        }
+        panic!("no woken leader's write was fenced in 6 pauses");
+    }
+
+    fn sigterm(&mut self) {
+        let old = self.leader(Duration::from_secs(30));
+        let token = self.token(old);
+        let t0 = Instant::now();
+        let mut p = self.replicas[old].proc.take().unwrap();
+        p.signal(SIGTERM);
+        let new = self.new_leader(old, token, Duration::from_secs(20));
+        let took = t0.elapsed();
+        assert!(p.wait_exit(Duration::from_secs(30)).is_some(), "SIGTERM makes the server exit");
+        let log = p.log();
+        assert!(log.contains("resigning"), "the leader resigned on SIGTERM:\n{log}");
+        eprintln!("SIGTERM: {} -> {} after {took:?}", self.replicas[old].id, self.replicas[new].id);
+        self.start_replica(old);
+    }
+
+    fn partition(&mut self) {
+        let old = self.leader(Duration::from_secs(30));
+        let token = self.token(old);
+        let t0 = now_ms();
+        for p in &self.replicas[old].proxies {
+            p.blackhole();
+        }
+        let new = self.new_leader(old, token, Duration::from_secs(40));
+        let addr = self.replicas[old].addr();
+        wait_until("the cut-off leader to step down", Duration::from_secs(30), || self.metric(old, "gnomon_is_leader") == 0.0);
+        self.wait_fire_after(t0, Duration::from_secs(30));
+        for p in &self.replicas[old].proxies {
+            p.restore();
+        }
+        // Reconnected, it follows.
+        std::thread::sleep(Duration::from_secs(3));
+        assert!(http(&addr, "GET", "/v1/leader", None).is_ok_and(|(_, v)| v["is_self"] == json!(false)));
+        eprintln!("partition: {} -> {} after {} ms", self.replicas[old].id, self.replicas[new].id, now_ms() - t0);
+    }
+}
+
+impl Drop for Ha {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            dump_logs(self.dir.path());
+        }
+        for r in &mut self.replicas {
+            r.proc = None;
+        }
+        self._workers.clear();
+        if let Some(db) = self.db.take() {
+            self.rt.block_on(db.drop_database());
+        }
+    }
+}
+
+fn rand_u32() -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    t ^ std::process::id().rotate_left(16)
+}
+
+fn raw_get(addr: &str, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+fn failover_suite(backend: Backend) {
+    let mut ha = Ha::start(backend);
+    ha.create_jobs();
+    ha.sigkill();
+    ha.sigstop();
+    ha.sigterm();
+    ha.partition();
+    // Let the last catch-up land, then check everything that happened.
+    std::thread::sleep(Duration::from_secs(16));
+    ha.check_history();
+}
+
+#[test]
+fn failover_with_etcd_election() {
+    failover_suite(Backend::Etcd);
+}
+
+#[test]
+fn failover_with_mysql_get_lock() {
+    failover_suite(Backend::MySql);
+}
+
+#[test]
+fn failover_with_postgres_advisory_lock() {
+    failover_suite(Backend::Postgres);
+}
