@@ -423,3 +423,95 @@ fn failover_with_mysql_get_lock() {
 fn failover_with_postgres_advisory_lock() {
     failover_suite(Backend::Postgres);
 }
+
+/// Runs `gnomon server …` expecting it to refuse to start; returns stderr.
+fn refused(args: &[&str]) -> String {
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("server").args(args).env_remove("GNOMON_STORE").env_remove("GNOMON_ETCD").env_remove("GNOMON_ELECTION");
+    let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            assert!(!status.success(), "gnomon server {args:?} started; stderr:\n{err}");
+            return err;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("gnomon server {args:?} neither started nor refused within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn bad_election_settings_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}", dir.path().join("g.db").display());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let free = free_port().to_string();
+    let unreachable = format!("127.0.0.1:{free}");
+    let pg = Db::Postgres.base_url();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--store", &sqlite, "--etcd", "127.0.0.1:2379,,127.0.0.1:2380"], "empty entry"),
+        (vec!["--store", &sqlite, "--etcd", "127.0.0.1"], "no port"),
+        (vec!["--store", &sqlite, "--etcd", "https://127.0.0.1:2379"], "TLS"),
+        (vec!["--store", &sqlite, "--etcd", &unreachable], "unreachable"),
+        (vec!["--store", &sqlite, "--etcd", &unreachable], "--election-fallback local"),
+        (vec!["--store", &pg, "--election", "local"], "--single-server"),
+        (vec!["--store", &sqlite, "--election", "mysql"], "mysql://"),
+        (vec!["--store", &sqlite, "--election", "etcd"], "--etcd"),
+        (vec!["--store", &sqlite, "--election", "raft"], "not one of"),
+        (vec!["--store", &pg, "--election-fallback", "local"], "only applies to the etcd"),
+        (vec!["--store", &sqlite, "--election-fallback", "maybe"], "not one of"),
+        (vec!["--store", &sqlite, "--election-ttl", "0s"], "--election-ttl"),
+        (vec!["--store", &sqlite, "--etcd", &unreachable, "--cluster", "a/b"], "--cluster"),
+    ];
+    for (args, says) in cases {
+        let mut all = vec!["--listen", listen.as_str()];
+        all.extend(args.iter().copied());
+        let err = refused(&all);
+        assert!(err.contains(says), "gnomon server {args:?} should say {says:?}; it said:\n{err}");
+        assert!(err.lines().count() <= 3, "a short message, not a dump:\n{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn etcd_fallback_to_local_is_logged_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let unreachable = format!("127.0.0.1:{}", free_port());
+    let args: Vec<String> = [
+        "server",
+        "--listen",
+        &addr,
+        "--store",
+        &format!("sqlite://{}", dir.path().join("g.db").display()),
+        "--etcd",
+        &unreachable,
+        "--election-fallback",
+        "local",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let p = Proc::spawn(dir.path(), "server", &args);
+    wait_until("the degraded server to lead", Duration::from_secs(60), || {
+        http(&addr, "GET", "/v1/leader", None).is_ok_and(|(_, v)| v["is_self"] == json!(true))
+    });
+    let metrics = raw_get(&addr, "/metrics").unwrap();
+    assert!(
+        metrics.lines().any(|l| l.starts_with("gnomon_leader_election_total")
+            && l.contains("backend=\"etcd\"")
+            && l.contains("result=\"fallback_local\"")
+            && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+    let log = p.log();
+    assert!(log.contains("WARN") && log.contains("FALLING BACK TO THE LOCAL ELECTOR"), "{log}");
+}
