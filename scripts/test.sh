@@ -8,6 +8,8 @@ ensure_toolchain
 # The SQL store tests run against real servers; install and start them if missing.
 ensure_mariadb
 ensure_postgres
+# The election tests use a 3-member etcd cluster on loopback (scripts/etcd.sh).
+ensure_etcd
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"

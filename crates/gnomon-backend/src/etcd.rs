@@ -198,6 +198,30 @@ async fn keep_alive(mut client: Client, lease: i64, ttl: Duration, alive: watch:
     }
 }
 
+/// A campaign's lease. Dropped before the campaign succeeds — an error, or
+/// the campaign future dropped by a shutdown — it stops the keep-alive and
+/// revokes the lease, so a candidate that went away never stays in line
+/// ahead of live ones until its TTL runs out.
+struct Candidacy {
+    client: Client,
+    lease: i64,
+    /// Taken by a successful campaign (the term owns the keep-alive then).
+    stop_keep_alive: Option<watch::Sender<bool>>,
+}
+
+impl Drop for Candidacy {
+    fn drop(&mut self) {
+        let Some(stop) = self.stop_keep_alive.take() else { return };
+        let _ = stop.send(true);
+        let (mut c, lease) = (self.client.clone(), self.lease);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = tokio::time::timeout(REQUEST_TIMEOUT, c.lease_revoke(lease)).await;
+            });
+        }
+    }
+}
+
 /// Sets `lost` when the leader key disappears or the lease dies.
 async fn watch_leadership(
     mut client: Client,
@@ -264,6 +288,7 @@ impl Elector for EtcdElector {
         let (alive_tx, mut alive_rx) = watch::channel(true);
         let (stop_ka_tx, stop_ka_rx) = watch::channel(false);
         tokio::spawn(keep_alive(client.clone(), lease, self.config.ttl, alive_tx, stop_ka_rx));
+        let mut candidacy = Candidacy { client: client.clone(), lease, stop_keep_alive: Some(stop_ka_tx) };
         if let Ok(Ok(r)) = tokio::time::timeout(REQUEST_TIMEOUT, client.leader(name.clone())).await {
             if r.kv().is_some() {
                 count_election("etcd", "contended");
@@ -278,8 +303,7 @@ impl Elector for EtcdElector {
         let leader = match won.and_then(|r| r.leader().cloned().ok_or_else(|| unavailable("campaign", "no leader key in the answer"))) {
             Ok(l) => l,
             Err(e) => {
-                let _ = stop_ka_tx.send(true);
-                self.revoke(lease).await;
+                drop(candidacy);
                 tokio::time::sleep(jitter(Duration::from_millis(500))).await;
                 return Err(e);
             }
@@ -288,9 +312,8 @@ impl Elector for EtcdElector {
         let info = LeaderInfo { backend: "etcd".into(), ..me.clone() };
         let now = gnomon_core::chrono::Utc::now().timestamp_millis();
         if let Err(e) = self.store.fence(&Fence { scope: scope.to_string(), token }, &info, now).await {
-            let _ = stop_ka_tx.send(true);
-            let _ = tokio::time::timeout(REQUEST_TIMEOUT, client.resign(Some(ResignOptions::new().with_leader(leader)))).await;
-            self.revoke(lease).await;
+            // Dropping the candidacy revokes the lease, which deletes our key.
+            drop(candidacy);
             return Err(match e {
                 StoreError::StaleToken { token, current, .. } => ElectionError::Refused(format!(
                     "the etcd election revision {token} is below the store's fencing token {current}: this store was led by another \
@@ -302,10 +325,12 @@ impl Elector for EtcdElector {
         let (lost_tx, lost_rx) = watch::channel(false);
         let (stop_tx, stop_rx) = oneshot::channel();
         let key = leader.key().to_vec();
-        let ka_stop = stop_ka_tx;
+        let ka_stop = candidacy.stop_keep_alive.take();
         tokio::spawn(async move {
             watch_leadership(client, key, leader_rev(token), alive_rx, lost_tx, stop_rx).await;
-            let _ = ka_stop.send(true);
+            if let Some(stop) = ka_stop {
+                let _ = stop.send(true);
+            }
         });
         self.terms.lock().unwrap_or_else(|p| p.into_inner()).insert(token, Term { leader, lease, stop: stop_tx });
         Ok(Leadership { scope: scope.to_string(), token, lost: lost_rx })

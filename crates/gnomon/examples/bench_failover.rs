@@ -41,9 +41,8 @@ struct Replica {
 
 impl Replica {
     fn start(&mut self, bin: &str) {
-        self.child = Some(
-            Command::new(bin).args(&self.args).env("GNOMON_LOG", "warn").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap(),
-        );
+        self.child =
+            Some(Command::new(bin).args(&self.args).env("GNOMON_LOG", "warn").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
     }
     fn signal(&mut self, sig: i32) {
         let mut c = self.child.take().unwrap();
@@ -89,10 +88,11 @@ impl Bench {
         let mut addrs = Vec::new();
         for i in 1..=3 {
             let addr = format!("127.0.0.1:{}", free_port());
-            let mut args: Vec<String> = ["server", "--listen", &addr, "--node-id", &format!("s{i}"), "--store", &db.url, "--election-ttl", ttl]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
+            let mut args: Vec<String> =
+                ["server", "--listen", &addr, "--node-id", &format!("s{i}"), "--store", &db.url, "--election-ttl", ttl]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
             if backend == "etcd" {
                 args.extend(["--etcd".into(), etcd_endpoints(), "--cluster".into(), cluster.clone()]);
             }
