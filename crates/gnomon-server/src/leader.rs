@@ -114,7 +114,7 @@ struct Session {
     lease_until: Millis,
     last_heartbeat: Millis,
     /// Runs whose live attempt this worker holds.
-    attempts: HashSet<String>,
+    attempts: HashSet<RunId>,
     draining: bool,
 }
 
@@ -145,9 +145,8 @@ pub enum LeaderCommand {
 /// What the leader keeps of a job's stored record: its metadata, not its spec.
 #[derive(Debug, Clone)]
 struct JobMeta {
-    uid: String,
-    namespace: String,
-    name: String,
+    /// uid, name and namespace, shared with every open run of the job.
+    key: Arc<JobKey>,
     version: u64,
     paused: bool,
     created_at: Millis,
@@ -174,11 +173,20 @@ struct JobEntry {
     generation: u64,
 }
 
+/// A job's identity, shared (not copied) by its entry and its open runs.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JobKey {
+    uid: String,
+    name: String,
+    namespace: String,
+}
+
+/// A run id, allocated once and shared by every index that names the run.
+type RunId = Arc<str>;
+
 #[derive(Debug, Clone)]
 struct OpenRun {
-    job_uid: String,
-    job: String,
-    namespace: String,
+    key: Arc<JobKey>,
     scheduled_at: Millis,
     state: RunState,
     attempt: u32,
@@ -208,7 +216,7 @@ pub struct LeaderRuntime {
     session_ids: HashMap<String, String>,
     /// Live attempts recovered from the store, waiting for their worker to
     /// reclaim them (or for their lease to run out): run id -> deadline.
-    orphans: HashMap<String, Millis>,
+    orphans: HashMap<RunId, Millis>,
     round_robin: usize,
     view_dirty: bool,
     pressure: Backpressure,
@@ -219,12 +227,12 @@ pub struct LeaderRuntime {
     job_feed_seq: u64,
     fire_heap: BinaryHeap<Reverse<(Millis, String, u64)>>,
     next_generation: u64,
-    runs: HashMap<String, OpenRun>,
-    runs_by_job: HashMap<String, HashSet<String>>,
-    ready: VecDeque<String>,
-    retry_heap: BinaryHeap<Reverse<(Millis, String)>>,
+    runs: HashMap<RunId, OpenRun>,
+    runs_by_job: HashMap<String, HashSet<RunId>>,
+    ready: VecDeque<RunId>,
+    retry_heap: BinaryHeap<Reverse<(Millis, RunId)>>,
     /// Runs with a live attempt, and the worker holding it.
-    in_flight: HashMap<String, String>,
+    in_flight: HashMap<RunId, String>,
     unwritten_events: Vec<WorkerEvent>,
     cancels_sent: HashSet<(String, u32)>,
     last_poll: Millis,
@@ -349,19 +357,18 @@ impl LeaderRuntime {
         let mut orphaned = Vec::new();
         for run in self.store.open_runs().await? {
             let open = OpenRun {
-                job_uid: run.job_uid.clone(),
-                job: run.job.clone(),
-                namespace: run.namespace.clone(),
+                key: self.job_key(&run.job_uid, &run.job, &run.namespace),
                 scheduled_at: run.scheduled_at,
                 state: run.state,
                 attempt: run.attempt,
                 ready_since: run.next_attempt_at.unwrap_or(run.fired_at),
             };
-            self.track(run.id.clone(), open);
+            let id: RunId = Arc::from(run.id.as_str());
+            self.track(id.clone(), open);
             match run.state {
-                RunState::Pending => self.ready.push_back(run.id.clone()),
-                RunState::Retrying => self.retry_heap.push(Reverse((run.next_attempt_at.unwrap_or(now), run.id.clone()))),
-                RunState::Assigned | RunState::Running => orphaned.push(run.id.clone()),
+                RunState::Pending => self.ready.push_back(id),
+                RunState::Retrying => self.retry_heap.push(Reverse((run.next_attempt_at.unwrap_or(now), id))),
+                RunState::Assigned | RunState::Running => orphaned.push(id),
                 _ => {}
             }
         }
@@ -389,9 +396,7 @@ impl LeaderRuntime {
         let previous_last = self.jobs.get(&record.uid).and_then(|j| j.record.last_scheduled_at);
         let record = JobMeta {
             last_scheduled_at: record.last_scheduled_at.max(previous_last),
-            uid: record.uid,
-            namespace: record.namespace,
-            name: record.name,
+            key: Arc::new(JobKey { uid: record.uid, name: record.name, namespace: record.namespace }),
             version: record.version,
             paused: record.paused,
             created_at: record.created_at,
@@ -412,10 +417,10 @@ impl LeaderRuntime {
         });
         if !entry.record.paused {
             if let Some(due) = entry.schedule.next_after(self.base_of(&entry)) {
-                self.fire_heap.push(Reverse((due, entry.record.uid.clone(), generation)));
+                self.fire_heap.push(Reverse((due, entry.record.key.uid.clone(), generation)));
             }
         }
-        self.jobs.insert(entry.record.uid.clone(), entry);
+        self.jobs.insert(entry.record.key.uid.clone(), entry);
     }
 
     /// The time after which a job's schedule is considered: its persisted
@@ -427,13 +432,25 @@ impl LeaderRuntime {
         entry.record.last_scheduled_at.map_or(version_start, |last| last.max(version_start))
     }
 
+    /// The shared id of an open run (a new one if the run is not open).
+    fn rid(&self, id: &str) -> RunId {
+        self.runs.get_key_value(id).map(|(k, _)| k.clone()).unwrap_or_else(|| Arc::from(id))
+    }
+
+    /// The job's shared key (from its entry), or a new one for a run of a
+    /// job the leader does not schedule (deleted, or no longer valid).
+    fn job_key(&self, uid: &str, name: &str, namespace: &str) -> Arc<JobKey> {
+        match self.jobs.get(uid) {
+            Some(j) => j.record.key.clone(),
+            None => Arc::new(JobKey { uid: uid.into(), name: name.into(), namespace: namespace.into() }),
+        }
+    }
+
     /// Tracks a newly created pending run and queues it for dispatch.
-    fn track_pending(&mut self, run: NewRun, now: Millis) -> String {
-        let id = run.id();
+    fn track_pending(&mut self, run: NewRun, now: Millis) -> RunId {
+        let id: RunId = Arc::from(run.id().as_str());
         let open = OpenRun {
-            job_uid: run.job_uid,
-            job: run.job,
-            namespace: run.namespace,
+            key: self.job_key(&run.job_uid, &run.job, &run.namespace),
             scheduled_at: run.scheduled_at,
             state: RunState::Pending,
             attempt: 0,
@@ -444,17 +461,24 @@ impl LeaderRuntime {
         id
     }
 
-    fn track(&mut self, id: String, run: OpenRun) {
-        self.runs_by_job.entry(run.job_uid.clone()).or_default().insert(id.clone());
+    fn track(&mut self, id: RunId, run: OpenRun) {
+        match self.runs_by_job.get_mut(run.key.uid.as_str()) {
+            Some(set) => {
+                set.insert(id.clone());
+            }
+            None => {
+                self.runs_by_job.insert(run.key.uid.clone(), HashSet::from([id.clone()]));
+            }
+        }
         self.runs.insert(id, run);
     }
 
     fn untrack(&mut self, id: &str) {
         if let Some(run) = self.runs.remove(id) {
-            if let Some(set) = self.runs_by_job.get_mut(&run.job_uid) {
+            if let Some(set) = self.runs_by_job.get_mut(run.key.uid.as_str()) {
                 set.remove(id);
                 if set.is_empty() {
-                    self.runs_by_job.remove(&run.job_uid);
+                    self.runs_by_job.remove(run.key.uid.as_str());
                 }
             }
         }
@@ -540,7 +564,7 @@ impl LeaderRuntime {
         self.job_feed_seq = changes.seq;
         for run in self.store.cancel_requests().await? {
             let key = (run.id.clone(), run.attempt);
-            if self.in_flight.contains_key(&run.id) && !self.cancels_sent.contains(&key) {
+            if self.in_flight.contains_key(run.id.as_str()) && !self.cancels_sent.contains(&key) {
                 self.send_cancel(&run.id, run.attempt);
             }
         }
@@ -610,24 +634,24 @@ impl LeaderRuntime {
         let listed: HashSet<&str> = hello.running.iter().map(|r| r.run_id.as_str()).collect();
         // Attempts it held but no longer lists: its report may still be
         // spooled; give it one lease to arrive, then they are lost.
-        for id in attempts.iter().filter(|id| !listed.contains(id.as_str())) {
+        for id in attempts.iter().filter(|id| !listed.contains(&id.as_ref())) {
             self.orphans.insert(id.clone(), now + self.config.lease_ttl_ms);
         }
         let mut reclaimed = Vec::new();
         let mut superseded = Vec::new();
         for r in &hello.running {
-            let current = self.runs.get(&r.run_id).is_some_and(|run| run.state.is_active() && run.attempt == r.attempt);
-            let ours = self.orphans.contains_key(&r.run_id) || self.in_flight.get(&r.run_id) == Some(&worker);
+            let current = self.runs.get(r.run_id.as_str()).is_some_and(|run| run.state.is_active() && run.attempt == r.attempt);
+            let ours = self.orphans.contains_key(r.run_id.as_str()) || self.in_flight.get(r.run_id.as_str()) == Some(&worker);
             if current && ours {
-                self.orphans.remove(&r.run_id);
-                if let Some(prev) = self.in_flight.insert(r.run_id.clone(), worker.clone()) {
+                self.orphans.remove(r.run_id.as_str());
+                if let Some(prev) = self.in_flight.insert(self.rid(&r.run_id), worker.clone()) {
                     if prev != worker {
                         if let Some(s) = self.sessions.get_mut(&prev) {
-                            s.attempts.remove(&r.run_id);
+                            s.attempts.remove(r.run_id.as_str());
                         }
                     }
                 }
-                attempts.insert(r.run_id.clone());
+                attempts.insert(self.rid(&r.run_id));
                 reclaimed.push(r.clone());
             } else {
                 superseded.push(r.clone());
@@ -731,12 +755,12 @@ impl LeaderRuntime {
                 }
             }
         }
-        let overdue: Vec<String> = self.orphans.iter().filter(|(_, d)| **d < now).map(|(id, _)| id.clone()).collect();
+        let overdue: Vec<RunId> = self.orphans.iter().filter(|(_, d)| **d < now).map(|(id, _)| id.clone()).collect();
         for id in overdue {
-            self.orphans.remove(&id);
-            if let Some(worker) = self.in_flight.remove(&id) {
+            self.orphans.remove(&*id);
+            if let Some(worker) = self.in_flight.remove(&*id) {
                 if let Some(s) = self.sessions.get_mut(&worker) {
-                    s.attempts.remove(&id);
+                    s.attempts.remove(&*id);
                 }
             }
             if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, "no worker reclaimed the attempt within its lease".into(), now)
@@ -842,7 +866,7 @@ impl LeaderRuntime {
                     continue;
                 }
                 metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
-                created.push(self.track_pending(run, now));
+                created.push(self.track_pending(run, now).to_string());
             }
         }
         if created.len() < count as usize {
@@ -905,8 +929,8 @@ impl LeaderRuntime {
                 }
                 new_runs.push(NewRun {
                     job_uid: uid.clone(),
-                    namespace: entry.record.namespace.clone(),
-                    job: entry.record.name.clone(),
+                    namespace: entry.record.key.namespace.clone(),
+                    job: entry.record.key.name.clone(),
                     scheduled_at: planned.scheduled_at,
                     fired_at: now,
                     state,
@@ -969,13 +993,13 @@ impl LeaderRuntime {
     }
 
     async fn cancel_open_runs_of(&mut self, job_uid: &str, now: Millis) -> Result<()> {
-        let ids: Vec<String> = self.runs_by_job.get(job_uid).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+        let ids: Vec<RunId> = self.runs_by_job.get(job_uid).map(|s| s.iter().cloned().collect()).unwrap_or_default();
         let mut batch = Vec::new();
         for id in ids {
-            let Some(run) = self.runs.get(&id) else { continue };
+            let Some(run) = self.runs.get(&*id) else { continue };
             match run.state {
                 RunState::Pending | RunState::Retrying => batch.push(Transition {
-                    run_id: id.clone(),
+                    run_id: id.to_string(),
                     from: run.state,
                     from_attempt: run.attempt,
                     to: RunState::Cancelled,
@@ -1004,7 +1028,7 @@ impl LeaderRuntime {
             self.retry_heap.pop();
             if let Some(run) = self.runs.get(&id).filter(|r| r.state == RunState::Retrying) {
                 batch.push(Transition {
-                    run_id: id.clone(),
+                    run_id: id.to_string(),
                     from: RunState::Retrying,
                     from_attempt: run.attempt,
                     to: RunState::Pending,
@@ -1042,17 +1066,17 @@ impl LeaderRuntime {
             self.untrack(&t.run_id);
             return;
         }
-        let Some(run) = self.runs.get_mut(&t.run_id) else { return };
+        let Some(run) = self.runs.get_mut(t.run_id.as_str()) else { return };
         run.state = t.to;
         run.attempt = t.to_attempt;
         match t.to {
             RunState::Pending => {
                 run.ready_since = t.at;
-                self.ready.push_back(t.run_id.clone());
+                self.ready.push_back(self.rid(&t.run_id));
             }
             RunState::Retrying => {
                 self.release(&t.run_id);
-                self.retry_heap.push(Reverse((t.next_attempt_at.unwrap_or(t.at), t.run_id.clone())));
+                self.retry_heap.push(Reverse((t.next_attempt_at.unwrap_or(t.at), self.rid(&t.run_id))));
             }
             _ => {}
         }
@@ -1077,7 +1101,7 @@ impl LeaderRuntime {
         if !run.state.is_active() {
             return None;
         }
-        let (max_attempts, backoff) = self.jobs.get(&run.job_uid).map(|j| (j.max_attempts, j.backoff)).unwrap_or((1, Default::default()));
+        let (max_attempts, backoff) = self.jobs.get(&run.key.uid).map(|j| (j.max_attempts, j.backoff)).unwrap_or((1, Default::default()));
         let to = run_state_after_attempt(outcome, run.attempt, max_attempts);
         let next_attempt_at =
             (to == RunState::Retrying).then(|| now + i64::try_from(backoff.delay_random(run.attempt).as_millis()).unwrap_or(i64::MAX / 2));
@@ -1114,7 +1138,7 @@ impl LeaderRuntime {
         for e in &events {
             match e {
                 WorkerEvent::Started { run_id, attempt, at } => {
-                    let Some(run) = self.runs.get(run_id) else { continue };
+                    let Some(run) = self.runs.get(run_id.as_str()) else { continue };
                     let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
                     if state == RunState::Assigned && current == *attempt {
                         batch.push(Transition {
@@ -1132,12 +1156,12 @@ impl LeaderRuntime {
                     }
                 }
                 WorkerEvent::Finished { worker, run_id, attempt, outcome, at } => {
-                    let Some(run) = self.runs.get(run_id) else {
+                    let Some(run) = self.runs.get(run_id.as_str()) else {
                         acks.push((worker.clone(), run_id.clone(), *attempt, Some("unknown run, or its result is already recorded")));
                         continue;
                     };
                     let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
-                    let holder = self.in_flight.get(run_id) == Some(worker) || self.orphans.contains_key(run_id);
+                    let holder = self.in_flight.get(run_id.as_str()) == Some(worker) || self.orphans.contains_key(run_id.as_str());
                     if current != *attempt || !state.is_active() || !holder {
                         acks.push((worker.clone(), run_id.clone(), *attempt, Some("superseded attempt: the run has moved on")));
                         continue;
@@ -1231,9 +1255,9 @@ impl LeaderRuntime {
             let mut reasons = Vec::new();
             for id in self.ready.iter().take(16) {
                 let Some(run) = self.runs.get(id) else { continue };
-                let Some(job) = self.jobs.get(&run.job_uid) else { continue };
+                let Some(job) = self.jobs.get(&run.key.uid) else { continue };
                 let strategy = job.route.as_ref().map(|r| r.strategy).unwrap_or_default();
-                reasons.push((run.job_uid.clone(), waiting_reason(job, strategy, self.candidates_for(job).is_empty())));
+                reasons.push((run.key.uid.clone(), waiting_reason(job, strategy, self.candidates_for(job).is_empty())));
             }
             for (job_uid, why) in reasons {
                 if self.waiting.get(&job_uid) != Some(&why) {
@@ -1249,10 +1273,10 @@ impl LeaderRuntime {
             if run.state != RunState::Pending || self.in_flight.contains_key(&id) {
                 continue;
             }
-            let Some(job) = self.jobs.get(&run.job_uid) else {
+            let Some(job) = self.jobs.get(&run.key.uid) else {
                 // Its job was deleted: it can never run.
                 dropped.push(Transition {
-                    run_id: id.clone(),
+                    run_id: id.to_string(),
                     from: RunState::Pending,
                     from_attempt: run.attempt,
                     to: RunState::Cancelled,
@@ -1266,8 +1290,8 @@ impl LeaderRuntime {
             };
             // forbid / buffer_one / replace: a waiting run starts only after the active one ends.
             if matches!(job.overlap, OverlapPolicy::Forbid | OverlapPolicy::BufferOne | OverlapPolicy::Replace) {
-                let (_, _, active) = self.job_counts(&run.job_uid);
-                if active > 0 || batch_jobs.contains(&run.job_uid) {
+                let (_, _, active) = self.job_counts(&run.key.uid);
+                if active > 0 || batch_jobs.contains(&run.key.uid) {
                     deferred.push(id);
                     continue;
                 }
@@ -1275,9 +1299,9 @@ impl LeaderRuntime {
             let strategy = job.route.as_ref().map(|r| r.strategy).unwrap_or_default();
             let candidates = self.candidates_for(job);
             let mut rr = self.round_robin;
-            let Some(i) = pick_worker(strategy, &run.job, &candidates, &mut rr) else {
+            let Some(i) = pick_worker(strategy, &run.key.name, &candidates, &mut rr) else {
                 let why = waiting_reason(job, strategy, candidates.is_empty());
-                let job_uid = run.job_uid.clone();
+                let job_uid = run.key.uid.clone();
                 if self.waiting.get(&job_uid) != Some(&why) {
                     self.waiting.insert(job_uid, why);
                     self.view_dirty = true;
@@ -1287,14 +1311,14 @@ impl LeaderRuntime {
             };
             let worker = candidates[i].id.to_string();
             drop(candidates);
-            let job_uid = run.job_uid.clone();
+            let job_uid = run.key.uid.clone();
             if self.waiting.remove(&job_uid).is_some() {
                 self.view_dirty = true;
             }
             let Some(run) = self.runs.get(&id) else { continue };
             self.round_robin = rr;
             let attempt = run.attempt + 1;
-            let job_uid = run.job_uid.clone();
+            let job_uid = run.key.uid.clone();
             batch_jobs.insert(job_uid);
             // Reserve the slot now so the rest of this pass sees it taken.
             if let Some(s) = self.sessions.get_mut(&worker) {
@@ -1303,7 +1327,7 @@ impl LeaderRuntime {
             self.in_flight.insert(id.clone(), worker.clone());
             free -= 1;
             batch.push(Transition {
-                run_id: id.clone(),
+                run_id: id.to_string(),
                 from: RunState::Pending,
                 from_attempt: attempt - 1,
                 to: RunState::Assigned,
@@ -1328,7 +1352,7 @@ impl LeaderRuntime {
             Err(e) => {
                 for t in batch.iter().rev() {
                     self.release(&t.run_id);
-                    self.ready.push_front(t.run_id.clone());
+                    self.ready.push_front(Arc::from(t.run_id.as_str()));
                 }
                 return Err(e);
             }
@@ -1341,17 +1365,17 @@ impl LeaderRuntime {
                 continue;
             }
             metrics::counter!("gnomon_runs_total", "state" => "assigned").increment(1);
-            let Some(run) = self.runs.get_mut(&t.run_id) else { continue };
+            let Some(run) = self.runs.get_mut(t.run_id.as_str()) else { continue };
             run.state = RunState::Assigned;
             run.attempt = t.to_attempt;
             metrics::histogram!("gnomon_dispatch_latency_seconds").record((now - run.ready_since).max(0) as f64 / 1000.0);
-            let Some(job) = self.jobs.get(&run.job_uid) else { continue };
+            let Some(job) = self.jobs.get(&run.key.uid) else { continue };
             let assign = v1::Assign {
                 run_id: t.run_id.clone(),
                 attempt: t.to_attempt,
                 token: self.fence.token,
-                job: run.job.clone(),
-                namespace: run.namespace.clone(),
+                job: run.key.name.clone(),
+                namespace: run.key.namespace.clone(),
                 scheduled_at_ms: run.scheduled_at,
                 executor_json: serde_json::to_string(job.executor.as_ref()).unwrap_or_default(),
                 timeout_ms: job.timeout.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0),
@@ -1402,8 +1426,8 @@ impl LeaderRuntime {
         self.ready.iter().take(64).any(|id| {
             self.runs.get(id).is_some_and(|r| {
                 r.state == RunState::Pending
-                    && self.jobs.get(&r.job_uid).is_none_or(|j| {
-                        (j.overlap == OverlapPolicy::Allow || self.job_counts(&r.job_uid).2 == 0)
+                    && self.jobs.get(&r.key.uid).is_none_or(|j| {
+                        (j.overlap == OverlapPolicy::Allow || self.job_counts(&r.key.uid).2 == 0)
                             && self.candidates_for(j).iter().any(|c| c.has_room())
                     })
             })

@@ -47,7 +47,7 @@ async fn main() -> anyhow::Result<()> {
         // the fire path, not the controller.
         .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--capacity", "2048", "--max-pending", "1000000", "--data-dir"])
         .arg(dir.path())
-        .env("GNOMON_LOG", "warn")
+        .env("GNOMON_LOG", std::env::var("GNOMON_LOG").unwrap_or_else(|_| "warn".into()))
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()?;

@@ -354,6 +354,7 @@ async fn run_node(
     embedded_worker: Option<WorkerConfig>,
 ) -> anyhow::Result<()> {
     let metrics = gnomon_server::metrics_setup::install();
+    let resign_first = elector.backend() != "local";
     let node = Node::new(config, store, elector, Arc::new(gnomon_core::SystemClock));
     let state = ApiState { node: node.handle.clone(), metrics, token: token.filter(|t| !t.is_empty()).map(Arc::new) };
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
@@ -380,15 +381,28 @@ async fn run_node(
         (tokio::spawn(WorkerRuntime::new(w, HandlerRegistry::with_builtins()).run(worker_stop_rx)), drain)
     });
     wait_for_signal().await;
-    // Seed 003's order: resign first, so another replica takes over within
-    // about a second; then drain; then stop serving. Workers connected here
-    // are answered NotLeader and follow the new leader.
-    tracing::info!("shutting down: resigning leadership, then draining");
-    let _ = shutdown_tx.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(10), node_task).await;
-    let _ = worker_stop_tx.send(true);
-    if let Some((task, drain)) = worker_task {
-        let _ = tokio::time::timeout(drain + Duration::from_secs(6), task).await;
+    // With an HA elector, seed 003's order: resign first, so another replica
+    // takes over within about a second, then drain (workers connected here
+    // are answered NotLeader and follow the new leader). The local elector
+    // has nobody to hand over to: drain first, so the embedded worker's
+    // last results still reach this leader.
+    let drain = |task: Option<(tokio::task::JoinHandle<()>, Duration)>| async move {
+        if let Some((task, drain)) = task {
+            let _ = tokio::time::timeout(drain + Duration::from_secs(6), task).await;
+        }
+    };
+    if resign_first {
+        tracing::info!("shutting down: resigning leadership, then draining");
+        let _ = shutdown_tx.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(10), node_task).await;
+        let _ = worker_stop_tx.send(true);
+        drain(worker_task).await;
+    } else {
+        tracing::info!("shutting down: draining the embedded worker, then resigning");
+        let _ = worker_stop_tx.send(true);
+        drain(worker_task).await;
+        let _ = shutdown_tx.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(10), node_task).await;
     }
     let _ = http_stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), server_task).await;
