@@ -8,6 +8,8 @@ pub mod conformance;
 pub mod election;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "etcd")]
+pub mod etcd_store;
 pub mod local;
 mod migrate;
 pub mod model;
@@ -256,6 +258,9 @@ pub async fn open_store_with(url: &str, options: &StoreOptions) -> Result<std::s
         "mysql" | "mariadb" => Err(StoreError::NotCompiled(scheme.to_string())),
         #[cfg(not(feature = "postgres"))]
         "postgres" | "postgresql" => Err(StoreError::NotCompiled(scheme.to_string())),
+        #[cfg(feature = "etcd")]
+        "etcd" => Ok(std::sync::Arc::new(etcd_store::EtcdStore::open(url).await?)),
+        #[cfg(not(feature = "etcd"))]
         "etcd" => Err(StoreError::NotCompiled(scheme.to_string())),
         other => Err(StoreError::InvalidUrl(format!("unknown store scheme {other:?}"))),
     }

@@ -1,0 +1,1111 @@
+//! etcd as the store (`--store etcd://[user:pass@]h1:2379,h2:2379[/cluster]`).
+//!
+//! # Key layout
+//! Everything lives under `/gnomon/<cluster>/` (`P` below); values are JSON.
+//!
+//! | key | value |
+//! |---|---|
+//! | `P/jobs/<uid>` | the job (spec, version, paused, times, `last_scheduled_at`); its `mod_revision` is its change sequence |
+//! | `P/job_names/<namespace>/<name>` | the uid of the job of that name |
+//! | `P/job_tombstones/<uid>` | empty; written when a job is deleted (the change feed's deletions) |
+//! | `P/runs/<run id>` | the run (run id = `<job uid>-<scheduled_at>`) |
+//! | `P/open/<run id>` | empty; present while the run is not terminal (leader recovery reads only these) |
+//! | `P/idx/seq/<seq, 16 hex>` | run id: every run, in insertion order (pagination) |
+//! | `P/idx/job/<job name>/<seq>` | run id: a job's runs, in insertion order |
+//! | `P/attempts/<run id>/<attempt, 8 digits>` | one attempt, with its output tail |
+//! | `P/counters/run_seq` | the last run sequence number handed out |
+//! | `P/epochs/<scope>` | the scope's epoch counter (token source for lock-less electors) |
+//! | `P/fence/<scope>` | the scope's current fencing token |
+//! | `P/leadership/<scope>` | who holds that token (holder, address, backend, since, election key) |
+//! | `P/election/<scope>/…` | etcd's election keys (the etcd elector) |
+//!
+//! # Invariants
+//! - **Fire uniqueness**: a run key is created only under `version == 0`.
+//! - **Fencing**: every leader write is one `Txn` whose compares include
+//!   `value(P/fence/<scope>) == token` and, when the term came from the etcd
+//!   election, `create_revision(<leader key>) == token` — so a deposed
+//!   leader's write fails both when a newer term fenced and as soon as its
+//!   own election key is gone.
+//! - **CAS**: transitions compare each run key's `mod_revision` with the one
+//!   read; a conflict is re-read and re-planned, never blindly retried.
+//! - A txn holds at most [`MAX_OPS`] operations (etcd's default
+//!   `--max-txn-ops` is 128), so a large batch is several txns. A job's runs
+//!   and its `last_scheduled_at` advance share a txn whenever they fit in
+//!   one; a catch-up too large for one txn advances the job in its last
+//!   chunk, and a crash in between leaves runs whose re-fire is `Existed`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use async_trait::async_trait;
+use etcd_client::{Client, Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
+use gnomon_core::spec::JobSpec;
+use gnomon_core::{AttemptState, Millis, RunState};
+use serde::{Deserialize, Serialize};
+
+use crate::*;
+
+/// Most operations (and most compares) in one txn.
+pub const MAX_OPS: usize = 120;
+/// How many times a write is re-read and re-planned after a CAS conflict.
+const CAS_ROUNDS: usize = 20;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct EJob {
+    uid: String,
+    namespace: String,
+    name: String,
+    spec: JobSpec,
+    version: u64,
+    paused: bool,
+    created_at: Millis,
+    updated_at: Millis,
+    last_scheduled_at: Option<Millis>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ERun {
+    id: String,
+    seq: i64,
+    job_uid: String,
+    job: String,
+    namespace: String,
+    scheduled_at: Millis,
+    fired_at: Millis,
+    state: RunState,
+    attempt: u32,
+    reason: Option<String>,
+    next_attempt_at: Option<Millis>,
+    manual: bool,
+    cancel_requested: bool,
+    updated_at: Millis,
+}
+
+impl From<ERun> for RunRecord {
+    fn from(r: ERun) -> Self {
+        RunRecord {
+            id: r.id,
+            seq: r.seq,
+            job_uid: r.job_uid,
+            job: r.job,
+            namespace: r.namespace,
+            scheduled_at: r.scheduled_at,
+            fired_at: r.fired_at,
+            state: r.state,
+            attempt: r.attempt,
+            reason: r.reason,
+            next_attempt_at: r.next_attempt_at,
+            manual: r.manual,
+            cancel_requested: r.cancel_requested,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct EAttempt {
+    attempt: u32,
+    worker: String,
+    token: u64,
+    state: AttemptState,
+    assigned_at: Millis,
+    started_at: Option<Millis>,
+    ended_at: Option<Millis>,
+    exit_code: Option<i32>,
+    output: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ELeadership {
+    token: u64,
+    holder: String,
+    address: String,
+    backend: String,
+    since: Millis,
+    /// The etcd election key of the term, when it came from the election.
+    leader_key: Option<String>,
+}
+
+/// Where `etcd://` points.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdUrl {
+    pub endpoints: Vec<String>,
+    pub cluster: String,
+    pub user: Option<(String, String)>,
+}
+
+/// Parses `etcd://[user:pass@]h1:2379,h2:2379[/cluster]`.
+pub fn parse_url(url: &str) -> Result<EtcdUrl, StoreError> {
+    let rest = url.strip_prefix("etcd://").ok_or_else(|| StoreError::InvalidUrl(format!("{url:?} does not start with etcd://")))?;
+    let (auth, rest) = match rest.rsplit_once('@') {
+        Some((a, r)) => (Some(a), r),
+        None => (None, rest),
+    };
+    let (hosts, cluster) = match rest.split_once('/') {
+        Some((h, c)) => (h, c.trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    let cluster = if cluster.is_empty() { "default" } else { cluster };
+    if !cluster.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(StoreError::InvalidUrl(format!("etcd cluster name {cluster:?} must be letters, digits, '-', '_' or '.'")));
+    }
+    let endpoints = crate::etcd::parse_endpoints(hosts).map_err(StoreError::InvalidUrl)?;
+    let user = match auth {
+        None => None,
+        Some(a) => {
+            let (u, p) = a.split_once(':').ok_or_else(|| StoreError::InvalidUrl("etcd credentials must be user:password@".into()))?;
+            Some((u.to_string(), p.to_string()))
+        }
+    };
+    Ok(EtcdUrl { endpoints, cluster: cluster.to_string(), user })
+}
+
+/// The etcd store.
+#[derive(Clone)]
+pub struct EtcdStore {
+    client: Client,
+    p: String,
+    /// scope -> (token, election key) learned from the leadership record.
+    terms: std::sync::Arc<std::sync::Mutex<HashMap<String, (u64, Option<String>)>>>,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore").field("prefix", &self.p).finish()
+    }
+}
+
+fn unavailable(e: etcd_client::Error) -> StoreError {
+    StoreError::Unavailable(format!("etcd: {e}"))
+}
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+fn json<T: Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(what: &str, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| corrupt(what, e))
+}
+
+fn gets(resp: &etcd_client::TxnResponse) -> Vec<Vec<etcd_client::KeyValue>> {
+    resp.op_responses()
+        .into_iter()
+        .filter_map(|r| match r {
+            TxnOpResponse::Get(mut g) => Some(g.take_kvs()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Keeps calling an idempotent read until it answers: 100 ms → 1 s
+/// backoff, 5 tries (seed 003). Writes are never retried blindly: their
+/// outcome is re-checked by re-reading (see the CAS loops).
+async fn retry_read<T, F, Fut>(mut f: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut delay = std::time::Duration::from_millis(100);
+    let mut last = None;
+    for _ in 0..5 {
+        match tokio::time::timeout(std::time::Duration::from_secs(5), f()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => last = Some(unavailable(e)),
+            Err(_) => last = Some(StoreError::Unavailable("etcd: request timed out".into())),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(1));
+    }
+    Err(last.unwrap_or_else(|| StoreError::Unavailable("etcd".into())))
+}
+
+impl EtcdStore {
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let u = parse_url(url)?;
+        let mut opts = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(std::time::Duration::from_secs(3))
+            .with_keep_alive(std::time::Duration::from_secs(6), std::time::Duration::from_secs(3))
+            .with_keep_alive_while_idle(true)
+            .with_require_leader(true);
+        if let Some((user, pass)) = &u.user {
+            opts = opts.with_user(user.clone(), pass.clone());
+        }
+        let shown = u.endpoints.join(",");
+        let mut client = tokio::time::timeout(std::time::Duration::from_secs(5), Client::connect(&u.endpoints, Some(opts)))
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("etcd at {shown}: connecting timed out")))?
+            .map_err(|e| StoreError::Unavailable(format!("etcd at {shown} is unreachable: {e}")))?;
+        let p = format!("/gnomon/{}", u.cluster);
+        tokio::time::timeout(std::time::Duration::from_secs(5), client.get(format!("{p}/counters/run_seq"), None))
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("etcd at {shown} did not answer within 5s (no quorum?)")))?
+            .map_err(|e| StoreError::Unavailable(format!("etcd at {shown} is unreachable: {e}")))?;
+        Ok(Self { client, p, terms: Default::default() })
+    }
+
+    fn k(&self, rest: &str) -> String {
+        format!("{}/{rest}", self.p)
+    }
+
+    fn c(&self) -> Client {
+        self.client.clone()
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, StoreError> {
+        let mut c = self.c();
+        tokio::time::timeout(std::time::Duration::from_secs(10), c.txn(txn))
+            .await
+            .map_err(|_| StoreError::Unavailable("etcd: txn timed out (its outcome is re-checked by the caller)".into()))?
+            .map_err(unavailable)
+    }
+
+    async fn get(&self, key: String, opts: Option<GetOptions>) -> Result<etcd_client::GetResponse, StoreError> {
+        retry_read(|| {
+            let mut c = self.c();
+            let (key, opts) = (key.clone(), opts.clone());
+            async move { c.get(key, opts).await }
+        })
+        .await
+    }
+
+    /// Reads many keys in read-only txns (≤ MAX_OPS gets each).
+    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<etcd_client::KeyValue>>, StoreError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(MAX_OPS) {
+            let ops: Vec<TxnOp> = chunk.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
+            let resp = retry_read(|| {
+                let mut c = self.c();
+                let ops = ops.clone();
+                async move { c.txn(Txn::new().and_then(ops)).await }
+            })
+            .await?;
+            for kvs in gets(&resp) {
+                out.push(kvs.into_iter().next());
+            }
+        }
+        Ok(out)
+    }
+
+    /// The compares that prove `fence` is the scope's current term.
+    async fn fence_compares(&self, fence: &Fence) -> Result<Vec<Compare>, StoreError> {
+        let known = self.terms.lock().unwrap_or_else(|p| p.into_inner()).get(&fence.scope).cloned();
+        let leader_key = match known {
+            Some((t, key)) if t == fence.token => key,
+            _ => {
+                let resp = self.get(self.k(&format!("leadership/{}", fence.scope)), None).await?;
+                let rec: Option<ELeadership> = resp.kvs().first().map(|kv| parse("leadership", kv.value())).transpose()?;
+                let key = rec.filter(|r| r.token == fence.token).and_then(|r| r.leader_key);
+                self.terms.lock().unwrap_or_else(|p| p.into_inner()).insert(fence.scope.clone(), (fence.token, key.clone()));
+                key
+            }
+        };
+        let mut c = vec![Compare::value(self.k(&format!("fence/{}", fence.scope)), CompareOp::Equal, fence.token.to_string())];
+        if let Some(k) = leader_key {
+            c.push(Compare::create_revision(k, CompareOp::Equal, i64::try_from(fence.token).unwrap_or(i64::MAX)));
+        }
+        Ok(c)
+    }
+
+    /// After a failed leader txn: fenced out, or a CAS conflict to re-plan?
+    async fn check_fenced(&self, fence: &Fence) -> Result<(), StoreError> {
+        let compares = self.fence_compares(fence).await?;
+        let resp = self.txn(Txn::new().when(compares)).await?;
+        if resp.succeeded() {
+            return Ok(());
+        }
+        let cur = self.get(self.k(&format!("fence/{}", fence.scope)), None).await?;
+        let current = cur.kvs().first().and_then(|kv| kv.value_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
+        count_fencing_rejection();
+        Err(StoreError::Fenced { scope: fence.scope.clone(), token: fence.token, current })
+    }
+
+    async fn job_by_name(&self, namespace: &str, name: &str) -> Result<Option<(JobRecord, i64, i64)>, StoreError> {
+        let idx = self.get(self.k(&format!("job_names/{namespace}/{name}")), None).await?;
+        let Some(kv) = idx.kvs().first() else { return Ok(None) };
+        let uid = kv.value_str().map_err(|e| corrupt("job name index", e))?.to_string();
+        let name_rev = kv.mod_revision();
+        let job = self.get(self.k(&format!("jobs/{uid}")), None).await?;
+        match job.kvs().first() {
+            Some(kv) => Ok(Some((job_record(kv)?, kv.mod_revision(), name_rev))),
+            None => Ok(None),
+        }
+    }
+
+    async fn next_seq(&self) -> Result<(i64, i64), StoreError> {
+        let resp = self.get(self.k("counters/run_seq"), None).await?;
+        Ok(match resp.kvs().first() {
+            Some(kv) => (kv.value_str().ok().and_then(|v| v.parse().ok()).unwrap_or(0), kv.mod_revision()),
+            None => (0, 0),
+        })
+    }
+
+    async fn read_runs(&self, ids: &[String]) -> Result<HashMap<String, (ERun, i64)>, StoreError> {
+        let keys: Vec<String> = ids.iter().map(|id| self.k(&format!("runs/{id}"))).collect();
+        let mut out = HashMap::new();
+        for (id, kv) in ids.iter().zip(self.get_many(&keys).await?) {
+            if let Some(kv) = kv {
+                out.insert(id.clone(), (parse::<ERun>("run", kv.value())?, kv.mod_revision()));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn runs_by_ids(&self, ids: &[String]) -> Result<Vec<RunRecord>, StoreError> {
+        let keys: Vec<String> = ids.iter().map(|id| self.k(&format!("runs/{id}"))).collect();
+        let mut out = Vec::new();
+        for kv in self.get_many(&keys).await?.into_iter().flatten() {
+            out.push(parse::<ERun>("run", kv.value())?.into());
+        }
+        Ok(out)
+    }
+
+    /// Writes one job change txn: `compares` must hold; `ops` are applied.
+    async fn job_txn(&self, compares: Vec<Compare>, ops: Vec<TxnOp>) -> Result<bool, StoreError> {
+        Ok(self.txn(Txn::new().when(compares).and_then(ops)).await?.succeeded())
+    }
+}
+
+fn job_record(kv: &etcd_client::KeyValue) -> Result<JobRecord, StoreError> {
+    let j: EJob = parse("job", kv.value())?;
+    Ok(JobRecord {
+        uid: j.uid,
+        namespace: j.namespace,
+        name: j.name,
+        spec: j.spec,
+        version: j.version,
+        paused: j.paused,
+        created_at: j.created_at,
+        updated_at: j.updated_at,
+        last_scheduled_at: j.last_scheduled_at,
+        change_seq: u64::try_from(kv.mod_revision()).unwrap_or(0),
+    })
+}
+
+fn ejob(j: &JobRecord) -> EJob {
+    EJob {
+        uid: j.uid.clone(),
+        namespace: j.namespace.clone(),
+        name: j.name.clone(),
+        spec: j.spec.clone(),
+        version: j.version,
+        paused: j.paused,
+        created_at: j.created_at,
+        updated_at: j.updated_at,
+        last_scheduled_at: j.last_scheduled_at,
+    }
+}
+
+fn seq_key(seq: i64) -> String {
+    format!("{:016x}", seq.max(0))
+}
+
+#[async_trait]
+impl Store for EtcdStore {
+    fn backend(&self) -> &'static str {
+        "etcd"
+    }
+
+    async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
+        let ns = spec.namespace().to_string();
+        let what = format!("job {ns}/{}", spec.name);
+        for _ in 0..CAS_ROUNDS {
+            let existing = self.job_by_name(&ns, &spec.name).await?;
+            match (&existing, precondition) {
+                (Some(_), Precondition::DoesNotExist) => return Err(StoreError::AlreadyExists(what)),
+                (None, Precondition::MatchesVersion(_)) => return Err(StoreError::NotFound(what)),
+                (Some((j, _, _)), Precondition::MatchesVersion(v)) if j.version != v => {
+                    return Err(StoreError::VersionConflict { what, expected: v, actual: j.version })
+                }
+                _ => {}
+            }
+            let name_key = self.k(&format!("job_names/{ns}/{}", spec.name));
+            let (record, compares, ops) = match existing {
+                Some((mut j, job_rev, name_rev)) => {
+                    j.spec = spec.clone();
+                    j.version += 1;
+                    j.updated_at = now;
+                    let key = self.k(&format!("jobs/{}", j.uid));
+                    let compares = vec![
+                        Compare::mod_revision(key.clone(), CompareOp::Equal, job_rev),
+                        Compare::mod_revision(name_key, CompareOp::Equal, name_rev),
+                    ];
+                    let ops = vec![TxnOp::put(key, json(&ejob(&j)), None)];
+                    (j, compares, ops)
+                }
+                None => {
+                    let j = JobRecord {
+                        uid: format!("{:016x}", rand::random::<u64>()),
+                        namespace: ns.clone(),
+                        name: spec.name.clone(),
+                        spec: spec.clone(),
+                        version: 1,
+                        paused: false,
+                        created_at: now,
+                        updated_at: now,
+                        last_scheduled_at: None,
+                        change_seq: 0,
+                    };
+                    let compares = vec![Compare::version(name_key.clone(), CompareOp::Equal, 0)];
+                    let ops = vec![
+                        TxnOp::put(self.k(&format!("jobs/{}", j.uid)), json(&ejob(&j)), None),
+                        TxnOp::put(name_key, j.uid.clone(), None),
+                    ];
+                    (j, compares, ops)
+                }
+            };
+            if self.job_txn(compares, ops).await? {
+                let (j, _, _) = self.job_by_name(&ns, &record.name).await?.ok_or_else(|| StoreError::Backend("job vanished".into()))?;
+                return Ok(j);
+            }
+        }
+        Err(StoreError::Unavailable(format!("{what}: too many concurrent writers; try again")))
+    }
+
+    async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError> {
+        for _ in 0..CAS_ROUNDS {
+            let Some((mut j, rev, _)) = self.job_by_name(namespace, name).await? else {
+                return Err(StoreError::NotFound(format!("job {namespace}/{name}")));
+            };
+            j.paused = paused;
+            j.version += 1;
+            j.updated_at = now;
+            let key = self.k(&format!("jobs/{}", j.uid));
+            if self
+                .job_txn(vec![Compare::mod_revision(key.clone(), CompareOp::Equal, rev)], vec![TxnOp::put(key, json(&ejob(&j)), None)])
+                .await?
+            {
+                let (j, _, _) = self.job_by_name(namespace, name).await?.ok_or_else(|| StoreError::Backend("job vanished".into()))?;
+                return Ok(j);
+            }
+        }
+        Err(StoreError::Unavailable("too many concurrent writers; try again".into()))
+    }
+
+    async fn delete_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError> {
+        let what = format!("job {namespace}/{name}");
+        for _ in 0..CAS_ROUNDS {
+            let (j, rev, name_rev) = match (self.job_by_name(namespace, name).await?, precondition) {
+                (None, _) => return Err(StoreError::NotFound(what)),
+                (Some((j, _, _)), Precondition::MatchesVersion(v)) if j.version != v => {
+                    return Err(StoreError::VersionConflict { what, expected: v, actual: j.version })
+                }
+                (Some(_), Precondition::DoesNotExist) => return Err(StoreError::AlreadyExists(what)),
+                (Some(found), _) => found,
+            };
+            let key = self.k(&format!("jobs/{}", j.uid));
+            let name_key = self.k(&format!("job_names/{namespace}/{name}"));
+            let ok = self
+                .job_txn(
+                    vec![
+                        Compare::mod_revision(key.clone(), CompareOp::Equal, rev),
+                        Compare::mod_revision(name_key.clone(), CompareOp::Equal, name_rev),
+                    ],
+                    vec![
+                        TxnOp::delete(key, None),
+                        TxnOp::delete(name_key, None),
+                        TxnOp::put(self.k(&format!("job_tombstones/{}", j.uid)), "", None),
+                    ],
+                )
+                .await?;
+            if ok {
+                return Ok(());
+            }
+        }
+        Err(StoreError::Unavailable("too many concurrent writers; try again".into()))
+    }
+
+    async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<JobRecord>, StoreError> {
+        Ok(self.job_by_name(namespace, name).await?.map(|(j, _, _)| j))
+    }
+
+    async fn list_jobs(&self, namespace: Option<&str>) -> Result<Vec<JobRecord>, StoreError> {
+        let resp = self.get(self.k("jobs/"), Some(GetOptions::new().with_prefix())).await?;
+        let mut jobs: Vec<JobRecord> = resp.kvs().iter().map(job_record).collect::<Result<_, _>>()?;
+        jobs.retain(|j| namespace.is_none_or(|ns| j.namespace == ns));
+        jobs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        Ok(jobs)
+    }
+
+    async fn job_changes(&self, since: u64) -> Result<JobChanges, StoreError> {
+        // One read txn: both ranges at the same revision, so nothing at or
+        // below the returned seq can appear later.
+        let min = i64::try_from(since).unwrap_or(i64::MAX).saturating_add(1);
+        let ops = vec![
+            TxnOp::get(self.k("jobs/"), Some(GetOptions::new().with_prefix().with_min_mod_revision(min))),
+            TxnOp::get(self.k("job_tombstones/"), Some(GetOptions::new().with_prefix().with_min_mod_revision(min))),
+        ];
+        let resp = retry_read(|| {
+            let mut c = self.c();
+            let ops = ops.clone();
+            async move { c.txn(Txn::new().and_then(ops)).await }
+        })
+        .await?;
+        let mut ranges = gets(&resp).into_iter();
+        let jobs = ranges.next().unwrap_or_default();
+        let tombs = ranges.next().unwrap_or_default();
+        let mut seq = since;
+        let mut upserted = Vec::new();
+        for kv in &jobs {
+            seq = seq.max(u64::try_from(kv.mod_revision()).unwrap_or(0));
+            upserted.push(job_record(kv)?);
+        }
+        upserted.sort_by_key(|j| j.change_seq);
+        let live: HashSet<&str> = upserted.iter().map(|j| j.uid.as_str()).collect();
+        let mut deleted = Vec::new();
+        let mut tombs: Vec<&etcd_client::KeyValue> = tombs.iter().collect();
+        tombs.sort_by_key(|kv| kv.mod_revision());
+        for kv in tombs {
+            seq = seq.max(u64::try_from(kv.mod_revision()).unwrap_or(0));
+            let key = kv.key_str().map_err(|e| corrupt("tombstone", e))?;
+            let uid = key.rsplit('/').next().unwrap_or_default().to_string();
+            if !live.contains(uid.as_str()) {
+                deleted.push(uid);
+            }
+        }
+        Ok(JobChanges { upserted, deleted, seq })
+    }
+
+    async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {
+        let key = self.k(&format!("epochs/{scope}"));
+        for _ in 0..CAS_ROUNDS {
+            let (epoch, rev) = {
+                let r = self.get(key.clone(), None).await?;
+                match r.kvs().first() {
+                    Some(kv) => (kv.value_str().ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0), kv.mod_revision()),
+                    None => (0, 0),
+                }
+            };
+            let fenced = self.leadership(scope).await?.map(|l| l.token).unwrap_or(0);
+            let next = epoch.max(fenced) + 1;
+            let cmp = if rev == 0 {
+                Compare::version(key.clone(), CompareOp::Equal, 0)
+            } else {
+                Compare::mod_revision(key.clone(), CompareOp::Equal, rev)
+            };
+            if self.job_txn(vec![cmp], vec![TxnOp::put(key.clone(), next.to_string(), None)]).await? {
+                return Ok(next);
+            }
+        }
+        Err(StoreError::Unavailable("epoch: too many concurrent writers".into()))
+    }
+
+    async fn fence(&self, fence: &Fence, holder: &LeaderInfo, now: Millis) -> Result<(), StoreError> {
+        let fkey = self.k(&format!("fence/{}", fence.scope));
+        // The election key whose create revision is this token, if the
+        // term came from the etcd election of this cluster.
+        let election = self.get(self.k(&format!("election/{}/", fence.scope)), Some(GetOptions::new().with_prefix())).await?;
+        let leader_key = election
+            .kvs()
+            .iter()
+            .find(|kv| u64::try_from(kv.create_revision()).ok() == Some(fence.token))
+            .and_then(|kv| kv.key_str().ok().map(str::to_string));
+        for _ in 0..CAS_ROUNDS {
+            let r = self.get(fkey.clone(), None).await?;
+            let (current, rev) = match r.kvs().first() {
+                Some(kv) => (kv.value_str().ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0), kv.mod_revision()),
+                None => (0, 0),
+            };
+            if fence.token <= current {
+                return Err(StoreError::StaleToken { scope: fence.scope.clone(), token: fence.token, current });
+            }
+            let mut compares = vec![if rev == 0 {
+                Compare::version(fkey.clone(), CompareOp::Equal, 0)
+            } else {
+                Compare::mod_revision(fkey.clone(), CompareOp::Equal, rev)
+            }];
+            if let Some(k) = &leader_key {
+                compares.push(Compare::create_revision(k.clone(), CompareOp::Equal, i64::try_from(fence.token).unwrap_or(i64::MAX)));
+            }
+            let rec = ELeadership {
+                token: fence.token,
+                holder: holder.holder.clone(),
+                address: holder.address.clone(),
+                backend: holder.backend.clone(),
+                since: now,
+                leader_key: leader_key.clone(),
+            };
+            let ops = vec![
+                TxnOp::put(fkey.clone(), fence.token.to_string(), None),
+                TxnOp::put(self.k(&format!("leadership/{}", fence.scope)), json(&rec), None),
+            ];
+            if self.job_txn(compares, ops).await? {
+                self.terms.lock().unwrap_or_else(|p| p.into_inner()).insert(fence.scope.clone(), (fence.token, leader_key));
+                return Ok(());
+            }
+        }
+        Err(StoreError::Unavailable("fence: too many concurrent writers".into()))
+    }
+
+    async fn leadership(&self, scope: &str) -> Result<Option<LeadershipRecord>, StoreError> {
+        let r = self.get(self.k(&format!("leadership/{scope}")), None).await?;
+        let Some(kv) = r.kvs().first() else { return Ok(None) };
+        let l: ELeadership = parse("leadership", kv.value())?;
+        Ok(Some(LeadershipRecord {
+            scope: scope.into(),
+            token: l.token,
+            holder: l.holder,
+            address: l.address,
+            backend: l.backend,
+            since: l.since,
+        }))
+    }
+
+    async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
+        let ids: Vec<String> = runs.iter().map(|r| r.id()).collect();
+        let mut outcome: HashMap<String, FireOutcome> = HashMap::new();
+        // Group by job: a job's runs and its advance go in one txn when they fit.
+        let mut by_job: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        let mut seen = HashSet::new();
+        for (i, r) in runs.iter().enumerate() {
+            if seen.insert(ids[i].clone()) {
+                by_job.entry(r.job_uid.as_str()).or_default().push(i);
+            } else {
+                outcome.insert(ids[i].clone(), FireOutcome::Existed);
+            }
+        }
+        let mut latest: HashMap<&str, Millis> = HashMap::new();
+        for a in advances {
+            let e = latest.entry(a.job_uid.as_str()).or_insert(a.last_scheduled_at);
+            *e = (*e).max(a.last_scheduled_at);
+        }
+        for uid in latest.keys() {
+            by_job.entry(uid).or_default();
+        }
+        // Units of work: (job uid, run indexes, carries the advance).
+        const OPS_PER_RUN: usize = 4;
+        let per_txn = (MAX_OPS - 4) / OPS_PER_RUN;
+        let mut units: Vec<(&str, Vec<usize>, bool)> = Vec::new();
+        for (uid, idx) in &by_job {
+            if idx.is_empty() {
+                units.push((uid, Vec::new(), true));
+                continue;
+            }
+            let chunks: Vec<&[usize]> = idx.chunks(per_txn).collect();
+            let n = chunks.len();
+            for (i, c) in chunks.into_iter().enumerate() {
+                units.push((uid, c.to_vec(), i + 1 == n));
+            }
+        }
+        // Pack units into txns.
+        let mut batches: Vec<Vec<(&str, Vec<usize>, bool)>> = Vec::new();
+        let mut cur: Vec<(&str, Vec<usize>, bool)> = Vec::new();
+        let mut cur_runs = 0;
+        for u in units {
+            let cost = u.1.len() + usize::from(u.2);
+            if cur_runs + cost > per_txn && !cur.is_empty() {
+                batches.push(std::mem::take(&mut cur));
+                cur_runs = 0;
+            }
+            cur_runs += cost;
+            cur.push(u);
+        }
+        if !cur.is_empty() {
+            batches.push(cur);
+        }
+        if batches.is_empty() {
+            // Nothing to write still answers whether this term may write.
+            self.check_fenced(fence).await?;
+        }
+        for batch in batches {
+            self.fire_batch(fence, runs, &ids, &batch, &latest, &mut outcome).await?;
+        }
+        Ok(ids.iter().map(|id| outcome.get(id).copied().unwrap_or(FireOutcome::Existed)).collect())
+    }
+
+    async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
+        for t in transitions {
+            if !t.from.can_become(t.to) {
+                return Err(StoreError::InvalidTransition { run: t.run_id.clone(), from: t.from.to_string(), to: t.to.to_string() });
+            }
+        }
+        let mut applied = vec![false; transitions.len()];
+        // Chunks never split one run's transitions.
+        let mut chunks: Vec<Vec<usize>> = Vec::new();
+        let mut cur: Vec<usize> = Vec::new();
+        let mut cur_ids: HashSet<&str> = HashSet::new();
+        for (i, t) in transitions.iter().enumerate() {
+            let new_run = !cur_ids.contains(t.run_id.as_str());
+            if new_run && cur_ids.len() * 3 + 3 > MAX_OPS - 4 && !cur.is_empty() {
+                chunks.push(std::mem::take(&mut cur));
+                cur_ids.clear();
+            }
+            cur_ids.insert(t.run_id.as_str());
+            cur.push(i);
+        }
+        if !cur.is_empty() {
+            chunks.push(cur);
+        }
+        if chunks.is_empty() {
+            self.check_fenced(fence).await?;
+        }
+        for chunk in chunks {
+            self.transition_chunk(fence, transitions, &chunk, &mut applied).await?;
+        }
+        Ok(applied)
+    }
+
+    async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
+        for _ in 0..CAS_ROUNDS {
+            let runs = self.read_runs(&[run_id.to_string()]).await?;
+            let Some((mut run, rev)) = runs.into_iter().next().map(|(_, v)| v) else {
+                return Err(StoreError::NotFound(format!("run {run_id}")));
+            };
+            let key = self.k(&format!("runs/{run_id}"));
+            let (outcome, ops) = match run.state {
+                RunState::Pending | RunState::Retrying => {
+                    run.state = RunState::Cancelled;
+                    run.reason = Some("cancelled by request".into());
+                    run.updated_at = now;
+                    (
+                        CancelOutcome::Cancelled,
+                        vec![TxnOp::put(key.clone(), json(&run), None), TxnOp::delete(self.k(&format!("open/{run_id}")), None)],
+                    )
+                }
+                RunState::Assigned | RunState::Running => {
+                    run.cancel_requested = true;
+                    run.updated_at = now;
+                    (CancelOutcome::Requested, vec![TxnOp::put(key.clone(), json(&run), None)])
+                }
+                _ => return Err(StoreError::Terminal(run_id.to_string())),
+            };
+            if self.job_txn(vec![Compare::mod_revision(key, CompareOp::Equal, rev)], ops).await? {
+                return Ok(outcome);
+            }
+        }
+        Err(StoreError::Unavailable("cancel: too many concurrent writers".into()))
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError> {
+        let r = self.get(self.k(&format!("runs/{run_id}")), None).await?;
+        let Some(kv) = r.kvs().first() else { return Ok(None) };
+        let run: RunRecord = parse::<ERun>("run", kv.value())?.into();
+        let a = self.get(self.k(&format!("attempts/{run_id}/")), Some(GetOptions::new().with_prefix())).await?;
+        let mut attempts: Vec<AttemptRecord> = Vec::new();
+        for kv in a.kvs() {
+            let e: EAttempt = parse("attempt", kv.value())?;
+            attempts.push(AttemptRecord {
+                attempt: e.attempt,
+                worker: e.worker,
+                token: e.token,
+                state: e.state,
+                assigned_at: e.assigned_at,
+                started_at: e.started_at,
+                ended_at: e.ended_at,
+                exit_code: e.exit_code,
+                output: e.output,
+            });
+        }
+        attempts.sort_by_key(|a| a.attempt);
+        Ok(Some(RunDetail { run, attempts }))
+    }
+
+    async fn list_runs(&self, filter: &RunFilter, limit: u32, cursor: Option<i64>) -> Result<RunPage, StoreError> {
+        let limit = limit.clamp(1, 1000) as usize;
+        let base = match &filter.job {
+            Some(job) => self.k(&format!("idx/job/{job}/")),
+            None => self.k("idx/seq/"),
+        };
+        let mut runs: Vec<RunRecord> = Vec::new();
+        let mut upper = match cursor {
+            Some(c) => format!("{base}{}", seq_key(c)),
+            None => format!("{base}g"), // past every hex digit
+        };
+        loop {
+            // The next page of the index, newest first, below `upper`.
+            let resp = self
+                .get(
+                    base.clone(),
+                    Some(
+                        GetOptions::new()
+                            .with_range(upper.clone())
+                            .with_sort(SortTarget::Key, SortOrder::Descend)
+                            .with_limit((limit + 1) as i64),
+                    ),
+                )
+                .await?;
+            let kvs = resp.kvs();
+            if kvs.is_empty() {
+                break;
+            }
+            let ids: Vec<String> = kvs.iter().filter_map(|kv| kv.value_str().ok().map(str::to_string)).collect();
+            for r in self.runs_by_ids(&ids).await? {
+                if filter.namespace.as_ref().is_some_and(|ns| *ns != r.namespace) || filter.state.is_some_and(|s| s != r.state) {
+                    continue;
+                }
+                runs.push(r);
+            }
+            runs.sort_by(|a, b| b.seq.cmp(&a.seq));
+            if runs.len() > limit || !resp.more() {
+                break;
+            }
+            upper = kvs.last().and_then(|kv| kv.key_str().ok()).unwrap_or_default().to_string();
+        }
+        let next_cursor = if runs.len() > limit {
+            runs.truncate(limit);
+            runs.last().map(|r| r.seq)
+        } else {
+            None
+        };
+        Ok(RunPage { runs, next_cursor })
+    }
+
+    async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let r = self.get(self.k("open/"), Some(GetOptions::new().with_prefix().with_keys_only())).await?;
+        let ids: Vec<String> =
+            r.kvs().iter().filter_map(|kv| kv.key_str().ok().and_then(|k| k.rsplit('/').next()).map(str::to_string)).collect();
+        let mut runs = self.runs_by_ids(&ids).await?;
+        runs.retain(|r| !r.state.is_terminal());
+        runs.sort_by_key(|r| r.seq);
+        Ok(runs)
+    }
+
+    async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let mut runs = self.open_runs().await?;
+        runs.retain(|r| r.cancel_requested && matches!(r.state, RunState::Assigned | RunState::Running));
+        Ok(runs)
+    }
+}
+
+impl EtcdStore {
+    #[allow(clippy::too_many_arguments)]
+    async fn fire_batch(
+        &self,
+        fence: &Fence,
+        runs: &[NewRun],
+        ids: &[String],
+        batch: &[(&str, Vec<usize>, bool)],
+        latest: &HashMap<&str, Millis>,
+        outcome: &mut HashMap<String, FireOutcome>,
+    ) -> Result<(), StoreError> {
+        let mut skip: HashSet<usize> = HashSet::new();
+        for _ in 0..CAS_ROUNDS {
+            let mut compares = self.fence_compares(fence).await?;
+            let (seq0, seq_rev) = self.next_seq().await?;
+            let seq_key_name = self.k("counters/run_seq");
+            compares.push(if seq_rev == 0 {
+                Compare::version(seq_key_name.clone(), CompareOp::Equal, 0)
+            } else {
+                Compare::mod_revision(seq_key_name.clone(), CompareOp::Equal, seq_rev)
+            });
+            let mut ops = Vec::new();
+            let mut seq = seq0;
+            let mut fresh = Vec::new();
+            // The jobs whose advance rides in this txn.
+            let adv_uids: Vec<&str> =
+                batch.iter().filter(|(uid, _, adv)| *adv && latest.contains_key(uid)).map(|(uid, _, _)| *uid).collect();
+            let job_keys: Vec<String> = adv_uids.iter().map(|u| self.k(&format!("jobs/{u}"))).collect();
+            let jobs = self.get_many(&job_keys).await?;
+            for (uid, kv) in adv_uids.iter().zip(jobs) {
+                // A deleted job has nothing to advance.
+                let Some(kv) = kv else { continue };
+                let mut j: EJob = parse("job", kv.value())?;
+                let at = latest[uid];
+                j.last_scheduled_at = Some(j.last_scheduled_at.map_or(at, |l| l.max(at)));
+                compares.push(Compare::mod_revision(self.k(&format!("jobs/{uid}")), CompareOp::Equal, kv.mod_revision()));
+                ops.push(TxnOp::put(self.k(&format!("jobs/{uid}")), json(&j), None));
+            }
+            for (_, idx, _) in batch {
+                for &i in idx {
+                    if skip.contains(&i) {
+                        continue;
+                    }
+                    let r = &runs[i];
+                    let id = &ids[i];
+                    seq += 1;
+                    let key = self.k(&format!("runs/{id}"));
+                    compares.push(Compare::version(key.clone(), CompareOp::Equal, 0));
+                    let run = ERun {
+                        id: id.clone(),
+                        seq,
+                        job_uid: r.job_uid.clone(),
+                        job: r.job.clone(),
+                        namespace: r.namespace.clone(),
+                        scheduled_at: r.scheduled_at,
+                        fired_at: r.fired_at,
+                        state: r.state,
+                        attempt: 0,
+                        reason: r.reason.clone(),
+                        next_attempt_at: None,
+                        manual: r.manual,
+                        cancel_requested: false,
+                        updated_at: r.fired_at,
+                    };
+                    ops.push(TxnOp::put(key, json(&run), None));
+                    if !r.state.is_terminal() {
+                        ops.push(TxnOp::put(self.k(&format!("open/{id}")), "", None));
+                    }
+                    ops.push(TxnOp::put(self.k(&format!("idx/seq/{}", seq_key(seq))), id.clone(), None));
+                    ops.push(TxnOp::put(self.k(&format!("idx/job/{}/{}", r.job, seq_key(seq))), id.clone(), None));
+                    fresh.push(id.clone());
+                }
+            }
+            if ops.is_empty() {
+                return self.check_fenced(fence).await;
+            }
+            ops.push(TxnOp::put(seq_key_name, seq.to_string(), None));
+            if self.txn(Txn::new().when(compares).and_then(ops)).await?.succeeded() {
+                for id in fresh {
+                    outcome.insert(id, FireOutcome::Created);
+                }
+                return Ok(());
+            }
+            // Fenced, or a conflict: runs that exist now, a job or the counter moved.
+            self.check_fenced(fence).await?;
+            let candidates: Vec<usize> = batch.iter().flat_map(|(_, idx, _)| idx.iter().copied()).filter(|i| !skip.contains(i)).collect();
+            let keys: Vec<String> = candidates.iter().map(|&i| self.k(&format!("runs/{}", ids[i]))).collect();
+            for (&i, kv) in candidates.iter().zip(self.get_many(&keys).await?) {
+                if kv.is_some() {
+                    skip.insert(i);
+                    outcome.insert(ids[i].clone(), FireOutcome::Existed);
+                }
+            }
+        }
+        Err(StoreError::Unavailable("fire: too many concurrent writers; try again".into()))
+    }
+
+    async fn transition_chunk(&self, fence: &Fence, all: &[Transition], chunk: &[usize], applied: &mut [bool]) -> Result<(), StoreError> {
+        for _ in 0..CAS_ROUNDS {
+            let mut ids: Vec<String> = chunk.iter().map(|&i| all[i].run_id.clone()).collect();
+            ids.sort();
+            ids.dedup();
+            let read = self.read_runs(&ids).await?;
+            let mut current: HashMap<String, ERun> = read.iter().map(|(k, (r, _))| (k.clone(), r.clone())).collect();
+            // Attempts touched by Start/End: read them too.
+            let mut attempt_keys: Vec<(String, u32)> = Vec::new();
+            for &i in chunk {
+                match &all[i].attempt {
+                    Some(AttemptChange::Start { attempt }) | Some(AttemptChange::End { attempt, .. }) => {
+                        attempt_keys.push((all[i].run_id.clone(), *attempt));
+                    }
+                    _ => {}
+                }
+            }
+            attempt_keys.sort();
+            attempt_keys.dedup();
+            let akeys: Vec<String> = attempt_keys.iter().map(|(r, a)| self.k(&format!("attempts/{r}/{a:08}"))).collect();
+            let mut attempts: HashMap<(String, u32), EAttempt> = HashMap::new();
+            let mut attempt_revs: HashMap<(String, u32), i64> = HashMap::new();
+            for (k, kv) in attempt_keys.iter().zip(self.get_many(&akeys).await?) {
+                if let Some(kv) = kv {
+                    attempts.insert(k.clone(), parse("attempt", kv.value())?);
+                    attempt_revs.insert(k.clone(), kv.mod_revision());
+                }
+            }
+            let mut done = Vec::new();
+            let mut touched: HashSet<String> = HashSet::new();
+            let mut touched_attempts: HashSet<(String, u32)> = HashSet::new();
+            for &i in chunk {
+                let t = &all[i];
+                let Some(row) = current.get_mut(&t.run_id) else { continue };
+                if row.state != t.from || row.attempt != t.from_attempt {
+                    continue;
+                }
+                row.state = t.to;
+                row.attempt = t.to_attempt;
+                if t.reason.is_some() {
+                    row.reason = t.reason.clone();
+                }
+                row.next_attempt_at = t.next_attempt_at;
+                row.updated_at = t.at;
+                if t.to.is_terminal() {
+                    row.cancel_requested = false;
+                }
+                match &t.attempt {
+                    Some(AttemptChange::Assign { attempt, worker, token }) => {
+                        let k = (t.run_id.clone(), *attempt);
+                        attempts.insert(
+                            k.clone(),
+                            EAttempt {
+                                attempt: *attempt,
+                                worker: worker.clone(),
+                                token: *token,
+                                state: AttemptState::Assigned,
+                                assigned_at: t.at,
+                                started_at: None,
+                                ended_at: None,
+                                exit_code: None,
+                                output: String::new(),
+                            },
+                        );
+                        touched_attempts.insert(k);
+                    }
+                    Some(AttemptChange::Start { attempt }) => {
+                        let k = (t.run_id.clone(), *attempt);
+                        if let Some(a) = attempts.get_mut(&k) {
+                            if a.state == AttemptState::Assigned {
+                                a.state = AttemptState::Running;
+                                a.started_at = Some(t.at);
+                                touched_attempts.insert(k);
+                            }
+                        }
+                    }
+                    Some(AttemptChange::End { attempt, state, exit_code, output }) => {
+                        let k = (t.run_id.clone(), *attempt);
+                        if let Some(a) = attempts.get_mut(&k) {
+                            a.state = *state;
+                            a.ended_at = Some(t.at);
+                            a.started_at = a.started_at.or(Some(t.at));
+                            a.exit_code = *exit_code;
+                            a.output = output.clone();
+                            touched_attempts.insert(k);
+                        }
+                    }
+                    None => {}
+                }
+                touched.insert(t.run_id.clone());
+                done.push(i);
+            }
+            if touched.is_empty() {
+                return self.check_fenced(fence).await;
+            }
+            let mut compares = self.fence_compares(fence).await?;
+            let mut ops = Vec::new();
+            for id in &touched {
+                let key = self.k(&format!("runs/{id}"));
+                compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, read[id].1));
+                let run = &current[id];
+                ops.push(TxnOp::put(key, json(run), None));
+                if run.state.is_terminal() {
+                    ops.push(TxnOp::delete(self.k(&format!("open/{id}")), None));
+                }
+            }
+            for k in &touched_attempts {
+                let key = self.k(&format!("attempts/{}/{:08}", k.0, k.1));
+                match attempt_revs.get(k) {
+                    Some(rev) => compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *rev)),
+                    None => compares.push(Compare::version(key.clone(), CompareOp::Equal, 0)),
+                }
+                ops.push(TxnOp::put(key, json(&attempts[k]), None));
+            }
+            if self.txn(Txn::new().when(compares).and_then(ops)).await?.succeeded() {
+                for i in done {
+                    applied[i] = true;
+                }
+                return Ok(());
+            }
+            self.check_fenced(fence).await?;
+            // A run or attempt moved under us (a cancel request): re-read, re-plan.
+        }
+        Err(StoreError::Unavailable("transition: too many concurrent writers; try again".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_or_say_why() {
+        let u = parse_url("etcd://127.0.0.1:2379,127.0.0.1:2380/prod").unwrap();
+        assert_eq!(u.endpoints, vec!["http://127.0.0.1:2379", "http://127.0.0.1:2380"]);
+        assert_eq!(u.cluster, "prod");
+        assert_eq!(parse_url("etcd://h:1").unwrap().cluster, "default");
+        assert_eq!(parse_url("etcd://me:pw@h:1").unwrap().user, Some(("me".into(), "pw".into())));
+        for bad in ["etcd://", "etcd://h", "etcd://h:1/a b", "etcd://me@h:1", "mysql://h:1"] {
+            assert!(parse_url(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! The store conformance suite on the etcd store (3-member cluster on
+//! loopback, each test under a cluster name of its own), and the etcd
+//! election fencing an etcd store.
+
+use std::sync::Arc;
+
+use gnomon_backend::conformance::store_suite;
+use gnomon_backend::testdb::etcd_endpoints;
+use gnomon_backend::{open_store, Elector, Store, StoreError};
+
+fn url(cluster: &str) -> String {
+    format!("etcd://{}/{cluster}", etcd_endpoints())
+}
+
+#[tokio::test]
+async fn store_suite_passes_on_etcd() {
+    let cluster = format!("store-{:08x}", rand::random::<u32>());
+    let u = url(&cluster);
+    store_suite(move || {
+        let u = u.clone();
+        async move { open_store(&u).await.unwrap_or_else(|e| panic!("opening {u}: {e}")) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn elector_suite_passes_with_the_etcd_store() {
+    use gnomon_backend::election::ElectionConfig;
+    use gnomon_backend::etcd::EtcdElector;
+    let cluster = format!("el-{:08x}", rand::random::<u32>());
+    let store: Arc<dyn Store> = open_store(&url(&cluster)).await.expect("open");
+    let endpoints = gnomon_backend::etcd::parse_endpoints(&etcd_endpoints()).unwrap();
+    let config = ElectionConfig { ttl: std::time::Duration::from_secs(3), ..Default::default() };
+    let a = Arc::new(EtcdElector::new(endpoints.clone(), &cluster, store.clone(), config.clone()));
+    gnomon_backend::conformance::elector_suite(store.clone(), a.clone()).await;
+    // A term whose election key is gone is fenced at once, even before a
+    // newer term fences the store.
+    let me = gnomon_backend::LeaderInfo { holder: "x".into(), address: "x:1".into(), backend: String::new() };
+    let l = a.campaign("gone", &me).await.expect("campaign");
+    let fence = gnomon_backend::Fence { scope: "gone".into(), token: l.token };
+    store.fire(&fence, &[], &[]).await.expect("the live term writes");
+    let mut c = etcd_client::Client::connect(&endpoints, None).await.unwrap();
+    c.delete(format!("/gnomon/{cluster}/election/gone/"), Some(etcd_client::DeleteOptions::new().with_prefix())).await.unwrap();
+    assert!(matches!(store.fire(&fence, &[], &[]).await, Err(StoreError::Fenced { .. })), "a term without its election key is fenced");
+}
+
+#[tokio::test]
+async fn bad_etcd_urls_are_refused() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let e = open_store(&format!("etcd://127.0.0.1:{free}")).await.expect_err("unreachable");
+    assert!(matches!(e, StoreError::Unavailable(_)) && e.to_string().contains("unreachable"), "{e}");
+    for bad in ["etcd://", "etcd://nohost", "etcd://h:1/a b"] {
+        assert!(matches!(open_store(bad).await, Err(StoreError::InvalidUrl(_))), "{bad}");
+    }
+}
