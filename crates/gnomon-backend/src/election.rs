@@ -597,12 +597,15 @@ pub fn plan_election(
     fallback: Fallback,
     single_server: bool,
 ) -> Result<ElectionPlan, String> {
-    let shared = matches!(store, "mysql" | "postgres");
+    let shared = matches!(store, "mysql" | "postgres" | "etcd");
+    if store == "etcd" && fallback == Fallback::Local {
+        return Err("--election-fallback local makes no sense with the etcd store: without etcd there is no store either".into());
+    }
     let plan = match kind {
-        ElectionKind::Auto if etcd_given => ElectionPlan::Etcd { fallback_local: fallback == Fallback::Local },
+        ElectionKind::Auto if etcd_given || store == "etcd" => ElectionPlan::Etcd { fallback_local: fallback == Fallback::Local },
         ElectionKind::Auto if shared => ElectionPlan::StoreLock,
         ElectionKind::Auto => ElectionPlan::Local,
-        ElectionKind::Etcd if !etcd_given => return Err("--election etcd needs the etcd endpoints: --etcd host:2379,host:2379,…".into()),
+        ElectionKind::Etcd if !etcd_given && store != "etcd" => return Err("--election etcd needs the etcd endpoints: --etcd host:2379,host:2379,…".into()),
         ElectionKind::Etcd => ElectionPlan::Etcd { fallback_local: fallback == Fallback::Local },
         ElectionKind::MySql if store != "mysql" => {
             return Err(format!("--election mysql takes GET_LOCK in the store's database, but the store is {store}; use a mysql:// store or --election auto"))
@@ -653,6 +656,10 @@ mod plan_tests {
         assert!(plan_election(Postgres, false, "sqlite", Fallback::None, false).is_err());
         assert!(plan_election(Auto, false, "mysql", Fallback::Local, false).unwrap_err().contains("only applies to the etcd"));
         assert!(plan_election(Local, true, "sqlite", Fallback::None, false).unwrap_err().contains("--etcd was given"));
+        assert_eq!(plan_election(Auto, false, "etcd", Fallback::None, false), Ok(ElectionPlan::Etcd { fallback_local: false }));
+        assert_eq!(plan_election(Etcd, false, "etcd", Fallback::None, false), Ok(ElectionPlan::Etcd { fallback_local: false }));
+        assert!(plan_election(Auto, false, "etcd", Fallback::Local, false).unwrap_err().contains("etcd store"));
+        assert!(plan_election(Local, false, "etcd", Fallback::None, false).unwrap_err().contains("--single-server"));
         assert!("raft".parse::<ElectionKind>().is_err());
         assert!("maybe".parse::<Fallback>().is_err());
     }

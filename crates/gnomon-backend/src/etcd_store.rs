@@ -201,7 +201,8 @@ fn gets(resp: &etcd_client::TxnResponse) -> Vec<Vec<etcd_client::KeyValue>> {
 }
 
 /// Keeps calling an idempotent read until it answers: 100 ms → 1 s
-/// backoff, 5 tries (seed 003). Writes are never retried blindly: their
+/// backoff, 5 tries (seed 003), on errors; a read that gets no answer
+/// within 3 s is not retried. Writes are never retried blindly: their
 /// outcome is re-checked by re-reading (see the CAS loops).
 async fn retry_read<T, F, Fut>(mut f: F) -> Result<T, StoreError>
 where
@@ -211,10 +212,12 @@ where
     let mut delay = std::time::Duration::from_millis(100);
     let mut last = None;
     for _ in 0..5 {
-        match tokio::time::timeout(std::time::Duration::from_secs(5), f()).await {
+        match tokio::time::timeout(std::time::Duration::from_secs(3), f()).await {
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(e)) => last = Some(unavailable(e)),
-            Err(_) => last = Some(StoreError::Unavailable("etcd: request timed out".into())),
+            // Silence, not an error: a partition. Retrying would only make
+            // the caller (an API request, a leader turn) wait longer.
+            Err(_) => return Err(StoreError::Unavailable("etcd: no answer within 3s".into())),
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(std::time::Duration::from_secs(1));

@@ -97,7 +97,8 @@ pub struct WorkerArgs {
 /// from the URL (`sslmode=require` for PostgreSQL, `ssl-mode=REQUIRED` for MySQL).
 #[derive(Args, Debug)]
 pub struct StoreArgs {
-    /// sqlite://PATH, mysql://USER:PASS@HOST:PORT/DB or postgres://USER:PASS@HOST:PORT/DB.
+    /// sqlite://PATH, mysql://USER:PASS@HOST:PORT/DB, postgres://USER:PASS@HOST:PORT/DB
+    /// or etcd://[USER:PASS@]HOST:2379,HOST:2379[/CLUSTER].
     #[arg(long, env = "GNOMON_STORE")]
     store: String,
     /// Most connections to a MySQL/PostgreSQL store.
@@ -173,9 +174,10 @@ pub struct ServerArgs {
     /// etcd endpoints for the election: host:2379,host:2379,… (any store).
     #[arg(long, env = "GNOMON_ETCD")]
     etcd: Option<String>,
-    /// Names this gnomon cluster in etcd: its keys live under /gnomon/<cluster>/.
-    #[arg(long, env = "GNOMON_CLUSTER", default_value = "default")]
-    cluster: String,
+    /// Names this gnomon cluster in etcd: its keys live under /gnomon/<cluster>/
+    /// (default "default"; with an etcd:// store, the store URL's cluster).
+    #[arg(long, env = "GNOMON_CLUSTER")]
+    cluster: Option<String>,
     /// How long a silent leader keeps its etcd lease or database lock.
     #[arg(long, default_value = "5s")]
     election_ttl: String,
@@ -275,12 +277,28 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
         bail!("--election-ttl must be between 1s and 60s");
     }
     let election = ElectionConfig { ttl, ..Default::default() };
-    let endpoints = match &args.etcd {
-        Some(list) => gnomon_backend::etcd::parse_endpoints(list).map_err(|e| anyhow!("--etcd: {e}"))?,
-        None => Vec::new(),
+    // With the etcd store, the election runs in the store's cluster (its
+    // writes compare the term's election key) on the store's endpoints
+    // unless --etcd names others.
+    let etcd_store = match store_kind {
+        "etcd" => Some(gnomon_backend::etcd_store::parse_url(&args.store.store).map_err(|e| anyhow!("--store: {e}"))?),
+        _ => None,
     };
-    if args.cluster.is_empty() || !args.cluster.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        bail!("--cluster {:?} must be letters, digits, '-', '_' or '.'", args.cluster);
+    let endpoints = match (&args.etcd, &etcd_store) {
+        (Some(list), _) => gnomon_backend::etcd::parse_endpoints(list).map_err(|e| anyhow!("--etcd: {e}"))?,
+        (None, Some(u)) => u.endpoints.clone(),
+        (None, None) => Vec::new(),
+    };
+    let cluster = match (&args.cluster, &etcd_store) {
+        (Some(c), Some(u)) if *c != u.cluster => {
+            bail!("--cluster {c:?} differs from the etcd store's cluster {:?}; the election must run in the store's cluster", u.cluster)
+        }
+        (_, Some(u)) => u.cluster.clone(),
+        (Some(c), None) => c.clone(),
+        (None, None) => "default".to_string(),
+    };
+    if cluster.is_empty() || !cluster.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        bail!("--cluster {cluster:?} must be letters, digits, '-', '_' or '.'");
     }
     // Two processes on one SQLite file would fence each other: lock its directory.
     let _lock = match args.store.store.strip_prefix("sqlite://").map(|p| Path::new(p).parent().unwrap_or(Path::new("."))) {
@@ -290,7 +308,7 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
     let store = args.store.open_with_idle_tx(ttl).await?;
     let elector: Arc<dyn Elector> = match plan {
         ElectionPlan::Etcd { fallback_local } => {
-            let etcd = Arc::new(EtcdElector::new(endpoints, &args.cluster, store.clone(), election));
+            let etcd = Arc::new(EtcdElector::new(endpoints, &cluster, store.clone(), election));
             match etcd.client().await {
                 Ok(_) => {}
                 Err(e) if fallback_local => tracing::warn!(error = %e, "etcd is unreachable at start; --election-fallback local"),
@@ -331,7 +349,8 @@ fn store_kind(url: &str) -> anyhow::Result<&'static str> {
         "sqlite" => "sqlite",
         "mysql" | "mariadb" => "mysql",
         "postgres" | "postgresql" => "postgres",
-        _ => bail!("--store {:?} must start with sqlite://, mysql:// or postgres://", url.split("://").next().unwrap_or(url)),
+        "etcd" => "etcd",
+        _ => bail!("--store {:?} must start with sqlite://, mysql://, postgres:// or etcd://", url.split("://").next().unwrap_or(url)),
     })
 }
 

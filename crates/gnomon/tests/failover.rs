@@ -33,6 +33,8 @@ enum Backend {
     Etcd,
     MySql,
     Postgres,
+    /// The etcd store, with the etcd election in the same cluster.
+    EtcdStore,
 }
 
 struct Replica {
@@ -86,10 +88,17 @@ impl Ha {
     fn start(backend: Backend) -> Ha {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let db =
-            rt.block_on(TestDb::create(if backend == Backend::MySql { Db::MySql } else { Db::Postgres })).unwrap_or_else(|e| panic!("{e}"));
-        let store = rt.block_on(gnomon_backend::open_store(&db.url)).expect("open the test store");
         let cluster = format!("failover-{:08x}", rand_u32());
+        let db = match backend {
+            Backend::EtcdStore => None,
+            Backend::MySql => Some(rt.block_on(TestDb::create(Db::MySql)).unwrap_or_else(|e| panic!("{e}"))),
+            Backend::Etcd | Backend::Postgres => Some(rt.block_on(TestDb::create(Db::Postgres)).unwrap_or_else(|e| panic!("{e}"))),
+        };
+        let store_url = match &db {
+            Some(db) => db.url.clone(),
+            None => format!("etcd://{}/{cluster}", etcd_endpoints()),
+        };
+        let store = rt.block_on(gnomon_backend::open_store(&store_url)).expect("open the test store");
         let mut replicas = Vec::new();
         for i in 1..=3 {
             let port = free_port();
@@ -106,23 +115,32 @@ impl Ha {
                 "--store-connect-timeout".into(),
                 "2s".into(),
             ];
+            let etcd_proxies = || -> (Vec<Proxy>, String) {
+                let members: Vec<Proxy> =
+                    etcd_endpoints().split(',').map(|e| Proxy::start(e.trim().trim_start_matches("http://").to_string())).collect();
+                let list: Vec<String> = members.iter().map(|p| p.addr()).collect();
+                (members, list.join(","))
+            };
             let proxies = match backend {
                 Backend::Etcd => {
-                    let members: Vec<Proxy> =
-                        etcd_endpoints().split(',').map(|e| Proxy::start(e.trim().trim_start_matches("http://").to_string())).collect();
-                    let list: Vec<String> = members.iter().map(|p| p.addr()).collect();
-                    args.extend(["--store".into(), db.url.clone(), "--etcd".into(), list.join(","), "--cluster".into(), cluster.clone()]);
+                    let (members, list) = etcd_proxies();
+                    args.extend(["--store".into(), store_url.clone(), "--etcd".into(), list, "--cluster".into(), cluster.clone()]);
+                    members
+                }
+                Backend::EtcdStore => {
+                    let (members, list) = etcd_proxies();
+                    args.extend(["--store".into(), format!("etcd://{list}/{cluster}")]);
                     members
                 }
                 Backend::MySql | Backend::Postgres => {
-                    let p = Proxy::start(host_port(&db.url));
-                    args.extend(["--store".into(), via(&db.url, &p.addr())]);
+                    let p = Proxy::start(host_port(&store_url));
+                    args.extend(["--store".into(), via(&store_url, &p.addr())]);
                     vec![p]
                 }
             };
             replicas.push(Replica { id: format!("s{i}"), port, proxies, args, proc: None });
         }
-        let mut ha = Ha { dir, rt, db: Some(db), store, replicas, _workers: Vec::new(), started: 0 };
+        let mut ha = Ha { dir, rt, db, store, replicas, _workers: Vec::new(), started: 0 };
         for i in 0..3 {
             ha.start_replica(i);
         }
@@ -412,6 +430,11 @@ fn failover_suite(backend: Backend) {
 #[test]
 fn failover_with_etcd_election() {
     failover_suite(Backend::Etcd);
+}
+
+#[test]
+fn failover_on_the_etcd_store() {
+    failover_suite(Backend::EtcdStore);
 }
 
 #[test]
