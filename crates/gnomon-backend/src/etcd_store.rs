@@ -159,13 +159,16 @@ pub fn parse_url(url: &str) -> Result<EtcdUrl, StoreError> {
     Ok(EtcdUrl { endpoints, cluster: cluster.to_string(), user })
 }
 
+/// A fenced term as this handle knows it: its token and election key.
+type Term = (u64, Option<String>);
+
 /// The etcd store.
 #[derive(Clone)]
 pub struct EtcdStore {
     client: Client,
     p: String,
     /// scope -> (token, election key) learned from the leadership record.
-    terms: std::sync::Arc<std::sync::Mutex<HashMap<String, (u64, Option<String>)>>>,
+    terms: std::sync::Arc<std::sync::Mutex<HashMap<String, Term>>>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -840,7 +843,7 @@ impl Store for EtcdStore {
                 }
                 runs.push(r);
             }
-            runs.sort_by(|a, b| b.seq.cmp(&a.seq));
+            runs.sort_by_key(|r| std::cmp::Reverse(r.seq));
             if runs.len() > limit || !resp.more() {
                 break;
             }
