@@ -873,6 +873,85 @@ impl Store for EtcdStore {
         runs.retain(|r| r.cancel_requested && matches!(r.state, RunState::Assigned | RunState::Running));
         Ok(runs)
     }
+
+    async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
+        let mut victims: Vec<(ERun, i64)> = Vec::new();
+        let mut chosen: HashSet<String> = HashSet::new();
+        // By age: the oldest runs first, in insertion order.
+        let old = self
+            .get(
+                self.k("idx/seq/"),
+                Some(GetOptions::new().with_prefix().with_sort(SortTarget::Key, SortOrder::Ascend).with_limit(max.min(2000) as i64)),
+            )
+            .await?;
+        let ids: Vec<String> = old.kvs().iter().filter_map(|kv| kv.value_str().ok().map(str::to_string)).collect();
+        for (id, (run, rev)) in self.read_runs(&ids).await? {
+            if run.fired_at < before && run.state.is_terminal() && chosen.insert(id) {
+                victims.push((run, rev));
+            }
+        }
+        // By count: each job's runs beyond the newest `keep_per_job`.
+        let names = self.get(self.k("job_names/"), Some(GetOptions::new().with_prefix().with_keys_only())).await?;
+        let mut seen_names = HashSet::new();
+        for kv in names.kvs() {
+            if victims.len() >= max {
+                break;
+            }
+            let Some(name) = kv.key_str().ok().and_then(|k| k.rsplit('/').next()).map(str::to_string) else { continue };
+            if !seen_names.insert(name.clone()) {
+                continue;
+            }
+            let prefix = self.k(&format!("idx/job/{name}/"));
+            let count = self.get(prefix.clone(), Some(GetOptions::new().with_prefix().with_count_only())).await?.count();
+            let excess = usize::try_from(count).unwrap_or(0).saturating_sub(keep_per_job).min(max - victims.len());
+            if excess == 0 {
+                continue;
+            }
+            let oldest = self
+                .get(prefix, Some(GetOptions::new().with_prefix().with_sort(SortTarget::Key, SortOrder::Ascend).with_limit(excess as i64)))
+                .await?;
+            let ids: Vec<String> = oldest.kvs().iter().filter_map(|kv| kv.value_str().ok().map(str::to_string)).collect();
+            for (id, (run, rev)) in self.read_runs(&ids).await? {
+                if run.state.is_terminal() && chosen.insert(id) {
+                    victims.push((run, rev));
+                }
+            }
+        }
+        victims.truncate(max);
+        if victims.is_empty() {
+            // Nothing to do still answers whether this term may write.
+            self.check_fenced(fence).await?;
+            return Ok(0);
+        }
+        // Delete in txns: the run (if unchanged since read), its index
+        // entries and its attempts, under the leader's fence.
+        let mut deleted = 0u64;
+        for chunk in victims.chunks((MAX_OPS - 4) / 4) {
+            let mut compares = self.fence_compares(fence).await?;
+            let mut ops = Vec::new();
+            for (run, rev) in chunk {
+                let key = self.k(&format!("runs/{}", run.id));
+                compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *rev));
+                ops.push(TxnOp::delete(key, None));
+                ops.push(TxnOp::delete(self.k(&format!("idx/seq/{}", seq_key(run.seq))), None));
+                ops.push(TxnOp::delete(self.k(&format!("idx/job/{}/{}", run.job, seq_key(run.seq))), None));
+                ops.push(TxnOp::delete(self.k(&format!("attempts/{}/", run.id)), Some(etcd_client::DeleteOptions::new().with_prefix())));
+            }
+            if self.txn(Txn::new().when(compares).and_then(ops)).await?.succeeded() {
+                deleted += chunk.len() as u64;
+            } else {
+                // Fenced, or a run changed since it was read: left for next time.
+                self.check_fenced(fence).await?;
+            }
+        }
+        Ok(deleted)
+    }
+
+    async fn size_bytes(&self) -> Option<u64> {
+        let mut c = self.c();
+        let status = tokio::time::timeout(std::time::Duration::from_secs(3), c.status()).await.ok()?.ok()?;
+        u64::try_from(status.db_size()).ok()
+    }
 }
 
 impl EtcdStore {

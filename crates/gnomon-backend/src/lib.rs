@@ -134,6 +134,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError>;
     /// Live attempts of runs whose cancellation was requested.
     async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError>;
+
+    // --- retention (token-checked) ---
+    /// Deletes terminal runs (with their attempts) beyond the newest
+    /// `keep_per_job` of each job or fired before `before`, at most `max`
+    /// of them; returns how many. Open runs are never deleted, and fire
+    /// uniqueness holds because a job's `last_scheduled_at` only moves
+    /// forward. Stores meant for history (the SQL ones) keep everything.
+    async fn prune(&self, _fence: &Fence, _keep_per_job: usize, _before: Millis, _max: usize) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+    /// The store's size in bytes, where the backend reports one (etcd).
+    async fn size_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Leadership of a scope, handed out by an [`Elector`].

@@ -53,3 +53,50 @@ async fn bad_etcd_urls_are_refused() {
         assert!(matches!(open_store(bad).await, Err(StoreError::InvalidUrl(_))), "{bad}");
     }
 }
+
+#[tokio::test]
+async fn retention_deletes_old_terminal_runs_only() {
+    use gnomon_backend::{Fence, LeaderInfo, NewRun, Precondition, RunFilter};
+    use gnomon_core::RunState;
+    let cluster = format!("ret-{:08x}", rand::random::<u32>());
+    let store = open_store(&url(&cluster)).await.expect("open");
+    let spec = gnomon_core::spec::parse_job_json(br#"{"name":"kept","schedule":{"every":"1s"},"executor":{"shell":{"command":"true"}}}"#)
+        .and_then(|s| s.compile())
+        .unwrap()
+        .spec;
+    let job = store.put_job(&spec, Precondition::DoesNotExist, 1).await.unwrap();
+    let token = store.next_epoch("scheduler").await.unwrap();
+    let fence = Fence { scope: "scheduler".into(), token };
+    store.fence(&fence, &LeaderInfo::default(), 1).await.unwrap();
+    // 10 runs: 8 terminal (skipped), the newest 2 pending.
+    let runs: Vec<NewRun> = (0..10)
+        .map(|i| NewRun {
+            job_uid: job.uid.clone(),
+            namespace: job.namespace.clone(),
+            job: job.name.clone(),
+            scheduled_at: 1000 * i,
+            fired_at: 1000 * i,
+            state: if i < 8 { RunState::Skipped } else { RunState::Pending },
+            reason: None,
+            manual: false,
+        })
+        .collect();
+    store.fire(&fence, &runs, &[]).await.unwrap();
+    // Keep the newest 3 per job: 7 terminal runs go, the open ones stay.
+    assert_eq!(store.prune(&fence, 3, 0, 100).await.unwrap(), 7);
+    let left = store.list_runs(&RunFilter { job: Some("kept".into()), ..Default::default() }, 100, None).await.unwrap().runs;
+    let times: Vec<i64> = left.iter().map(|r| r.scheduled_at).collect();
+    assert_eq!(times, vec![9000, 8000, 7000]);
+    assert!(store.get_run(&runs[0].id()).await.unwrap().is_none());
+    assert_eq!(store.open_runs().await.unwrap().len(), 2);
+    // By age: everything terminal fired before 8000 (only 7000 is left).
+    assert_eq!(store.prune(&fence, 1000, 8000, 100).await.unwrap(), 1);
+    // Nothing more to do; the size is reported.
+    assert_eq!(store.prune(&fence, 0, i64::MAX, 100).await.unwrap(), 0);
+    assert!(store.size_bytes().await.unwrap_or(0) > 0);
+    // A stale term may not prune.
+    let newer = store.next_epoch("scheduler").await.unwrap();
+    store.fence(&Fence { scope: "scheduler".into(), token: newer }, &LeaderInfo::default(), 2).await.unwrap();
+    store.fire(&fence, &[], &[]).await.expect_err("stale");
+    assert!(matches!(store.prune(&fence, 0, i64::MAX, 100).await, Err(StoreError::Fenced { .. })));
+}

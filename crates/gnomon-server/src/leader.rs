@@ -56,11 +56,22 @@ pub struct LeaderConfig {
     /// How often workers heartbeat (told in `Welcome`).
     pub heartbeat_ms: i64,
     pub backpressure: BackpressureConfig,
+    /// Retention, on stores that prune (etcd): terminal runs kept per job…
+    pub retain_runs: usize,
+    /// …and for how long.
+    pub retain_ms: i64,
 }
 
 impl Default for LeaderConfig {
     fn default() -> Self {
-        Self { misfire_grace_ms: 1000, lease_ttl_ms: 10_000, heartbeat_ms: 2_000, backpressure: BackpressureConfig::default() }
+        Self {
+            misfire_grace_ms: 1000,
+            lease_ttl_ms: 10_000,
+            heartbeat_ms: 2_000,
+            backpressure: BackpressureConfig::default(),
+            retain_runs: 1000,
+            retain_ms: 7 * 24 * 3600 * 1000,
+        }
     }
 }
 

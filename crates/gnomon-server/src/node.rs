@@ -155,7 +155,14 @@ impl Node {
                 shutdown: shutdown.clone(),
                 view,
             });
+            let retention = tokio::spawn(retention_loop(
+                self.handle.store.clone(),
+                Fence { scope: SCOPE.into(), token: leadership.token },
+                self.handle.config.leader.clone(),
+                self.handle.clock.clone(),
+            ));
             let exit = runtime.run().await;
+            retention.abort();
             {
                 let mut st = self.handle.write();
                 st.term = None;
@@ -179,6 +186,34 @@ impl Node {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 _ = shutdown.changed() => {}
             }
+        }
+    }
+}
+
+/// How often the leader prunes old runs and samples the store's size.
+const RETENTION_EVERY: Duration = Duration::from_secs(10);
+/// Most runs deleted per round, so retention never floods the store.
+const PRUNE_MAX: usize = 2000;
+
+/// While a term lasts: deletes terminal runs beyond the retention (on
+/// stores that prune) and reports the store's size.
+async fn retention_loop(store: Arc<dyn Store>, fence: Fence, config: LeaderConfig, clock: Arc<dyn Clock>) {
+    let mut tick = tokio::time::interval(RETENTION_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let before = clock.now_millis().saturating_sub(config.retain_ms);
+        match store.prune(&fence, config.retain_runs, before, PRUNE_MAX).await {
+            Ok(0) => {}
+            Ok(n) => {
+                metrics::counter!("gnomon_runs_pruned_total").increment(n);
+                tracing::debug!(pruned = n, "retention: deleted old terminal runs");
+            }
+            Err(gnomon_backend::StoreError::Fenced { .. }) => return,
+            Err(e) => tracing::warn!(error = %e, "retention round failed"),
+        }
+        if let Some(bytes) = store.size_bytes().await {
+            metrics::gauge!("gnomon_store_size_bytes", "backend" => store.backend()).set(bytes as f64);
         }
     }
 }

@@ -48,6 +48,13 @@ pub struct LeaderArgs {
     /// fires are deferred (90 %).
     #[arg(long, default_value_t = 10_000)]
     max_pending: usize,
+    /// Retention on the etcd store (SQL stores keep all history): terminal
+    /// runs kept per job…
+    #[arg(long, default_value_t = 1000)]
+    retain_runs: usize,
+    /// …and for how long.
+    #[arg(long, default_value = "7d")]
+    retain_for: String,
 }
 
 impl LeaderArgs {
@@ -57,6 +64,7 @@ impl LeaderArgs {
         }
         let grace = gnomon_core::duration::parse_duration(&self.misfire_grace).map_err(|e| anyhow!("--misfire-grace: {e}"))?;
         let ttl = gnomon_core::duration::parse_duration(&self.lease_ttl).map_err(|e| anyhow!("--lease-ttl: {e}"))?;
+        let retain = gnomon_core::duration::parse_duration(&self.retain_for).map_err(|e| anyhow!("--retain-for: {e}"))?;
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         if !(1_000..=600_000).contains(&ttl_ms) {
             bail!("--lease-ttl must be between 1s and 10m");
@@ -69,6 +77,8 @@ impl LeaderArgs {
                 lease_ttl_ms: ttl_ms,
                 heartbeat_ms: (ttl_ms / 5).max(200),
                 backpressure: gnomon_core::backpressure::BackpressureConfig { max_pending: self.max_pending, ..Default::default() },
+                retain_runs: self.retain_runs,
+                retain_ms: i64::try_from(retain.as_millis()).unwrap_or(i64::MAX),
             },
         })
     }
