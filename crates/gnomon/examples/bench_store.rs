@@ -1,6 +1,6 @@
 //! Store benchmark: for each backend (SQLite with `synchronous=FULL`,
 //! MariaDB/MySQL and PostgreSQL on the local test servers, each in a fresh
-//! database) it prints
+//! database, and etcd on the 3-member test cluster) it prints
 //! - fires/s: 20,000 runs created by batched `fire` calls (500 a call);
 //! - transitions/s: the same runs taken pending → assigned → running →
 //!   succeeded in batches of 500 (60,000 transitions, with attempt rows);
@@ -193,5 +193,17 @@ async fn main() {
         let db = TestDb::create(server).await.unwrap_or_else(|e| panic!("{e}"));
         bench(name, &db.url).await;
         db.drop_database().await;
+    }
+    if wants("etcd") {
+        // The 3-member test cluster on loopback (each write a Raft commit
+        // with fsync on all three members), under a cluster name of its own,
+        // removed afterwards.
+        let cluster = format!("bench-{:08x}", rand::random::<u32>());
+        let endpoints = gnomon_backend::testdb::etcd_endpoints();
+        bench("etcd", &format!("etcd://{endpoints}/{cluster}")).await;
+        let list = gnomon_backend::etcd::parse_endpoints(&endpoints).expect("endpoints");
+        if let Ok(mut c) = etcd_client::Client::connect(&list, None).await {
+            let _ = c.delete(format!("/gnomon/{cluster}/"), Some(etcd_client::DeleteOptions::new().with_prefix())).await;
+        }
     }
 }
