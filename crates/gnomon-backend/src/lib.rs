@@ -148,6 +148,43 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn size_bytes(&self) -> Option<u64> {
         None
     }
+
+    // --- worker session leases ---
+    /// Worker session liveness kept in the store itself, where the backend
+    /// has leases (etcd); `None` keeps it only in the leader's memory.
+    fn session_leases(&self) -> Option<std::sync::Arc<dyn SessionLeases>> {
+        None
+    }
+}
+
+/// A worker session's lease as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveSession {
+    pub worker: String,
+    pub lease: i64,
+    /// Milliseconds the lease has left.
+    pub remaining_ms: i64,
+}
+
+/// Worker sessions kept alive in the store (seed 003): each live session has
+/// a key bound to a lease of its own, refreshed while its heartbeats arrive;
+/// when the lease runs out the key is deleted, and the leader, watching,
+/// evicts that worker's attempts. A new leader adopts the live keys.
+#[async_trait]
+pub trait SessionLeases: Send + Sync + std::fmt::Debug {
+    /// Registers a live session of `worker` under a new lease of `ttl`
+    /// (a leader write); returns the lease.
+    async fn register(&self, fence: &Fence, worker: &str, ttl: std::time::Duration) -> Result<i64, StoreError>;
+    /// Refreshes a lease once; `false` if it has already expired.
+    async fn refresh(&self, lease: i64) -> Result<bool, StoreError>;
+    /// Ends a lease (its key goes with it).
+    async fn release(&self, lease: i64) -> Result<(), StoreError>;
+    /// The sessions alive now.
+    async fn live(&self) -> Result<Vec<LiveSession>, StoreError>;
+    /// From now on, `(worker, lease)` of every session key deleted (lease
+    /// expired or revoked). The watch behind it resumes from the last
+    /// revision it saw when its stream breaks.
+    fn deletions(&self) -> tokio::sync::mpsc::Receiver<(String, i64)>;
 }
 
 /// Leadership of a scope, handed out by an [`Elector`].

@@ -100,3 +100,35 @@ async fn retention_deletes_old_terminal_runs_only() {
     store.fire(&fence, &[], &[]).await.expect_err("stale");
     assert!(matches!(store.prune(&fence, 0, i64::MAX, 100).await, Err(StoreError::Fenced { .. })));
 }
+
+#[tokio::test]
+async fn worker_session_leases_live_in_etcd() {
+    use gnomon_backend::{Fence, LeaderInfo};
+    use std::time::Duration;
+    let cluster = format!("ws-{:08x}", rand::random::<u32>());
+    let store = open_store(&url(&cluster)).await.expect("open");
+    let leases = store.session_leases().expect("etcd keeps session leases");
+    let token = store.next_epoch("scheduler").await.unwrap();
+    let fence = Fence { scope: "scheduler".into(), token };
+    store.fence(&fence, &LeaderInfo::default(), 1).await.unwrap();
+    let mut deleted = leases.deletions();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let a = leases.register(&fence, "wa", Duration::from_secs(10)).await.expect("register wa");
+    let b = leases.register(&fence, "wb", Duration::from_secs(1)).await.expect("register wb");
+    let live = leases.live().await.unwrap();
+    assert!(live.iter().any(|s| s.worker == "wa" && s.lease == a && s.remaining_ms > 5000), "{live:?}");
+    assert!(leases.refresh(a).await.unwrap(), "a live lease refreshes");
+    // wb is never refreshed: etcd expires it and the watch reports it.
+    let (w, l) = tokio::time::timeout(Duration::from_secs(10), deleted.recv()).await.expect("wb's deletion within 10 s").unwrap();
+    assert_eq!((w.as_str(), l), ("wb", b));
+    assert!(!leases.refresh(b).await.unwrap(), "an expired lease does not refresh");
+    // Releasing wa deletes its key too.
+    leases.release(a).await.unwrap();
+    let (w, l) = tokio::time::timeout(Duration::from_secs(10), deleted.recv()).await.expect("wa's deletion").unwrap();
+    assert_eq!((w.as_str(), l), ("wa", a));
+    assert!(leases.live().await.unwrap().is_empty());
+    // A stale term may not register sessions.
+    let newer = store.next_epoch("scheduler").await.unwrap();
+    store.fence(&Fence { scope: "scheduler".into(), token: newer }, &LeaderInfo::default(), 2).await.unwrap();
+    assert!(matches!(leases.register(&fence, "wc", Duration::from_secs(5)).await, Err(StoreError::Fenced { .. })));
+}

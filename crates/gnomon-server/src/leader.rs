@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gnomon_backend::{AttemptChange, Fence, FireOutcome, JobAdvance, JobRecord, NewRun, Store, StoreError, Transition};
+use gnomon_backend::{AttemptChange, Fence, FireOutcome, JobAdvance, JobRecord, NewRun, SessionLeases, Store, StoreError, Transition};
 use gnomon_core::policy::{decide_overlap, plan_fires, Decision, OverlapDecision, PlanInput};
 use gnomon_core::retry::BackoffPolicy;
 use gnomon_core::run::run_state_after_attempt;
@@ -38,6 +38,9 @@ const MAX_FIRE_BATCH: usize = 2048;
 /// The worker's longest reconnect backoff, added to a new leader's wait for
 /// recovered attempts to be reclaimed.
 const RECONNECT_SLACK_MS: Millis = 2_000;
+/// How much longer the in-memory lease runs than a store-kept one, so the
+/// store's deletion of the session key is what evicts a worker.
+const STORE_LEASE_SLACK_MS: Millis = 3_000;
 /// How long the actor waits for more worker results before writing them.
 const GROUP_COMMIT_WINDOW: Duration = Duration::from_millis(2);
 /// Results that are written at once without waiting for more.
@@ -127,6 +130,9 @@ struct Session {
     /// Runs whose live attempt this worker holds.
     attempts: HashSet<RunId>,
     draining: bool,
+    /// The session's lease in the store (etcd), and when it was last refreshed.
+    store_lease: Option<i64>,
+    refreshed_at: Millis,
 }
 
 /// What workers report, as the leader batches it.
@@ -247,6 +253,13 @@ pub struct LeaderRuntime {
     unwritten_events: Vec<WorkerEvent>,
     cancels_sent: HashSet<(String, u32)>,
     last_poll: Millis,
+    /// Session leases kept in the store (etcd), and deletions of their keys.
+    leases: Option<Arc<dyn SessionLeases>>,
+    lease_deletions: Option<mpsc::Receiver<(String, i64)>>,
+    /// Recovered attempts' workers, and the store leases adopted from the
+    /// previous leader (worker -> lease), until the worker reconnects.
+    orphan_workers: HashMap<RunId, String>,
+    adopted: HashMap<String, i64>,
 }
 
 pub struct LeaderParts {
@@ -266,7 +279,12 @@ type Result<T> = std::result::Result<T, StoreError>;
 impl LeaderRuntime {
     pub fn new(p: LeaderParts) -> Self {
         let pressure = Backpressure::new(p.config.backpressure);
+        let leases = p.store.session_leases();
         Self {
+            leases,
+            lease_deletions: None,
+            orphan_workers: HashMap::new(),
+            adopted: HashMap::new(),
             store: p.store,
             fence: p.fence,
             clock: p.clock,
@@ -349,10 +367,30 @@ impl LeaderRuntime {
     async fn pause(&mut self, d: Duration) -> Option<LeaderExit> {
         tokio::select! {
             _ = tokio::time::sleep(d) => {}
+            Some((worker, lease)) = next_deletion(&mut self.lease_deletions) => self.on_lease_deleted(&worker, lease),
             _ = self.lost.changed() => {}
             _ = self.shutdown.changed() => {}
         }
         self.should_stop()
+    }
+
+    /// A session key was deleted in the store: its lease ran out (the worker
+    /// stopped heartbeating) or was revoked. Evict that worker's attempts.
+    fn on_lease_deleted(&mut self, worker: &str, lease: i64) {
+        let now = self.clock.now_millis();
+        if let Some(s) = self.sessions.get_mut(worker).filter(|s| s.store_lease == Some(lease)) {
+            tracing::warn!(worker, lease, "worker session lease deleted in the store; evicting");
+            metrics::counter!("gnomon_worker_lease_deletions_total").increment(1);
+            s.lease_until = Millis::MIN / 2;
+        }
+        if self.adopted.get(worker) == Some(&lease) {
+            self.adopted.remove(worker);
+            for (id, w) in &self.orphan_workers {
+                if w == worker {
+                    self.orphans.insert(id.clone(), now);
+                }
+            }
+        }
     }
 
     /// Loads jobs and open runs. Attempts that were live under a previous
@@ -386,8 +424,40 @@ impl LeaderRuntime {
         // One lease TTL, plus the worker's longest reconnect backoff (2 s):
         // a worker that was connected to the old leader gets a full lease to
         // find this one.
-        for id in orphaned {
-            self.orphans.insert(id, now + self.config.lease_ttl_ms + RECONNECT_SLACK_MS);
+        match self.leases.clone() {
+            // Without store leases: a worker that was connected to the old
+            // leader gets a full lease (plus its longest reconnect backoff,
+            // 2 s) to find this one.
+            None => {
+                for id in orphaned {
+                    self.orphans.insert(id, now + self.config.lease_ttl_ms + RECONNECT_SLACK_MS);
+                }
+            }
+            // With them: adopt the live sessions' leases. An attempt of a
+            // worker whose lease is alive waits what is left of it; one of
+            // a worker without a live lease is lost now.
+            Some(leases) => {
+                self.lease_deletions = Some(leases.deletions());
+                let live: HashMap<String, (i64, i64)> =
+                    leases.live().await?.into_iter().map(|l| (l.worker, (l.lease, l.remaining_ms))).collect();
+                for id in orphaned {
+                    let worker = self.store.get_run(&id).await?.and_then(|d| d.attempts.last().map(|a| a.worker.clone()));
+                    let deadline = match worker.as_ref().and_then(|w| live.get(w)) {
+                        Some((lease, remaining)) => {
+                            if let Some(w) = &worker {
+                                self.adopted.insert(w.clone(), *lease);
+                            }
+                            now + remaining + RECONNECT_SLACK_MS
+                        }
+                        None => now,
+                    };
+                    if let Some(w) = worker {
+                        self.orphan_workers.insert(id.clone(), w);
+                    }
+                    self.orphans.insert(id, deadline);
+                }
+                tracing::info!(adopted = self.adopted.len(), "adopted live worker session leases from the store");
+            }
         }
         self.last_poll = now;
         Ok(())
@@ -605,7 +675,34 @@ impl LeaderRuntime {
                 let _ = reply.send(result);
             }
             LeaderCommand::SessionOpen { hello, outbound, reply } => {
+                let worker = hello.worker_id.clone();
+                let old_lease = self.sessions.get(&worker).and_then(|s| s.store_lease).or_else(|| self.adopted.get(&worker).copied());
                 let result = self.open_session(*hello, outbound);
+                if result.is_ok() {
+                    if let Some(leases) = self.leases.clone() {
+                        let ttl = Duration::from_millis(u64::try_from(self.config.lease_ttl_ms).unwrap_or(10_000));
+                        match leases.register(&self.fence, &worker, ttl).await {
+                            Ok(lease) => {
+                                let now = self.clock.now_millis();
+                                if let Some(s) = self.sessions.get_mut(&worker) {
+                                    s.store_lease = Some(lease);
+                                    s.refreshed_at = now;
+                                }
+                                self.adopted.remove(&worker);
+                                if let Some(old) = old_lease.filter(|o| *o != lease) {
+                                    tokio::spawn(async move { leases.release(old).await });
+                                }
+                            }
+                            Err(e @ StoreError::Fenced { .. }) => {
+                                let _ = reply.send(Err(tonic::Status::unavailable("leadership changed; reconnect")));
+                                return Err(e);
+                            }
+                            Err(e) => {
+                                tracing::warn!(worker = %worker, error = %e, "cannot register the session lease in the store; the in-memory lease still applies")
+                            }
+                        }
+                    }
+                }
                 let _ = reply.send(result);
             }
             LeaderCommand::FromWorker { session, msg } => self.on_worker_message(&session, msg),
@@ -693,6 +790,8 @@ impl LeaderRuntime {
                 last_heartbeat: now,
                 attempts,
                 draining: false,
+                store_lease: None,
+                refreshed_at: now,
             },
         );
         self.session_ids.insert(session_id.clone(), worker);
@@ -708,6 +807,20 @@ impl LeaderRuntime {
                 if let Some(s) = self.sessions.get_mut(&worker) {
                     s.lease_until = now + self.config.lease_ttl_ms;
                     s.last_heartbeat = now;
+                    // The store lease: refreshed at 0.7×TTL, with one retry
+                    // at 0.95×TTL if that fails (seed 003).
+                    let ttl = self.config.lease_ttl_ms;
+                    if let (Some(leases), Some(lease)) = (self.leases.clone(), s.store_lease) {
+                        if now - s.refreshed_at >= ttl * 7 / 10 {
+                            s.refreshed_at = now;
+                            tokio::spawn(async move {
+                                if !matches!(leases.refresh(lease).await, Ok(true)) {
+                                    tokio::time::sleep(Duration::from_millis(u64::try_from(ttl / 4).unwrap_or(0))).await;
+                                    let _ = leases.refresh(lease).await;
+                                }
+                            });
+                        }
+                    }
                     if s.draining != hb.draining {
                         tracing::info!(worker = %worker, draining = hb.draining, "worker drain state changed");
                     }
@@ -749,11 +862,22 @@ impl LeaderRuntime {
     /// Sessions whose lease ran out lose their attempts (retried elsewhere
     /// per the job's policy); recovered attempts nobody reclaimed likewise.
     async fn expire_leases(&mut self, now: Millis) -> Result<()> {
-        let expired: Vec<String> = self.sessions.iter().filter(|(_, s)| s.lease_until < now).map(|(w, _)| w.clone()).collect();
+        // With a store lease, the store's deletion of the session key decides
+        // (`on_lease_deleted`); the in-memory lease is the fallback, a little
+        // later, for when the store cannot be heard.
+        let expired: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.lease_until + if s.store_lease.is_some() { STORE_LEASE_SLACK_MS } else { 0 } < now)
+            .map(|(w, _)| w.clone())
+            .collect();
         let mut batch = Vec::new();
         for worker in expired {
             let Some(s) = self.sessions.remove(&worker) else { continue };
             self.session_ids.remove(&s.session_id);
+            if let (Some(leases), Some(lease)) = (self.leases.clone(), s.store_lease) {
+                tokio::spawn(async move { leases.release(lease).await });
+            }
             self.view_dirty = true;
             tracing::warn!(worker = %worker, attempts = s.attempts.len(), "worker lease expired; its attempts are lost");
             metrics::counter!("gnomon_worker_leases_expired_total").increment(1);
@@ -769,6 +893,7 @@ impl LeaderRuntime {
         let overdue: Vec<RunId> = self.orphans.iter().filter(|(_, d)| **d < now).map(|(id, _)| id.clone()).collect();
         for id in overdue {
             self.orphans.remove(&*id);
+            self.orphan_workers.remove(&*id);
             if let Some(worker) = self.in_flight.remove(&*id) {
                 if let Some(s) = self.sessions.get_mut(&worker) {
                     s.attempts.remove(&*id);
@@ -1427,6 +1552,7 @@ impl LeaderRuntime {
                     tokio::time::sleep(GROUP_COMMIT_WINDOW).await;
                 }
             }
+            Some((worker, lease)) = next_deletion(&mut self.lease_deletions) => self.on_lease_deleted(&worker, lease),
             _ = self.lost.changed() => {}
             _ = self.shutdown.changed() => {}
         }
@@ -1460,5 +1586,13 @@ fn waiting_reason(job: &JobEntry, strategy: gnomon_core::spec::RouteStrategy, no
         "its consistent-hash worker is at capacity".to_string()
     } else {
         "every eligible worker is at capacity".to_string()
+    }
+}
+
+/// The next deletion from the store's session-lease watch (never, without one).
+async fn next_deletion(rx: &mut Option<mpsc::Receiver<(String, i64)>>) -> Option<(String, i64)> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -41,9 +41,10 @@ pub struct LeaderArgs {
     /// How late a scheduled time may be reached and still count as on time.
     #[arg(long, default_value = "1s")]
     misfire_grace: String,
-    /// Worker session lease: a worker silent for this long loses its attempts.
-    #[arg(long, default_value = "10s")]
-    lease_ttl: String,
+    /// Worker session lease: a worker silent for this long loses its
+    /// attempts (default 10s; 15s on the etcd store, as seed 003).
+    #[arg(long)]
+    lease_ttl: Option<String>,
     /// Backpressure: pending runs at which dispatch is paced (70 %) and new
     /// fires are deferred (90 %).
     #[arg(long, default_value_t = 10_000)]
@@ -58,12 +59,13 @@ pub struct LeaderArgs {
 }
 
 impl LeaderArgs {
-    fn node_config(&self, node_id: String, advertise: String) -> anyhow::Result<NodeConfig> {
+    fn node_config(&self, node_id: String, advertise: String, default_lease: &str) -> anyhow::Result<NodeConfig> {
         if self.max_pending == 0 {
             bail!("--max-pending must be at least 1");
         }
         let grace = gnomon_core::duration::parse_duration(&self.misfire_grace).map_err(|e| anyhow!("--misfire-grace: {e}"))?;
-        let ttl = gnomon_core::duration::parse_duration(&self.lease_ttl).map_err(|e| anyhow!("--lease-ttl: {e}"))?;
+        let ttl = gnomon_core::duration::parse_duration(self.lease_ttl.as_deref().unwrap_or(default_lease))
+            .map_err(|e| anyhow!("--lease-ttl: {e}"))?;
         let retain = gnomon_core::duration::parse_duration(&self.retain_for).map_err(|e| anyhow!("--retain-for: {e}"))?;
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         if !(1_000..=600_000).contains(&ttl_ms) {
@@ -270,7 +272,7 @@ pub async fn dev(args: DevArgs, token: Option<String>) -> anyhow::Result<()> {
         bail!("--capacity must be at least 1");
     }
     let worker = embedded_worker(&node_id, args.capacity, Some(args.data_dir.join("worker-spool")), &token);
-    let config = args.leader.node_config(node_id, addr.to_string())?;
+    let config = args.leader.node_config(node_id, addr.to_string(), "10s")?;
     run_node(config, store, elector, addr, token, Some(worker)).await
 }
 
@@ -348,7 +350,7 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
     let node_id = args.node_id.unwrap_or_else(default_node_id);
     let advertise = args.advertise.unwrap_or_else(|| addr.to_string());
     let worker = (args.capacity > 0).then(|| embedded_worker(&node_id, args.capacity, None, &token));
-    let config = args.leader.node_config(node_id, advertise)?;
+    let config = args.leader.node_config(node_id, advertise, if store_kind == "etcd" { "15s" } else { "10s" })?;
     run_node(config, store, elector, addr, token, worker).await
 }
 

@@ -538,3 +538,61 @@ fn etcd_fallback_to_local_is_logged_and_counted() {
     let log = p.log();
     assert!(log.contains("WARN") && log.contains("FALLING BACK TO THE LOCAL ELECTOR"), "{log}");
 }
+
+#[test]
+fn a_killed_worker_is_evicted_by_its_etcd_session_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let url = format!("etcd://{}/evict-{:08x}", etcd_endpoints(), rand_u32());
+    let args: Vec<String> = ["server", "--listen", &addr, "--node-id", "s1", "--store", &url].iter().map(|s| s.to_string()).collect();
+    let server = Proc::spawn(dir.path(), "server", &args);
+    wait_until("the server to lead", Duration::from_secs(60), || {
+        http(&addr, "GET", "/v1/leader", None).is_ok_and(|(_, v)| v["is_self"] == json!(true))
+    });
+    let worker = |id: &str| {
+        let data = dir.path().join(id);
+        let args: Vec<String> = ["--server", &addr, "worker", "--id", id, "--capacity", "10", "--data-dir", data.to_str().unwrap()]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        Proc::spawn(dir.path(), id, &args)
+    };
+    let live = |ids: &[&str]| {
+        let (_, v) = http(&addr, "GET", "/v1/workers", None).unwrap_or((0, Value::Null));
+        let list: Vec<String> = v["workers"]
+            .as_array()
+            .map(|a| a.iter().filter(|w| w["state"] == "live").filter_map(|w| w["id"].as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        ids.iter().all(|id| list.iter().any(|l| l == id))
+    };
+    let wa = worker("wa");
+    wait_until("wa to be live", Duration::from_secs(30), || live(&["wa"]));
+    let job = json!({"name": "sleeper", "executor": {"shell": {"command": "sh", "args": ["-c", "sleep 3"]}},
+                     "retry": {"max_attempts": 3, "backoff": {"initial": "100ms", "max": "1s", "multiplier": 2.0, "jitter": 0}}});
+    let (code, body) = http(&addr, "POST", "/v1/jobs", Some(&serde_json::to_vec(&job).unwrap())).unwrap();
+    assert_eq!(code, 201, "{body}");
+    let ids: Vec<String> =
+        (0..4).map(|_| http(&addr, "POST", "/v1/jobs/sleeper/trigger", None).unwrap().1["id"].as_str().unwrap().to_string()).collect();
+    let state = |id: &str| http(&addr, "GET", &format!("/v1/runs/{id}"), None).map(|(_, v)| v).unwrap_or(Value::Null);
+    wait_until("the runs to be running on wa", Duration::from_secs(30), || ids.iter().all(|id| state(id)["state"] == "running"));
+    let _wb = worker("wb");
+    wait_until("wb to be live", Duration::from_secs(30), || live(&["wa", "wb"]));
+    let killed_ms = now_ms();
+    let killed = Instant::now();
+    wa.signal(SIGKILL);
+    // Default session TTL on etcd: 15 s; then the 3 s run on wb.
+    wait_until("the runs to succeed on wb", Duration::from_secs(15 + 2 + 3 + 20), || {
+        ids.iter().all(|id| state(id)["state"] == "succeeded")
+    });
+    eprintln!("all runs done {:?} after the kill", killed.elapsed());
+    let log = server.log();
+    assert!(log.contains("worker session lease deleted in the store"), "the store's lease deletion evicted wa:\n{log}");
+    for id in &ids {
+        let run = state(id);
+        let attempts = run["attempts"].as_array().unwrap();
+        assert_eq!((attempts[0]["state"].as_str(), attempts[0]["worker"].as_str()), (Some("lost"), Some("wa")), "{run}");
+        assert_eq!(attempts.last().unwrap()["worker"].as_str(), Some("wb"), "{run}");
+        let ended = chrono::DateTime::parse_from_rfc3339(attempts[0]["ended_at"].as_str().unwrap()).unwrap().timestamp_millis();
+        assert!(ended - killed_ms <= 17_000, "evicted {} ms after the kill (TTL 15 s + 2 s)", ended - killed_ms);
+    }
+}
