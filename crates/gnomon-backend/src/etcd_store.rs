@@ -951,6 +951,13 @@ impl Store for EtcdStore {
         Some(std::sync::Arc::new(EtcdSessions { store: self.clone() }))
     }
 
+    fn job_change_signal(&self) -> Option<tokio::sync::mpsc::Receiver<()>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let store = self.clone();
+        tokio::spawn(async move { watch_job_writes(store, tx).await });
+        Some(rx)
+    }
+
     async fn size_bytes(&self) -> Option<u64> {
         let mut c = self.c();
         let status = tokio::time::timeout(std::time::Duration::from_secs(3), c.status()).await.ok()?.ok()?;
@@ -1343,6 +1350,55 @@ async fn watch_worker_deletions(store: EtcdStore, tx: tokio::sync::mpsc::Sender<
                     }
                 }
                 from = from.max(kv.mod_revision() + 1);
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// Signals every write under `P/job` (jobs, their names, tombstones). The
+/// watch resumes from the last revision it saw when its stream breaks; after
+/// a compaction it signals once (the change feed itself reads current keys
+/// by `mod_revision`, so it needs no history) and watches from now.
+async fn watch_job_writes(store: EtcdStore, tx: tokio::sync::mpsc::Sender<()>) {
+    use etcd_client::WatchOptions;
+    let prefix = store.k("job");
+    let mut from: i64 = 0;
+    loop {
+        if tx.is_closed() {
+            return;
+        }
+        let mut c = store.c();
+        let mut opts = WatchOptions::new().with_prefix().with_progress_notify();
+        if from > 0 {
+            opts = opts.with_start_revision(from);
+        }
+        let Ok(Ok((_watcher, mut stream))) =
+            tokio::time::timeout(std::time::Duration::from_secs(3), c.watch(prefix.clone(), Some(opts))).await
+        else {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            continue;
+        };
+        loop {
+            let msg = tokio::select! {
+                m = stream.message() => m,
+                _ = tx.closed() => return,
+            };
+            let Ok(Some(resp)) = msg else { break };
+            if resp.compact_revision() > 0 {
+                from = 0;
+                let _ = tx.try_send(());
+                break;
+            }
+            if resp.canceled() {
+                break;
+            }
+            if let Some(h) = resp.header() {
+                from = from.max(h.revision() + 1);
+            }
+            if !resp.events().is_empty() {
+                // Coalesced: one pending signal is enough.
+                let _ = tx.try_send(());
             }
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;

@@ -155,6 +155,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn session_leases(&self) -> Option<std::sync::Arc<dyn SessionLeases>> {
         None
     }
+
+    /// A signal on every job write, where the backend can push one (an etcd
+    /// watch): the leader reads `job_changes` at once instead of at its next
+    /// poll. `None`: the leader polls (at most a second late).
+    fn job_change_signal(&self) -> Option<tokio::sync::mpsc::Receiver<()>> {
+        None
+    }
 }
 
 /// A worker session's lease as the store keeps it.

@@ -132,3 +132,26 @@ async fn worker_session_leases_live_in_etcd() {
     store.fence(&Fence { scope: "scheduler".into(), token: newer }, &LeaderInfo::default(), 2).await.unwrap();
     assert!(matches!(leases.register(&fence, "wc", Duration::from_secs(5)).await, Err(StoreError::Fenced { .. })));
 }
+
+#[tokio::test]
+async fn job_writes_are_signalled_by_a_watch() {
+    use gnomon_backend::Precondition;
+    use std::time::Duration;
+    let cluster = format!("sig-{:08x}", rand::random::<u32>());
+    let a = open_store(&url(&cluster)).await.expect("open");
+    let b = open_store(&url(&cluster)).await.expect("open");
+    let mut signal = a.job_change_signal().expect("etcd pushes job writes");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let spec = gnomon_core::spec::parse_job_json(br#"{"name":"pushed","schedule":{"every":"1s"},"executor":{"shell":{"command":"true"}}}"#)
+        .and_then(|s| s.compile())
+        .unwrap()
+        .spec;
+    let seq = a.job_changes(0).await.unwrap().seq;
+    b.put_job(&spec, Precondition::DoesNotExist, 1).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), signal.recv()).await.expect("a signal within 5 s").expect("open");
+    let changes = a.job_changes(seq).await.unwrap();
+    assert_eq!(changes.upserted.len(), 1);
+    b.delete_job("default", "pushed", Precondition::None).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), signal.recv()).await.expect("a signal for the delete").expect("open");
+    assert_eq!(a.job_changes(changes.seq).await.unwrap().deleted.len(), 1);
+}

@@ -260,6 +260,8 @@ pub struct LeaderRuntime {
     /// previous leader (worker -> lease), until the worker reconnects.
     orphan_workers: HashMap<RunId, String>,
     adopted: HashMap<String, i64>,
+    /// Job writes pushed by the store (etcd watch), so they apply at once.
+    job_signal: Option<mpsc::Receiver<()>>,
 }
 
 pub struct LeaderParts {
@@ -285,6 +287,7 @@ impl LeaderRuntime {
             lease_deletions: None,
             orphan_workers: HashMap::new(),
             adopted: HashMap::new(),
+            job_signal: None,
             store: p.store,
             fence: p.fence,
             clock: p.clock,
@@ -397,6 +400,10 @@ impl LeaderRuntime {
     /// leader wait one lease TTL for their worker to reconnect and reclaim
     /// them (its `Hello` lists them); after that they are `lost`.
     async fn recover(&mut self) -> Result<()> {
+        // Subscribe before the first read, so no write falls in between.
+        if self.job_signal.is_none() {
+            self.job_signal = self.store.job_change_signal();
+        }
         let changes = self.store.job_changes(0).await?;
         self.job_feed_seq = changes.seq;
         for job in changes.upserted {
@@ -1553,6 +1560,7 @@ impl LeaderRuntime {
                 }
             }
             Some((worker, lease)) = next_deletion(&mut self.lease_deletions) => self.on_lease_deleted(&worker, lease),
+            Some(()) = next_signal(&mut self.job_signal) => self.last_poll = 0,
             _ = self.lost.changed() => {}
             _ = self.shutdown.changed() => {}
         }
@@ -1591,6 +1599,14 @@ fn waiting_reason(job: &JobEntry, strategy: gnomon_core::spec::RouteStrategy, no
 
 /// The next deletion from the store's session-lease watch (never, without one).
 async fn next_deletion(rx: &mut Option<mpsc::Receiver<(String, i64)>>) -> Option<(String, i64)> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next job-write signal from the store (never, without one).
+async fn next_signal(rx: &mut Option<mpsc::Receiver<()>>) -> Option<()> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
