@@ -23,6 +23,8 @@ enum Backend {
     Dev,
     MySql,
     Postgres,
+    /// `--store etcd://…/<unique cluster>` on the 3-member test cluster.
+    Etcd,
 }
 
 /// A store for one test; the database is dropped when the test ends.
@@ -37,6 +39,11 @@ impl TestStore {
         use gnomon_backend::testdb::{Server, TestDb};
         let server = match backend {
             Backend::Dev => return TestStore { backend, url: None, db: None },
+            Backend::Etcd => {
+                let cluster = format!("e2e-{:08x}", rand::random::<u32>());
+                let url = format!("etcd://{}/{cluster}", gnomon_backend::testdb::etcd_endpoints());
+                return TestStore { backend, url: Some(url), db: None };
+            }
             Backend::MySql => Server::MySql,
             Backend::Postgres => Server::Postgres,
         };
@@ -148,6 +155,11 @@ fn cron_every_second_retries_timeouts_and_cancel() {
 #[test]
 fn cron_every_second_retries_timeouts_and_cancel_on_mysql() {
     cron_retries_timeouts_and_cancel(Backend::MySql);
+}
+
+#[test]
+fn cron_every_second_retries_timeouts_and_cancel_on_etcd() {
+    cron_retries_timeouts_and_cancel(Backend::Etcd);
 }
 
 #[test]
@@ -283,6 +295,11 @@ fn restart_catch_up_follows_the_misfire_policy_on_mysql() {
 }
 
 #[test]
+fn restart_catch_up_follows_the_misfire_policy_on_etcd() {
+    restart_catch_up(Backend::Etcd);
+}
+
+#[test]
 fn restart_catch_up_follows_the_misfire_policy_on_postgres() {
     restart_catch_up(Backend::Postgres);
 }
@@ -307,7 +324,7 @@ fn restart_catch_up(backend: Backend) {
     // variants check the same logic with a shorter outage.
     let downtime = match backend {
         Backend::Dev => 30,
-        Backend::MySql | Backend::Postgres => 6,
+        Backend::MySql | Backend::Postgres | Backend::Etcd => 6,
     };
     std::thread::sleep(Duration::from_secs(downtime));
     let dev = Dev::start_on(dir.path(), port, &store);
