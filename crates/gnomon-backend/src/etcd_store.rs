@@ -729,15 +729,20 @@ impl Store for EtcdStore {
         }
         let mut applied = vec![false; transitions.len()];
         // Chunks never split one run's transitions.
+        // A txn's cost: per run, a put and maybe a delete (2 ops) and one
+        // compare; per attempt change, a put and a compare.
         let mut chunks: Vec<Vec<usize>> = Vec::new();
         let mut cur: Vec<usize> = Vec::new();
         let mut cur_ids: HashSet<&str> = HashSet::new();
+        let mut cost = 0;
         for (i, t) in transitions.iter().enumerate() {
-            let new_run = !cur_ids.contains(t.run_id.as_str());
-            if new_run && cur_ids.len() * 3 + 3 > MAX_OPS - 4 && !cur.is_empty() {
+            let add = if cur_ids.contains(t.run_id.as_str()) { 0 } else { 2 } + usize::from(t.attempt.is_some());
+            if cost + add > MAX_OPS - 4 && !cur.is_empty() && !cur_ids.contains(t.run_id.as_str()) {
                 chunks.push(std::mem::take(&mut cur));
                 cur_ids.clear();
+                cost = 0;
             }
+            cost += add;
             cur_ids.insert(t.run_id.as_str());
             cur.push(i);
         }

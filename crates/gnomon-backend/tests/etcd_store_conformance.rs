@@ -155,3 +155,73 @@ async fn job_writes_are_signalled_by_a_watch() {
     tokio::time::timeout(Duration::from_secs(5), signal.recv()).await.expect("a signal for the delete").expect("open");
     assert_eq!(a.job_changes(changes.seq).await.unwrap().deleted.len(), 1);
 }
+
+#[tokio::test]
+async fn batches_beyond_one_txn_are_split_within_etcds_limits() {
+    use gnomon_backend::{AttemptChange, Fence, FireOutcome, JobAdvance, LeaderInfo, NewRun, Precondition, Transition};
+    use gnomon_core::{AttemptState, RunState};
+    let cluster = format!("big-{:08x}", rand::random::<u32>());
+    let store = open_store(&url(&cluster)).await.expect("open");
+    let mut jobs = Vec::new();
+    for i in 0..5 {
+        let spec = gnomon_core::spec::parse_job_json(
+            format!(r#"{{"name":"big{i}","schedule":{{"every":"1s"}},"executor":{{"shell":{{"command":"true"}}}}}}"#).as_bytes(),
+        )
+        .and_then(|s| s.compile())
+        .unwrap()
+        .spec;
+        jobs.push(store.put_job(&spec, Precondition::DoesNotExist, 1).await.unwrap());
+    }
+    let token = store.next_epoch("scheduler").await.unwrap();
+    let fence = Fence { scope: "scheduler".into(), token };
+    store.fence(&fence, &LeaderInfo::default(), 1).await.unwrap();
+    let runs: Vec<NewRun> = (0..600)
+        .map(|i| {
+            let j = &jobs[i % 5];
+            NewRun {
+                job_uid: j.uid.clone(),
+                namespace: j.namespace.clone(),
+                job: j.name.clone(),
+                scheduled_at: 1000 * i as i64,
+                fired_at: 1,
+                state: RunState::Pending,
+                reason: None,
+                manual: false,
+            }
+        })
+        .collect();
+    let advances: Vec<JobAdvance> = jobs.iter().map(|j| JobAdvance { job_uid: j.uid.clone(), last_scheduled_at: 600_000 }).collect();
+    let out = store.fire(&fence, &runs, &advances).await.expect("a 600-run fire");
+    assert!(out.iter().all(|o| *o == FireOutcome::Created));
+    assert_eq!(store.get_job("default", "big0").await.unwrap().unwrap().last_scheduled_at, Some(600_000));
+    // Assign, start and finish all 600 in batches of 600 transitions each.
+    let step = |from: RunState, fa: u32, to: RunState, ta: u32, change: &dyn Fn() -> AttemptChange| -> Vec<Transition> {
+        runs.iter()
+            .map(|r| Transition {
+                run_id: r.id(),
+                from,
+                from_attempt: fa,
+                to,
+                to_attempt: ta,
+                reason: None,
+                next_attempt_at: None,
+                attempt: Some(change()),
+                at: 5,
+            })
+            .collect()
+    };
+    let assign = step(RunState::Pending, 0, RunState::Assigned, 1, &|| AttemptChange::Assign { attempt: 1, worker: "w".into(), token });
+    assert!(store.transition(&fence, &assign).await.expect("assign").iter().all(|a| *a));
+    let start = step(RunState::Assigned, 1, RunState::Running, 1, &|| AttemptChange::Start { attempt: 1 });
+    assert!(store.transition(&fence, &start).await.expect("start").iter().all(|a| *a));
+    let end = step(RunState::Running, 1, RunState::Succeeded, 1, &|| AttemptChange::End {
+        attempt: 1,
+        state: AttemptState::Succeeded,
+        exit_code: Some(0),
+        output: "ok".into(),
+    });
+    assert!(store.transition(&fence, &end).await.expect("end").iter().all(|a| *a));
+    assert!(store.open_runs().await.unwrap().is_empty());
+    let d = store.get_run(&runs[599].id()).await.unwrap().unwrap();
+    assert_eq!((d.run.state, d.attempts.len(), d.attempts[0].state), (RunState::Succeeded, 1, AttemptState::Succeeded));
+}
