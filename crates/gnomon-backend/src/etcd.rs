@@ -66,24 +66,90 @@ pub fn parse_endpoints(list: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// TLS to etcd: the CA that signed the members' certificates, and a client
+/// certificate and key when the members require one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    pub ca: std::path::PathBuf,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+}
+
+/// How to reach an etcd cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdTarget {
+    /// `http://host:port` (as [`parse_endpoints`] gives them).
+    pub endpoints: Vec<String>,
+    pub user: Option<(String, String)>,
+    pub tls: Option<EtcdTls>,
+}
+
+impl EtcdTarget {
+    pub fn new(endpoints: Vec<String>) -> Self {
+        Self { endpoints, user: None, tls: None }
+    }
+
+    /// The endpoint URLs, `https://` with TLS.
+    pub fn urls(&self) -> Vec<String> {
+        self.endpoints
+            .iter()
+            .map(|e| match &self.tls {
+                Some(_) => e.replacen("http://", "https://", 1),
+                None => e.clone(),
+            })
+            .collect()
+    }
+
+    /// Client options: timeouts, keep-alive, require-leader, credentials
+    /// and TLS (reading the certificate files, or saying which one fails).
+    pub fn options(&self, timeout: Duration) -> Result<ConnectOptions, String> {
+        let mut opts = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            // etcd answers pings more often than every 5 s (its default
+            // --grpc-keepalive-min-time) with GOAWAY "too many pings".
+            .with_keep_alive(Duration::from_secs(6), Duration::from_secs(3))
+            .with_keep_alive_while_idle(true)
+            .with_require_leader(true);
+        if let Some((u, p)) = &self.user {
+            opts = opts.with_user(u.clone(), p.clone());
+        }
+        if let Some(tls) = &self.tls {
+            let read = |what: &str, p: &std::path::Path| std::fs::read(p).map_err(|e| format!("etcd TLS {what} {}: {e}", p.display()));
+            let mut t = etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(read("CA", &tls.ca)?));
+            match (&tls.cert, &tls.key) {
+                (Some(c), Some(k)) => t = t.identity(etcd_client::Identity::from_pem(read("certificate", c)?, read("key", k)?)),
+                (None, None) => {}
+                _ => return Err("etcd TLS: a client certificate needs its key (cert= and key= together)".into()),
+            }
+            opts = opts.with_tls(t);
+        }
+        Ok(opts)
+    }
+}
+
 /// Connects to etcd and checks that a quorum answers.
 pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Client, ElectionError> {
-    let opts = ConnectOptions::new()
-        .with_connect_timeout(timeout)
-        // etcd answers pings more often than every 5 s (its default
-        // --grpc-keepalive-min-time) with GOAWAY "too many pings".
-        .with_keep_alive(Duration::from_secs(6), Duration::from_secs(3))
-        .with_keep_alive_while_idle(true)
-        .with_require_leader(true);
-    let shown = endpoints.join(",");
-    let mut client = tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
+    connect_target(&EtcdTarget::new(endpoints.to_vec()), timeout).await
+}
+
+/// Connects to etcd (credentials, TLS) and checks that a quorum answers.
+pub async fn connect_target(target: &EtcdTarget, timeout: Duration) -> Result<Client, ElectionError> {
+    let opts = target.options(timeout).map_err(ElectionError::Refused)?;
+    let urls = target.urls();
+    let shown = urls.join(",");
+    let mut client = tokio::time::timeout(timeout, Client::connect(&urls, Some(opts)))
         .await
         .map_err(|_| ElectionError::Unavailable(format!("etcd at {shown}: connecting timed out after {timeout:?}")))?
         .map_err(|e| ElectionError::Unavailable(format!("etcd at {shown} is unreachable: {e}")))?;
     tokio::time::timeout(timeout, client.get("/gnomon/", None))
         .await
         .map_err(|_| ElectionError::Unavailable(format!("etcd at {shown} did not answer within {timeout:?} (no quorum?)")))?
-        .map_err(|e| ElectionError::Unavailable(format!("etcd at {shown} is unreachable: {e}")))?;
+        .map_err(|e| match e.to_string() {
+            m if m.contains("authentication failed") || m.contains("invalid auth") || m.contains("permission denied") => {
+                ElectionError::Refused(format!("etcd at {shown}: {m}"))
+            }
+            m => ElectionError::Unavailable(format!("etcd at {shown} is unreachable: {m}")),
+        })?;
     Ok(client)
 }
 
@@ -95,7 +161,7 @@ struct Term {
 
 /// Leader election over etcd's election API.
 pub struct EtcdElector {
-    endpoints: Vec<String>,
+    target: EtcdTarget,
     client: tokio::sync::Mutex<Option<Client>>,
     prefix: String,
     config: ElectionConfig,
@@ -120,8 +186,13 @@ impl EtcdElector {
     /// `cluster` names this gnomon cluster: keys live under `/gnomon/<cluster>/`.
     /// Connects on first use (see [`EtcdElector::client`]).
     pub fn new(endpoints: Vec<String>, cluster: &str, store: Arc<dyn Store>, config: ElectionConfig) -> Self {
+        Self::with_target(EtcdTarget::new(endpoints), cluster, store, config)
+    }
+
+    /// As [`EtcdElector::new`], with credentials and TLS.
+    pub fn with_target(target: EtcdTarget, cluster: &str, store: Arc<dyn Store>, config: ElectionConfig) -> Self {
         Self {
-            endpoints,
+            target,
             client: tokio::sync::Mutex::new(None),
             prefix: format!("/gnomon/{cluster}"),
             config,
@@ -137,7 +208,7 @@ impl EtcdElector {
         if let Some(c) = slot.as_ref() {
             return Ok(c.clone());
         }
-        let c = connect(&self.endpoints, REQUEST_TIMEOUT).await?;
+        let c = connect_target(&self.target, REQUEST_TIMEOUT).await?;
         *slot = Some(c.clone());
         Ok(c)
     }

@@ -128,14 +128,18 @@ struct ELeadership {
 /// Where `etcd://` points.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdUrl {
-    pub endpoints: Vec<String>,
+    pub target: crate::etcd::EtcdTarget,
     pub cluster: String,
-    pub user: Option<(String, String)>,
 }
 
-/// Parses `etcd://[user:pass@]h1:2379,h2:2379[/cluster]`.
+/// Parses `etcd://[user:pass@]h1:2379,h2:2379[/cluster][?ca=PATH[&cert=PATH&key=PATH]]`;
+/// `ca=` turns TLS on (`https://` to every member).
 pub fn parse_url(url: &str) -> Result<EtcdUrl, StoreError> {
     let rest = url.strip_prefix("etcd://").ok_or_else(|| StoreError::InvalidUrl(format!("{url:?} does not start with etcd://")))?;
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, Some(q)),
+        None => (rest, None),
+    };
     let (auth, rest) = match rest.rsplit_once('@') {
         Some((a, r)) => (Some(a), r),
         None => (None, rest),
@@ -156,7 +160,25 @@ pub fn parse_url(url: &str) -> Result<EtcdUrl, StoreError> {
             Some((u.to_string(), p.to_string()))
         }
     };
-    Ok(EtcdUrl { endpoints, cluster: cluster.to_string(), user })
+    let (mut ca, mut cert, mut key) = (None, None, None);
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) =
+            pair.split_once('=').ok_or_else(|| StoreError::InvalidUrl(format!("etcd URL parameter {pair:?} must be key=value")))?;
+        let slot = match k {
+            "ca" => &mut ca,
+            "cert" => &mut cert,
+            "key" => &mut key,
+            _ => return Err(StoreError::InvalidUrl(format!("unknown etcd URL parameter {k:?} (ca, cert, key)"))),
+        };
+        *slot = Some(std::path::PathBuf::from(v));
+    }
+    let tls = match (ca, cert, key) {
+        (None, None, None) => None,
+        (Some(ca), cert, key) if cert.is_some() == key.is_some() => Some(crate::etcd::EtcdTls { ca, cert, key }),
+        (None, _, _) => return Err(StoreError::InvalidUrl("etcd TLS needs ca= (the CA that signed the members' certificates)".into())),
+        _ => return Err(StoreError::InvalidUrl("etcd TLS: cert= and key= go together".into())),
+    };
+    Ok(EtcdUrl { target: crate::etcd::EtcdTarget { endpoints, user, tls }, cluster: cluster.to_string() })
 }
 
 /// A fenced term as this handle knows it: its token and election key.
@@ -231,25 +253,12 @@ where
 impl EtcdStore {
     pub async fn open(url: &str) -> Result<Self, StoreError> {
         let u = parse_url(url)?;
-        let mut opts = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(std::time::Duration::from_secs(3))
-            .with_keep_alive(std::time::Duration::from_secs(6), std::time::Duration::from_secs(3))
-            .with_keep_alive_while_idle(true)
-            .with_require_leader(true);
-        if let Some((user, pass)) = &u.user {
-            opts = opts.with_user(user.clone(), pass.clone());
-        }
-        let shown = u.endpoints.join(",");
-        let mut client = tokio::time::timeout(std::time::Duration::from_secs(5), Client::connect(&u.endpoints, Some(opts)))
-            .await
-            .map_err(|_| StoreError::Unavailable(format!("etcd at {shown}: connecting timed out")))?
-            .map_err(|e| StoreError::Unavailable(format!("etcd at {shown} is unreachable: {e}")))?;
-        let p = format!("/gnomon/{}", u.cluster);
-        tokio::time::timeout(std::time::Duration::from_secs(5), client.get(format!("{p}/counters/run_seq"), None))
-            .await
-            .map_err(|_| StoreError::Unavailable(format!("etcd at {shown} did not answer within 5s (no quorum?)")))?
-            .map_err(|e| StoreError::Unavailable(format!("etcd at {shown} is unreachable: {e}")))?;
-        Ok(Self { client, p, terms: Default::default() })
+        let client = crate::etcd::connect_target(&u.target, std::time::Duration::from_secs(5)).await.map_err(|e| match e {
+            ElectionError::Unavailable(m) => StoreError::Unavailable(m),
+            ElectionError::Refused(m) => StoreError::Backend(m),
+            ElectionError::Store(s) => s,
+        })?;
+        Ok(Self { client, p: format!("/gnomon/{}", u.cluster), terms: Default::default() })
     }
 
     fn k(&self, rest: &str) -> String {
@@ -1417,11 +1426,23 @@ mod tests {
     #[test]
     fn urls_parse_or_say_why() {
         let u = parse_url("etcd://127.0.0.1:2379,127.0.0.1:2380/prod").unwrap();
-        assert_eq!(u.endpoints, vec!["http://127.0.0.1:2379", "http://127.0.0.1:2380"]);
+        assert_eq!(u.target.endpoints, vec!["http://127.0.0.1:2379", "http://127.0.0.1:2380"]);
         assert_eq!(u.cluster, "prod");
         assert_eq!(parse_url("etcd://h:1").unwrap().cluster, "default");
-        assert_eq!(parse_url("etcd://me:pw@h:1").unwrap().user, Some(("me".into(), "pw".into())));
-        for bad in ["etcd://", "etcd://h", "etcd://h:1/a b", "etcd://me@h:1", "mysql://h:1"] {
+        assert_eq!(parse_url("etcd://me:pw@h:1").unwrap().target.user, Some(("me".into(), "pw".into())));
+        let tls = parse_url("etcd://h:1/c?ca=/x/ca.pem&cert=/x/c.pem&key=/x/k.pem").unwrap().target;
+        assert_eq!(tls.urls(), vec!["https://h:1"]);
+        assert_eq!(tls.tls.unwrap().key.unwrap(), std::path::PathBuf::from("/x/k.pem"));
+        for bad in [
+            "etcd://",
+            "etcd://h",
+            "etcd://h:1/a b",
+            "etcd://me@h:1",
+            "mysql://h:1",
+            "etcd://h:1?cert=/c",
+            "etcd://h:1?ca=/a&cert=/c",
+            "etcd://h:1?x=1",
+        ] {
             assert!(parse_url(bad).is_err(), "{bad:?}");
         }
     }

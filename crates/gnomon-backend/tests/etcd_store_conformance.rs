@@ -225,3 +225,106 @@ async fn batches_beyond_one_txn_are_split_within_etcds_limits() {
     let d = store.get_run(&runs[599].id()).await.unwrap().unwrap();
     assert_eq!((d.run.state, d.attempts.len(), d.attempts[0].state), (RunState::Succeeded, 1, AttemptState::Succeeded));
 }
+
+/// A single etcd member of this test's own, serving clients over TLS.
+struct TlsMember {
+    child: std::process::Child,
+}
+
+impl Drop for TlsMember {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sh(dir: &std::path::Path, script: &str) {
+    let out = std::process::Command::new("sh").arg("-c").arg(script).current_dir(dir).output().expect("sh");
+    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test]
+async fn tls_and_credentials_reach_a_secured_member() {
+    use gnomon_backend::Precondition;
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A CA, a server certificate for 127.0.0.1 and a client certificate
+    // (X.509 v3: rustls refuses v1). The member requires client certificates
+    // (etcd 3.4 does once --trusted-ca-file is set).
+    sh(
+        d,
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-key.pem -out ca.pem -days 2 -subj /CN=gnomon-test-ca 2>/dev/null && \
+         printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && \
+         openssl req -newkey rsa:2048 -nodes -keyout server-key.pem -out server.csr -subj /CN=127.0.0.1 2>/dev/null && \
+         openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out server.pem -days 2 -extfile san.ext 2>/dev/null && \
+         openssl req -newkey rsa:2048 -nodes -keyout client-key.pem -out client.csr -subj /CN=client 2>/dev/null && \
+         printf 'extendedKeyUsage=clientAuth\\n' > client.ext && \
+         openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out client.pem -days 2 -extfile client.ext 2>/dev/null",
+    );
+    let (client, peer) = (free(), free());
+    let p = |f: &str| d.join(f).display().to_string();
+    let _member = TlsMember {
+        child: std::process::Command::new("etcd")
+            .args(["--name", "t", "--data-dir", &p("data")])
+            .args([
+                "--listen-client-urls",
+                &format!("https://127.0.0.1:{client}"),
+                "--advertise-client-urls",
+                &format!("https://127.0.0.1:{client}"),
+            ])
+            .args([
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+            ])
+            .args(["--initial-cluster", &format!("t=http://127.0.0.1:{peer}")])
+            .args(["--cert-file", &p("server.pem"), "--key-file", &p("server-key.pem"), "--trusted-ca-file", &p("ca.pem")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("etcd (scripts/test.sh installs it)"),
+    };
+    let tls = format!("etcd://127.0.0.1:{client}/tls?ca={}&cert={}&key={}", p("ca.pem"), p("client.pem"), p("client-key.pem"));
+    let mut store = None;
+    let mut last = None;
+    for _ in 0..150 {
+        match open_store(&tls).await {
+            Ok(s) => {
+                store = Some(s);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let store = store.unwrap_or_else(|| panic!("the TLS member did not answer within 30 s: {last:?}"));
+    let spec = gnomon_core::spec::parse_job_json(br#"{"name":"secure","schedule":{"every":"1s"},"executor":{"shell":{"command":"true"}}}"#)
+        .and_then(|s| s.compile())
+        .unwrap()
+        .spec;
+    store.put_job(&spec, Precondition::DoesNotExist, 1).await.expect("a write over TLS");
+    assert!(store.get_job("default", "secure").await.unwrap().is_some());
+    // Plain HTTP to a TLS member, no client certificate, or a missing CA
+    // file: refused, said so.
+    assert!(open_store(&format!("etcd://127.0.0.1:{client}/tls")).await.is_err());
+    assert!(open_store(&format!("etcd://127.0.0.1:{client}/tls?ca={}", p("ca.pem"))).await.is_err());
+    let e = open_store(&format!("etcd://127.0.0.1:{client}/tls?ca={}", p("nope.pem"))).await.expect_err("missing CA file");
+    assert!(e.to_string().contains("nope.pem"), "{e}");
+    // Credentials: turn on etcd's auth with a root user.
+    let ctl = format!(
+        "ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:{client} --cacert={} --cert={} --key={}",
+        p("ca.pem"),
+        p("client.pem"),
+        p("client-key.pem")
+    );
+    sh(d, &format!("{ctl} user add root:rootpw >/dev/null && {ctl} auth enable >/dev/null"));
+    let with =
+        |cred: &str| format!("etcd://{cred}127.0.0.1:{client}/tls?ca={}&cert={}&key={}", p("ca.pem"), p("client.pem"), p("client-key.pem"));
+    let s = open_store(&with("root:rootpw@")).await.expect("the right password");
+    assert!(s.get_job("default", "secure").await.unwrap().is_some());
+    let e = open_store(&with("root:wrong@")).await.expect_err("a wrong password");
+    assert!(e.to_string().contains("authentication failed"), "{e}");
+    assert!(!e.to_string().contains("wrong"), "the password is not echoed: {e}");
+}

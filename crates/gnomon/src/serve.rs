@@ -186,6 +186,15 @@ pub struct ServerArgs {
     /// etcd endpoints for the election: host:2379,host:2379,… (any store).
     #[arg(long, env = "GNOMON_ETCD")]
     etcd: Option<String>,
+    /// TLS to the --etcd members: the CA that signed their certificates.
+    #[arg(long)]
+    etcd_ca: Option<PathBuf>,
+    /// TLS client certificate for --etcd (with --etcd-key).
+    #[arg(long)]
+    etcd_cert: Option<PathBuf>,
+    /// TLS client key for --etcd.
+    #[arg(long)]
+    etcd_key: Option<PathBuf>,
     /// Names this gnomon cluster in etcd: its keys live under /gnomon/<cluster>/
     /// (default "default"; with an etcd:// store, the store URL's cluster).
     #[arg(long, env = "GNOMON_CLUSTER")]
@@ -296,10 +305,24 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
         "etcd" => Some(gnomon_backend::etcd_store::parse_url(&args.store.store).map_err(|e| anyhow!("--store: {e}"))?),
         _ => None,
     };
-    let endpoints = match (&args.etcd, &etcd_store) {
-        (Some(list), _) => gnomon_backend::etcd::parse_endpoints(list).map_err(|e| anyhow!("--etcd: {e}"))?,
-        (None, Some(u)) => u.endpoints.clone(),
-        (None, None) => Vec::new(),
+    if (args.etcd_ca.is_some() || args.etcd_cert.is_some() || args.etcd_key.is_some()) && args.etcd.is_none() {
+        bail!("--etcd-ca/--etcd-cert/--etcd-key apply to --etcd (an etcd:// store takes ca=, cert=, key= in its URL)");
+    }
+    let target = match (&args.etcd, &etcd_store) {
+        (Some(list), _) => {
+            let tls = match (&args.etcd_ca, &args.etcd_cert, &args.etcd_key) {
+                (None, None, None) => None,
+                (Some(ca), cert, key) if cert.is_some() == key.is_some() => {
+                    Some(gnomon_backend::etcd::EtcdTls { ca: ca.clone(), cert: cert.clone(), key: key.clone() })
+                }
+                (None, _, _) => bail!("--etcd-cert/--etcd-key need --etcd-ca"),
+                _ => bail!("--etcd-cert and --etcd-key go together"),
+            };
+            let endpoints = gnomon_backend::etcd::parse_endpoints(list).map_err(|e| anyhow!("--etcd: {e}"))?;
+            gnomon_backend::etcd::EtcdTarget { endpoints, user: None, tls }
+        }
+        (None, Some(u)) => u.target.clone(),
+        (None, None) => gnomon_backend::etcd::EtcdTarget::default(),
     };
     let cluster = match (&args.cluster, &etcd_store) {
         (Some(c), Some(u)) if *c != u.cluster => {
@@ -320,7 +343,7 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
     let store = args.store.open_with_idle_tx(ttl).await?;
     let elector: Arc<dyn Elector> = match plan {
         ElectionPlan::Etcd { fallback_local } => {
-            let etcd = Arc::new(EtcdElector::new(endpoints, &cluster, store.clone(), election));
+            let etcd = Arc::new(EtcdElector::with_target(target, &cluster, store.clone(), election));
             match etcd.client().await {
                 Ok(_) => {}
                 Err(e) if fallback_local => tracing::warn!(error = %e, "etcd is unreachable at start; --election-fallback local"),
