@@ -48,7 +48,7 @@ enum Command {
     /// One process: server, embedded worker, SQLite store, local election.
     Dev(serve::DevArgs),
     /// A server replica (leader candidate) on a shared store.
-    Server(serve::ServerArgs),
+    Server(Box<serve::ServerArgs>),
     /// Apply the store's migrations and exit (servers also apply them on start).
     Migrate(serve::MigrateArgs),
     /// Manage jobs.
@@ -186,7 +186,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let out = cli.output;
     match cli.command {
         Command::Dev(args) => serve::dev(args, cli.token).await,
-        Command::Server(args) => serve::server(args, cli.token).await,
+        Command::Server(args) => serve::server(*args, cli.token).await,
         Command::Migrate(args) => serve::migrate(args).await,
         Command::Worker(WorkerCommand { cmd: None, run }) => serve::worker(run, &cli.server, cli.token).await,
         command => {
