@@ -96,11 +96,19 @@ impl Dialect {
 }
 
 /// Maps a driver error to a [`StoreError`], saying whether a retry may help.
+/// How a lost connection's error begins: the write was rolled back by the
+/// server and may be repeated on a fresh connection.
+pub(crate) const CONNECTION_LOST: &str = "connection lost: ";
+
 pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
     match &e {
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => {
-            StoreError::Unavailable(e.to_string())
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => StoreError::Unavailable(format!("{CONNECTION_LOST}{e}")),
+        // PostgreSQL ended the session: idle in a transaction or idle past
+        // the timeouts, an administrator, a shutdown.
+        sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("25P03" | "57P01" | "57P02" | "57P05" | "08003" | "08006")) => {
+            StoreError::Unavailable(format!("{CONNECTION_LOST}{e}"))
         }
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => StoreError::Unavailable(e.to_string()),
         sqlx::Error::Database(d) => {
             let code = d.code().map(|c| c.to_string()).unwrap_or_default();
             let msg = d.message();
@@ -542,6 +550,163 @@ macro_rules! sql_store {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
         }
 
+        impl $store {
+            async fn fire_tx(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
+                let mut tx = self.write_tx().await?;
+                Self::check_fence(&mut tx, fence).await?;
+                let ids: Vec<String> = runs.iter().map(|r| r.id()).collect();
+                // Leader writes of the scope are serialised by the fence lock,
+                // so this existence check is exact.
+                let mut existing: HashSet<String> = HashSet::new();
+                for chunk in ids.chunks(CHUNK) {
+                    let mut qb: QueryBuilder<$db> = QueryBuilder::new("SELECT id FROM runs WHERE id IN (");
+                    let mut sep = qb.separated(", ");
+                    for id in chunk {
+                        sep.push_bind(id.clone());
+                    }
+                    qb.push(")").push(D.for_update);
+                    for r in qb.build().persistent(false).fetch_all(&mut *tx).await.map_err(db_err)? {
+                        existing.insert(text(&r, "id")?);
+                    }
+                }
+                let mut created: HashSet<String> = HashSet::new();
+                let fresh: Vec<(&NewRun, &String)> =
+                    runs.iter().zip(&ids).filter(|(_, id)| !existing.contains(*id) && created.insert((*id).clone())).collect();
+                for chunk in fresh.chunks(CHUNK) {
+                    let mut qb: QueryBuilder<$db> = QueryBuilder::new(
+                        "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, manual, cancel_requested, updated_at) ",
+                    );
+                    qb.push_values(chunk, |mut b, (r, id)| {
+                        b.push_bind((*id).clone())
+                            .push_bind(r.job_uid.clone())
+                            .push_bind(r.namespace.clone())
+                            .push_bind(r.job.clone())
+                            .push_bind(r.scheduled_at)
+                            .push_bind(r.fired_at)
+                            .push_bind(r.state.as_str())
+                            .push_bind(0i64)
+                            .push_bind(r.reason.clone())
+                            .push_bind(i64::from(r.manual))
+                            .push_bind(0i64)
+                            .push_bind(r.fired_at);
+                    });
+                    qb.push(D.ignore("id"));
+                    let n = qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?.rows_affected();
+                    if n != chunk.len() as u64 {
+                        return Err(StoreError::Backend(format!("fire inserted {n} of {} new runs; rolled back", chunk.len())));
+                    }
+                }
+                // One multi-row UPDATE per chunk of advances: the highest time per job wins.
+                let mut latest: HashMap<&str, Millis> = HashMap::new();
+                for a in advances {
+                    let e = latest.entry(a.job_uid.as_str()).or_insert(a.last_scheduled_at);
+                    *e = (*e).max(a.last_scheduled_at);
+                }
+                let latest: Vec<(&str, Millis)> = latest.into_iter().collect();
+                for chunk in latest.chunks(D.case_chunk) {
+                    let mut qb: QueryBuilder<$db> = QueryBuilder::new("UPDATE jobs SET last_scheduled_at = CASE");
+                    for (uid, at) in chunk {
+                        qb.push(" WHEN uid = ").push_bind(uid.to_string()).push(" THEN ").push(D.greatest).push("(COALESCE(last_scheduled_at, ");
+                        qb.push_bind(*at).push("), ").push_bind(*at).push(")");
+                    }
+                    qb.push(" ELSE last_scheduled_at END WHERE uid IN (");
+                    let mut sep = qb.separated(", ");
+                    for (uid, _) in chunk {
+                        sep.push_bind(uid.to_string());
+                    }
+                    qb.push(")");
+                    qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?;
+                }
+                tx.commit().await.map_err(db_err)?;
+                Ok(ids.iter().map(|id| if created.contains(id) { FireOutcome::Created } else { FireOutcome::Existed }).collect())
+            }
+
+            async fn transition_tx(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
+                for t in transitions {
+                    if !t.from.can_become(t.to) {
+                        return Err(StoreError::InvalidTransition { run: t.run_id.clone(), from: t.from.to_string(), to: t.to.to_string() });
+                    }
+                }
+                let mut tx = self.write_tx().await?;
+                Self::check_fence(&mut tx, fence).await?;
+                let mut ids: Vec<&str> = transitions.iter().map(|t| t.run_id.as_str()).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                let mut locked: HashMap<String, RunRow> = HashMap::new();
+                for chunk in ids.chunks(CHUNK) {
+                    let mut qb: QueryBuilder<$db> = QueryBuilder::new(
+                        "SELECT id, state, attempt, reason, next_attempt_at, updated_at, cancel_requested FROM runs WHERE id IN (",
+                    );
+                    let mut sep = qb.separated(", ");
+                    for id in chunk {
+                        sep.push_bind(id.to_string());
+                    }
+                    qb.push(") ORDER BY id").push(D.for_update);
+                    for r in qb.build().persistent(false).fetch_all(&mut *tx).await.map_err(db_err)? {
+                        let state = text(&r, "state")?;
+                        locked.insert(
+                            text(&r, "id")?,
+                            RunRow {
+                                state: RunState::parse(&state).ok_or_else(|| StoreError::Corrupt(format!("run state {state:?}")))?,
+                                attempt: u32::try_from(r.try_get::<i64, _>("attempt").map_err(db_err)?).unwrap_or(0),
+                                reason: opt_text(&r, "reason")?,
+                                next_attempt_at: r.try_get("next_attempt_at").map_err(db_err)?,
+                                updated_at: r.try_get("updated_at").map_err(db_err)?,
+                                cancel_requested: r.try_get::<i64, _>("cancel_requested").map_err(db_err)? != 0,
+                            },
+                        );
+                    }
+                }
+                let plan = plan_transitions(locked, transitions);
+                for chunk in plan.finals.chunks(D.case_chunk) {
+                    let mut qb: QueryBuilder<$db> = QueryBuilder::new("UPDATE runs SET ");
+                    for (i, column) in ["state", "attempt", "reason", "next_attempt_at", "updated_at", "cancel_requested"].iter().enumerate() {
+                        if i > 0 {
+                            qb.push(", ");
+                        }
+                        qb.push(*column).push(" = CASE id");
+                        for (id, _, _, row) in chunk {
+                            qb.push(" WHEN ").push_bind(id.clone()).push(" THEN ");
+                            match *column {
+                                "state" => qb.push_bind(row.state.as_str()),
+                                "attempt" => qb.push_bind(i64::from(row.attempt)),
+                                "reason" => qb.push_bind(row.reason.clone()),
+                                "next_attempt_at" => qb.push_bind(row.next_attempt_at),
+                                "updated_at" => qb.push_bind(row.updated_at),
+                                _ => qb.push_bind(i64::from(row.cancel_requested)),
+                            };
+                        }
+                        qb.push(" ELSE ").push(*column).push(" END");
+                    }
+                    // The CAS: each row must still be in the state it was locked
+                    // in. The plain `id IN` list lets every planner use the index.
+                    qb.push(" WHERE id IN (");
+                    let mut sep = qb.separated(", ");
+                    for (id, _, _, _) in chunk {
+                        sep.push_bind(id.clone());
+                    }
+                    qb.push(") AND (id, state, attempt) IN (");
+                    let mut first = true;
+                    for (id, state, attempt, _) in chunk {
+                        if !first {
+                            qb.push(", ");
+                        }
+                        first = false;
+                        qb.push("(").push_bind(id.clone()).push(", ").push_bind(state.as_str()).push(", ").push_bind(i64::from(*attempt)).push(")");
+                    }
+                    qb.push(")");
+                    let n = qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?.rows_affected();
+                    if n != chunk.len() as u64 {
+                        return Err(StoreError::Backend(format!("transition matched {n} of {} locked runs; rolled back", chunk.len())));
+                    }
+                }
+                Self::apply_attempt_changes(&mut tx, &plan.attempts).await?;
+                tx.commit().await.map_err(db_err)?;
+                Ok(plan.applied)
+            }
+
+        }
+
         #[async_trait]
         impl Store for $store {
             fn backend(&self) -> &'static str {
@@ -763,157 +928,20 @@ macro_rules! sql_store {
             }
 
             async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
-                let mut tx = self.write_tx().await?;
-                Self::check_fence(&mut tx, fence).await?;
-                let ids: Vec<String> = runs.iter().map(|r| r.id()).collect();
-                // Leader writes of the scope are serialised by the fence lock,
-                // so this existence check is exact.
-                let mut existing: HashSet<String> = HashSet::new();
-                for chunk in ids.chunks(CHUNK) {
-                    let mut qb: QueryBuilder<$db> = QueryBuilder::new("SELECT id FROM runs WHERE id IN (");
-                    let mut sep = qb.separated(", ");
-                    for id in chunk {
-                        sep.push_bind(id.clone());
-                    }
-                    qb.push(")").push(D.for_update);
-                    for r in qb.build().persistent(false).fetch_all(&mut *tx).await.map_err(db_err)? {
-                        existing.insert(text(&r, "id")?);
-                    }
+                // A connection the server closed (idle timeouts, a restart) is
+                // tried once more on a fresh one: the write was rolled back,
+                // and repeating it is safe (create-if-absent, fenced).
+                match self.fire_tx(fence, runs, advances).await {
+                    Err(StoreError::Unavailable(m)) if m.starts_with(crate::sql::CONNECTION_LOST) => self.fire_tx(fence, runs, advances).await,
+                    r => r,
                 }
-                let mut created: HashSet<String> = HashSet::new();
-                let fresh: Vec<(&NewRun, &String)> =
-                    runs.iter().zip(&ids).filter(|(_, id)| !existing.contains(*id) && created.insert((*id).clone())).collect();
-                for chunk in fresh.chunks(CHUNK) {
-                    let mut qb: QueryBuilder<$db> = QueryBuilder::new(
-                        "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, manual, cancel_requested, updated_at) ",
-                    );
-                    qb.push_values(chunk, |mut b, (r, id)| {
-                        b.push_bind((*id).clone())
-                            .push_bind(r.job_uid.clone())
-                            .push_bind(r.namespace.clone())
-                            .push_bind(r.job.clone())
-                            .push_bind(r.scheduled_at)
-                            .push_bind(r.fired_at)
-                            .push_bind(r.state.as_str())
-                            .push_bind(0i64)
-                            .push_bind(r.reason.clone())
-                            .push_bind(i64::from(r.manual))
-                            .push_bind(0i64)
-                            .push_bind(r.fired_at);
-                    });
-                    qb.push(D.ignore("id"));
-                    let n = qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?.rows_affected();
-                    if n != chunk.len() as u64 {
-                        return Err(StoreError::Backend(format!("fire inserted {n} of {} new runs; rolled back", chunk.len())));
-                    }
-                }
-                // One multi-row UPDATE per chunk of advances: the highest time per job wins.
-                let mut latest: HashMap<&str, Millis> = HashMap::new();
-                for a in advances {
-                    let e = latest.entry(a.job_uid.as_str()).or_insert(a.last_scheduled_at);
-                    *e = (*e).max(a.last_scheduled_at);
-                }
-                let latest: Vec<(&str, Millis)> = latest.into_iter().collect();
-                for chunk in latest.chunks(D.case_chunk) {
-                    let mut qb: QueryBuilder<$db> = QueryBuilder::new("UPDATE jobs SET last_scheduled_at = CASE");
-                    for (uid, at) in chunk {
-                        qb.push(" WHEN uid = ").push_bind(uid.to_string()).push(" THEN ").push(D.greatest).push("(COALESCE(last_scheduled_at, ");
-                        qb.push_bind(*at).push("), ").push_bind(*at).push(")");
-                    }
-                    qb.push(" ELSE last_scheduled_at END WHERE uid IN (");
-                    let mut sep = qb.separated(", ");
-                    for (uid, _) in chunk {
-                        sep.push_bind(uid.to_string());
-                    }
-                    qb.push(")");
-                    qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?;
-                }
-                tx.commit().await.map_err(db_err)?;
-                Ok(ids.iter().map(|id| if created.contains(id) { FireOutcome::Created } else { FireOutcome::Existed }).collect())
             }
 
             async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
-                for t in transitions {
-                    if !t.from.can_become(t.to) {
-                        return Err(StoreError::InvalidTransition { run: t.run_id.clone(), from: t.from.to_string(), to: t.to.to_string() });
-                    }
+                match self.transition_tx(fence, transitions).await {
+                    Err(StoreError::Unavailable(m)) if m.starts_with(crate::sql::CONNECTION_LOST) => self.transition_tx(fence, transitions).await,
+                    r => r,
                 }
-                let mut tx = self.write_tx().await?;
-                Self::check_fence(&mut tx, fence).await?;
-                let mut ids: Vec<&str> = transitions.iter().map(|t| t.run_id.as_str()).collect();
-                ids.sort_unstable();
-                ids.dedup();
-                let mut locked: HashMap<String, RunRow> = HashMap::new();
-                for chunk in ids.chunks(CHUNK) {
-                    let mut qb: QueryBuilder<$db> = QueryBuilder::new(
-                        "SELECT id, state, attempt, reason, next_attempt_at, updated_at, cancel_requested FROM runs WHERE id IN (",
-                    );
-                    let mut sep = qb.separated(", ");
-                    for id in chunk {
-                        sep.push_bind(id.to_string());
-                    }
-                    qb.push(") ORDER BY id").push(D.for_update);
-                    for r in qb.build().persistent(false).fetch_all(&mut *tx).await.map_err(db_err)? {
-                        let state = text(&r, "state")?;
-                        locked.insert(
-                            text(&r, "id")?,
-                            RunRow {
-                                state: RunState::parse(&state).ok_or_else(|| StoreError::Corrupt(format!("run state {state:?}")))?,
-                                attempt: u32::try_from(r.try_get::<i64, _>("attempt").map_err(db_err)?).unwrap_or(0),
-                                reason: opt_text(&r, "reason")?,
-                                next_attempt_at: r.try_get("next_attempt_at").map_err(db_err)?,
-                                updated_at: r.try_get("updated_at").map_err(db_err)?,
-                                cancel_requested: r.try_get::<i64, _>("cancel_requested").map_err(db_err)? != 0,
-                            },
-                        );
-                    }
-                }
-                let plan = plan_transitions(locked, transitions);
-                for chunk in plan.finals.chunks(D.case_chunk) {
-                    let mut qb: QueryBuilder<$db> = QueryBuilder::new("UPDATE runs SET ");
-                    for (i, column) in ["state", "attempt", "reason", "next_attempt_at", "updated_at", "cancel_requested"].iter().enumerate() {
-                        if i > 0 {
-                            qb.push(", ");
-                        }
-                        qb.push(*column).push(" = CASE id");
-                        for (id, _, _, row) in chunk {
-                            qb.push(" WHEN ").push_bind(id.clone()).push(" THEN ");
-                            match *column {
-                                "state" => qb.push_bind(row.state.as_str()),
-                                "attempt" => qb.push_bind(i64::from(row.attempt)),
-                                "reason" => qb.push_bind(row.reason.clone()),
-                                "next_attempt_at" => qb.push_bind(row.next_attempt_at),
-                                "updated_at" => qb.push_bind(row.updated_at),
-                                _ => qb.push_bind(i64::from(row.cancel_requested)),
-                            };
-                        }
-                        qb.push(" ELSE ").push(*column).push(" END");
-                    }
-                    // The CAS: each row must still be in the state it was locked
-                    // in. The plain `id IN` list lets every planner use the index.
-                    qb.push(" WHERE id IN (");
-                    let mut sep = qb.separated(", ");
-                    for (id, _, _, _) in chunk {
-                        sep.push_bind(id.clone());
-                    }
-                    qb.push(") AND (id, state, attempt) IN (");
-                    let mut first = true;
-                    for (id, state, attempt, _) in chunk {
-                        if !first {
-                            qb.push(", ");
-                        }
-                        first = false;
-                        qb.push("(").push_bind(id.clone()).push(", ").push_bind(state.as_str()).push(", ").push_bind(i64::from(*attempt)).push(")");
-                    }
-                    qb.push(")");
-                    let n = qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?.rows_affected();
-                    if n != chunk.len() as u64 {
-                        return Err(StoreError::Backend(format!("transition matched {n} of {} locked runs; rolled back", chunk.len())));
-                    }
-                }
-                Self::apply_attempt_changes(&mut tx, &plan.attempts).await?;
-                tx.commit().await.map_err(db_err)?;
-                Ok(plan.applied)
             }
 
             async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
