@@ -1110,18 +1110,16 @@ impl EtcdStore {
             for &i in chunk {
                 let t = &all[i];
                 let Some(row) = current.get_mut(&t.run_id) else { continue };
-                if row.state != t.from || row.attempt != t.from_attempt {
+                let cas = crate::model::RunCas {
+                    state: &mut row.state,
+                    attempt: &mut row.attempt,
+                    reason: &mut row.reason,
+                    next_attempt_at: &mut row.next_attempt_at,
+                    updated_at: &mut row.updated_at,
+                    cancel_requested: &mut row.cancel_requested,
+                };
+                if !t.apply_to(cas) {
                     continue;
-                }
-                row.state = t.to;
-                row.attempt = t.to_attempt;
-                if t.reason.is_some() {
-                    row.reason = t.reason.clone();
-                }
-                row.next_attempt_at = t.next_attempt_at;
-                row.updated_at = t.at;
-                if t.to.is_terminal() {
-                    row.cancel_requested = false;
                 }
                 match &t.attempt {
                     Some(AttemptChange::Assign { attempt, worker, token }) => {

@@ -174,3 +174,35 @@ pub struct RunPage {
     pub runs: Vec<RunRecord>,
     pub next_cursor: Option<i64>,
 }
+
+/// The run fields a [`Transition`] changes, borrowed from a store's own
+/// record type, so every store applies a transition by the same rules.
+pub(crate) struct RunCas<'a> {
+    pub state: &'a mut RunState,
+    pub attempt: &'a mut u32,
+    pub reason: &'a mut Option<String>,
+    pub next_attempt_at: &'a mut Option<Millis>,
+    pub updated_at: &'a mut Millis,
+    pub cancel_requested: &'a mut bool,
+}
+
+impl Transition {
+    /// The compare-and-swap: applies this transition if the run is in
+    /// `(from, from_attempt)` and says whether it did.
+    pub(crate) fn apply_to(&self, r: RunCas<'_>) -> bool {
+        if *r.state != self.from || *r.attempt != self.from_attempt {
+            return false;
+        }
+        *r.state = self.to;
+        *r.attempt = self.to_attempt;
+        if self.reason.is_some() {
+            *r.reason = self.reason.clone();
+        }
+        *r.next_attempt_at = self.next_attempt_at;
+        *r.updated_at = self.at;
+        if self.to.is_terminal() {
+            *r.cancel_requested = false;
+        }
+        true
+    }
+}

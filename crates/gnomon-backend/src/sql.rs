@@ -202,23 +202,22 @@ pub(crate) fn plan_transitions<'a>(locked: HashMap<String, RunRow>, batch: &'a [
             applied.push(false);
             continue;
         };
-        if row.state != t.from || row.attempt != t.from_attempt {
+        let before = (row.state, row.attempt);
+        let cas = crate::model::RunCas {
+            state: &mut row.state,
+            attempt: &mut row.attempt,
+            reason: &mut row.reason,
+            next_attempt_at: &mut row.next_attempt_at,
+            updated_at: &mut row.updated_at,
+            cancel_requested: &mut row.cancel_requested,
+        };
+        if !t.apply_to(cas) {
             applied.push(false);
             continue;
         }
         if !original.contains_key(&t.run_id) {
-            original.insert(t.run_id.clone(), (row.state, row.attempt));
+            original.insert(t.run_id.clone(), before);
             order.push(t.run_id.clone());
-        }
-        row.state = t.to;
-        row.attempt = t.to_attempt;
-        if t.reason.is_some() {
-            row.reason = t.reason.clone();
-        }
-        row.next_attempt_at = t.next_attempt_at;
-        row.updated_at = t.at;
-        if t.to.is_terminal() {
-            row.cancel_requested = false;
         }
         if let Some(change) = &t.attempt {
             attempts.push((t.run_id.as_str(), change, t.at));
