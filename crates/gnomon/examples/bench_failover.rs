@@ -80,19 +80,18 @@ struct Bench {
 }
 
 impl Bench {
-    async fn start(bin: &str, backend: &str, db: &TestDb, ttl: &str) -> Bench {
+    async fn start(bin: &str, backend: &str, url: &str, ttl: &str) -> Bench {
         let dir = tempfile::tempdir().unwrap();
-        let store = gnomon_backend::open_store(&db.url).await.expect("store");
+        let store = gnomon_backend::open_store(url).await.expect("store");
         let cluster = format!("bench-{}", now_ms());
         let mut replicas = Vec::new();
         let mut addrs = Vec::new();
         for i in 1..=3 {
             let addr = format!("127.0.0.1:{}", free_port());
-            let mut args: Vec<String> =
-                ["server", "--listen", &addr, "--node-id", &format!("s{i}"), "--store", &db.url, "--election-ttl", ttl]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect();
+            let mut args: Vec<String> = ["server", "--listen", &addr, "--node-id", &format!("s{i}"), "--store", url, "--election-ttl", ttl]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
             if backend == "etcd" {
                 args.extend(["--etcd".into(), etcd_endpoints(), "--cluster".into(), cluster.clone()]);
             }
@@ -228,17 +227,26 @@ async fn main() {
         match a.as_str() {
             "--kills" => kills = it.next().and_then(|n| n.parse().ok()).expect("--kills N"),
             "--ttl" => ttl = it.next().expect("--ttl 5s"),
-            b @ ("etcd" | "mysql" | "postgres") => backends.push(b.to_string()),
+            b @ ("etcd" | "mysql" | "postgres" | "etcd-store") => backends.push(b.to_string()),
             other => panic!("unknown argument {other:?}"),
         }
     }
     if backends.is_empty() {
-        backends = vec!["etcd".into(), "mysql".into(), "postgres".into()];
+        backends = vec!["etcd".into(), "mysql".into(), "postgres".into(), "etcd-store".into()];
     }
     println!("failover: leader signalled -> first fire by the new leader; election TTL {ttl}, {kills} kills per signal");
     for backend in backends {
-        let db = TestDb::create(if backend == "mysql" { Db::MySql } else { Db::Postgres }).await.unwrap_or_else(|e| panic!("{e}"));
-        let mut b = Bench::start(&bin, &backend, &db, &ttl).await;
+        // etcd-store: the etcd store with the election in its cluster.
+        let db = match backend.as_str() {
+            "etcd-store" => None,
+            "mysql" => Some(TestDb::create(Db::MySql).await.unwrap_or_else(|e| panic!("{e}"))),
+            _ => Some(TestDb::create(Db::Postgres).await.unwrap_or_else(|e| panic!("{e}"))),
+        };
+        let url = match &db {
+            Some(db) => db.url.clone(),
+            None => format!("etcd://{}/bench-failover-{}", etcd_endpoints(), now_ms()),
+        };
+        let mut b = Bench::start(&bin, &backend, &url, &ttl).await;
         for (name, sig) in [("SIGKILL", SIGKILL), ("SIGTERM", SIGTERM)] {
             let (mut times, mut fenced) = (Vec::new(), Vec::new());
             for _ in 0..kills {
@@ -250,11 +258,17 @@ async fn main() {
                     None => println!("  {backend} {name}: a failover did not complete within 60 s"),
                 }
             }
-            let label = if backend == "etcd" { "etcd election (postgres store)".to_string() } else { format!("{backend} lock") };
+            let label = match backend.as_str() {
+                "etcd" => "etcd election (postgres store)".to_string(),
+                "etcd-store" => "etcd store + etcd election".to_string(),
+                other => format!("{other} lock"),
+            };
             println!("{label:32} {name}: first fire {}", summary(times));
             println!("{:32} {name}: new term fenced {}", "", summary(fenced));
         }
         drop(b);
-        db.drop_database().await;
+        if let Some(db) = db {
+            db.drop_database().await;
+        }
     }
 }
