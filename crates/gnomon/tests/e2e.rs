@@ -55,9 +55,19 @@ impl TestStore {
 
 impl Drop for TestStore {
     fn drop(&mut self) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         if let Some(db) = self.db.take() {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(db.drop_database());
+        }
+        // The etcd store's keys live in the shared test cluster: remove them.
+        if let Some(url) = self.url.as_deref().filter(|u| u.starts_with("etcd://")) {
+            if let Ok(u) = gnomon_backend::etcd_store::parse_url(url) {
+                rt.block_on(async {
+                    if let Ok(mut c) = etcd_client::Client::connect(u.target.urls(), None).await {
+                        let _ = c.delete(format!("/gnomon/{}/", u.cluster), Some(etcd_client::DeleteOptions::new().with_prefix())).await;
+                    }
+                });
+            }
         }
     }
 }

@@ -61,6 +61,8 @@ struct Ha {
     _workers: Vec<Proc>,
     /// The scheduled seconds the fire_all job must cover, from its first run.
     started: i64,
+    /// This test's keys in the shared etcd cluster, removed at the end.
+    etcd_prefix: Option<String>,
 }
 
 /// `url` with its host:port replaced by `addr`.
@@ -140,7 +142,8 @@ impl Ha {
             };
             replicas.push(Replica { id: format!("s{i}"), port, proxies, args, proc: None });
         }
-        let mut ha = Ha { dir, rt, db, store, replicas, _workers: Vec::new(), started: 0 };
+        let etcd_prefix = matches!(backend, Backend::Etcd | Backend::EtcdStore).then(|| format!("/gnomon/{cluster}/"));
+        let mut ha = Ha { dir, rt, db, store, replicas, _workers: Vec::new(), started: 0, etcd_prefix };
         for i in 0..3 {
             ha.start_replica(i);
         }
@@ -397,6 +400,17 @@ impl Drop for Ha {
         if let Some(db) = self.db.take() {
             self.rt.block_on(db.drop_database());
         }
+        if let Some(prefix) = self.etcd_prefix.take() {
+            self.rt.block_on(delete_etcd_prefix(&prefix));
+        }
+    }
+}
+
+/// Removes a test's keys from the shared etcd cluster.
+async fn delete_etcd_prefix(prefix: &str) {
+    let Ok(endpoints) = gnomon_backend::etcd::parse_endpoints(&etcd_endpoints()) else { return };
+    if let Ok(mut c) = etcd_client::Client::connect(endpoints, None).await {
+        let _ = c.delete(prefix, Some(etcd_client::DeleteOptions::new().with_prefix())).await;
     }
 }
 
@@ -543,7 +557,8 @@ fn etcd_fallback_to_local_is_logged_and_counted() {
 fn a_killed_worker_is_evicted_by_its_etcd_session_lease() {
     let dir = tempfile::tempdir().unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
-    let url = format!("etcd://{}/evict-{:08x}", etcd_endpoints(), rand_u32());
+    let cluster = format!("evict-{:08x}", rand_u32());
+    let url = format!("etcd://{}/{cluster}", etcd_endpoints());
     let args: Vec<String> = ["server", "--listen", &addr, "--node-id", "s1", "--store", &url].iter().map(|s| s.to_string()).collect();
     let server = Proc::spawn(dir.path(), "server", &args);
     wait_until("the server to lead", Duration::from_secs(60), || {
@@ -595,4 +610,10 @@ fn a_killed_worker_is_evicted_by_its_etcd_session_lease() {
         let ended = chrono::DateTime::parse_from_rfc3339(attempts[0]["ended_at"].as_str().unwrap()).unwrap().timestamp_millis();
         assert!(ended - killed_ms <= 17_000, "evicted {} ms after the kill (TTL 15 s + 2 s)", ended - killed_ms);
     }
+    drop(server);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(delete_etcd_prefix(&format!("/gnomon/{cluster}/")));
 }
