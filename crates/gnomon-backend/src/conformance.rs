@@ -18,7 +18,8 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}-{:08x}", rand::random::<u32>())
 }
 
-fn job_spec(name: &str) -> JobSpec {
+/// A valid job spec (`every: 1s`, `shell: true`) named `name`.
+pub fn job_spec(name: &str) -> JobSpec {
     parse_job_json(format!(r#"{{"name":"{name}","schedule":{{"every":"1s"}},"executor":{{"shell":{{"command":"true"}}}}}}"#).as_bytes())
         .and_then(|s| s.compile())
         .map(|c| c.spec)

@@ -37,6 +37,11 @@ use tokio::time::Instant;
 use crate::election::{count_election, jitter, ElectionConfig};
 use crate::{ElectionError, Elector, Fence, LeaderInfo, Leadership, Store, StoreError};
 
+/// A cluster name (`/gnomon/<cluster>/`): letters, digits, '-', '_', '.'.
+pub fn valid_cluster_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
 /// Parses `h1:2379,h2:2379` (an `http://` prefix is accepted) into endpoint
 /// URLs, or says exactly what is wrong.
 pub fn parse_endpoints(list: &str) -> Result<Vec<String>, String> {

@@ -149,7 +149,7 @@ pub fn parse_url(url: &str) -> Result<EtcdUrl, StoreError> {
         None => (rest, ""),
     };
     let cluster = if cluster.is_empty() { "default" } else { cluster };
-    if !cluster.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+    if !crate::etcd::valid_cluster_name(cluster) {
         return Err(StoreError::InvalidUrl(format!("etcd cluster name {cluster:?} must be letters, digits, '-', '_' or '.'")));
     }
     let endpoints = crate::etcd::parse_endpoints(hosts).map_err(StoreError::InvalidUrl)?;
@@ -377,8 +377,8 @@ impl EtcdStore {
         Ok(out)
     }
 
-    /// Writes one job change txn: `compares` must hold; `ops` are applied.
-    async fn job_txn(&self, compares: Vec<Compare>, ops: Vec<TxnOp>) -> Result<bool, StoreError> {
+    /// One conditional write: `ops` apply if every compare holds; says whether they did.
+    async fn cas_txn(&self, compares: Vec<Compare>, ops: Vec<TxnOp>) -> Result<bool, StoreError> {
         Ok(self.txn(Txn::new().when(compares).and_then(ops)).await?.succeeded())
     }
 }
@@ -471,7 +471,7 @@ impl Store for EtcdStore {
                     (j, compares, ops)
                 }
             };
-            if self.job_txn(compares, ops).await? {
+            if self.cas_txn(compares, ops).await? {
                 let (j, _, _) = self.job_by_name(&ns, &record.name).await?.ok_or_else(|| StoreError::Backend("job vanished".into()))?;
                 return Ok(j);
             }
@@ -489,7 +489,7 @@ impl Store for EtcdStore {
             j.updated_at = now;
             let key = self.k(&format!("jobs/{}", j.uid));
             if self
-                .job_txn(vec![Compare::mod_revision(key.clone(), CompareOp::Equal, rev)], vec![TxnOp::put(key, json(&ejob(&j)), None)])
+                .cas_txn(vec![Compare::mod_revision(key.clone(), CompareOp::Equal, rev)], vec![TxnOp::put(key, json(&ejob(&j)), None)])
                 .await?
             {
                 let (j, _, _) = self.job_by_name(namespace, name).await?.ok_or_else(|| StoreError::Backend("job vanished".into()))?;
@@ -513,7 +513,7 @@ impl Store for EtcdStore {
             let key = self.k(&format!("jobs/{}", j.uid));
             let name_key = self.k(&format!("job_names/{namespace}/{name}"));
             let ok = self
-                .job_txn(
+                .cas_txn(
                     vec![
                         Compare::mod_revision(key.clone(), CompareOp::Equal, rev),
                         Compare::mod_revision(name_key.clone(), CompareOp::Equal, name_rev),
@@ -600,7 +600,7 @@ impl Store for EtcdStore {
             } else {
                 Compare::mod_revision(key.clone(), CompareOp::Equal, rev)
             };
-            if self.job_txn(vec![cmp], vec![TxnOp::put(key.clone(), next.to_string(), None)]).await? {
+            if self.cas_txn(vec![cmp], vec![TxnOp::put(key.clone(), next.to_string(), None)]).await? {
                 return Ok(next);
             }
         }
@@ -646,7 +646,7 @@ impl Store for EtcdStore {
                 TxnOp::put(fkey.clone(), fence.token.to_string(), None),
                 TxnOp::put(self.k(&format!("leadership/{}", fence.scope)), json(&rec), None),
             ];
-            if self.job_txn(compares, ops).await? {
+            if self.cas_txn(compares, ops).await? {
                 self.terms.lock().unwrap_or_else(|p| p.into_inner()).insert(fence.scope.clone(), (fence.token, leader_key));
                 return Ok(());
             }
@@ -791,7 +791,7 @@ impl Store for EtcdStore {
                 }
                 _ => return Err(StoreError::Terminal(run_id.to_string())),
             };
-            if self.job_txn(vec![Compare::mod_revision(key, CompareOp::Equal, rev)], ops).await? {
+            if self.cas_txn(vec![Compare::mod_revision(key, CompareOp::Equal, rev)], ops).await? {
                 return Ok(outcome);
             }
         }
@@ -1110,15 +1110,7 @@ impl EtcdStore {
             for &i in chunk {
                 let t = &all[i];
                 let Some(row) = current.get_mut(&t.run_id) else { continue };
-                let cas = crate::model::RunCas {
-                    state: &mut row.state,
-                    attempt: &mut row.attempt,
-                    reason: &mut row.reason,
-                    next_attempt_at: &mut row.next_attempt_at,
-                    updated_at: &mut row.updated_at,
-                    cancel_requested: &mut row.cancel_requested,
-                };
-                if !t.apply_to(cas) {
+                if !t.apply_to(crate::model::run_cas!(row)) {
                     continue;
                 }
                 match &t.attempt {

@@ -186,6 +186,23 @@ pub(crate) struct RunCas<'a> {
     pub cancel_requested: &'a mut bool,
 }
 
+/// Borrows the transition fields of a store record (any type with fields
+/// `state`, `attempt`, `reason`, `next_attempt_at`, `updated_at`,
+/// `cancel_requested`) as a [`RunCas`].
+macro_rules! run_cas {
+    ($r:expr) => {
+        $crate::model::RunCas {
+            state: &mut $r.state,
+            attempt: &mut $r.attempt,
+            reason: &mut $r.reason,
+            next_attempt_at: &mut $r.next_attempt_at,
+            updated_at: &mut $r.updated_at,
+            cancel_requested: &mut $r.cancel_requested,
+        }
+    };
+}
+pub(crate) use run_cas;
+
 impl Transition {
     /// The compare-and-swap: applies this transition if the run is in
     /// `(from, from_attempt)` and says whether it did.

@@ -203,15 +203,7 @@ pub(crate) fn plan_transitions<'a>(locked: HashMap<String, RunRow>, batch: &'a [
             continue;
         };
         let before = (row.state, row.attempt);
-        let cas = crate::model::RunCas {
-            state: &mut row.state,
-            attempt: &mut row.attempt,
-            reason: &mut row.reason,
-            next_attempt_at: &mut row.next_attempt_at,
-            updated_at: &mut row.updated_at,
-            cancel_requested: &mut row.cancel_requested,
-        };
-        if !t.apply_to(cas) {
+        if !t.apply_to(crate::model::run_cas!(row)) {
             applied.push(false);
             continue;
         }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use gnomon_backend::conformance::store_suite;
+use gnomon_backend::conformance::{job_spec, store_suite};
 use gnomon_backend::testdb::etcd_endpoints;
 use gnomon_backend::{open_store, Elector, Store, StoreError};
 
@@ -60,10 +60,7 @@ async fn retention_deletes_old_terminal_runs_only() {
     use gnomon_core::RunState;
     let cluster = format!("ret-{:08x}", rand::random::<u32>());
     let store = open_store(&url(&cluster)).await.expect("open");
-    let spec = gnomon_core::spec::parse_job_json(br#"{"name":"kept","schedule":{"every":"1s"},"executor":{"shell":{"command":"true"}}}"#)
-        .and_then(|s| s.compile())
-        .unwrap()
-        .spec;
+    let spec = job_spec("kept");
     let job = store.put_job(&spec, Precondition::DoesNotExist, 1).await.unwrap();
     let token = store.next_epoch("scheduler").await.unwrap();
     let fence = Fence { scope: "scheduler".into(), token };
@@ -142,10 +139,7 @@ async fn job_writes_are_signalled_by_a_watch() {
     let b = open_store(&url(&cluster)).await.expect("open");
     let mut signal = a.job_change_signal().expect("etcd pushes job writes");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let spec = gnomon_core::spec::parse_job_json(br#"{"name":"pushed","schedule":{"every":"1s"},"executor":{"shell":{"command":"true"}}}"#)
-        .and_then(|s| s.compile())
-        .unwrap()
-        .spec;
+    let spec = job_spec("pushed");
     let seq = a.job_changes(0).await.unwrap().seq;
     b.put_job(&spec, Precondition::DoesNotExist, 1).await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), signal.recv()).await.expect("a signal within 5 s").expect("open");
@@ -164,12 +158,7 @@ async fn batches_beyond_one_txn_are_split_within_etcds_limits() {
     let store = open_store(&url(&cluster)).await.expect("open");
     let mut jobs = Vec::new();
     for i in 0..5 {
-        let spec = gnomon_core::spec::parse_job_json(
-            format!(r#"{{"name":"big{i}","schedule":{{"every":"1s"}},"executor":{{"shell":{{"command":"true"}}}}}}"#).as_bytes(),
-        )
-        .and_then(|s| s.compile())
-        .unwrap()
-        .spec;
+        let spec = job_spec(&format!("big{i}"));
         jobs.push(store.put_job(&spec, Precondition::DoesNotExist, 1).await.unwrap());
     }
     let token = store.next_epoch("scheduler").await.unwrap();
@@ -300,10 +289,7 @@ async fn tls_and_credentials_reach_a_secured_member() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     let store = store.unwrap_or_else(|| panic!("the TLS member did not answer within 30 s: {last:?}"));
-    let spec = gnomon_core::spec::parse_job_json(br#"{"name":"secure","schedule":{"every":"1s"},"executor":{"shell":{"command":"true"}}}"#)
-        .and_then(|s| s.compile())
-        .unwrap()
-        .spec;
+    let spec = job_spec("secure");
     store.put_job(&spec, Precondition::DoesNotExist, 1).await.expect("a write over TLS");
     assert!(store.get_job("default", "secure").await.unwrap().is_some());
     // Plain HTTP to a TLS member, no client certificate, or a missing CA

@@ -370,7 +370,7 @@ impl LeaderRuntime {
     async fn pause(&mut self, d: Duration) -> Option<LeaderExit> {
         tokio::select! {
             _ = tokio::time::sleep(d) => {}
-            Some((worker, lease)) = next_deletion(&mut self.lease_deletions) => self.on_lease_deleted(&worker, lease),
+            Some((worker, lease)) = next_from(&mut self.lease_deletions) => self.on_lease_deleted(&worker, lease),
             _ = self.lost.changed() => {}
             _ = self.shutdown.changed() => {}
         }
@@ -1559,8 +1559,8 @@ impl LeaderRuntime {
                     tokio::time::sleep(GROUP_COMMIT_WINDOW).await;
                 }
             }
-            Some((worker, lease)) = next_deletion(&mut self.lease_deletions) => self.on_lease_deleted(&worker, lease),
-            Some(()) = next_signal(&mut self.job_signal) => self.last_poll = 0,
+            Some((worker, lease)) = next_from(&mut self.lease_deletions) => self.on_lease_deleted(&worker, lease),
+            Some(()) = next_from(&mut self.job_signal) => self.last_poll = 0,
             _ = self.lost.changed() => {}
             _ = self.shutdown.changed() => {}
         }
@@ -1597,16 +1597,9 @@ fn waiting_reason(job: &JobEntry, strategy: gnomon_core::spec::RouteStrategy, no
     }
 }
 
-/// The next deletion from the store's session-lease watch (never, without one).
-async fn next_deletion(rx: &mut Option<mpsc::Receiver<(String, i64)>>) -> Option<(String, i64)> {
-    match rx {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The next job-write signal from the store (never, without one).
-async fn next_signal(rx: &mut Option<mpsc::Receiver<()>>) -> Option<()> {
+/// The next message of an optional store feed (session-key deletions, job
+/// writes); never, without one.
+async fn next_from<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

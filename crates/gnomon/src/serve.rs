@@ -332,7 +332,7 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
         (Some(c), None) => c.clone(),
         (None, None) => "default".to_string(),
     };
-    if cluster.is_empty() || !cluster.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+    if !gnomon_backend::etcd::valid_cluster_name(&cluster) {
         bail!("--cluster {cluster:?} must be letters, digits, '-', '_' or '.'");
     }
     // Two processes on one SQLite file would fence each other: lock its directory.
