@@ -1,9 +1,10 @@
 //! The leader runtime: trigger, dispatcher, retry and cancellation, run as
 //! one actor that owns the in-memory schedule and batches its store writes.
 //!
-//! Every store write carries the leadership's fence. The actor stops within
-//! one loop turn (bounded by [`MAX_TURN`]) when the `lost` signal fires, and
-//! at once when the store reports it has been fenced out.
+//! Every store write carries the leadership's fence. The actor stops at once
+//! when the `lost` signal fires, dropping any store call in flight (a
+//! partitioned database may never answer it), and at once when the store
+//! reports it has been fenced out.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
@@ -320,8 +321,18 @@ impl LeaderRuntime {
 
     /// Runs until leadership is lost, the store fences us out, or shutdown.
     pub async fn run(mut self) -> LeaderExit {
+        // A store call that hangs (a partitioned database answers nothing)
+        // must not keep a deposed leader in office: every step races the
+        // elector's verdict and is dropped, mid-call, when leadership is
+        // lost. Its writes are fenced, so a half-sent one cannot land.
+        let lost = self.lost.clone();
         loop {
-            match self.recover().await {
+            let recovered = tokio::select! {
+                biased;
+                () = lost_signal(lost.clone()) => return LeaderExit::Lost,
+                r = self.recover() => r,
+            };
+            match recovered {
                 Ok(()) => break,
                 Err(StoreError::Fenced { .. }) => return LeaderExit::Fenced,
                 Err(e) => {
@@ -337,7 +348,12 @@ impl LeaderRuntime {
             if let Some(exit) = self.should_stop() {
                 return exit;
             }
-            match self.turn().await {
+            let turned = tokio::select! {
+                biased;
+                () = lost_signal(lost.clone()) => return LeaderExit::Lost,
+                r = self.turn() => r,
+            };
+            match turned {
                 Ok(()) => {}
                 Err(StoreError::Fenced { token, current, .. }) => {
                     tracing::error!(token, current, "fenced out by a newer leader; stepping down");
@@ -351,7 +367,12 @@ impl LeaderRuntime {
                     continue;
                 }
             }
-            if let Some(exit) = self.wait_for_work().await {
+            let waited = tokio::select! {
+                biased;
+                () = lost_signal(lost.clone()) => return LeaderExit::Lost,
+                w = self.wait_for_work() => w,
+            };
+            if let Some(exit) = waited {
                 return exit;
             }
         }
@@ -1577,6 +1598,14 @@ impl LeaderRuntime {
                     })
             })
         })
+    }
+}
+
+/// Resolves once the elector says leadership is lost; never if it dropped
+/// the signal without saying so.
+async fn lost_signal(mut lost: watch::Receiver<bool>) {
+    if lost.wait_for(|l| *l).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

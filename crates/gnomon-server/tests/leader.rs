@@ -82,3 +82,36 @@ async fn a_fenced_leader_steps_down_and_writes_nothing() {
     let after = store.list_runs(&Default::default(), 1000, None).await.unwrap().runs.len();
     assert_eq!(after, before, "no run was created under the stale token");
 }
+
+/// A partitioned database answers nothing: a leader whose store call hangs
+/// must still step down the moment its elector says it lost. Here the call
+/// hangs on SQLite's write lock, held by another connection for longer than
+/// the test waits (the store's busy timeout is 10 s).
+#[tokio::test]
+async fn a_leader_blocked_in_a_store_call_steps_down_on_loss() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.db");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&format!("sqlite://{}", path.display())).await.unwrap());
+    let clock = ManualClock::new(1_000_000);
+    let spec = parse_job_json(br#"{"name":"tick","schedule":{"every":"1s"},"executor":{"handler":{"name":"noop"}}}"#)
+        .unwrap()
+        .compile()
+        .unwrap()
+        .spec;
+    store.put_job(&spec, Precondition::DoesNotExist, 1_000_000).await.unwrap();
+    let fence = term(&store).await;
+    let (rt, lost, _shut) = runtime(store.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Another connection takes the write lock; the leader's next fire blocks.
+    let mut blocker = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+    sqlx::query("BEGIN EXCLUSIVE").execute(&mut blocker).await.unwrap();
+    clock.advance(3_000);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!task.is_finished());
+    lost.send(true).unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(6), task).await.expect("stepped down while its store call still hung").unwrap();
+    assert_eq!(exit, LeaderExit::Lost);
+    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+}
