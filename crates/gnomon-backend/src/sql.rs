@@ -67,6 +67,77 @@ pub(crate) struct Dialect {
     pub migrate_lock: &'static str,
     pub migrate_unlock: &'static str,
     pub migrations: &'static [Migration],
+    /// The transition hot path as constant-text statements over one JSON
+    /// array parameter, where the database can read one; `None` keeps the
+    /// multi-row `CASE` statements.
+    pub json: Option<JsonBatch>,
+}
+
+/// The statements of a transition batch, each taking the whole chunk as one
+/// JSON array (`?1`/`$1`). Their text never changes, so each is prepared
+/// once per connection and cached, and a row costs an index lookup: the
+/// `CASE` form is parsed and planned anew for every batch and compares each
+/// row with every branch. (SQLite spent most of a worker benchmark
+/// compiling `CASE` chains.)
+pub(crate) struct JsonBatch {
+    /// Param: `["id", …]`. Returns the columns [`RunRow`] is read from, plus `id`.
+    pub lock_runs: &'static str,
+    /// Param: [`RunUpdate`]s. Matches on `(id, fs, fa)`; the affected-row
+    /// count is checked.
+    pub update_runs: &'static str,
+    /// Param: [`AttemptInsert`]s.
+    pub insert_attempts: &'static str,
+    /// Param: [`AttemptStart`]s; only attempts still `assigned`.
+    pub start_attempts: &'static str,
+    /// Param: [`AttemptEnd`]s; only attempts still `assigned` or `running`.
+    pub end_attempts: &'static str,
+}
+
+/// One run's final row in a JSON transition batch.
+#[derive(serde::Serialize)]
+pub(crate) struct RunUpdate<'a> {
+    pub id: &'a str,
+    /// The state and attempt the row was locked in (the CAS).
+    pub fs: &'a str,
+    pub fa: u32,
+    pub s: &'a str,
+    pub a: u32,
+    pub r: Option<&'a str>,
+    pub n: Option<Millis>,
+    pub u: Millis,
+    pub c: i64,
+}
+
+#[derive(serde::Serialize)]
+pub(crate) struct AttemptInsert<'a> {
+    pub r: &'a str,
+    pub a: u32,
+    pub w: &'a str,
+    pub t: i64,
+    pub at: Millis,
+}
+
+#[derive(serde::Serialize)]
+pub(crate) struct AttemptStart<'a> {
+    pub r: &'a str,
+    pub a: u32,
+    pub at: Millis,
+}
+
+#[derive(serde::Serialize)]
+pub(crate) struct AttemptEnd<'a> {
+    pub r: &'a str,
+    pub a: u32,
+    pub s: &'a str,
+    pub at: Millis,
+    pub x: Option<i32>,
+    pub o: &'a str,
+}
+
+/// A JSON batch parameter. Serialising plain structs of strings and numbers
+/// cannot fail.
+pub(crate) fn json_param<T: serde::Serialize + ?Sized>(rows: &T) -> String {
+    serde_json::to_string(rows).unwrap_or_else(|_| "[]".into())
 }
 
 impl Dialect {
@@ -239,7 +310,7 @@ macro_rules! sql_store {
         use gnomon_core::{AttemptState, Millis, RunState};
         use sqlx::{QueryBuilder, Row, Transaction};
 
-        use crate::sql::{db_err, is_unique_violation, plan_transitions, RunRow, CHUNK, END_CHUNK};
+        use crate::sql::{db_err, is_unique_violation, json_param, plan_transitions, AttemptEnd, AttemptInsert, AttemptStart, RunRow, RunUpdate, CHUNK, END_CHUNK};
         use crate::*;
 
         const D: &crate::sql::Dialect = &$dialect;
@@ -445,7 +516,41 @@ macro_rules! sql_store {
                 Ok(())
             }
 
+            async fn apply_attempt_changes_json(
+                tx: &mut Tx,
+                js: &crate::sql::JsonBatch,
+                changes: &[(&str, &AttemptChange, Millis)],
+            ) -> Result<(), StoreError> {
+                let mut inserts = Vec::new();
+                let mut starts = Vec::new();
+                let mut ends = Vec::new();
+                for (r, change, at) in changes {
+                    match change {
+                        AttemptChange::Assign { attempt, worker, token } => {
+                            inserts.push(AttemptInsert { r, a: *attempt, w: worker, t: to_i64(*token), at: *at })
+                        }
+                        AttemptChange::Start { attempt } => starts.push(AttemptStart { r, a: *attempt, at: *at }),
+                        AttemptChange::End { attempt, state, exit_code, output } => {
+                            ends.push(AttemptEnd { r, a: *attempt, s: state.as_str(), at: *at, x: *exit_code, o: output })
+                        }
+                    }
+                }
+                for chunk in inserts.chunks(CHUNK) {
+                    sqlx::query(js.insert_attempts).bind(json_param(chunk)).execute(&mut **tx).await.map_err(db_err)?;
+                }
+                for chunk in starts.chunks(CHUNK) {
+                    sqlx::query(js.start_attempts).bind(json_param(chunk)).execute(&mut **tx).await.map_err(db_err)?;
+                }
+                for chunk in ends.chunks(END_CHUNK) {
+                    sqlx::query(js.end_attempts).bind(json_param(chunk)).execute(&mut **tx).await.map_err(db_err)?;
+                }
+                Ok(())
+            }
+
             async fn apply_attempt_changes(tx: &mut Tx, changes: &[(&str, &AttemptChange, Millis)]) -> Result<(), StoreError> {
+                if let Some(js) = &D.json {
+                    return Self::apply_attempt_changes_json(tx, js, changes).await;
+                }
                 let assigns: Vec<_> = changes.iter().filter(|(_, c, _)| matches!(c, AttemptChange::Assign { .. })).collect();
                 for chunk in assigns.chunks(CHUNK) {
                     let mut qb: QueryBuilder<$db> =
@@ -625,15 +730,21 @@ macro_rules! sql_store {
                 ids.dedup();
                 let mut locked: HashMap<String, RunRow> = HashMap::new();
                 for chunk in ids.chunks(CHUNK) {
-                    let mut qb: QueryBuilder<$db> = QueryBuilder::new(
-                        "SELECT id, state, attempt, reason, next_attempt_at, updated_at, cancel_requested FROM runs WHERE id IN (",
-                    );
-                    let mut sep = qb.separated(", ");
-                    for id in chunk {
-                        sep.push_bind(id.to_string());
-                    }
-                    qb.push(") ORDER BY id").push(D.for_update);
-                    for r in qb.build().persistent(false).fetch_all(&mut *tx).await.map_err(db_err)? {
+                    let rows = match &D.json {
+                        Some(js) => sqlx::query(js.lock_runs).bind(json_param(chunk)).fetch_all(&mut *tx).await.map_err(db_err)?,
+                        None => {
+                            let mut qb: QueryBuilder<$db> = QueryBuilder::new(
+                                "SELECT id, state, attempt, reason, next_attempt_at, updated_at, cancel_requested FROM runs WHERE id IN (",
+                            );
+                            let mut sep = qb.separated(", ");
+                            for id in chunk {
+                                sep.push_bind(id.to_string());
+                            }
+                            qb.push(") ORDER BY id").push(D.for_update);
+                            qb.build().persistent(false).fetch_all(&mut *tx).await.map_err(db_err)?
+                        }
+                    };
+                    for r in rows {
                         let state = text(&r, "state")?;
                         locked.insert(
                             text(&r, "id")?,
@@ -649,6 +760,31 @@ macro_rules! sql_store {
                     }
                 }
                 let plan = plan_transitions(locked, transitions);
+                if let Some(js) = &D.json {
+                    for chunk in plan.finals.chunks(CHUNK) {
+                        let rows: Vec<RunUpdate<'_>> = chunk
+                            .iter()
+                            .map(|(id, fs, fa, row)| RunUpdate {
+                                id,
+                                fs: fs.as_str(),
+                                fa: *fa,
+                                s: row.state.as_str(),
+                                a: row.attempt,
+                                r: row.reason.as_deref(),
+                                n: row.next_attempt_at,
+                                u: row.updated_at,
+                                c: i64::from(row.cancel_requested),
+                            })
+                            .collect();
+                        let n = sqlx::query(js.update_runs).bind(json_param(&rows)).execute(&mut *tx).await.map_err(db_err)?.rows_affected();
+                        if n != chunk.len() as u64 {
+                            return Err(StoreError::Backend(format!("transition matched {n} of {} locked runs; rolled back", chunk.len())));
+                        }
+                    }
+                    Self::apply_attempt_changes(&mut tx, &plan.attempts).await?;
+                    tx.commit().await.map_err(db_err)?;
+                    return Ok(plan.applied);
+                }
                 for chunk in plan.finals.chunks(D.case_chunk) {
                     let mut qb: QueryBuilder<$db> = QueryBuilder::new("UPDATE runs SET ");
                     for (i, column) in ["state", "attempt", "reason", "next_attempt_at", "updated_at", "cancel_requested"].iter().enumerate() {
@@ -1061,6 +1197,7 @@ mod tests {
             migrate_lock: "",
             migrate_unlock: "",
             migrations: &[],
+            json: None,
         };
         assert_eq!(d.q("a = ? AND b = ? FOR UPDATE"), "a = $1 AND b = $2 FOR UPDATE");
         let d = Dialect { numbered: false, for_update: "", ..d };

@@ -67,6 +67,27 @@ const DIALECT: Dialect = Dialect {
     migrate_lock: "SELECT 1",
     migrate_unlock: "SELECT 1",
     migrations: MIGRATIONS,
+    json: Some(crate::sql::JsonBatch {
+        lock_runs: "SELECT id, state, attempt, reason, next_attempt_at, updated_at, cancel_requested FROM runs \
+                    WHERE id IN (SELECT value FROM json_each(?1))",
+        update_runs: "UPDATE runs SET state = j.s, attempt = j.a, reason = j.r, next_attempt_at = j.n, updated_at = j.u, \
+                      cancel_requested = j.c \
+                      FROM (SELECT value ->> 'id' AS id, value ->> 'fs' AS fs, value ->> 'fa' AS fa, value ->> 's' AS s, \
+                      value ->> 'a' AS a, value ->> 'r' AS r, value ->> 'n' AS n, value ->> 'u' AS u, value ->> 'c' AS c \
+                      FROM json_each(?1)) AS j \
+                      WHERE runs.id = j.id AND runs.state = j.fs AND runs.attempt = j.fa",
+        insert_attempts: "INSERT INTO attempts (run_id, attempt, worker, token, state, assigned_at, output) \
+                          SELECT value ->> 'r', value ->> 'a', value ->> 'w', value ->> 't', 'assigned', value ->> 'at', '' \
+                          FROM json_each(?1)",
+        start_attempts: "UPDATE attempts SET state = 'running', started_at = j.at \
+                         FROM (SELECT value ->> 'r' AS r, value ->> 'a' AS a, value ->> 'at' AS at FROM json_each(?1)) AS j \
+                         WHERE attempts.run_id = j.r AND attempts.attempt = j.a AND attempts.state = 'assigned'",
+        end_attempts: "UPDATE attempts SET state = j.s, ended_at = j.at, started_at = COALESCE(attempts.started_at, j.at), \
+                       exit_code = j.x, output = j.o \
+                       FROM (SELECT value ->> 'r' AS r, value ->> 'a' AS a, value ->> 's' AS s, value ->> 'at' AS at, \
+                       value ->> 'x' AS x, value ->> 'o' AS o FROM json_each(?1)) AS j \
+                       WHERE attempts.run_id = j.r AND attempts.attempt = j.a AND attempts.state IN ('assigned', 'running')",
+    }),
 };
 
 #[derive(Debug, Clone)]
