@@ -91,6 +91,16 @@ pub(crate) struct JsonBatch {
     pub start_attempts: &'static str,
     /// Param: [`AttemptEnd`]s; only attempts still `assigned` or `running`.
     pub end_attempts: &'static str,
+    /// Param: `["id", …]`; returns the `id`s that exist.
+    pub existing_runs: &'static str,
+    /// Param: [`JobAdvanceRow`]s; `last_scheduled_at` only moves forward.
+    pub advance_jobs: &'static str,
+}
+
+#[derive(serde::Serialize)]
+pub(crate) struct JobAdvanceRow<'a> {
+    pub u: &'a str,
+    pub at: Millis,
 }
 
 /// One run's final row in a JSON transition batch.
@@ -310,7 +320,10 @@ macro_rules! sql_store {
         use gnomon_core::{AttemptState, Millis, RunState};
         use sqlx::{QueryBuilder, Row, Transaction};
 
-        use crate::sql::{db_err, is_unique_violation, json_param, plan_transitions, AttemptEnd, AttemptInsert, AttemptStart, RunRow, RunUpdate, CHUNK, END_CHUNK};
+        use crate::sql::{
+            db_err, is_unique_violation, json_param, plan_transitions, AttemptEnd, AttemptInsert, AttemptStart, JobAdvanceRow, RunRow,
+            RunUpdate, CHUNK, END_CHUNK,
+        };
         use crate::*;
 
         const D: &crate::sql::Dialect = &$dialect;
@@ -655,13 +668,19 @@ macro_rules! sql_store {
                 // so this existence check is exact.
                 let mut existing: HashSet<String> = HashSet::new();
                 for chunk in ids.chunks(CHUNK) {
-                    let mut qb: QueryBuilder<$db> = QueryBuilder::new("SELECT id FROM runs WHERE id IN (");
-                    let mut sep = qb.separated(", ");
-                    for id in chunk {
-                        sep.push_bind(id.clone());
-                    }
-                    qb.push(")").push(D.for_update);
-                    for r in qb.build().persistent(false).fetch_all(&mut *tx).await.map_err(db_err)? {
+                    let rows = match &D.json {
+                        Some(js) => sqlx::query(js.existing_runs).bind(json_param(chunk)).fetch_all(&mut *tx).await.map_err(db_err)?,
+                        None => {
+                            let mut qb: QueryBuilder<$db> = QueryBuilder::new("SELECT id FROM runs WHERE id IN (");
+                            let mut sep = qb.separated(", ");
+                            for id in chunk {
+                                sep.push_bind(id.clone());
+                            }
+                            qb.push(")").push(D.for_update);
+                            qb.build().persistent(false).fetch_all(&mut *tx).await.map_err(db_err)?
+                        }
+                    };
+                    for r in rows {
                         existing.insert(text(&r, "id")?);
                     }
                 }
@@ -699,6 +718,14 @@ macro_rules! sql_store {
                     *e = (*e).max(a.last_scheduled_at);
                 }
                 let latest: Vec<(&str, Millis)> = latest.into_iter().collect();
+                if let Some(js) = &D.json {
+                    for chunk in latest.chunks(CHUNK) {
+                        let rows: Vec<JobAdvanceRow<'_>> = chunk.iter().map(|(u, at)| JobAdvanceRow { u, at: *at }).collect();
+                        sqlx::query(js.advance_jobs).bind(json_param(&rows)).execute(&mut *tx).await.map_err(db_err)?;
+                    }
+                    tx.commit().await.map_err(db_err)?;
+                    return Ok(ids.iter().map(|id| if created.contains(id) { FireOutcome::Created } else { FireOutcome::Existed }).collect());
+                }
                 for chunk in latest.chunks(D.case_chunk) {
                     let mut qb: QueryBuilder<$db> = QueryBuilder::new("UPDATE jobs SET last_scheduled_at = CASE");
                     for (uid, at) in chunk {

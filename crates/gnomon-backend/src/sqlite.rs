@@ -87,6 +87,9 @@ const DIALECT: Dialect = Dialect {
                        FROM (SELECT value ->> 'r' AS r, value ->> 'a' AS a, value ->> 's' AS s, value ->> 'at' AS at, \
                        value ->> 'x' AS x, value ->> 'o' AS o FROM json_each(?1)) AS j \
                        WHERE attempts.run_id = j.r AND attempts.attempt = j.a AND attempts.state IN ('assigned', 'running')",
+        existing_runs: "SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(?1))",
+        advance_jobs: "UPDATE jobs SET last_scheduled_at = MAX(COALESCE(jobs.last_scheduled_at, j.at), j.at) \
+                       FROM (SELECT value ->> 'u' AS u, value ->> 'at' AS at FROM json_each(?1)) AS j WHERE jobs.uid = j.u",
     }),
 };
 
