@@ -69,6 +69,7 @@ where
     fire_advances_last_scheduled_at(a.as_ref()).await;
     stale_token_writes_are_rejected(a.as_ref(), b.as_ref()).await;
     cas_transitions_and_terminal_finality(a.as_ref()).await;
+    fire_and_transition_in_one_write(a.as_ref(), b.as_ref()).await;
     pagination_is_stable_under_inserts(a.as_ref()).await;
     cancel_requests(a.as_ref()).await;
 }
@@ -309,6 +310,60 @@ async fn cas_transitions_and_terminal_finality(s: &dyn Store) {
         assert!(matches!(s.transition(&fence, &[t]).await, Err(StoreError::InvalidTransition { .. })), "succeeded -> {to} must be refused");
     }
     assert_eq!(s_run(s, &rid).await.state, RunState::Succeeded);
+}
+
+/// A leader turn's write: new runs fired and, in the same call, a run just
+/// fired assigned and an older one finished. Fenced as a whole.
+async fn fire_and_transition_in_one_write(a: &dyn Store, b: &dyn Store) {
+    let scope = unique("scope");
+    let fence = lead(a, &scope).await;
+    let job = a.put_job(&job_spec(&unique("turn")), Precondition::DoesNotExist, 1).await.expect("create");
+    a.fire(&fence, &[new_run(&job, 1000)], &[]).await.expect("fire");
+    let old = run_id(&job.uid, 1000);
+    let assign_old = tr(
+        &old,
+        RunState::Pending,
+        0,
+        RunState::Assigned,
+        1,
+        Some(AttemptChange::Assign { attempt: 1, worker: "w".into(), token: fence.token }),
+    );
+    assert_eq!(a.transition(&fence, &[assign_old]).await.expect("assign"), vec![true]);
+    let fresh = run_id(&job.uid, 2000);
+    let batch = [
+        tr(
+            &old,
+            RunState::Assigned,
+            1,
+            RunState::Succeeded,
+            1,
+            Some(AttemptChange::End { attempt: 1, state: AttemptState::Succeeded, exit_code: Some(0), output: "ok".into() }),
+        ),
+        tr(
+            &fresh,
+            RunState::Pending,
+            0,
+            RunState::Assigned,
+            1,
+            Some(AttemptChange::Assign { attempt: 1, worker: "w".into(), token: fence.token }),
+        ),
+    ];
+    let advance = [JobAdvance { job_uid: job.uid.clone(), last_scheduled_at: 2000 }];
+    // Fire 1000 again (it exists) and 2000 (new).
+    let wrote = a.fire_and_transition(&fence, &[new_run(&job, 1000), new_run(&job, 2000)], &advance, &batch).await.expect("turn write");
+    assert_eq!(wrote.fired, vec![FireOutcome::Existed, FireOutcome::Created]);
+    assert_eq!(wrote.applied.expect("transitions"), vec![true, true]);
+    assert_eq!(s_run(a, &old).await.state, RunState::Succeeded);
+    let detail = a.get_run(&fresh).await.expect("get").expect("the fired run exists");
+    assert_eq!((detail.run.state, detail.run.attempt, detail.attempts.len()), (RunState::Assigned, 1, 1));
+    assert_eq!(a.get_job("default", &job.name).await.expect("get").expect("exists").last_scheduled_at, Some(2000));
+    // A newer term fences the whole write out: nothing of it lands.
+    let _new = lead(b, &scope).await;
+    let stale = [tr(&fresh, RunState::Assigned, 1, RunState::Running, 1, Some(AttemptChange::Start { attempt: 1 }))];
+    let r = a.fire_and_transition(&fence, &[new_run(&job, 3000)], &[], &stale).await;
+    assert!(matches!(r, Err(StoreError::Fenced { .. })), "a stale turn write is fenced, got {r:?}");
+    assert!(a.get_run(&run_id(&job.uid, 3000)).await.expect("get").is_none());
+    assert_eq!(s_run(a, &fresh).await.state, RunState::Assigned);
 }
 
 async fn pagination_is_stable_under_inserts(s: &dyn Store) {

@@ -95,6 +95,16 @@ pub enum Precondition {
 /// - **Preconditions** on job writes are checked atomically with the write.
 /// - **Pagination** of runs is newest first and stable under concurrent
 ///   inserts: a cursor never yields a run twice or skips an older one.
+/// What [`Store::fire_and_transition`] wrote.
+#[derive(Debug)]
+pub struct TurnWrite {
+    /// Per new run, as [`Store::fire`] answers.
+    pub fired: Vec<FireOutcome>,
+    /// Per transition, as [`Store::transition`] answers; an error here means
+    /// the fire committed and the transitions did not.
+    pub applied: Result<Vec<bool>, StoreError>,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// `sqlite`, `mysql`, `postgres` or `etcd`.
@@ -121,6 +131,23 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     // --- leader writes (token-checked) ---
     async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError>;
     async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError>;
+
+    /// One leader write per turn: `fire`, then `transition` (which may move
+    /// the runs just fired). The SQL stores do both in one transaction, one
+    /// commit. This default makes the two calls; a transition failure after
+    /// the fire committed comes back in [`TurnWrite::applied`] (the fire
+    /// stands). `Err` means nothing was written.
+    async fn fire_and_transition(
+        &self,
+        fence: &Fence,
+        runs: &[NewRun],
+        advances: &[JobAdvance],
+        transitions: &[Transition],
+    ) -> Result<TurnWrite, StoreError> {
+        let fired = if runs.is_empty() && advances.is_empty() { Vec::new() } else { self.fire(fence, runs, advances).await? };
+        let applied = if transitions.is_empty() { Ok(Vec::new()) } else { self.transition(fence, transitions).await };
+        Ok(TurnWrite { fired, applied })
+    }
 
     // --- user writes on runs ---
     /// Cancels a run that has not started (directly) or asks the leader to

@@ -663,6 +663,31 @@ macro_rules! sql_store {
             async fn fire_tx(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
                 let mut tx = self.write_tx().await?;
                 Self::check_fence(&mut tx, fence).await?;
+                let outcomes = Self::fire_in(&mut tx, runs, advances).await?;
+                tx.commit().await.map_err(db_err)?;
+                Ok(outcomes)
+            }
+
+            /// One fenced transaction: the fire, then the transitions (which
+            /// may move the runs it just created).
+            async fn fire_and_transition_tx(
+                &self,
+                fence: &Fence,
+                runs: &[NewRun],
+                advances: &[JobAdvance],
+                transitions: &[Transition],
+            ) -> Result<(Vec<FireOutcome>, Vec<bool>), StoreError> {
+                Self::check_transitions(transitions)?;
+                let mut tx = self.write_tx().await?;
+                Self::check_fence(&mut tx, fence).await?;
+                let outcomes = Self::fire_in(&mut tx, runs, advances).await?;
+                let applied = Self::transition_in(&mut tx, transitions).await?;
+                tx.commit().await.map_err(db_err)?;
+                Ok((outcomes, applied))
+            }
+
+            async fn fire_in(tx: &mut Tx, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
+                let tx = &mut **tx;
                 let ids: Vec<String> = runs.iter().map(|r| r.id()).collect();
                 // Leader writes of the scope are serialised by the fence lock,
                 // so this existence check is exact.
@@ -723,7 +748,6 @@ macro_rules! sql_store {
                         let rows: Vec<JobAdvanceRow<'_>> = chunk.iter().map(|(u, at)| JobAdvanceRow { u, at: *at }).collect();
                         sqlx::query(js.advance_jobs).bind(json_param(&rows)).execute(&mut *tx).await.map_err(db_err)?;
                     }
-                    tx.commit().await.map_err(db_err)?;
                     return Ok(ids.iter().map(|id| if created.contains(id) { FireOutcome::Created } else { FireOutcome::Existed }).collect());
                 }
                 for chunk in latest.chunks(D.case_chunk) {
@@ -740,25 +764,38 @@ macro_rules! sql_store {
                     qb.push(")");
                     qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?;
                 }
-                tx.commit().await.map_err(db_err)?;
                 Ok(ids.iter().map(|id| if created.contains(id) { FireOutcome::Created } else { FireOutcome::Existed }).collect())
             }
 
-            async fn transition_tx(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
+            fn check_transitions(transitions: &[Transition]) -> Result<(), StoreError> {
                 for t in transitions {
                     if !t.from.can_become(t.to) {
                         return Err(StoreError::InvalidTransition { run: t.run_id.clone(), from: t.from.to_string(), to: t.to.to_string() });
                     }
                 }
+                Ok(())
+            }
+
+            async fn transition_tx(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
+                Self::check_transitions(transitions)?;
                 let mut tx = self.write_tx().await?;
                 Self::check_fence(&mut tx, fence).await?;
+                let applied = Self::transition_in(&mut tx, transitions).await?;
+                tx.commit().await.map_err(db_err)?;
+                Ok(applied)
+            }
+
+            async fn transition_in(tx: &mut Tx, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
+                if transitions.is_empty() {
+                    return Ok(Vec::new());
+                }
                 let mut ids: Vec<&str> = transitions.iter().map(|t| t.run_id.as_str()).collect();
                 ids.sort_unstable();
                 ids.dedup();
                 let mut locked: HashMap<String, RunRow> = HashMap::new();
                 for chunk in ids.chunks(CHUNK) {
                     let rows = match &D.json {
-                        Some(js) => sqlx::query(js.lock_runs).bind(json_param(chunk)).fetch_all(&mut *tx).await.map_err(db_err)?,
+                        Some(js) => sqlx::query(js.lock_runs).bind(json_param(chunk)).fetch_all(&mut **tx).await.map_err(db_err)?,
                         None => {
                             let mut qb: QueryBuilder<$db> = QueryBuilder::new(
                                 "SELECT id, state, attempt, reason, next_attempt_at, updated_at, cancel_requested FROM runs WHERE id IN (",
@@ -768,7 +805,7 @@ macro_rules! sql_store {
                                 sep.push_bind(id.to_string());
                             }
                             qb.push(") ORDER BY id").push(D.for_update);
-                            qb.build().persistent(false).fetch_all(&mut *tx).await.map_err(db_err)?
+                            qb.build().persistent(false).fetch_all(&mut **tx).await.map_err(db_err)?
                         }
                     };
                     for r in rows {
@@ -803,13 +840,12 @@ macro_rules! sql_store {
                                 c: i64::from(row.cancel_requested),
                             })
                             .collect();
-                        let n = sqlx::query(js.update_runs).bind(json_param(&rows)).execute(&mut *tx).await.map_err(db_err)?.rows_affected();
+                        let n = sqlx::query(js.update_runs).bind(json_param(&rows)).execute(&mut **tx).await.map_err(db_err)?.rows_affected();
                         if n != chunk.len() as u64 {
                             return Err(StoreError::Backend(format!("transition matched {n} of {} locked runs; rolled back", chunk.len())));
                         }
                     }
-                    Self::apply_attempt_changes(&mut tx, &plan.attempts).await?;
-                    tx.commit().await.map_err(db_err)?;
+                    Self::apply_attempt_changes(tx, &plan.attempts).await?;
                     return Ok(plan.applied);
                 }
                 for chunk in plan.finals.chunks(D.case_chunk) {
@@ -849,13 +885,12 @@ macro_rules! sql_store {
                         qb.push("(").push_bind(id.clone()).push(", ").push_bind(state.as_str()).push(", ").push_bind(i64::from(*attempt)).push(")");
                     }
                     qb.push(")");
-                    let n = qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?.rows_affected();
+                    let n = qb.build().persistent(false).execute(&mut **tx).await.map_err(db_err)?.rows_affected();
                     if n != chunk.len() as u64 {
                         return Err(StoreError::Backend(format!("transition matched {n} of {} locked runs; rolled back", chunk.len())));
                     }
                 }
-                Self::apply_attempt_changes(&mut tx, &plan.attempts).await?;
-                tx.commit().await.map_err(db_err)?;
+                Self::apply_attempt_changes(tx, &plan.attempts).await?;
                 Ok(plan.applied)
             }
 
@@ -1096,6 +1131,22 @@ macro_rules! sql_store {
                     Err(StoreError::Unavailable(m)) if m.starts_with(crate::sql::CONNECTION_LOST) => self.transition_tx(fence, transitions).await,
                     r => r,
                 }
+            }
+
+            async fn fire_and_transition(
+                &self,
+                fence: &Fence,
+                runs: &[NewRun],
+                advances: &[JobAdvance],
+                transitions: &[Transition],
+            ) -> Result<TurnWrite, StoreError> {
+                let (fired, applied) = match self.fire_and_transition_tx(fence, runs, advances, transitions).await {
+                    Err(StoreError::Unavailable(m)) if m.starts_with(crate::sql::CONNECTION_LOST) => {
+                        self.fire_and_transition_tx(fence, runs, advances, transitions).await?
+                    }
+                    r => r?,
+                };
+                Ok(TurnWrite { fired, applied: Ok(applied) })
             }
 
             async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
