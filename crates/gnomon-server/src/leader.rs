@@ -149,6 +149,22 @@ struct EventBatch {
     freed: Vec<(String, RunId)>,
 }
 
+/// One chunk of due jobs, planned and not yet written.
+struct FirePlan {
+    due_jobs: Vec<String>,
+    new_runs: Vec<NewRun>,
+    advances: Vec<JobAdvance>,
+    /// Per job: (uid, last scheduled time fired, more due).
+    plans: Vec<(String, Option<Millis>, bool)>,
+    /// A full chunk: more jobs may be due.
+    full: bool,
+    now: Millis,
+    /// When the write began (each run's `fired_at`).
+    stamp: Millis,
+    /// Pending runs tracked ahead of the write.
+    tracked: Vec<RunId>,
+}
+
 /// Assignments chosen by a dispatch pass, not yet persisted.
 struct DispatchPlan {
     batch: Vec<Transition>,
@@ -666,10 +682,22 @@ impl LeaderRuntime {
         // Firing comes first: a burst is written in chunks until it is done
         // or the turn's fire budget is spent, then dispatch gets its turn.
         // Under red backpressure due jobs wait (they are not dropped).
+        // A burst larger than one chunk writes its full chunks on their own
+        // until the budget is spent; the last chunk goes into the turn's one
+        // write together with the results and the assignments, so a run
+        // fired now can be assigned in the same commit.
         let budget = std::time::Instant::now() + FIRE_BUDGET;
-        while !self.pressure.defers_fires() && self.fire_due(now).await? && std::time::Instant::now() < budget {}
+        let mut last_chunk = None;
+        while !self.pressure.defers_fires() && std::time::Instant::now() < budget {
+            let Some(plan) = self.plan_fire(now).await? else { break };
+            if !plan.full {
+                last_chunk = Some(plan);
+                break;
+            }
+            self.write_fire(plan).await?;
+        }
         self.release_retries(now).await?;
-        self.record_and_dispatch(now).await
+        self.record_and_dispatch(now, last_chunk).await
     }
 
     async fn poll_store(&mut self) -> Result<()> {
@@ -1054,7 +1082,9 @@ impl LeaderRuntime {
 
     /// Fires up to [`MAX_FIRE_BATCH`] due jobs in one store write; returns
     /// whether more were due than fitted.
-    async fn fire_due(&mut self, now: Millis) -> Result<bool> {
+    /// Takes the due jobs (one chunk) off the timer heap and plans their
+    /// runs; nothing is written except `replace` cancellations.
+    async fn plan_fire(&mut self, now: Millis) -> Result<Option<FirePlan>> {
         let mut due_jobs = Vec::new();
         while let Some(Reverse((due, uid, generation))) = self.fire_heap.peek().cloned() {
             if due > now || due_jobs.len() >= MAX_FIRE_BATCH {
@@ -1066,7 +1096,7 @@ impl LeaderRuntime {
             }
         }
         if due_jobs.is_empty() {
-            return Ok(false);
+            return Ok(None);
         }
         let full = due_jobs.len() >= MAX_FIRE_BATCH;
         let mut new_runs = Vec::new();
@@ -1130,29 +1160,61 @@ impl LeaderRuntime {
         for run in &mut new_runs {
             run.fired_at = stamp;
         }
-        let outcomes = match self.store.fire(&self.fence, &new_runs, &advances).await {
-            Ok(o) => o,
-            Err(e) => {
-                // Nothing was written: put the jobs back to be tried again.
-                for uid in &due_jobs {
-                    if let Some(j) = self.jobs.get(uid) {
-                        self.fire_heap.push(Reverse((now, uid.clone(), j.generation)));
-                    }
-                }
-                return Err(e);
+        Ok(Some(FirePlan { due_jobs, new_runs, advances, plans, full, now, stamp, tracked: Vec::new() }))
+    }
+
+    /// Writes a fire chunk on its own.
+    async fn write_fire(&mut self, plan: FirePlan) -> Result<()> {
+        match self.store.fire(&self.fence, &plan.new_runs, &plan.advances).await {
+            Ok(outcomes) => {
+                self.finish_fire(plan, outcomes);
+                Ok(())
             }
-        };
+            Err(e) => {
+                self.undo_fire(plan);
+                Err(e)
+            }
+        }
+    }
+
+    /// Nothing was written: forget the runs tracked ahead of the write and
+    /// put the jobs back to be tried again.
+    fn undo_fire(&mut self, plan: FirePlan) {
+        for id in &plan.tracked {
+            self.untrack(id);
+        }
+        for uid in &plan.due_jobs {
+            if let Some(j) = self.jobs.get(uid) {
+                self.fire_heap.push(Reverse((plan.now, uid.clone(), j.generation)));
+            }
+        }
+    }
+
+    /// The fire is committed: track its new pending runs and schedule each
+    /// job's next fire.
+    fn finish_fire(&mut self, plan: FirePlan, outcomes: Vec<FireOutcome>) {
+        let FirePlan { new_runs, plans, now, stamp, tracked, .. } = plan;
+        let tracked: HashSet<RunId> = tracked.into_iter().collect();
         let committed = self.clock.now_millis();
         metrics::histogram!("gnomon_store_fire_seconds").record((committed - stamp).max(0) as f64 / 1000.0);
         for (run, outcome) in new_runs.into_iter().zip(outcomes) {
             if outcome != FireOutcome::Created {
+                // It existed already. Tracked ahead of the write, it stays
+                // tracked only if this write assigned it (the store had it
+                // pending); otherwise the store's copy is not ours to drive.
+                let id = run.id();
+                if tracked.contains(id.as_str()) && !self.in_flight.contains_key(id.as_str()) {
+                    self.untrack(&id);
+                }
                 continue;
             }
             metrics::counter!("gnomon_runs_total", "state" => run.state.as_str()).increment(1);
             if run.state == RunState::Pending {
                 // Lateness up to the commit: when the run became durable.
                 metrics::histogram!("gnomon_fire_lateness_seconds").record((committed - run.scheduled_at).max(0) as f64 / 1000.0);
-                self.track_pending(run, now);
+                if !tracked.contains(run.id().as_str()) {
+                    self.track_pending(run, now);
+                }
             }
         }
         for (uid, last, more) in plans {
@@ -1166,7 +1228,6 @@ impl LeaderRuntime {
                 self.fire_heap.push(Reverse((next, uid, generation)));
             }
         }
-        Ok(full)
     }
 
     async fn cancel_open_runs_of(&mut self, job_uid: &str, now: Millis) -> Result<()> {
@@ -1428,25 +1489,52 @@ impl LeaderRuntime {
         Ok(())
     }
 
-    /// Records worker results and persists new assignments in one store
-    /// write (one commit, one fsync), then acks the results and sends the
-    /// assignments.
-    async fn record_and_dispatch(&mut self, now: Millis) -> Result<()> {
+    /// The turn's one store write: the last fire chunk, worker results and
+    /// new assignments (one commit, one fsync on the SQL stores). Then the
+    /// results are acked and the assignments sent.
+    async fn record_and_dispatch(&mut self, now: Millis, mut fire: Option<FirePlan>) -> Result<()> {
+        // Track the chunk's pending runs ahead of the write so that this
+        // dispatch can place them; undone if the write fails.
+        if let Some(f) = fire.as_mut() {
+            for run in &f.new_runs {
+                if run.state == RunState::Pending && !self.runs.contains_key(run.id().as_str()) {
+                    let id = self.track_pending(run.clone(), now);
+                    f.tracked.push(id);
+                }
+            }
+        }
         let eb = self.prepare_worker_events();
         let plan = self.prepare_dispatch(now);
         let (n_events, n_dropped) = (eb.batch.len(), plan.dropped.len());
-        if n_events + n_dropped + plan.batch.len() == 0 {
+        if fire.is_none() && n_events + n_dropped + plan.batch.len() == 0 {
             return Ok(());
         }
         let mut all = Vec::with_capacity(n_events + n_dropped + plan.batch.len());
         all.extend(eb.batch.iter().cloned());
         all.extend(plan.dropped.iter().cloned());
         all.extend(plan.batch.iter().cloned());
-        let mut applied = match self.store.transition(&self.fence, &all).await {
-            Ok(a) => a,
+        let (runs, advances) = fire.as_ref().map(|f| (&f.new_runs[..], &f.advances[..])).unwrap_or((&[], &[]));
+        let wrote = match self.store.fire_and_transition(&self.fence, runs, advances, &all).await {
+            Ok(w) => w,
             Err(e) => {
                 self.undo_dispatch(&plan);
                 self.undo_events(eb);
+                if let Some(f) = fire {
+                    self.undo_fire(f);
+                }
+                return Err(e);
+            }
+        };
+        let mut applied = match wrote.applied {
+            Ok(a) => a,
+            Err(e) => {
+                // The fire committed, the rest did not (a store without
+                // one-transaction turn writes).
+                self.undo_dispatch(&plan);
+                self.undo_events(eb);
+                if let Some(f) = fire {
+                    self.finish_fire(f, wrote.fired);
+                }
                 return Err(e);
             }
         };
@@ -1460,7 +1548,11 @@ impl LeaderRuntime {
                 self.resync(&t.run_id).await?;
             }
         }
-        self.finish_dispatch(plan, assigned, now).await
+        self.finish_dispatch(plan, assigned, now).await?;
+        if let Some(f) = fire {
+            self.finish_fire(f, wrote.fired);
+        }
+        Ok(())
     }
 
     /// The workers a job may run on, sorted by id, as routing candidates.
