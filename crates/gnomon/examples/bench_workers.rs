@@ -10,7 +10,8 @@
 //!   instant; attempt-start lateness (started_at − scheduled_at) p50/p99/max.
 //! - **B2, spread lateness**: 2,000 one-shot jobs due 1 ms apart.
 //!
-//! Usage: bench_workers BIN [A|B1|B2 ...]
+//! Usage: bench_workers BIN [A|B1|B2 ...]; `BENCH_CAPACITY` sets A's worker
+//! capacity (50), `BENCH_B_CAPACITY` B's (256).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -176,7 +177,8 @@ async fn throughput(bin: &str, before: bool) {
 
 async fn lateness(bin: &str, spread_ms: i64) {
     let mut env = Env::start(bin).await;
-    env.worker(256);
+    let capacity: u32 = std::env::var("BENCH_B_CAPACITY").ok().and_then(|c| c.parse().ok()).unwrap_or(256);
+    env.worker(capacity);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let due = chrono::Utc::now().timestamp_millis() + 15_000;
     let created = Instant::now();
@@ -201,19 +203,39 @@ async fn lateness(bin: &str, spread_ms: i64) {
     assert!(took < Duration::from_secs(14), "creating the jobs took {took:?}, past their due time");
     env.wait_succeeded(ONE_SHOTS as u64).await;
     let mut late = Vec::new();
+    // Where the time goes: scheduled -> fired (committed), fired -> assigned
+    // (persisted), assigned -> started on the worker.
+    let (mut fire, mut assign, mut start) = (Vec::new(), Vec::new(), Vec::new());
     for r in env.all_runs().await {
         let detail: Value =
             env.http.get(format!("http://{}/v1/runs/{}", env.addr, r["id"].as_str().unwrap())).send().await.unwrap().json().await.unwrap();
-        late.push(ms(&detail["attempts"][0]["started_at"]) - ms(&detail["scheduled_at"]));
+        let (scheduled, fired) = (ms(&detail["scheduled_at"]), ms(&detail["fired_at"]));
+        let (assigned, started) = (ms(&detail["attempts"][0]["assigned_at"]), ms(&detail["attempts"][0]["started_at"]));
+        late.push(started - scheduled);
+        fire.push(fired - scheduled);
+        assign.push(assigned - fired);
+        start.push(started - assigned);
     }
     late.sort_unstable();
+    for v in [&mut fire, &mut assign, &mut start] {
+        v.sort_unstable();
+    }
     let label = if spread_ms == 0 { "B1 (2,000 due at one instant)" } else { "B2 (2,000 due 1 ms apart)" };
     println!(
-        "{label}: attempt-start lateness p50 {} ms, p99 {} ms, max {} ms ({} runs, worker capacity 256)",
+        "{label}: attempt-start lateness p50 {} ms, p99 {} ms, max {} ms ({} runs, worker capacity {capacity})",
         pct(&late, 0.5),
         pct(&late, 0.99),
         late.last().copied().unwrap_or(0),
         late.len()
+    );
+    println!(
+        "  stages p50/p99: scheduled->fired {}/{} ms, fired->assigned {}/{} ms, assigned->started {}/{} ms",
+        pct(&fire, 0.5),
+        pct(&fire, 0.99),
+        pct(&assign, 0.5),
+        pct(&assign, 0.99),
+        pct(&start, 0.5),
+        pct(&start, 0.99)
     );
 }
 
