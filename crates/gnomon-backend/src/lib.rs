@@ -76,6 +76,16 @@ pub enum Precondition {
     MatchesVersion(u64),
 }
 
+/// What [`Store::fire_and_transition`] wrote.
+#[derive(Debug)]
+pub struct TurnWrite {
+    /// Per new run, as [`Store::fire`] answers.
+    pub fired: Vec<FireOutcome>,
+    /// Per transition, as [`Store::transition`] answers; an error here means
+    /// the fire committed and the transitions did not.
+    pub applied: Result<Vec<bool>, StoreError>,
+}
+
 /// The persistent state of gnomon.
 ///
 /// # To be correct, an implementation must…
@@ -95,16 +105,6 @@ pub enum Precondition {
 /// - **Preconditions** on job writes are checked atomically with the write.
 /// - **Pagination** of runs is newest first and stable under concurrent
 ///   inserts: a cursor never yields a run twice or skips an older one.
-/// What [`Store::fire_and_transition`] wrote.
-#[derive(Debug)]
-pub struct TurnWrite {
-    /// Per new run, as [`Store::fire`] answers.
-    pub fired: Vec<FireOutcome>,
-    /// Per transition, as [`Store::transition`] answers; an error here means
-    /// the fire committed and the transitions did not.
-    pub applied: Result<Vec<bool>, StoreError>,
-}
-
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// `sqlite`, `mysql`, `postgres` or `etcd`.

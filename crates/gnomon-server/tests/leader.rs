@@ -24,6 +24,16 @@ async fn term(store: &Arc<dyn Store>) -> Fence {
     fence
 }
 
+/// A job that fires every second.
+async fn every_second_job(store: &Arc<dyn Store>) {
+    let spec = parse_job_json(br#"{"name":"tick","schedule":{"every":"1s"},"executor":{"handler":{"name":"noop"}}}"#)
+        .unwrap()
+        .compile()
+        .unwrap()
+        .spec;
+    store.put_job(&spec, Precondition::DoesNotExist, 1_000_000).await.unwrap();
+}
+
 fn runtime(store: Arc<dyn Store>, fence: Fence, clock: ManualClock) -> (LeaderRuntime, watch::Sender<bool>, watch::Sender<bool>) {
     let (_cmd_tx, cmd_rx) = mpsc::channel(8);
     let (lost_tx, lost_rx) = watch::channel(false);
@@ -60,12 +70,7 @@ async fn leader_loops_stop_within_a_second_of_loss() {
 async fn a_fenced_leader_steps_down_and_writes_nothing() {
     let (_d, store) = store().await;
     let clock = ManualClock::new(1_000_000);
-    let spec = parse_job_json(br#"{"name":"tick","schedule":{"every":"1s"},"executor":{"handler":{"name":"noop"}}}"#)
-        .unwrap()
-        .compile()
-        .unwrap()
-        .spec;
-    store.put_job(&spec, Precondition::DoesNotExist, 1_000_000).await.unwrap();
+    every_second_job(&store).await;
     let old = term(&store).await;
     let (rt, _lost, _shut) = runtime(store.clone(), old, clock.clone());
     let task = tokio::spawn(rt.run());
@@ -94,12 +99,7 @@ async fn a_leader_blocked_in_a_store_call_steps_down_on_loss() {
     let path = dir.path().join("g.db");
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&format!("sqlite://{}", path.display())).await.unwrap());
     let clock = ManualClock::new(1_000_000);
-    let spec = parse_job_json(br#"{"name":"tick","schedule":{"every":"1s"},"executor":{"handler":{"name":"noop"}}}"#)
-        .unwrap()
-        .compile()
-        .unwrap()
-        .spec;
-    store.put_job(&spec, Precondition::DoesNotExist, 1_000_000).await.unwrap();
+    every_second_job(&store).await;
     let fence = term(&store).await;
     let (rt, lost, _shut) = runtime(store.clone(), fence, clock.clone());
     let task = tokio::spawn(rt.run());
