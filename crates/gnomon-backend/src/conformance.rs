@@ -268,7 +268,7 @@ async fn cas_transitions_and_terminal_finality(s: &dyn Store) {
             1,
             RunState::Retrying,
             1,
-            Some(AttemptChange::End { attempt: 1, state: AttemptState::Lost, exit_code: None, output: String::new() }),
+            Some(AttemptChange::End { attempt: 1, state: AttemptState::Lost, exit_code: None, output: String::new(), started_at: None }),
         ),
         tr(&rid, RunState::Retrying, 1, RunState::Pending, 1, None),
         tr(
@@ -285,7 +285,13 @@ async fn cas_transitions_and_terminal_finality(s: &dyn Store) {
             2,
             RunState::Succeeded,
             2,
-            Some(AttemptChange::End { attempt: 2, state: AttemptState::Succeeded, exit_code: Some(0), output: "hi\n".into() }),
+            Some(AttemptChange::End {
+                attempt: 2,
+                state: AttemptState::Succeeded,
+                exit_code: Some(0),
+                output: "hi\n".into(),
+                started_at: None,
+            }),
         ),
         // A late report for the superseded attempt 1 must not apply.
         tr(
@@ -294,7 +300,13 @@ async fn cas_transitions_and_terminal_finality(s: &dyn Store) {
             1,
             RunState::Succeeded,
             1,
-            Some(AttemptChange::End { attempt: 1, state: AttemptState::Succeeded, exit_code: Some(0), output: "late".into() }),
+            Some(AttemptChange::End {
+                attempt: 1,
+                state: AttemptState::Succeeded,
+                exit_code: Some(0),
+                output: "late".into(),
+                started_at: None,
+            }),
         ),
     ];
     assert_eq!(s.transition(&fence, &batch).await.expect("batch"), vec![true, true, true, true, true, false]);
@@ -337,7 +349,13 @@ async fn fire_and_transition_in_one_write(a: &dyn Store, b: &dyn Store) {
             1,
             RunState::Succeeded,
             1,
-            Some(AttemptChange::End { attempt: 1, state: AttemptState::Succeeded, exit_code: Some(0), output: "ok".into() }),
+            Some(AttemptChange::End {
+                attempt: 1,
+                state: AttemptState::Succeeded,
+                exit_code: Some(0),
+                output: "ok".into(),
+                started_at: Some(4),
+            }),
         ),
         tr(
             &fresh,
@@ -353,7 +371,10 @@ async fn fire_and_transition_in_one_write(a: &dyn Store, b: &dyn Store) {
     let wrote = a.fire_and_transition(&fence, &[new_run(&job, 1000), new_run(&job, 2000)], &advance, &batch).await.expect("turn write");
     assert_eq!(wrote.fired, vec![FireOutcome::Existed, FireOutcome::Created]);
     assert_eq!(wrote.applied.expect("transitions"), vec![true, true]);
-    assert_eq!(s_run(a, &old).await.state, RunState::Succeeded);
+    let ended = a.get_run(&old).await.expect("get").expect("exists");
+    assert_eq!(ended.run.state, RunState::Succeeded);
+    // Ended without a recorded start: the end brings the worker's start time.
+    assert_eq!((ended.attempts[0].started_at, ended.attempts[0].ended_at), (Some(4), Some(5)));
     let detail = a.get_run(&fresh).await.expect("get").expect("the fired run exists");
     assert_eq!((detail.run.state, detail.run.attempt, detail.attempts.len()), (RunState::Assigned, 1, 1));
     assert_eq!(a.get_job("default", &job.name).await.expect("get").expect("exists").last_scheduled_at, Some(2000));
@@ -423,7 +444,7 @@ async fn cancel_requests(s: &dyn Store) {
         1,
         RunState::Cancelled,
         1,
-        Some(AttemptChange::End { attempt: 1, state: AttemptState::Cancelled, exit_code: None, output: String::new() }),
+        Some(AttemptChange::End { attempt: 1, state: AttemptState::Cancelled, exit_code: None, output: String::new(), started_at: None }),
     );
     assert!(s.transition(&fence, &[end]).await.expect("end")[0]);
     assert!(!s.cancel_requests().await.expect("requests").iter().any(|r| r.id == live), "a finished run is no longer a cancel request");

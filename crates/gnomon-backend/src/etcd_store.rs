@@ -1142,12 +1142,12 @@ impl EtcdStore {
                             }
                         }
                     }
-                    Some(AttemptChange::End { attempt, state, exit_code, output }) => {
+                    Some(AttemptChange::End { attempt, state, exit_code, output, started_at }) => {
                         let k = (t.run_id.clone(), *attempt);
                         if let Some(a) = attempts.get_mut(&k) {
                             a.state = *state;
                             a.ended_at = Some(t.at);
-                            a.started_at = a.started_at.or(Some(t.at));
+                            a.started_at = a.started_at.or(*started_at).or(Some(t.at));
                             a.exit_code = *exit_code;
                             a.output = output.clone();
                             touched_attempts.insert(k);

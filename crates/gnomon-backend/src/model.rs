@@ -111,8 +111,11 @@ pub enum AttemptChange {
     Assign { attempt: u32, worker: String, token: u64 },
     /// The worker started it.
     Start { attempt: u32 },
-    /// It ended.
-    End { attempt: u32, state: AttemptState, exit_code: Option<i32>, output: String },
+    /// It ended. `started_at` is when the worker started it, for an end
+    /// recorded without a separate `Start` (a short attempt whose start and
+    /// end reach the leader together); an attempt with no start time gets
+    /// this one, or else the end time.
+    End { attempt: u32, state: AttemptState, exit_code: Option<i32>, output: String, started_at: Option<Millis> },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

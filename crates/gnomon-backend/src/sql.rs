@@ -91,6 +91,11 @@ pub(crate) struct JsonBatch {
     pub start_attempts: &'static str,
     /// Param: [`AttemptEnd`]s; only attempts still `assigned` or `running`.
     pub end_attempts: &'static str,
+    /// Param: [`RunCasRow`]s, each run at most once. The CAS of
+    /// [`Transition::apply_to`] as one statement: moves each run still in
+    /// `(fs, fa)` and returns the `id`s it moved. Batches that touch a run
+    /// twice take the lock-read-and-plan path instead.
+    pub cas_runs: &'static str,
     /// Param: `["id", …]`; returns the `id`s that exist.
     pub existing_runs: &'static str,
     /// Param: [`JobAdvanceRow`]s; `last_scheduled_at` only moves forward.
@@ -118,6 +123,22 @@ pub(crate) struct RunUpdate<'a> {
     pub c: i64,
 }
 
+/// One transition of a batch that moves each run once.
+#[derive(serde::Serialize)]
+pub(crate) struct RunCasRow<'a> {
+    pub id: &'a str,
+    pub fs: &'a str,
+    pub fa: u32,
+    pub s: &'a str,
+    pub a: u32,
+    /// A new reason; `null` keeps the run's.
+    pub r: Option<&'a str>,
+    pub n: Option<Millis>,
+    pub u: Millis,
+    /// Terminal: clears `cancel_requested`.
+    pub t: i64,
+}
+
 #[derive(serde::Serialize)]
 pub(crate) struct AttemptInsert<'a> {
     pub r: &'a str,
@@ -140,6 +161,8 @@ pub(crate) struct AttemptEnd<'a> {
     pub a: u32,
     pub s: &'a str,
     pub at: Millis,
+    /// The worker's start time, for an end recorded without a start.
+    pub st: Option<Millis>,
     pub x: Option<i32>,
     pub o: &'a str,
 }
@@ -321,7 +344,7 @@ macro_rules! sql_store {
         use sqlx::{QueryBuilder, Row, Transaction};
 
         use crate::sql::{
-            db_err, is_unique_violation, json_param, plan_transitions, AttemptEnd, AttemptInsert, AttemptStart, JobAdvanceRow, RunRow,
+            db_err, is_unique_violation, json_param, plan_transitions, AttemptEnd, AttemptInsert, AttemptStart, JobAdvanceRow, RunCasRow, RunRow,
             RunUpdate, CHUNK, END_CHUNK,
         };
         use crate::*;
@@ -543,8 +566,8 @@ macro_rules! sql_store {
                             inserts.push(AttemptInsert { r, a: *attempt, w: worker, t: to_i64(*token), at: *at })
                         }
                         AttemptChange::Start { attempt } => starts.push(AttemptStart { r, a: *attempt, at: *at }),
-                        AttemptChange::End { attempt, state, exit_code, output } => {
-                            ends.push(AttemptEnd { r, a: *attempt, s: state.as_str(), at: *at, x: *exit_code, o: output })
+                        AttemptChange::End { attempt, state, exit_code, output, started_at } => {
+                            ends.push(AttemptEnd { r, a: *attempt, s: state.as_str(), at: *at, st: *started_at, x: *exit_code, o: output })
                         }
                     }
                 }
@@ -605,14 +628,14 @@ macro_rules! sql_store {
                         }
                         qb.push(*column).push(" = CASE");
                         for (run_id, change, at) in chunk.iter() {
-                            if let AttemptChange::End { attempt, state, exit_code, output } = change {
+                            if let AttemptChange::End { attempt, state, exit_code, output, started_at } = change {
                                 qb.push(" WHEN run_id = ").push_bind(run_id.to_string());
                                 qb.push(" AND attempt = ").push_bind(i64::from(*attempt));
                                 qb.push(" THEN ");
                                 match *column {
                                     "state" => qb.push_bind(state.as_str()),
                                     "ended_at" => qb.push_bind(*at),
-                                    "started_at" => qb.push("COALESCE(started_at, ").push_bind(*at).push(")"),
+                                    "started_at" => qb.push("COALESCE(started_at, ").push_bind(*started_at).push(", ").push_bind(*at).push(")"),
                                     "exit_code" => qb.push_bind(exit_code.map(i64::from)),
                                     _ => qb.push_bind(output.clone()),
                                 };
@@ -785,6 +808,42 @@ macro_rules! sql_store {
                 Ok(applied)
             }
 
+            /// A batch that moves each run once: in-order application equals
+            /// applying each on its own, so the CAS runs in the database (no
+            /// lock read, no plan) and the attempt changes follow for the
+            /// transitions it applied.
+            async fn cas_each_run_once(tx: &mut Tx, js: &crate::sql::JsonBatch, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
+                let rows: Vec<RunCasRow<'_>> = transitions
+                    .iter()
+                    .map(|t| RunCasRow {
+                        id: &t.run_id,
+                        fs: t.from.as_str(),
+                        fa: t.from_attempt,
+                        s: t.to.as_str(),
+                        a: t.to_attempt,
+                        r: t.reason.as_deref(),
+                        n: t.next_attempt_at,
+                        u: t.at,
+                        t: i64::from(t.to.is_terminal()),
+                    })
+                    .collect();
+                let mut moved: HashSet<String> = HashSet::new();
+                for chunk in rows.chunks(CHUNK) {
+                    for r in sqlx::query(js.cas_runs).bind(json_param(chunk)).fetch_all(&mut **tx).await.map_err(db_err)? {
+                        moved.insert(text(&r, "id")?);
+                    }
+                }
+                let applied: Vec<bool> = transitions.iter().map(|t| moved.contains(&t.run_id)).collect();
+                let attempts: Vec<(&str, &AttemptChange, Millis)> = transitions
+                    .iter()
+                    .zip(&applied)
+                    .filter(|(_, ok)| **ok)
+                    .filter_map(|(t, _)| t.attempt.as_ref().map(|c| (t.run_id.as_str(), c, t.at)))
+                    .collect();
+                Self::apply_attempt_changes(tx, &attempts).await?;
+                Ok(applied)
+            }
+
             async fn transition_in(tx: &mut Tx, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
                 if transitions.is_empty() {
                     return Ok(Vec::new());
@@ -792,6 +851,9 @@ macro_rules! sql_store {
                 let mut ids: Vec<&str> = transitions.iter().map(|t| t.run_id.as_str()).collect();
                 ids.sort_unstable();
                 ids.dedup();
+                if let Some(js) = D.json.as_ref().filter(|_| ids.len() == transitions.len()) {
+                    return Self::cas_each_run_once(tx, js, transitions).await;
+                }
                 let mut locked: HashMap<String, RunRow> = HashMap::new();
                 for chunk in ids.chunks(CHUNK) {
                     let rows = match &D.json {

@@ -82,11 +82,17 @@ const DIALECT: Dialect = Dialect {
         start_attempts: "UPDATE attempts SET state = 'running', started_at = j.at \
                          FROM (SELECT value ->> 'r' AS r, value ->> 'a' AS a, value ->> 'at' AS at FROM json_each(?1)) AS j \
                          WHERE attempts.run_id = j.r AND attempts.attempt = j.a AND attempts.state = 'assigned'",
-        end_attempts: "UPDATE attempts SET state = j.s, ended_at = j.at, started_at = COALESCE(attempts.started_at, j.at), \
+        end_attempts: "UPDATE attempts SET state = j.s, ended_at = j.at, started_at = COALESCE(attempts.started_at, j.st, j.at), \
                        exit_code = j.x, output = j.o \
                        FROM (SELECT value ->> 'r' AS r, value ->> 'a' AS a, value ->> 's' AS s, value ->> 'at' AS at, \
-                       value ->> 'x' AS x, value ->> 'o' AS o FROM json_each(?1)) AS j \
+                       value ->> 'st' AS st, value ->> 'x' AS x, value ->> 'o' AS o FROM json_each(?1)) AS j \
                        WHERE attempts.run_id = j.r AND attempts.attempt = j.a AND attempts.state IN ('assigned', 'running')",
+        cas_runs: "UPDATE runs SET state = j.s, attempt = j.a, reason = COALESCE(j.r, runs.reason), next_attempt_at = j.n, \
+                   updated_at = j.u, cancel_requested = CASE WHEN j.t THEN 0 ELSE runs.cancel_requested END \
+                   FROM (SELECT value ->> 'id' AS id, value ->> 'fs' AS fs, value ->> 'fa' AS fa, value ->> 's' AS s, \
+                   value ->> 'a' AS a, value ->> 'r' AS r, value ->> 'n' AS n, value ->> 'u' AS u, value ->> 't' AS t \
+                   FROM json_each(?1)) AS j \
+                   WHERE runs.id = j.id AND runs.state = j.fs AND runs.attempt = j.fa RETURNING id",
         existing_runs: "SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(?1))",
         advance_jobs: "UPDATE jobs SET last_scheduled_at = MAX(COALESCE(jobs.last_scheduled_at, j.at), j.at) \
                        FROM (SELECT value ->> 'u' AS u, value ->> 'at' AS at FROM json_each(?1)) AS j WHERE jobs.uid = j.u",

@@ -208,6 +208,7 @@ async fn batches_beyond_one_txn_are_split_within_etcds_limits() {
         state: AttemptState::Succeeded,
         exit_code: Some(0),
         output: "ok".into(),
+        started_at: None,
     });
     assert!(store.transition(&fence, &end).await.expect("end").iter().all(|a| *a));
     assert!(store.open_runs().await.unwrap().is_empty());

@@ -136,7 +136,7 @@ struct Session {
 #[derive(Debug, Clone)]
 enum WorkerEvent {
     Started { run_id: String, attempt: u32, at: Millis },
-    Finished { worker: String, run_id: String, attempt: u32, outcome: ExecOutcome, at: Millis },
+    Finished { worker: String, run_id: String, attempt: u32, outcome: ExecOutcome, started_at: Millis, at: Millis },
 }
 
 /// Worker results on their way to the store.
@@ -921,6 +921,7 @@ impl LeaderRuntime {
                     run_id: r.run_id,
                     attempt: r.attempt,
                     outcome: ExecOutcome { state, exit_code, output },
+                    started_at: r.started_at_ms,
                     at: r.ended_at_ms.max(r.started_at_ms),
                 });
             }
@@ -1357,7 +1358,7 @@ impl LeaderRuntime {
             to_attempt: run.attempt,
             reason,
             next_attempt_at,
-            attempt: Some(AttemptChange::End { attempt: run.attempt, state: outcome, exit_code, output }),
+            attempt: Some(AttemptChange::End { attempt: run.attempt, state: outcome, exit_code, output, started_at: None }),
             at: now,
         })
     }
@@ -1374,9 +1375,21 @@ impl LeaderRuntime {
         let mut batch = Vec::new();
         // Reports to ack once the batch is written: (worker, run, attempt, rejection).
         let mut acks: Vec<(String, String, u32, Option<&'static str>)> = Vec::new();
+        // A start whose end is in the same batch is not written on its own:
+        // the end carries the start time (one attempt write instead of two).
+        let ending: HashSet<(&str, u32)> = events
+            .iter()
+            .filter_map(|e| match e {
+                WorkerEvent::Finished { run_id, attempt, .. } => Some((run_id.as_str(), *attempt)),
+                WorkerEvent::Started { .. } => None,
+            })
+            .collect();
         for e in &events {
             match e {
                 WorkerEvent::Started { run_id, attempt, at } => {
+                    if ending.contains(&(run_id.as_str(), *attempt)) {
+                        continue;
+                    }
                     let Some(run) = self.runs.get(run_id.as_str()) else { continue };
                     let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
                     if state == RunState::Assigned && current == *attempt {
@@ -1394,7 +1407,7 @@ impl LeaderRuntime {
                         scratch.insert(run_id.clone(), (RunState::Running, current));
                     }
                 }
-                WorkerEvent::Finished { worker, run_id, attempt, outcome, at } => {
+                WorkerEvent::Finished { worker, run_id, attempt, outcome, started_at, at } => {
                     let Some(run) = self.runs.get(run_id.as_str()) else {
                         acks.push((worker.clone(), run_id.clone(), *attempt, Some("unknown run, or its result is already recorded")));
                         continue;
@@ -1410,6 +1423,9 @@ impl LeaderRuntime {
                         continue;
                     };
                     t.from = state;
+                    if let Some(AttemptChange::End { started_at: st, .. }) = t.attempt.as_mut() {
+                        *st = Some(*started_at);
+                    }
                     scratch.insert(run_id.clone(), (t.to, current));
                     batch.push(t);
                     acks.push((worker.clone(), run_id.clone(), *attempt, None));

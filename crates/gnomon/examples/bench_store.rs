@@ -109,7 +109,13 @@ async fn bench(name: &str, url: &str) {
                     1,
                     RunState::Succeeded,
                     1,
-                    AttemptChange::End { attempt: 1, state: AttemptState::Succeeded, exit_code: None, output: "ok".into() },
+                    AttemptChange::End {
+                        attempt: 1,
+                        state: AttemptState::Succeeded,
+                        exit_code: None,
+                        output: "ok".into(),
+                        started_at: None,
+                    },
                 )
             })
             .collect();
