@@ -1525,10 +1525,19 @@ impl LeaderRuntime {
         if fire.is_none() && n_events + n_dropped + plan.batch.len() == 0 {
             return Ok(());
         }
+        // Stamp the fire and the assignments when the write begins, not when
+        // the turn began (so a run's fired_at never follows its assigned_at).
+        let stamp = self.clock.now_millis();
+        if let Some(f) = fire.as_mut() {
+            f.stamp = stamp;
+            for run in &mut f.new_runs {
+                run.fired_at = stamp;
+            }
+        }
         let mut all = Vec::with_capacity(n_events + n_dropped + plan.batch.len());
         all.extend(eb.batch.iter().cloned());
         all.extend(plan.dropped.iter().cloned());
-        all.extend(plan.batch.iter().cloned());
+        all.extend(plan.batch.iter().map(|t| Transition { at: stamp, ..t.clone() }));
         let (runs, advances) = fire.as_ref().map(|f| (&f.new_runs[..], &f.advances[..])).unwrap_or((&[], &[]));
         let wrote = match self.store.fire_and_transition(&self.fence, runs, advances, &all).await {
             Ok(w) => w,

