@@ -327,7 +327,12 @@ impl EtcdStore {
     /// After a failed leader txn: fenced out, or a CAS conflict to re-plan?
     async fn check_fenced(&self, fence: &Fence) -> Result<(), StoreError> {
         let compares = self.fence_compares(fence).await?;
-        let resp = self.txn(Txn::new().when(compares)).await?;
+        // The range op matters: etcd serves a txn whose ops are all
+        // serializable reads from the local member, and a compare-only txn
+        // counts as one, so it could miss a deletion another member has
+        // committed. A linearizable get makes the whole txn linearizable.
+        let probe = TxnOp::get(self.k(&format!("fence/{}", fence.scope)), None);
+        let resp = self.txn(Txn::new().when(compares).and_then(vec![probe])).await?;
         if resp.succeeded() {
             return Ok(());
         }

@@ -41,7 +41,8 @@ async fn elector_suite_passes_with_the_etcd_store() {
     store.fire(&fence, &[], &[]).await.expect("the live term writes");
     let mut c = etcd_client::Client::connect(&endpoints, None).await.unwrap();
     c.delete(format!("/gnomon/{cluster}/election/gone/"), Some(etcd_client::DeleteOptions::new().with_prefix())).await.unwrap();
-    assert!(matches!(store.fire(&fence, &[], &[]).await, Err(StoreError::Fenced { .. })), "a term without its election key is fenced");
+    let r = store.fire(&fence, &[], &[]).await;
+    assert!(matches!(r, Err(StoreError::Fenced { .. })), "a term without its election key is fenced, got {r:?}");
 }
 
 #[tokio::test]
