@@ -736,11 +736,7 @@ impl Store for EtcdStore {
     }
 
     async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
-        for t in transitions {
-            if !t.from.can_become(t.to) {
-                return Err(StoreError::InvalidTransition { run: t.run_id.clone(), from: t.from.to_string(), to: t.to.to_string() });
-            }
-        }
+        Transition::check_lifecycle(transitions)?;
         let mut applied = vec![false; transitions.len()];
         // Chunks never split one run's transitions.
         // A txn's cost: per run, a put and maybe a delete (2 ops) and one

@@ -207,6 +207,15 @@ macro_rules! run_cas {
 pub(crate) use run_cas;
 
 impl Transition {
+    /// Refuses a batch holding a move the run lifecycle does not allow
+    /// (every store checks this before writing anything).
+    pub(crate) fn check_lifecycle(batch: &[Transition]) -> Result<(), crate::StoreError> {
+        match batch.iter().find(|t| !t.from.can_become(t.to)) {
+            Some(t) => Err(crate::StoreError::InvalidTransition { run: t.run_id.clone(), from: t.from.to_string(), to: t.to.to_string() }),
+            None => Ok(()),
+        }
+    }
+
     /// The compare-and-swap: applies this transition if the run is in
     /// `(from, from_attempt)` and says whether it did.
     pub(crate) fn apply_to(&self, r: RunCas<'_>) -> bool {

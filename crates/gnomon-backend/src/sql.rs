@@ -57,10 +57,9 @@ pub(crate) struct Dialect {
     pub greatest: &'static str,
     /// How a write transaction begins, if not with the driver's default.
     pub begin: Option<&'static str>,
-    /// Rows per multi-row `CASE` update. SQLite compiles a `CASE` with n
-    /// branches in O(n²) (it compares every expression with every other), so
-    /// it gets short ones; the networked databases long ones, to save round
-    /// trips.
+    /// Rows per multi-row `CASE` update (the dialects without [`Dialect::json`];
+    /// long, to save round trips). SQLite compiles a `CASE` with n branches
+    /// in O(n²), which is why it uses the JSON statements instead.
     pub case_chunk: usize,
     /// Turns an INSERT into insert-or-ignore; `{key}` is a column of the table.
     pub ignore_suffix: &'static str,
@@ -82,9 +81,6 @@ pub(crate) struct Dialect {
 pub(crate) struct JsonBatch {
     /// Param: `["id", …]`. Returns the columns [`RunRow`] is read from, plus `id`.
     pub lock_runs: &'static str,
-    /// Param: [`RunUpdate`]s. Matches on `(id, fs, fa)`; the affected-row
-    /// count is checked.
-    pub update_runs: &'static str,
     /// Param: [`AttemptInsert`]s.
     pub insert_attempts: &'static str,
     /// Param: [`AttemptStart`]s; only attempts still `assigned`.
@@ -93,8 +89,9 @@ pub(crate) struct JsonBatch {
     pub end_attempts: &'static str,
     /// Param: [`RunCasRow`]s, each run at most once. The CAS of
     /// [`Transition::apply_to`] as one statement: moves each run still in
-    /// `(fs, fa)` and returns the `id`s it moved. Batches that touch a run
-    /// twice take the lock-read-and-plan path instead.
+    /// `(fs, fa)` and returns the `id`s it moved. A batch that touches a run
+    /// twice is planned in memory against locked rows first, and each run's
+    /// final row goes through the same statement.
     pub cas_runs: &'static str,
     /// Param: `["id", …]`; returns the `id`s that exist.
     pub existing_runs: &'static str,
@@ -108,22 +105,8 @@ pub(crate) struct JobAdvanceRow<'a> {
     pub at: Millis,
 }
 
-/// One run's final row in a JSON transition batch.
-#[derive(serde::Serialize)]
-pub(crate) struct RunUpdate<'a> {
-    pub id: &'a str,
-    /// The state and attempt the row was locked in (the CAS).
-    pub fs: &'a str,
-    pub fa: u32,
-    pub s: &'a str,
-    pub a: u32,
-    pub r: Option<&'a str>,
-    pub n: Option<Millis>,
-    pub u: Millis,
-    pub c: i64,
-}
-
-/// One transition of a batch that moves each run once.
+/// One run's move in a JSON transition batch: a transition of a batch that
+/// moves each run once, or a run's planned final row.
 #[derive(serde::Serialize)]
 pub(crate) struct RunCasRow<'a> {
     pub id: &'a str,
@@ -344,8 +327,8 @@ macro_rules! sql_store {
         use sqlx::{QueryBuilder, Row, Transaction};
 
         use crate::sql::{
-            db_err, is_unique_violation, json_param, plan_transitions, AttemptEnd, AttemptInsert, AttemptStart, JobAdvanceRow, RunCasRow, RunRow,
-            RunUpdate, CHUNK, END_CHUNK,
+            db_err, is_unique_violation, json_param, plan_transitions, AttemptEnd, AttemptInsert, AttemptStart, JobAdvanceRow, RunCasRow, RunRow, CHUNK,
+            END_CHUNK,
         };
         use crate::*;
 
@@ -700,7 +683,7 @@ macro_rules! sql_store {
                 advances: &[JobAdvance],
                 transitions: &[Transition],
             ) -> Result<(Vec<FireOutcome>, Vec<bool>), StoreError> {
-                Self::check_transitions(transitions)?;
+                Transition::check_lifecycle(transitions)?;
                 let mut tx = self.write_tx().await?;
                 Self::check_fence(&mut tx, fence).await?;
                 let outcomes = Self::fire_in(&mut tx, runs, advances).await?;
@@ -790,17 +773,8 @@ macro_rules! sql_store {
                 Ok(ids.iter().map(|id| if created.contains(id) { FireOutcome::Created } else { FireOutcome::Existed }).collect())
             }
 
-            fn check_transitions(transitions: &[Transition]) -> Result<(), StoreError> {
-                for t in transitions {
-                    if !t.from.can_become(t.to) {
-                        return Err(StoreError::InvalidTransition { run: t.run_id.clone(), from: t.from.to_string(), to: t.to.to_string() });
-                    }
-                }
-                Ok(())
-            }
-
             async fn transition_tx(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
-                Self::check_transitions(transitions)?;
+                Transition::check_lifecycle(transitions)?;
                 let mut tx = self.write_tx().await?;
                 Self::check_fence(&mut tx, fence).await?;
                 let applied = Self::transition_in(&mut tx, transitions).await?;
@@ -827,12 +801,7 @@ macro_rules! sql_store {
                         t: i64::from(t.to.is_terminal()),
                     })
                     .collect();
-                let mut moved: HashSet<String> = HashSet::new();
-                for chunk in rows.chunks(CHUNK) {
-                    for r in sqlx::query(js.cas_runs).bind(json_param(chunk)).fetch_all(&mut **tx).await.map_err(db_err)? {
-                        moved.insert(text(&r, "id")?);
-                    }
-                }
+                let moved = Self::cas_runs(tx, js, &rows).await?;
                 let applied: Vec<bool> = transitions.iter().map(|t| moved.contains(&t.run_id)).collect();
                 let attempts: Vec<(&str, &AttemptChange, Millis)> = transitions
                     .iter()
@@ -842,6 +811,17 @@ macro_rules! sql_store {
                     .collect();
                 Self::apply_attempt_changes(tx, &attempts).await?;
                 Ok(applied)
+            }
+
+            /// Runs the CAS statement over `rows`; the ids it moved.
+            async fn cas_runs(tx: &mut Tx, js: &crate::sql::JsonBatch, rows: &[RunCasRow<'_>]) -> Result<HashSet<String>, StoreError> {
+                let mut moved = HashSet::new();
+                for chunk in rows.chunks(CHUNK) {
+                    for r in sqlx::query(js.cas_runs).bind(json_param(chunk)).fetch_all(&mut **tx).await.map_err(db_err)? {
+                        moved.insert(text(&r, "id")?);
+                    }
+                }
+                Ok(moved)
             }
 
             async fn transition_in(tx: &mut Tx, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
@@ -887,25 +867,27 @@ macro_rules! sql_store {
                 }
                 let plan = plan_transitions(locked, transitions);
                 if let Some(js) = &D.json {
-                    for chunk in plan.finals.chunks(CHUNK) {
-                        let rows: Vec<RunUpdate<'_>> = chunk
-                            .iter()
-                            .map(|(id, fs, fa, row)| RunUpdate {
-                                id,
-                                fs: fs.as_str(),
-                                fa: *fa,
-                                s: row.state.as_str(),
-                                a: row.attempt,
-                                r: row.reason.as_deref(),
-                                n: row.next_attempt_at,
-                                u: row.updated_at,
-                                c: i64::from(row.cancel_requested),
-                            })
-                            .collect();
-                        let n = sqlx::query(js.update_runs).bind(json_param(&rows)).execute(&mut **tx).await.map_err(db_err)?.rows_affected();
-                        if n != chunk.len() as u64 {
-                            return Err(StoreError::Backend(format!("transition matched {n} of {} locked runs; rolled back", chunk.len())));
-                        }
+                    // A final row as a move from the locked row: its reason is
+                    // the planned one (kept when none was set), and reaching a
+                    // terminal state clears `cancel_requested`, as planned.
+                    let rows: Vec<RunCasRow<'_>> = plan
+                        .finals
+                        .iter()
+                        .map(|(id, fs, fa, row)| RunCasRow {
+                            id,
+                            fs: fs.as_str(),
+                            fa: *fa,
+                            s: row.state.as_str(),
+                            a: row.attempt,
+                            r: row.reason.as_deref(),
+                            n: row.next_attempt_at,
+                            u: row.updated_at,
+                            t: i64::from(row.state.is_terminal()),
+                        })
+                        .collect();
+                    let moved = Self::cas_runs(tx, js, &rows).await?;
+                    if moved.len() != rows.len() {
+                        return Err(StoreError::Backend(format!("transition matched {} of {} locked runs; rolled back", moved.len(), rows.len())));
                     }
                     Self::apply_attempt_changes(tx, &plan.attempts).await?;
                     return Ok(plan.applied);

@@ -70,12 +70,6 @@ const DIALECT: Dialect = Dialect {
     json: Some(crate::sql::JsonBatch {
         lock_runs: "SELECT id, state, attempt, reason, next_attempt_at, updated_at, cancel_requested FROM runs \
                     WHERE id IN (SELECT value FROM json_each(?1))",
-        update_runs: "UPDATE runs SET state = j.s, attempt = j.a, reason = j.r, next_attempt_at = j.n, updated_at = j.u, \
-                      cancel_requested = j.c \
-                      FROM (SELECT value ->> 'id' AS id, value ->> 'fs' AS fs, value ->> 'fa' AS fa, value ->> 's' AS s, \
-                      value ->> 'a' AS a, value ->> 'r' AS r, value ->> 'n' AS n, value ->> 'u' AS u, value ->> 'c' AS c \
-                      FROM json_each(?1)) AS j \
-                      WHERE runs.id = j.id AND runs.state = j.fs AND runs.attempt = j.fa",
         insert_attempts: "INSERT INTO attempts (run_id, attempt, worker, token, state, assigned_at, output) \
                           SELECT value ->> 'r', value ->> 'a', value ->> 'w', value ->> 't', 'assigned', value ->> 'at', '' \
                           FROM json_each(?1)",

@@ -1519,8 +1519,8 @@ impl LeaderRuntime {
                 }
             }
         }
-        let eb = self.prepare_worker_events();
-        let plan = self.prepare_dispatch(now);
+        let mut eb = self.prepare_worker_events();
+        let mut plan = self.prepare_dispatch(now);
         let (n_events, n_dropped) = (eb.batch.len(), plan.dropped.len());
         if fire.is_none() && n_events + n_dropped + plan.batch.len() == 0 {
             return Ok(());
@@ -1534,12 +1534,20 @@ impl LeaderRuntime {
                 run.fired_at = stamp;
             }
         }
-        let mut all = Vec::with_capacity(n_events + n_dropped + plan.batch.len());
-        all.extend(eb.batch.iter().cloned());
-        all.extend(plan.dropped.iter().cloned());
-        all.extend(plan.batch.iter().map(|t| Transition { at: stamp, ..t.clone() }));
+        for t in &mut plan.batch {
+            t.at = stamp;
+        }
+        // One slice for the store, moved (results carry their output), and
+        // split back into its parts after the write.
+        let mut all = std::mem::take(&mut eb.batch);
+        all.append(&mut plan.dropped);
+        all.append(&mut plan.batch);
         let (runs, advances) = fire.as_ref().map(|f| (&f.new_runs[..], &f.advances[..])).unwrap_or((&[], &[]));
-        let wrote = match self.store.fire_and_transition(&self.fence, runs, advances, &all).await {
+        let result = self.store.fire_and_transition(&self.fence, runs, advances, &all).await;
+        plan.batch = all.split_off(n_events + n_dropped);
+        plan.dropped = all.split_off(n_events);
+        eb.batch = all;
+        let wrote = match result {
             Ok(w) => w,
             Err(e) => {
                 self.undo_dispatch(&plan);
