@@ -11,13 +11,23 @@ use crate::spec::RouteStrategy;
 #[derive(Debug, Clone)]
 pub struct Candidate<'a> {
     pub id: &'a str,
+    /// Attempts it holds (executing or queued).
     pub running: usize,
+    /// Attempts it executes at once: load is `running / capacity`.
     pub capacity: usize,
+    /// Attempts it may hold: `capacity`, plus its prefetch queue when the
+    /// leader allows queueing on it now.
+    pub limit: usize,
 }
 
-impl Candidate<'_> {
+impl<'a> Candidate<'a> {
+    /// A candidate that holds at most `capacity` attempts (no queue).
+    pub fn new(id: &'a str, running: usize, capacity: usize) -> Self {
+        Self { id, running, capacity, limit: capacity }
+    }
+
     pub fn has_room(&self) -> bool {
-        self.running < self.capacity
+        self.running < self.limit
     }
 }
 
@@ -75,13 +85,13 @@ mod tests {
     use super::*;
 
     fn cands<'a>(ids: &'a [String], running: &[usize]) -> Vec<Candidate<'a>> {
-        ids.iter().zip(running).map(|(id, r)| Candidate { id, running: *r, capacity: 10 }).collect()
+        ids.iter().zip(running).map(|(id, r)| Candidate::new(id, *r, 10)).collect()
     }
 
     #[test]
     fn least_loaded_prefers_relative_load() {
         let ids: Vec<String> = vec!["a".into(), "b".into()];
-        let c = vec![Candidate { id: &ids[0], running: 5, capacity: 10 }, Candidate { id: &ids[1], running: 6, capacity: 20 }];
+        let c = vec![Candidate::new(&ids[0], 5, 10), Candidate::new(&ids[1], 6, 20)];
         assert_eq!(pick_worker(RouteStrategy::LeastLoaded, "j", &c, &mut 0), Some(1));
         let full = cands(&ids, &[10, 10]);
         assert_eq!(pick_worker(RouteStrategy::LeastLoaded, "j", &full, &mut 0), None);
@@ -89,6 +99,18 @@ mod tests {
         let mut rr = 0;
         let picks: Vec<usize> = (0..4).map(|_| pick_worker(RouteStrategy::LeastLoaded, "j", &idle, &mut rr).unwrap()).collect();
         assert_eq!(picks, vec![0, 1, 0, 1], "ties rotate");
+    }
+
+    #[test]
+    fn a_queue_is_used_only_past_every_free_slot() {
+        let ids: Vec<String> = vec!["a".into(), "b".into()];
+        // a: full but may queue 10 more; b: one free slot, no queue.
+        let c = vec![Candidate { limit: 20, ..Candidate::new(&ids[0], 10, 10) }, Candidate::new(&ids[1], 9, 10)];
+        assert_eq!(pick_worker(RouteStrategy::LeastLoaded, "j", &c, &mut 0), Some(1), "a free slot beats a queue");
+        let c = vec![Candidate { limit: 20, ..Candidate::new(&ids[0], 10, 10) }, Candidate::new(&ids[1], 10, 10)];
+        assert_eq!(pick_worker(RouteStrategy::LeastLoaded, "j", &c, &mut 0), Some(0), "then the queue");
+        let c = vec![Candidate { limit: 20, ..Candidate::new(&ids[0], 20, 10) }, Candidate::new(&ids[1], 10, 10)];
+        assert_eq!(pick_worker(RouteStrategy::LeastLoaded, "j", &c, &mut 0), None, "the queue is bounded");
     }
 
     #[test]

@@ -441,7 +441,7 @@ async fn list_workers(State(state): State<ApiState>) -> impl IntoResponse {
             } else {
                 "live"
             };
-            json!({"id": w.id, "session": w.session, "labels": w.labels, "capacity": w.capacity, "running": w.running,
+            json!({"id": w.id, "session": w.session, "labels": w.labels, "capacity": w.capacity, "prefetch": w.prefetch, "running": w.running,
                    "load": w.load, "state": state, "lease_expires_at": format_millis(w.lease_expires_at),
                    "executors": w.executors, "handlers": w.handlers})
         })

@@ -45,6 +45,15 @@ const STORE_LEASE_SLACK_MS: Millis = 3_000;
 /// How long one turn keeps firing chunks of a burst before it dispatches.
 const FIRE_BUDGET: Duration = Duration::from_millis(500);
 const POLL_EVERY_MS: Millis = 1000;
+/// A worker's prefetch queue is filled only while its recent attempts took
+/// at most this long on average (so a queued run starts within about this
+/// long)…
+const PREFETCH_SHORT_MS: f64 = 100.0;
+/// …and none of the attempts it holds was assigned longer ago than this
+/// (a slot is not stuck on a slow run).
+const PREFETCH_MAX_AGE_MS: Millis = 1_000;
+/// Weight of the newest duration in the moving averages above.
+const DURATION_EWMA: f64 = 0.2;
 
 #[derive(Debug, Clone)]
 pub struct LeaderConfig {
@@ -99,7 +108,9 @@ pub struct WorkerInfo {
     pub session: String,
     pub labels: BTreeMap<String, String>,
     pub capacity: usize,
-    /// Attempts it holds now.
+    /// Assignments it queues beyond its capacity.
+    pub prefetch: usize,
+    /// Attempts it holds now (executing or queued).
     pub running: usize,
     pub load: f64,
     pub executors: Vec<String>,
@@ -118,6 +129,12 @@ struct Session {
     session_id: String,
     labels: BTreeMap<String, String>,
     capacity: usize,
+    /// Attempts it queues beyond `capacity` (its Hello's `prefetch`).
+    prefetch: usize,
+    /// Whether dispatch may fill the queue now (recomputed each pass).
+    prefetch_open: bool,
+    /// Moving average of its attempts' durations (ms), once one has ended.
+    recent_ms: Option<f64>,
     executors: HashSet<String>,
     handlers: HashSet<String>,
     /// `None` while the stream is down (the lease keeps running).
@@ -220,6 +237,10 @@ struct JobEntry {
     misfire: MisfirePolicy,
     route: Option<Box<RouteSpec>>,
     generation: u64,
+    /// Moving average of its attempts' durations (ms), once one has ended.
+    recent_ms: Option<f64>,
+    /// The first `scheduled_at` free for its next manual run.
+    manual_next: Millis,
 }
 
 /// A job's identity, shared (not copied) by its entry and its open runs.
@@ -240,6 +261,8 @@ struct OpenRun {
     state: RunState,
     attempt: u32,
     ready_since: Millis,
+    /// When its live attempt was assigned (0: unknown, recovered).
+    assigned_at: Millis,
 }
 
 /// Why the runtime ended.
@@ -470,6 +493,7 @@ impl LeaderRuntime {
                 state: run.state,
                 attempt: run.attempt,
                 ready_since: run.next_attempt_at.unwrap_or(run.fired_at),
+                assigned_at: 0,
             };
             let id: RunId = Arc::from(run.id.as_str());
             self.track(id.clone(), open);
@@ -534,6 +558,8 @@ impl LeaderRuntime {
         self.next_generation += 1;
         let generation = self.next_generation;
         let previous_last = self.jobs.get(&record.uid).and_then(|j| j.record.last_scheduled_at);
+        let recent_ms = self.jobs.get(&record.uid).and_then(|j| j.recent_ms);
+        let manual_next = self.jobs.get(&record.uid).map_or(0, |j| j.manual_next);
         let record = JobMeta {
             last_scheduled_at: record.last_scheduled_at.max(previous_last),
             key: Arc::new(JobKey { uid: record.uid, name: record.name, namespace: record.namespace }),
@@ -554,6 +580,8 @@ impl LeaderRuntime {
             misfire: compiled.spec.misfire,
             route: compiled.spec.route.map(Box::new),
             generation,
+            recent_ms,
+            manual_next,
         });
         if !entry.record.paused {
             if let Some(due) = entry.schedule.next_after(self.base_of(&entry)) {
@@ -595,6 +623,7 @@ impl LeaderRuntime {
             state: RunState::Pending,
             attempt: 0,
             ready_since: now,
+            assigned_at: 0,
         };
         self.track(id.clone(), open);
         self.ready.push_back(id.clone());
@@ -852,6 +881,9 @@ impl LeaderRuntime {
                 session_id: session_id.clone(),
                 labels: hello.labels.into_iter().collect(),
                 capacity: usize::try_from(hello.capacity).unwrap_or(1),
+                prefetch: usize::try_from(hello.prefetch).unwrap_or(0),
+                prefetch_open: false,
+                recent_ms: None,
                 executors: hello.executors.into_iter().collect(),
                 handlers: hello.handlers.into_iter().collect(),
                 tx: Some(outbound),
@@ -1011,6 +1043,7 @@ impl LeaderRuntime {
                 session: s.session_id.clone(),
                 labels: s.labels.clone(),
                 capacity: s.capacity,
+                prefetch: s.prefetch,
                 running: s.attempts.len(),
                 load: s.attempts.len() as f64 / s.capacity.max(1) as f64,
                 executors: {
@@ -1036,15 +1069,18 @@ impl LeaderRuntime {
     }
 
     /// Creates `count` manual runs in one store write. Each gets its own
-    /// `scheduled_at` (now, now+1 ms, …; bumped past any taken instant), so
-    /// its id stays unique.
+    /// `scheduled_at` (now, now+1 ms, …, starting past the last instant this
+    /// leader gave the job's manual runs, and bumped past any instant the
+    /// store already has), so its id stays unique.
     async fn trigger(&mut self, namespace: &str, name: &str, count: u32) -> Result<Vec<String>> {
         let Some(job) = self.store.get_job(namespace, name).await? else {
             return Err(StoreError::NotFound(format!("job {namespace}/{name}")));
         };
         let now = self.clock.now_millis();
         let mut created: Vec<String> = Vec::new();
-        let mut next = now;
+        // Back-to-back triggers of many runs would otherwise collide with the
+        // previous call's instants and retry their way past them.
+        let mut next = self.jobs.get(&job.uid).map_or(now, |j| j.manual_next.max(now));
         for _ in 0..100 {
             let want = count as usize - created.len();
             if want == 0 {
@@ -1066,6 +1102,9 @@ impl LeaderRuntime {
             let outcomes = self.store.fire(&self.fence, &runs, &[]).await?;
             if !self.jobs.contains_key(&job.uid) {
                 self.upsert_job(job.clone());
+            }
+            if let Some(j) = self.jobs.get_mut(&job.uid) {
+                j.manual_next = j.manual_next.max(next);
             }
             for (run, outcome) in runs.into_iter().zip(outcomes) {
                 if outcome != FireOutcome::Created {
@@ -1375,6 +1414,8 @@ impl LeaderRuntime {
         let mut batch = Vec::new();
         // Reports to ack once the batch is written: (worker, run, attempt, rejection).
         let mut acks: Vec<(String, String, u32, Option<&'static str>)> = Vec::new();
+        // How long the ended attempts took: (worker, job, ms), for prefetch.
+        let mut durations: Vec<(String, Arc<JobKey>, f64)> = Vec::new();
         // A start whose end is in the same batch is not written on its own:
         // the end carries the start time (one attempt write instead of two).
         let ending: HashSet<(&str, u32)> = events
@@ -1429,7 +1470,19 @@ impl LeaderRuntime {
                     scratch.insert(run_id.clone(), (t.to, current));
                     batch.push(t);
                     acks.push((worker.clone(), run_id.clone(), *attempt, None));
+                    if matches!(outcome.state, AttemptState::Succeeded | AttemptState::Failed | AttemptState::TimedOut) {
+                        durations.push((worker.clone(), run.key.clone(), (*at - *started_at).max(0) as f64));
+                    }
                 }
+            }
+        }
+        for (worker, job, ms) in durations {
+            let ewma = |old: Option<f64>| Some(old.map_or(ms, |o| o + DURATION_EWMA * (ms - o)));
+            if let Some(s) = self.sessions.get_mut(&worker) {
+                s.recent_ms = ewma(s.recent_ms);
+            }
+            if let Some(j) = self.jobs.get_mut(&job.uid) {
+                j.recent_ms = ewma(j.recent_ms);
             }
         }
         // The worker no longer runs these: their slots are free.
@@ -1595,13 +1648,19 @@ impl LeaderRuntime {
             Executor::Http(_) => ("http", None),
             Executor::Handler(h) => ("handler", Some(h.name.as_str())),
         };
+        // A run known to be slow never waits in a queue: it stays pending
+        // until a slot frees on any worker.
+        let job_is_slow = job.recent_ms.is_some_and(|m| m > PREFETCH_SHORT_MS);
         let mut out: Vec<Candidate<'_>> = self
             .sessions
             .iter()
             .filter(|(_, s)| s.tx.is_some() && !s.draining && s.executors.contains(kind))
             .filter(|(_, s)| handler.is_none_or(|h| s.handlers.contains(h)))
             .filter(|(_, s)| job.route.as_ref().is_none_or(|r| r.labels.iter().all(|(k, v)| s.labels.get(k) == Some(v))))
-            .map(|(id, s)| Candidate { id: id.as_str(), running: s.attempts.len(), capacity: s.capacity })
+            .map(|(id, s)| {
+                let queue = if s.prefetch_open && !job_is_slow { s.prefetch } else { 0 };
+                Candidate { limit: s.capacity + queue, ..Candidate::new(id.as_str(), s.attempts.len(), s.capacity) }
+            })
             .collect();
         out.sort_by(|a, b| a.id.cmp(b.id));
         out
@@ -1611,10 +1670,37 @@ impl LeaderRuntime {
         self.sessions.values().filter(|s| s.tx.is_some() && !s.draining).map(|s| s.capacity.saturating_sub(s.attempts.len())).sum()
     }
 
+    /// Free slots plus the prefetch queues dispatch may fill now.
+    fn dispatch_room(&self) -> usize {
+        self.sessions
+            .values()
+            .filter(|s| s.tx.is_some() && !s.draining)
+            .map(|s| (s.capacity + if s.prefetch_open { s.prefetch } else { 0 }).saturating_sub(s.attempts.len()))
+            .sum()
+    }
+
+    /// Opens a worker's prefetch queue only while its attempts are short on
+    /// average and none it holds is old: then a queued run starts within
+    /// about [`PREFETCH_SHORT_MS`]. Otherwise runs wait in `pending`, where
+    /// whichever worker frees a slot first takes them.
+    fn update_prefetch(&mut self, now: Millis) {
+        let runs = &self.runs;
+        for s in self.sessions.values_mut() {
+            let was = s.prefetch_open;
+            s.prefetch_open = s.prefetch > 0
+                && s.recent_ms.is_some_and(|m| m <= PREFETCH_SHORT_MS)
+                && s.attempts.iter().all(|id| runs.get(id).is_some_and(|r| now - r.assigned_at <= PREFETCH_MAX_AGE_MS));
+            if was != s.prefetch_open {
+                self.view_dirty = true;
+            }
+        }
+    }
+
     /// Picks workers for ready runs and reserves their slots; the caller
     /// persists the plan, then [`Self::finish_dispatch`] sends it.
     fn prepare_dispatch(&mut self, now: Millis) -> DispatchPlan {
-        let mut free = self.pressure.dispatch_allowance(self.free_slots());
+        self.update_prefetch(now);
+        let mut free = self.pressure.dispatch_allowance(self.dispatch_room());
         let mut batch: Vec<Transition> = Vec::new();
         let mut targets: Vec<String> = Vec::new();
         let mut batch_jobs: HashSet<String> = HashSet::new();
@@ -1741,6 +1827,7 @@ impl LeaderRuntime {
             let Some(run) = self.runs.get_mut(t.run_id.as_str()) else { continue };
             run.state = RunState::Assigned;
             run.attempt = t.to_attempt;
+            run.assigned_at = t.at;
             metrics::histogram!("gnomon_dispatch_latency_seconds").record((now - run.ready_since).max(0) as f64 / 1000.0);
             let Some(job) = self.jobs.get(&run.key.uid) else { continue };
             let assign = v1::Assign {
@@ -1763,7 +1850,7 @@ impl LeaderRuntime {
 
     async fn wait_for_work(&mut self) -> Option<LeaderExit> {
         self.publish_view();
-        if !self.unwritten_events.is_empty() || (!self.ready.is_empty() && self.free_slots() > 0 && self.ready_has_dispatchable()) {
+        if !self.unwritten_events.is_empty() || (!self.ready.is_empty() && self.dispatch_room() > 0 && self.ready_has_dispatchable()) {
             tokio::task::yield_now().await;
             return self.should_stop();
         }

@@ -44,6 +44,13 @@ pub fn validate_hello(h: &v1::Hello) -> Result<(), Status> {
     if h.capacity == 0 {
         return Err(Status::invalid_argument("capacity must be at least 1"));
     }
+    if h.prefetch > gnomon_worker::session::MAX_PREFETCH {
+        return Err(Status::invalid_argument(format!(
+            "prefetch {} is over the limit of {}",
+            h.prefetch,
+            gnomon_worker::session::MAX_PREFETCH
+        )));
+    }
     if h.worker_id.is_empty()
         || h.worker_id.len() > MAX_WORKER_ID_LEN
         || !h.worker_id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
@@ -129,6 +136,7 @@ mod tests {
         assert_eq!(e.code(), tonic::Code::FailedPrecondition);
         assert!(e.message().contains("version 99"));
         assert_eq!(validate_hello(&v1::Hello { capacity: 0, ..hello() }).unwrap_err().code(), tonic::Code::InvalidArgument);
+        assert_eq!(validate_hello(&v1::Hello { prefetch: 1 << 20, ..hello() }).unwrap_err().code(), tonic::Code::InvalidArgument);
         assert!(validate_hello(&v1::Hello { worker_id: "a b".into(), ..hello() }).is_err());
         assert!(validate_hello(&v1::Hello { worker_id: String::new(), ..hello() }).is_err());
         assert!(validate_hello(&v1::Hello { executors: vec!["ftp".into()], ..hello() }).is_err());

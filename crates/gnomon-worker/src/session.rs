@@ -33,7 +33,10 @@ use gnomon_proto::PROTOCOL_VERSION;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::{execute, ExecRequest, HandlerRegistry};
+use crate::{execute, ExecOutcome, ExecRequest, HandlerRegistry};
+
+/// The largest `prefetch` a worker may ask for (the server refuses more).
+pub const MAX_PREFETCH: u32 = 65_536;
 
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -42,7 +45,11 @@ pub struct WorkerConfig {
     /// Server addresses (`host:port`), tried in turn.
     pub servers: Vec<String>,
     pub labels: BTreeMap<String, String>,
+    /// Attempts executed at once.
     pub capacity: u32,
+    /// Assignments accepted beyond `capacity`, queued and started as soon
+    /// as a slot frees (the leader fills them only with short runs).
+    pub prefetch: u32,
     /// Where unacked reports are kept; `None` keeps them in memory only.
     pub spool_dir: Option<PathBuf>,
     pub drain_timeout: Duration,
@@ -60,6 +67,7 @@ impl WorkerConfig {
             servers,
             labels: BTreeMap::new(),
             capacity: 16,
+            prefetch: 16,
             spool_dir: None,
             drain_timeout: Duration::from_secs(30),
             self_fence_fraction: 0.7,
@@ -68,6 +76,7 @@ impl WorkerConfig {
     }
 }
 
+/// An attempt the worker holds: queued for a slot, then executing.
 struct Running {
     cancel: watch::Sender<bool>,
     token: u64,
@@ -95,6 +104,9 @@ pub struct WorkerRuntime {
     handlers: HandlerRegistry,
     http: reqwest::Client,
     inner: Arc<Mutex<Inner>>,
+    /// One permit per slot: an attempt executes only while it holds one, so
+    /// at most `capacity` run at once; the rest wait in FIFO order.
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 fn now_ms() -> Millis {
@@ -127,7 +139,8 @@ impl WorkerRuntime {
             lease_ttl: Duration::from_secs(10),
             draining: false,
         };
-        let rt = Self { config: Arc::new(config), handlers, http: reqwest::Client::new(), inner: Arc::new(Mutex::new(inner)) };
+        let slots = Arc::new(tokio::sync::Semaphore::new(config.capacity.max(1) as usize));
+        let rt = Self { config: Arc::new(config), handlers, http: reqwest::Client::new(), inner: Arc::new(Mutex::new(inner)), slots };
         rt.load_spool();
         rt
     }
@@ -136,9 +149,14 @@ impl WorkerRuntime {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Attempts running now.
+    /// Attempts held now, executing or queued.
     pub fn running(&self) -> usize {
         self.lock().running.len()
+    }
+
+    /// Attempts executing now (holding a slot).
+    pub fn executing(&self) -> usize {
+        (self.config.capacity.max(1) as usize).saturating_sub(self.slots.available_permits())
     }
 
     /// Reports written but not yet acked.
@@ -233,16 +251,30 @@ impl WorkerRuntime {
             timeout: (a.timeout_ms > 0).then(|| Duration::from_millis(a.timeout_ms)),
         };
         let rt = self.clone();
+        let mut cancel_rx = cancel_rx;
         tokio::spawn(async move {
+            // Wait for a slot (FIFO); a Cancel, Abort or self-fence while
+            // queued ends the attempt without running it.
+            let permit = tokio::select! {
+                biased;
+                p = rt.slots.clone().acquire_owned() => p.ok(),
+                _ = cancel_rx.wait_for(|c| *c) => None,
+            };
             let started = now_ms();
-            if let Some(tx) = rt.lock().outbound.clone() {
-                let _ = tx.try_send(msg(worker_message::Msg::Started(v1::Started {
-                    run_id: key.0.clone(),
-                    attempt: key.1,
-                    started_at_ms: started,
-                })));
-            }
-            let outcome = execute(&request, &rt.http, &rt.handlers, cancel_rx).await;
+            let outcome = match permit.as_ref() {
+                Some(_) => {
+                    if let Some(tx) = rt.lock().outbound.clone() {
+                        let _ = tx.try_send(msg(worker_message::Msg::Started(v1::Started {
+                            run_id: key.0.clone(),
+                            attempt: key.1,
+                            started_at_ms: started,
+                        })));
+                    }
+                    execute(&request, &rt.http, &rt.handlers, cancel_rx).await
+                }
+                None => ExecOutcome { state: AttemptState::Cancelled, exit_code: None, output: "cancelled before it started".into() },
+            };
+            drop(permit);
             let state = rt.lock().running.remove(&key);
             let Some(state) = state else { return };
             if state.aborted {
@@ -354,6 +386,7 @@ impl WorkerRuntime {
                 .map(|(k, _)| v1::AttemptRef { run_id: k.0.clone(), attempt: k.1 })
                 .collect(),
             protocol_version: PROTOCOL_VERSION,
+            prefetch: self.config.prefetch,
         }
     }
 
@@ -480,13 +513,16 @@ impl WorkerRuntime {
             tokio::select! {
                 _ = ticker.tick() => {
                     seq += 1;
-                    let (running, attempts, draining) = {
+                    let (held, attempts, draining) = {
                         let inner = self.lock();
                         let attempts: Vec<v1::AttemptRef> =
                             inner.running.keys().map(|k| v1::AttemptRef { run_id: k.0.clone(), attempt: k.1 }).collect();
                         (inner.running.len() as u32, attempts, inner.draining)
                     };
-                    let hb = v1::Heartbeat { seq, running, load: f64::from(running) / f64::from(self.config.capacity.max(1)), attempts, draining };
+                    let running = self.executing() as u32;
+                    let queued = held.saturating_sub(running);
+                    let load = f64::from(running) / f64::from(self.config.capacity.max(1));
+                    let hb = v1::Heartbeat { seq, running, load, attempts, draining, queued };
                     if tx.try_send(msg(worker_message::Msg::Heartbeat(hb))).is_err() {
                         break SessionEnd::Lost("outbound queue full or closed".into());
                     }
