@@ -669,7 +669,7 @@ macro_rules! sql_store {
             async fn fire_tx(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
                 let mut tx = self.write_tx().await?;
                 Self::check_fence(&mut tx, fence).await?;
-                let outcomes = Self::fire_in(&mut tx, runs, advances).await?;
+                let (outcomes, _) = Self::fire_in(&mut tx, runs, advances, &[]).await?;
                 tx.commit().await.map_err(db_err)?;
                 Ok(outcomes)
             }
@@ -686,13 +686,42 @@ macro_rules! sql_store {
                 Transition::check_lifecycle(transitions)?;
                 let mut tx = self.write_tx().await?;
                 Self::check_fence(&mut tx, fence).await?;
-                let outcomes = Self::fire_in(&mut tx, runs, advances).await?;
-                let applied = Self::transition_in(&mut tx, transitions).await?;
+                let (outcomes, folded) = Self::fire_in(&mut tx, runs, advances, transitions).await?;
+                if !folded.iter().any(|f| *f) {
+                    let applied = Self::transition_in(&mut tx, transitions).await?;
+                    tx.commit().await.map_err(db_err)?;
+                    return Ok((outcomes, applied));
+                }
+                // The folded transitions moved their runs as they were
+                // inserted; their attempt changes follow, then the rest.
+                let attempts: Vec<(&str, &AttemptChange, Millis)> = transitions
+                    .iter()
+                    .zip(&folded)
+                    .filter(|(_, f)| **f)
+                    .filter_map(|(t, _)| t.attempt.as_ref().map(|c| (t.run_id.as_str(), c, t.at)))
+                    .collect();
+                Self::apply_attempt_changes(&mut tx, &attempts).await?;
+                let rest: Vec<Transition> = transitions.iter().zip(&folded).filter(|(_, f)| !**f).map(|(t, _)| t.clone()).collect();
+                let mut rest_applied = Self::transition_in(&mut tx, &rest).await?.into_iter();
+                let applied = folded.iter().map(|f| *f || rest_applied.next().unwrap_or(false)).collect();
                 tx.commit().await.map_err(db_err)?;
                 Ok((outcomes, applied))
             }
 
-            async fn fire_in(tx: &mut Tx, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
+            /// Inserts the runs that do not exist yet. A transition of the same
+            /// write that moves a run inserted here, from the state it is
+            /// inserted in, and is the only one for that run, is folded into
+            /// the insert (the row is written once, in its final state): the
+            /// CAS holds by construction, since no one else can see the row
+            /// before the commit. Returns the fire outcomes and, per
+            /// transition, whether it was folded (its attempt change is the
+            /// caller's to apply).
+            async fn fire_in(
+                tx: &mut Tx,
+                runs: &[NewRun],
+                advances: &[JobAdvance],
+                transitions: &[Transition],
+            ) -> Result<(Vec<FireOutcome>, Vec<bool>), StoreError> {
                 let tx = &mut **tx;
                 let ids: Vec<String> = runs.iter().map(|r| r.id()).collect();
                 // Leader writes of the scope are serialised by the fence lock,
@@ -718,23 +747,55 @@ macro_rules! sql_store {
                 let mut created: HashSet<String> = HashSet::new();
                 let fresh: Vec<(&NewRun, &String)> =
                     runs.iter().zip(&ids).filter(|(_, id)| !existing.contains(*id) && created.insert((*id).clone())).collect();
+                // Transitions to fold: the only one of its run, on a fresh run.
+                let mut per_run: HashMap<&str, usize> = HashMap::new();
+                for t in transitions {
+                    *per_run.entry(t.run_id.as_str()).or_default() += 1;
+                }
+                let mut fold: HashMap<&str, usize> = HashMap::new();
+                for (i, t) in transitions.iter().enumerate() {
+                    if per_run.get(t.run_id.as_str()) == Some(&1) && created.contains(&t.run_id) {
+                        fold.insert(t.run_id.as_str(), i);
+                    }
+                }
+                let mut folded = vec![false; transitions.len()];
+                let fresh: Vec<(&NewRun, &String, RunRow)> = fresh
+                    .into_iter()
+                    .map(|(r, id)| {
+                        let mut row = RunRow {
+                            state: r.state,
+                            attempt: 0,
+                            reason: r.reason.clone(),
+                            next_attempt_at: None,
+                            updated_at: r.fired_at,
+                            cancel_requested: false,
+                        };
+                        // Checked against the row as inserted; a move that
+                        // does not apply is left to fail as a CAS.
+                        if let Some(i) = fold.get(id.as_str()) {
+                            folded[*i] = transitions[*i].apply_to(crate::model::run_cas!(row));
+                        }
+                        (r, id, row)
+                    })
+                    .collect();
                 for chunk in fresh.chunks(CHUNK) {
                     let mut qb: QueryBuilder<$db> = QueryBuilder::new(
-                        "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, manual, cancel_requested, updated_at) ",
+                        "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, manual, cancel_requested, updated_at) ",
                     );
-                    qb.push_values(chunk, |mut b, (r, id)| {
+                    qb.push_values(chunk, |mut b, (r, id, row)| {
                         b.push_bind((*id).clone())
                             .push_bind(r.job_uid.clone())
                             .push_bind(r.namespace.clone())
                             .push_bind(r.job.clone())
                             .push_bind(r.scheduled_at)
                             .push_bind(r.fired_at)
-                            .push_bind(r.state.as_str())
-                            .push_bind(0i64)
-                            .push_bind(r.reason.clone())
+                            .push_bind(row.state.as_str())
+                            .push_bind(i64::from(row.attempt))
+                            .push_bind(row.reason.clone())
+                            .push_bind(row.next_attempt_at)
                             .push_bind(i64::from(r.manual))
                             .push_bind(0i64)
-                            .push_bind(r.fired_at);
+                            .push_bind(row.updated_at);
                     });
                     qb.push(D.ignore("id"));
                     let n = qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?.rows_affected();
@@ -754,7 +815,7 @@ macro_rules! sql_store {
                         let rows: Vec<JobAdvanceRow<'_>> = chunk.iter().map(|(u, at)| JobAdvanceRow { u, at: *at }).collect();
                         sqlx::query(js.advance_jobs).bind(json_param(&rows)).execute(&mut *tx).await.map_err(db_err)?;
                     }
-                    return Ok(ids.iter().map(|id| if created.contains(id) { FireOutcome::Created } else { FireOutcome::Existed }).collect());
+                    return Ok((ids.iter().map(|id| if created.contains(id) { FireOutcome::Created } else { FireOutcome::Existed }).collect(), folded));
                 }
                 for chunk in latest.chunks(D.case_chunk) {
                     let mut qb: QueryBuilder<$db> = QueryBuilder::new("UPDATE jobs SET last_scheduled_at = CASE");
@@ -770,7 +831,7 @@ macro_rules! sql_store {
                     qb.push(")");
                     qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?;
                 }
-                Ok(ids.iter().map(|id| if created.contains(id) { FireOutcome::Created } else { FireOutcome::Existed }).collect())
+                Ok((ids.iter().map(|id| if created.contains(id) { FireOutcome::Created } else { FireOutcome::Existed }).collect(), folded))
             }
 
             async fn transition_tx(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {

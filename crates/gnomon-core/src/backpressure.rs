@@ -3,8 +3,12 @@
 //!
 //! - **green**: fire and dispatch freely;
 //! - **yellow** (pending ≥ `yellow` × max, or every worker slot taken while
-//!   runs wait): dispatch is paced — at most half the free slots per pass —
-//!   so a backlog does not hit workers all at once;
+//!   runs wait): dispatch is throttled — workers' prefetch queues are filled
+//!   to half their depth, so less work is committed to a worker ahead of its
+//!   free slots and more of the backlog stays pending, where any worker can
+//!   take it. Free slots are still filled: the throttle never idles a
+//!   worker (an earlier "half the free slots per pass" did, and cost a
+//!   quarter of the throughput under a backlog);
 //! - **red** (pending ≥ `red` × max): new fires are deferred. They are not
 //!   dropped: the jobs stay due and fire when pressure falls, through the
 //!   job's misfire policy like any other late fire.
@@ -104,11 +108,11 @@ impl Backpressure {
         next
     }
 
-    /// How many runs one dispatch pass may assign, given the free slots.
-    pub fn dispatch_allowance(&self, free_slots: usize) -> usize {
+    /// How much of a worker's prefetch queue dispatch may fill now.
+    pub fn queue_allowance(&self, prefetch: usize) -> usize {
         match self.state {
-            Pressure::Green => free_slots,
-            Pressure::Yellow | Pressure::Red => free_slots.div_ceil(2),
+            Pressure::Green => prefetch,
+            Pressure::Yellow | Pressure::Red => prefetch.div_ceil(2),
         }
     }
 
@@ -144,10 +148,10 @@ mod tests {
         let mut b = bp();
         assert_eq!(b.update(3, 0, 10), Pressure::Green, "a short queue is not a backlog");
         assert_eq!(b.update(12, 0, 10), Pressure::Yellow);
-        assert_eq!(b.dispatch_allowance(9), 5);
+        assert_eq!(b.queue_allowance(9), 5);
         assert_eq!(b.update(8, 1, 10), Pressure::Yellow, "held while the backlog is over half the slots");
         assert_eq!(b.update(4, 1, 10), Pressure::Green);
         assert_eq!(b.update(30, 0, 0), Pressure::Green, "no workers at all is not saturation");
-        assert_eq!(b.dispatch_allowance(9), 9);
+        assert_eq!(b.queue_allowance(9), 9);
     }
 }

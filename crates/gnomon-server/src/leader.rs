@@ -131,8 +131,9 @@ struct Session {
     capacity: usize,
     /// Attempts it queues beyond `capacity` (its Hello's `prefetch`).
     prefetch: usize,
-    /// Whether dispatch may fill the queue now (recomputed each pass).
-    prefetch_open: bool,
+    /// How much of the queue dispatch may fill now (recomputed each pass):
+    /// 0 while it is closed, half of it under yellow or red backpressure.
+    queue_open: usize,
     /// Moving average of its attempts' durations (ms), once one has ended.
     recent_ms: Option<f64>,
     executors: HashSet<String>,
@@ -229,6 +230,8 @@ struct JobEntry {
     record: JobMeta,
     schedule: Schedule,
     executor: Arc<Executor>,
+    /// The executor as the `Assign` message carries it, serialised once.
+    executor_json: Arc<str>,
     timeout: Option<Duration>,
     max_attempts: u32,
     backoff: BackoffPolicy,
@@ -571,6 +574,7 @@ impl LeaderRuntime {
         let entry = Box::new(JobEntry {
             record,
             schedule: compiled.schedule,
+            executor_json: serde_json::to_string(&compiled.spec.executor).unwrap_or_default().into(),
             executor: Arc::new(compiled.spec.executor),
             timeout: compiled.timeout,
             max_attempts: compiled.max_attempts,
@@ -882,7 +886,7 @@ impl LeaderRuntime {
                 labels: hello.labels.into_iter().collect(),
                 capacity: usize::try_from(hello.capacity).unwrap_or(1),
                 prefetch: usize::try_from(hello.prefetch).unwrap_or(0),
-                prefetch_open: false,
+                queue_open: 0,
                 recent_ms: None,
                 executors: hello.executors.into_iter().collect(),
                 handlers: hello.handlers.into_iter().collect(),
@@ -1658,7 +1662,7 @@ impl LeaderRuntime {
             .filter(|(_, s)| handler.is_none_or(|h| s.handlers.contains(h)))
             .filter(|(_, s)| job.route.as_ref().is_none_or(|r| r.labels.iter().all(|(k, v)| s.labels.get(k) == Some(v))))
             .map(|(id, s)| {
-                let queue = if s.prefetch_open && !job_is_slow { s.prefetch } else { 0 };
+                let queue = if job_is_slow { 0 } else { s.queue_open };
                 Candidate { limit: s.capacity + queue, ..Candidate::new(id.as_str(), s.attempts.len(), s.capacity) }
             })
             .collect();
@@ -1675,7 +1679,7 @@ impl LeaderRuntime {
         self.sessions
             .values()
             .filter(|s| s.tx.is_some() && !s.draining)
-            .map(|s| (s.capacity + if s.prefetch_open { s.prefetch } else { 0 }).saturating_sub(s.attempts.len()))
+            .map(|s| (s.capacity + s.queue_open).saturating_sub(s.attempts.len()))
             .sum()
     }
 
@@ -1683,16 +1687,14 @@ impl LeaderRuntime {
     /// average and none it holds is old: then a queued run starts within
     /// about [`PREFETCH_SHORT_MS`]. Otherwise runs wait in `pending`, where
     /// whichever worker frees a slot first takes them.
+    /// Backpressure above green halves the part of the queue it may fill.
     fn update_prefetch(&mut self, now: Millis) {
         let runs = &self.runs;
         for s in self.sessions.values_mut() {
-            let was = s.prefetch_open;
-            s.prefetch_open = s.prefetch > 0
+            let open = s.prefetch > 0
                 && s.recent_ms.is_some_and(|m| m <= PREFETCH_SHORT_MS)
                 && s.attempts.iter().all(|id| runs.get(id).is_some_and(|r| now - r.assigned_at <= PREFETCH_MAX_AGE_MS));
-            if was != s.prefetch_open {
-                self.view_dirty = true;
-            }
+            s.queue_open = if open { self.pressure.queue_allowance(s.prefetch) } else { 0 };
         }
     }
 
@@ -1700,7 +1702,7 @@ impl LeaderRuntime {
     /// persists the plan, then [`Self::finish_dispatch`] sends it.
     fn prepare_dispatch(&mut self, now: Millis) -> DispatchPlan {
         self.update_prefetch(now);
-        let mut free = self.pressure.dispatch_allowance(self.dispatch_room());
+        let mut free = self.dispatch_room();
         let mut batch: Vec<Transition> = Vec::new();
         let mut targets: Vec<String> = Vec::new();
         let mut batch_jobs: HashSet<String> = HashSet::new();
@@ -1837,7 +1839,7 @@ impl LeaderRuntime {
                 job: run.key.name.clone(),
                 namespace: run.key.namespace.clone(),
                 scheduled_at_ms: run.scheduled_at,
-                executor_json: serde_json::to_string(job.executor.as_ref()).unwrap_or_default(),
+                executor_json: job.executor_json.to_string(),
                 timeout_ms: job.timeout.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0),
                 idempotency_key: t.run_id.clone(),
             };

@@ -35,6 +35,9 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::{execute, ExecOutcome, ExecRequest, HandlerRegistry};
 
+/// How long an attempt runs before the worker sends its `Started`.
+const STARTED_AFTER: Duration = Duration::from_millis(20);
+
 /// The largest `prefetch` a worker may ask for (the server refuses more).
 pub const MAX_PREFETCH: u32 = 65_536;
 
@@ -263,14 +266,26 @@ impl WorkerRuntime {
             let started = now_ms();
             let outcome = match permit.as_ref() {
                 Some(_) => {
-                    if let Some(tx) = rt.lock().outbound.clone() {
-                        let _ = tx.try_send(msg(worker_message::Msg::Started(v1::Started {
-                            run_id: key.0.clone(),
-                            attempt: key.1,
-                            started_at_ms: started,
-                        })));
+                    // `Started` goes out once the attempt has run for a
+                    // moment; one that ends sooner is reported by its
+                    // `Report` alone (which carries its start time), so a
+                    // short attempt costs one message, not two.
+                    let run = execute(&request, &rt.http, &rt.handlers, cancel_rx);
+                    tokio::pin!(run);
+                    tokio::select! {
+                        biased;
+                        outcome = &mut run => outcome,
+                        _ = tokio::time::sleep(STARTED_AFTER) => {
+                            if let Some(tx) = rt.lock().outbound.clone() {
+                                let _ = tx.try_send(msg(worker_message::Msg::Started(v1::Started {
+                                    run_id: key.0.clone(),
+                                    attempt: key.1,
+                                    started_at_ms: started,
+                                })));
+                            }
+                            run.await
+                        }
                     }
-                    execute(&request, &rt.http, &rt.handlers, cancel_rx).await
                 }
                 None => ExecOutcome { state: AttemptState::Cancelled, exit_code: None, output: "cancelled before it started".into() },
             };
@@ -678,6 +693,108 @@ impl SegmentLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A handler that records how many calls run at once and blocks until
+    /// released.
+    struct Gate {
+        now: Arc<std::sync::atomic::AtomicUsize>,
+        peak: Arc<std::sync::atomic::AtomicUsize>,
+        order: Arc<Mutex<Vec<String>>>,
+        release: Arc<tokio::sync::Semaphore>,
+    }
+
+    #[async_trait::async_trait]
+    impl crate::Handler for Gate {
+        async fn call(&self, ctx: crate::HandlerContext, _payload: serde_json::Value) -> Result<String, String> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let n = self.now.fetch_add(1, SeqCst) + 1;
+            self.peak.fetch_max(n, SeqCst);
+            self.order.lock().unwrap().push(ctx.run_id.clone());
+            self.release.acquire().await.map_err(|e| e.to_string())?.forget();
+            self.now.fetch_sub(1, SeqCst);
+            Ok(String::new())
+        }
+    }
+
+    fn assign(run: &str) -> v1::Assign {
+        v1::Assign {
+            run_id: run.into(),
+            attempt: 1,
+            token: 1,
+            job: "j".into(),
+            namespace: "default".into(),
+            executor_json: r#"{"handler":{"name":"gate"}}"#.into(),
+            ..Default::default()
+        }
+    }
+
+    async fn until(what: &str, f: impl Fn() -> bool) {
+        for _ in 0..1000 {
+            if f() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    #[tokio::test]
+    async fn capacity_bounds_execution_and_the_queue_runs_in_order() {
+        let gate = Gate {
+            now: Default::default(),
+            peak: Default::default(),
+            order: Default::default(),
+            release: Arc::new(tokio::sync::Semaphore::new(0)),
+        };
+        let (peak, order, release) = (gate.peak.clone(), gate.order.clone(), gate.release.clone());
+        let mut handlers = HandlerRegistry::default();
+        handlers.register("gate", Arc::new(gate));
+        let mut config = WorkerConfig::new("w", vec![]);
+        config.capacity = 2;
+        config.prefetch = 3;
+        let rt = WorkerRuntime::new(config, handlers);
+        for i in 0..5 {
+            rt.handle(server_message::Msg::Assign(assign(&format!("r{i}"))));
+        }
+        until("two executing", || order.lock().unwrap().len() == 2).await;
+        assert_eq!(rt.running(), 5, "held: two executing, three queued");
+        assert_eq!(rt.executing(), 2);
+        // A queued attempt that is cancelled ends without running.
+        rt.handle(server_message::Msg::Cancel(v1::Cancel { run_id: "r3".into(), attempt: 1, token: 1 }));
+        until("the cancelled one reported", || rt.lock().spool.contains_key(&("r3".to_string(), 1))).await;
+        assert_eq!(rt.lock().spool[&("r3".to_string(), 1)].outcome, v1::Outcome::Cancelled as i32);
+        release.add_permits(10);
+        until("all ended", || rt.unacked() == 5).await;
+        assert_eq!(peak.load(std::sync::atomic::Ordering::SeqCst), 2, "never more than capacity at once");
+        assert_eq!(*order.lock().unwrap(), vec!["r0", "r1", "r2", "r4"], "FIFO, without the cancelled one");
+        assert_eq!(rt.running(), 0);
+    }
+
+    #[tokio::test]
+    async fn self_fencing_reports_queued_attempts_lost() {
+        let gate = Gate {
+            now: Default::default(),
+            peak: Default::default(),
+            order: Default::default(),
+            release: Arc::new(tokio::sync::Semaphore::new(0)),
+        };
+        let order = gate.order.clone();
+        let mut handlers = HandlerRegistry::default();
+        handlers.register("gate", Arc::new(gate));
+        let mut config = WorkerConfig::new("w", vec![]);
+        config.capacity = 1;
+        config.prefetch = 2;
+        let rt = WorkerRuntime::new(config, handlers);
+        for i in 0..3 {
+            rt.handle(server_message::Msg::Assign(assign(&format!("r{i}"))));
+        }
+        until("one executing", || order.lock().unwrap().len() == 1).await;
+        rt.fence_self("test");
+        until("all reported", || rt.unacked() == 3).await;
+        let spool = rt.lock().spool.clone();
+        assert!(spool.values().all(|r| r.outcome == v1::Outcome::Lost as i32), "{spool:?}");
+        assert_eq!(order.lock().unwrap().len(), 1, "the queued ones never ran");
+    }
 
     fn report(run: &str) -> v1::Report {
         v1::Report { run_id: run.into(), attempt: 1, outcome: v1::Outcome::Succeeded as i32, output: "x".repeat(100), ..Default::default() }
