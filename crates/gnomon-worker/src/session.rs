@@ -289,6 +289,9 @@ impl WorkerRuntime {
                 }
                 None => ExecOutcome { state: AttemptState::Cancelled, exit_code: None, output: "cancelled before it started".into() },
             };
+            // Stamped before the slot is given back, so the next attempt's
+            // start never precedes this one's end.
+            let ended = now_ms();
             drop(permit);
             let state = rt.lock().running.remove(&key);
             let Some(state) = state else { return };
@@ -306,7 +309,7 @@ impl WorkerRuntime {
                 http_status: http_status.and_then(|s| u32::try_from(s).ok()),
                 output: outcome.output,
                 started_at_ms: started,
-                ended_at_ms: now_ms(),
+                ended_at_ms: ended,
                 token: state.token,
             });
         });

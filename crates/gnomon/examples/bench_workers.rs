@@ -11,7 +11,8 @@
 //! - **B2, spread lateness**: 2,000 one-shot jobs due 1 ms apart.
 //!
 //! Usage: bench_workers BIN [A|B1|B2 ...]; `BENCH_CAPACITY` sets A's worker
-//! capacity (50), `BENCH_B_CAPACITY` B's (256).
+//! capacity (50), `BENCH_B_CAPACITY` B's (256), `BENCH_PREFETCH` the
+//! worker's prefetch queue (default: its capacity).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -67,15 +68,14 @@ impl Env {
 
     fn worker(&mut self, capacity: u32) {
         let data = self.dir.path().join(format!("worker-{}", self.procs.0.len()));
-        let child = Command::new(&self.bin)
-            .args(["--server", &self.addr, "worker", "--id", &format!("bench-{}", self.procs.0.len()), "--capacity", &capacity.to_string()])
-            .arg("--data-dir")
-            .arg(data)
-            .env("GNOMON_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["--server", &self.addr, "worker", "--id", &format!("bench-{}", self.procs.0.len()), "--capacity", &capacity.to_string()]);
+        // The worker's default prefetch queue is its capacity; BENCH_PREFETCH overrides it.
+        if let Ok(p) = std::env::var("BENCH_PREFETCH") {
+            cmd.args(["--prefetch", &p]);
+        }
+        let child =
+            cmd.arg("--data-dir").arg(data).env("GNOMON_LOG", "warn").stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().unwrap();
         self.procs.0.push(child);
     }
 

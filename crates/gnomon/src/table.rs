@@ -141,11 +141,21 @@ pub fn workers(v: &Value, out: Output) -> anyhow::Result<()> {
         .as_array()
         .map(|a| {
             a.iter()
-                .map(|w| vec![s(&w["id"]), s(&w["state"]), s(&w["running"]), s(&w["capacity"]), s(&w["labels"]), s(&w["lease_expires_at"])])
+                .map(|w| {
+                    vec![
+                        s(&w["id"]),
+                        s(&w["state"]),
+                        s(&w["running"]),
+                        s(&w["capacity"]),
+                        s(&w["prefetch"]),
+                        s(&w["labels"]),
+                        s(&w["lease_expires_at"]),
+                    ]
+                })
                 .collect()
         })
         .unwrap_or_default();
-    print_table(&["id", "state", "running", "capacity", "labels", "lease expires"], rows);
+    print_table(&["id", "state", "running", "capacity", "prefetch", "labels", "lease expires"], rows);
     Ok(())
 }
 

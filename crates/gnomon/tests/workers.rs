@@ -58,8 +58,12 @@ impl Cluster {
     }
 
     fn worker_in(&self, id: &str, capacity: u32, server: &str, data_dir: &str) -> Proc {
+        self.worker_with(id, capacity, server, data_dir, &[])
+    }
+
+    fn worker_with(&self, id: &str, capacity: u32, server: &str, data_dir: &str, extra: &[&str]) -> Proc {
         let data = self.dir.path().join(data_dir);
-        let args: Vec<String> = [
+        let mut args: Vec<String> = [
             "--server",
             server,
             "worker",
@@ -77,6 +81,7 @@ impl Cluster {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
         Proc::spawn(self.dir.path(), &format!("worker-{data_dir}"), &args)
     }
 
@@ -264,6 +269,54 @@ fn a_cut_off_worker_stops_its_attempts_before_they_are_retried() {
         let first = spans.get(&(id.clone(), 1)).expect("attempt 1 ticked");
         let second = spans.get(&(id.clone(), 2)).expect("attempt 2 ticked");
         assert!(first.1 < second.0, "run {id}: attempt 1 ticked until {} but attempt 2 started at {}", first.1, second.0);
+    }
+}
+
+/// (assigned, started, ended) of each run's first attempt, by start.
+fn attempt_times(c: &Cluster, runs: &[String]) -> Vec<(i64, i64, i64)> {
+    let mut times: Vec<(i64, i64, i64)> = runs
+        .iter()
+        .map(|id| {
+            let a = &c.run(id)["attempts"][0];
+            (ts(&a["assigned_at"]), ts(&a["started_at"]), ts(&a["ended_at"]))
+        })
+        .collect();
+    times.sort_by_key(|t| t.1);
+    times
+}
+
+#[test]
+fn short_runs_queue_on_a_busy_worker_and_slow_ones_wait_pending() {
+    let c = Cluster::new("5s");
+    let _a = c.worker_with("wa", 1, &c.addr(), "w-wa", &["--prefetch", "4"]);
+    c.wait_workers(&["wa"]);
+    let (_, v) = c.api("GET", "/v1/workers", None);
+    assert_eq!((v["workers"][0]["capacity"].as_u64(), v["workers"][0]["prefetch"].as_u64()), (Some(1), Some(4)), "{v}");
+    let shell = |name: &str, secs: &str| json!({"name": name, "executor": {"shell": {"command": "sleep", "args": [secs]}}});
+    // Short runs: once the worker is known to finish quickly, runs are
+    // queued on it ahead of its one slot, and still run one at a time.
+    c.create(shell("quick", "0.02"));
+    let warm = c.trigger("quick", 3);
+    c.wait_states(&warm, "succeeded", Duration::from_secs(30));
+    let (_, body) = c.api("POST", "/v1/jobs/quick/trigger?count=8", None);
+    let quick: Vec<String> = body["ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    c.wait_states(&quick, "succeeded", Duration::from_secs(30));
+    let times = attempt_times(&c, &quick);
+    for w in times.windows(2) {
+        assert!(w[1].1 >= w[0].2, "capacity 1: executions never overlap: {times:?}");
+    }
+    assert!(times.windows(2).any(|w| w[1].0 < w[0].2), "some runs were queued before the previous one ended: {times:?}");
+    // Slow runs (a known duration over 100 ms) are never queued: each is
+    // assigned only once a slot is free.
+    c.create(shell("slow", "0.4"));
+    let first = c.trigger("slow", 1);
+    c.wait_states(&first, "succeeded", Duration::from_secs(30));
+    let (_, body) = c.api("POST", "/v1/jobs/slow/trigger?count=3", None);
+    let slow: Vec<String> = body["ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    c.wait_states(&slow, "succeeded", Duration::from_secs(30));
+    let times = attempt_times(&c, &slow);
+    for w in times.windows(2) {
+        assert!(w[1].0 >= w[0].2, "a slow run waits pending, not queued behind another: {times:?}");
     }
 }
 
