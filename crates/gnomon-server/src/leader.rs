@@ -1600,7 +1600,9 @@ impl LeaderRuntime {
         all.append(&mut plan.dropped);
         all.append(&mut plan.batch);
         let (runs, advances) = fire.as_ref().map(|f| (&f.new_runs[..], &f.advances[..])).unwrap_or((&[], &[]));
+        let began = std::time::Instant::now();
         let result = self.store.fire_and_transition(&self.fence, runs, advances, &all).await;
+        metrics::histogram!("gnomon_store_turn_write_seconds").record(began.elapsed().as_secs_f64());
         plan.batch = all.split_off(n_events + n_dropped);
         plan.dropped = all.split_off(n_events);
         eb.batch = all;

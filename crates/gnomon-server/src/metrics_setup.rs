@@ -12,6 +12,8 @@ pub fn install() -> Option<PrometheusHandle> {
                 .set_buckets_for_metric(Matcher::Full("gnomon_fire_lateness_seconds".into()), &buckets)
                 .ok()?
                 .set_buckets_for_metric(Matcher::Full("gnomon_dispatch_latency_seconds".into()), &buckets)
+                .ok()?
+                .set_buckets_for_metric(Matcher::Full("gnomon_store_turn_write_seconds".into()), &buckets)
                 .ok()?;
             let handle = builder.install_recorder().ok()?;
             describe();
@@ -27,6 +29,10 @@ fn describe() {
     metrics::describe_histogram!("gnomon_fire_lateness_seconds", "Scheduled time to run creation");
     metrics::describe_histogram!("gnomon_dispatch_latency_seconds", "Run ready to attempt assigned");
     metrics::describe_gauge!("gnomon_workers", "Worker sessions by state");
+    metrics::describe_histogram!(
+        "gnomon_store_turn_write_seconds",
+        "Duration of the leader's per-turn store write (fire, results and assignments in one commit)"
+    );
     metrics::describe_counter!("gnomon_fencing_rejections_total", "Leader writes rejected for carrying a stale token");
     metrics::counter!("gnomon_fencing_rejections_total").increment(0);
 }

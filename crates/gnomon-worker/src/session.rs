@@ -260,9 +260,11 @@ impl WorkerRuntime {
             // queued ends the attempt without running it.
             let permit = tokio::select! {
                 biased;
-                p = rt.slots.clone().acquire_owned() => p.ok(),
                 _ = cancel_rx.wait_for(|c| *c) => None,
+                p = rt.slots.clone().acquire_owned() => p.ok(),
             };
+            // Stopped while it waited (a slot may have freed at that moment).
+            let permit = permit.filter(|_| !*cancel_rx.borrow());
             let started = now_ms();
             let outcome = match permit.as_ref() {
                 Some(_) => {

@@ -87,6 +87,19 @@ impl Env {
         v
     }
 
+    /// A sample's value from /metrics (the first line starting with `name`).
+    async fn metric(&self, name: &str) -> f64 {
+        let text = match self.http.get(format!("http://{}/metrics", self.addr)).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => return 0.0,
+        };
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    }
+
     /// `gnomon_runs_total{state="succeeded"}` from /metrics.
     async fn succeeded(&self) -> u64 {
         let text = match self.http.get(format!("http://{}/metrics", self.addr)).send().await {
@@ -166,6 +179,14 @@ async fn throughput(bin: &str, before: bool) {
         (first, ws)
     };
     let done = env.wait_succeeded(RUNS as u64).await;
+    let (writes, busy) = (env.metric("gnomon_store_turn_write_seconds_count").await, env.metric("gnomon_store_turn_write_seconds_sum").await);
+    let span = (done - worker_start).as_secs_f64();
+    println!(
+        "  leader turn writes: {writes:.0}, ~{:.0} transitions and {:.2} ms each, the store busy with them {:.0}% of the time from worker start",
+        2.0 * RUNS as f64 / writes.max(1.0),
+        busy * 1000.0 / writes.max(1.0),
+        100.0 * busy / span
+    );
     let label = if before { "A1 (created before the worker)" } else { "A2 (created while it runs)" };
     println!(
         "{label}: {:.0} runs/s from first creation, {:.0} runs/s from worker start ({} succeeded)",
