@@ -166,6 +166,13 @@ impl MySqlStore {
     }
 }
 
+impl MySqlStore {
+    /// Write transactions use the same pool as reads.
+    fn writer_pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+}
+
 mod store_impl {
     use super::{MySqlStore, DIALECT};
     use crate::sql::sql_store;

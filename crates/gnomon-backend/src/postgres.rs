@@ -114,6 +114,13 @@ impl PgStore {
     }
 }
 
+impl PgStore {
+    /// Write transactions use the same pool as reads.
+    fn writer_pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
 mod store_impl {
     use super::{PgStore, DIALECT};
     use crate::sql::sql_store;

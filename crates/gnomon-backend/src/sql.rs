@@ -42,6 +42,37 @@ use crate::{AttemptChange, StoreError, Transition};
 /// them all (sqlx keeps 100 per connection) held tens of megabytes of
 /// prepared statements in a 100,000-job server.
 pub(crate) const CHUNK: usize = 500;
+
+/// The most runs one CAS statement moves (its `VALUES` list is padded to
+/// the next of a few fixed sizes, so each size is one statement, prepared
+/// once and cached, and no row is parsed out of JSON).
+pub(crate) const CAS_ROWS_MAX: usize = 256;
+const CAS_SIZES: [usize; 4] = [8, 32, 128, CAS_ROWS_MAX];
+
+/// The CAS `UPDATE` over `VALUES` rows of (id, from state, from attempt,
+/// state, attempt, reason, next_attempt_at, updated_at, terminal), for
+/// `rows` runs: the padded size and its statement. SQLite only (it names
+/// the columns of `VALUES` column1…column9).
+pub(crate) fn cas_values_sql(rows: usize) -> (usize, &'static str) {
+    static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let all = SQL.get_or_init(|| {
+        CAS_SIZES
+            .iter()
+            .map(|n| {
+                let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; *n].join(", ");
+                format!(
+                    "UPDATE runs SET state = j.column4, attempt = j.column5, reason = COALESCE(j.column6, runs.reason), \
+                     next_attempt_at = j.column7, updated_at = j.column8, \
+                     cancel_requested = CASE WHEN j.column9 THEN 0 ELSE runs.cancel_requested END \
+                     FROM (VALUES {values}) AS j \
+                     WHERE runs.id = j.column1 AND runs.state = j.column2 AND runs.attempt = j.column3 RETURNING id"
+                )
+            })
+            .collect()
+    });
+    let i = CAS_SIZES.iter().position(|n| *n >= rows).unwrap_or(CAS_SIZES.len() - 1);
+    (CAS_SIZES[i], all[i].as_str())
+}
 /// Attempt ends carry up to 64 KiB of output each: fewer per statement, so a
 /// statement stays under MySQL's default 16 MiB `max_allowed_packet`.
 pub(crate) const END_CHUNK: usize = 64;
@@ -87,12 +118,6 @@ pub(crate) struct JsonBatch {
     pub start_attempts: &'static str,
     /// Param: [`AttemptEnd`]s; only attempts still `assigned` or `running`.
     pub end_attempts: &'static str,
-    /// Param: [`RunCasRow`]s, each run at most once. The CAS of
-    /// [`Transition::apply_to`] as one statement: moves each run still in
-    /// `(fs, fa)` and returns the `id`s it moved. A batch that touches a run
-    /// twice is planned in memory against locked rows first, and each run's
-    /// final row goes through the same statement.
-    pub cas_runs: &'static str,
     /// Param: `["id", …]`; returns the `id`s that exist.
     pub existing_runs: &'static str,
     /// Param: [`JobAdvanceRow`]s; `last_scheduled_at` only moves forward.
@@ -105,9 +130,11 @@ pub(crate) struct JobAdvanceRow<'a> {
     pub at: Millis,
 }
 
-/// One run's move in a JSON transition batch: a transition of a batch that
-/// moves each run once, or a run's planned final row.
-#[derive(serde::Serialize)]
+/// One run's move in a transition batch on SQLite (a row of the CAS
+/// statement of [`cas_values_sql`]): a transition of a batch that moves
+/// each run once, or a run's planned final row. The CAS of
+/// [`Transition::apply_to`] as one statement: it moves each run still in
+/// `(fs, fa)` and returns the `id`s it moved.
 pub(crate) struct RunCasRow<'a> {
     pub id: &'a str,
     pub fs: &'a str,
@@ -482,8 +509,8 @@ macro_rules! sql_store {
 
             async fn write_tx(&self) -> Result<Tx, StoreError> {
                 match D.begin {
-                    Some(begin) => self.pool.begin_with(begin).await.map_err(db_err),
-                    None => self.pool.begin().await.map_err(db_err),
+                    Some(begin) => self.writer_pool().begin_with(begin).await.map_err(db_err),
+                    None => self.writer_pool().begin().await.map_err(db_err),
                 }
             }
 
@@ -847,7 +874,7 @@ macro_rules! sql_store {
             /// applying each on its own, so the CAS runs in the database (no
             /// lock read, no plan) and the attempt changes follow for the
             /// transitions it applied.
-            async fn cas_each_run_once(tx: &mut Tx, js: &crate::sql::JsonBatch, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
+            async fn cas_each_run_once(tx: &mut Tx, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
                 let rows: Vec<RunCasRow<'_>> = transitions
                     .iter()
                     .map(|t| RunCasRow {
@@ -862,7 +889,7 @@ macro_rules! sql_store {
                         t: i64::from(t.to.is_terminal()),
                     })
                     .collect();
-                let moved = Self::cas_runs(tx, js, &rows).await?;
+                let moved = Self::cas_runs(tx, &rows).await?;
                 let applied: Vec<bool> = transitions.iter().map(|t| moved.contains(&t.run_id)).collect();
                 let attempts: Vec<(&str, &AttemptChange, Millis)> = transitions
                     .iter()
@@ -875,10 +902,37 @@ macro_rules! sql_store {
             }
 
             /// Runs the CAS statement over `rows`; the ids it moved.
-            async fn cas_runs(tx: &mut Tx, js: &crate::sql::JsonBatch, rows: &[RunCasRow<'_>]) -> Result<HashSet<String>, StoreError> {
+            async fn cas_runs(tx: &mut Tx, rows: &[RunCasRow<'_>]) -> Result<HashSet<String>, StoreError> {
                 let mut moved = HashSet::new();
-                for chunk in rows.chunks(CHUNK) {
-                    for r in sqlx::query(js.cas_runs).bind(json_param(chunk)).fetch_all(&mut **tx).await.map_err(db_err)? {
+                for chunk in rows.chunks(crate::sql::CAS_ROWS_MAX) {
+                    let (size, sql) = crate::sql::cas_values_sql(chunk.len());
+                    let mut q = sqlx::query(sql);
+                    for i in 0..size {
+                        q = match chunk.get(i) {
+                            Some(r) => q
+                                .bind(r.id)
+                                .bind(r.fs)
+                                .bind(i64::from(r.fa))
+                                .bind(r.s)
+                                .bind(i64::from(r.a))
+                                .bind(r.r)
+                                .bind(r.n)
+                                .bind(r.u)
+                                .bind(r.t),
+                            // Padding: a row whose NULL id matches no run.
+                            None => q
+                                .bind(None::<&str>)
+                                .bind(None::<&str>)
+                                .bind(None::<i64>)
+                                .bind(None::<&str>)
+                                .bind(None::<i64>)
+                                .bind(None::<&str>)
+                                .bind(None::<i64>)
+                                .bind(None::<i64>)
+                                .bind(None::<i64>),
+                        };
+                    }
+                    for r in q.fetch_all(&mut **tx).await.map_err(db_err)? {
                         moved.insert(text(&r, "id")?);
                     }
                 }
@@ -892,8 +946,8 @@ macro_rules! sql_store {
                 let mut ids: Vec<&str> = transitions.iter().map(|t| t.run_id.as_str()).collect();
                 ids.sort_unstable();
                 ids.dedup();
-                if let Some(js) = D.json.as_ref().filter(|_| ids.len() == transitions.len()) {
-                    return Self::cas_each_run_once(tx, js, transitions).await;
+                if D.json.is_some() && ids.len() == transitions.len() {
+                    return Self::cas_each_run_once(tx, transitions).await;
                 }
                 let mut locked: HashMap<String, RunRow> = HashMap::new();
                 for chunk in ids.chunks(CHUNK) {
@@ -927,7 +981,7 @@ macro_rules! sql_store {
                     }
                 }
                 let plan = plan_transitions(locked, transitions);
-                if let Some(js) = &D.json {
+                if D.json.is_some() {
                     // A final row as a move from the locked row: its reason is
                     // the planned one (kept when none was set), and reaching a
                     // terminal state clears `cancel_requested`, as planned.
@@ -946,7 +1000,7 @@ macro_rules! sql_store {
                             t: i64::from(row.state.is_terminal()),
                         })
                         .collect();
-                    let moved = Self::cas_runs(tx, js, &rows).await?;
+                    let moved = Self::cas_runs(tx, &rows).await?;
                     if moved.len() != rows.len() {
                         return Err(StoreError::Backend(format!("transition matched {} of {} locked runs; rolled back", moved.len(), rows.len())));
                     }

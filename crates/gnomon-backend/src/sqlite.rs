@@ -106,12 +106,6 @@ const DIALECT: Dialect = Dialect {
                        FROM (SELECT value ->> 'r' AS r, value ->> 'a' AS a, value ->> 's' AS s, value ->> 'at' AS at, \
                        value ->> 'st' AS st, value ->> 'x' AS x, value ->> 'o' AS o FROM json_each(?1)) AS j \
                        WHERE attempts.run_id = j.r AND attempts.attempt = j.a AND attempts.state IN ('assigned', 'running')",
-        cas_runs: "UPDATE runs SET state = j.s, attempt = j.a, reason = COALESCE(j.r, runs.reason), next_attempt_at = j.n, \
-                   updated_at = j.u, cancel_requested = CASE WHEN j.t THEN 0 ELSE runs.cancel_requested END \
-                   FROM (SELECT value ->> 'id' AS id, value ->> 'fs' AS fs, value ->> 'fa' AS fa, value ->> 's' AS s, \
-                   value ->> 'a' AS a, value ->> 'r' AS r, value ->> 'n' AS n, value ->> 'u' AS u, value ->> 't' AS t \
-                   FROM json_each(?1)) AS j \
-                   WHERE runs.id = j.id AND runs.state = j.fs AND runs.attempt = j.fa RETURNING id",
         existing_runs: "SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(?1))",
         advance_jobs: "UPDATE jobs SET last_scheduled_at = MAX(COALESCE(jobs.last_scheduled_at, j.at), j.at) \
                        FROM (SELECT value ->> 'u' AS u, value ->> 'at' AS at FROM json_each(?1)) AS j WHERE jobs.uid = j.u",
@@ -120,7 +114,14 @@ const DIALECT: Dialect = Dialect {
 
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
+    /// Reads.
     pool: SqlitePool,
+    /// Write transactions: one connection, since SQLite has one writer
+    /// anyway. Writers queue here instead of in SQLite's busy handler, and
+    /// the connection's page cache stays warm (a pool of several rotated
+    /// the leader's writes through connections whose caches the other
+    /// writes had just invalidated).
+    writer: SqlitePool,
 }
 
 impl SqliteStore {
@@ -137,12 +138,29 @@ impl SqliteStore {
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(30))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(|e| StoreError::Unavailable(format!("cannot open {url}: {e}")))?;
-        let store = Self { pool };
+        let writer = if url.contains(":memory:") {
+            // An in-memory database is per connection: one pool for all.
+            pool.clone()
+        } else {
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_with(options)
+                .await
+                .map_err(|e| StoreError::Unavailable(format!("cannot open {url}: {e}")))?
+        };
+        let store = Self { pool, writer };
         store.migrate().await?;
         Ok(store)
+    }
+}
+
+impl SqliteStore {
+    fn writer_pool(&self) -> &SqlitePool {
+        &self.writer
     }
 }
 
@@ -179,6 +197,47 @@ mod tests {
         let (_dir, url) = open_temp().await;
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&url).await.unwrap());
         crate::conformance::elector_suite(store.clone(), Arc::new(crate::local::LocalElector::new(store))).await;
+    }
+
+    #[tokio::test]
+    async fn migration_2_keeps_the_attempts_of_a_version_1_database() {
+        let (_dir, url) = open_temp().await;
+        {
+            // A database as version 1 left it, with a run and its attempt.
+            let options = SqliteConnectOptions::from_str(&url).unwrap().create_if_missing(true);
+            let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
+            sqlx::raw_sql("CREATE TABLE gnomon_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
+                .execute(&pool)
+                .await
+                .unwrap();
+            for stmt in MIGRATIONS[0].statements {
+                sqlx::raw_sql(stmt).execute(&pool).await.unwrap();
+            }
+            sqlx::raw_sql(
+                "INSERT INTO gnomon_migrations VALUES (1, 0);
+                 INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, updated_at)
+                   VALUES ('u-1', 'u', 'default', 'j', 1, 1, 'succeeded', 1, 2);
+                 INSERT INTO attempts (run_id, attempt, worker, token, state, assigned_at, started_at, ended_at, exit_code, output)
+                   VALUES ('u-1', 1, 'w', 7, 'succeeded', 1, 1, 2, 0, 'hello');",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+            pool.close().await;
+        }
+        let store = SqliteStore::open(&url).await.unwrap();
+        let detail = store.get_run("u-1").await.unwrap().expect("the run survives");
+        assert_eq!(detail.attempts.len(), 1);
+        assert_eq!((detail.attempts[0].worker.as_str(), detail.attempts[0].output.as_str()), ("w", "hello"));
+        let (sql,): (String,) =
+            sqlx::query_as("SELECT sql FROM sqlite_master WHERE name = 'attempts'").fetch_one(&store.pool).await.unwrap();
+        assert!(sql.contains("WITHOUT ROWID"), "{sql}");
+        let old: Option<(String,)> =
+            sqlx::query_as("SELECT name FROM sqlite_master WHERE name = 'runs_open'").fetch_optional(&store.pool).await.unwrap();
+        assert!(old.is_none(), "runs_open is dropped");
+        // Opening again is a no-op.
+        drop(store);
+        assert!(SqliteStore::open(&url).await.unwrap().get_run("u-1").await.unwrap().is_some());
     }
 
     use crate::Store;

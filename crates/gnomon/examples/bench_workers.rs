@@ -179,7 +179,8 @@ async fn throughput(bin: &str, before: bool) {
         (first, ws)
     };
     let done = env.wait_succeeded(RUNS as u64).await;
-    let (writes, busy) = (env.metric("gnomon_store_turn_write_seconds_count").await, env.metric("gnomon_store_turn_write_seconds_sum").await);
+    let (writes, busy) =
+        (env.metric("gnomon_store_turn_write_seconds_count").await, env.metric("gnomon_store_turn_write_seconds_sum").await);
     let span = (done - worker_start).as_secs_f64();
     println!(
         "  leader turn writes: {writes:.0}, ~{:.0} transitions and {:.2} ms each, the store busy with them {:.0}% of the time from worker start",
