@@ -43,36 +43,69 @@ use crate::{AttemptChange, StoreError, Transition};
 /// prepared statements in a 100,000-job server.
 pub(crate) const CHUNK: usize = 500;
 
-/// The most runs one CAS statement moves (its `VALUES` list is padded to
-/// the next of a few fixed sizes, so each size is one statement, prepared
-/// once and cached, and no row is parsed out of JSON).
-pub(crate) const CAS_ROWS_MAX: usize = 256;
-const CAS_SIZES: [usize; 4] = [8, 32, 128, CAS_ROWS_MAX];
-
-/// The CAS `UPDATE` over `VALUES` rows of (id, from state, from attempt,
-/// state, attempt, reason, next_attempt_at, updated_at, terminal), for
-/// `rows` runs: the padded size and its statement. SQLite only (it names
-/// the columns of `VALUES` column1…column9).
-pub(crate) fn cas_values_sql(rows: usize) -> (usize, &'static str) {
-    static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let all = SQL.get_or_init(|| {
-        CAS_SIZES
-            .iter()
-            .map(|n| {
-                let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; *n].join(", ");
-                format!(
-                    "UPDATE runs SET state = j.column4, attempt = j.column5, reason = COALESCE(j.column6, runs.reason), \
-                     next_attempt_at = j.column7, updated_at = j.column8, \
-                     cancel_requested = CASE WHEN j.column9 THEN 0 ELSE runs.cancel_requested END \
-                     FROM (VALUES {values}) AS j \
-                     WHERE runs.id = j.column1 AND runs.state = j.column2 AND runs.attempt = j.column3 RETURNING id"
-                )
-            })
-            .collect()
-    });
-    let i = CAS_SIZES.iter().position(|n| *n >= rows).unwrap_or(CAS_SIZES.len() - 1);
-    (CAS_SIZES[i], all[i].as_str())
+/// A SQLite batch statement over a `VALUES` list of rows (columns named
+/// column1, column2, …), padded with all-NULL rows to the next of a few
+/// fixed sizes: each size is one SQL text, prepared once and cached per
+/// connection, and no row is parsed out of JSON. Padding rows match
+/// nothing (every statement keys on column1, and NULL equals nothing).
+pub(crate) struct ValuesStmt {
+    head: &'static str,
+    tail: &'static str,
+    columns: usize,
+    sizes: &'static [usize],
+    cache: std::sync::OnceLock<Vec<String>>,
 }
+
+impl ValuesStmt {
+    /// The most rows one statement takes.
+    pub(crate) fn max_rows(&self) -> usize {
+        self.sizes[self.sizes.len() - 1]
+    }
+
+    /// The padded size for `rows` rows (at most [`Self::max_rows`]) and its statement.
+    pub(crate) fn sql(&self, rows: usize) -> (usize, &str) {
+        let all = self.cache.get_or_init(|| {
+            let row = format!("({})", vec!["?"; self.columns].join(", "));
+            self.sizes.iter().map(|n| format!("{}{}{}", self.head, vec![row.as_str(); *n].join(", "), self.tail)).collect()
+        });
+        let i = self.sizes.iter().position(|n| *n >= rows).unwrap_or(self.sizes.len() - 1);
+        (self.sizes[i], all[i].as_str())
+    }
+}
+
+/// The run CAS: rows of (id, from state, from attempt, state, attempt,
+/// reason, next_attempt_at, updated_at, terminal); returns the ids moved.
+pub(crate) static CAS_RUNS: ValuesStmt = ValuesStmt {
+    head: "UPDATE runs SET state = j.column4, attempt = j.column5, reason = COALESCE(j.column6, runs.reason), \
+           next_attempt_at = j.column7, updated_at = j.column8, \
+           cancel_requested = CASE WHEN j.column9 THEN 0 ELSE runs.cancel_requested END FROM (VALUES ",
+    tail: ") AS j WHERE runs.id = j.column1 AND runs.state = j.column2 AND runs.attempt = j.column3 RETURNING id",
+    columns: 9,
+    sizes: &[8, 32, 128, 256],
+    cache: std::sync::OnceLock::new(),
+};
+
+/// New attempts: rows of (run_id, attempt, worker, token, assigned_at).
+pub(crate) static INSERT_ATTEMPTS: ValuesStmt = ValuesStmt {
+    head: "INSERT INTO attempts (run_id, attempt, worker, token, state, assigned_at, output) \
+           SELECT column1, column2, column3, column4, 'assigned', column5, '' FROM (VALUES ",
+    tail: ") WHERE column1 IS NOT NULL",
+    columns: 5,
+    sizes: &[8, 32, 128, 256],
+    cache: std::sync::OnceLock::new(),
+};
+
+/// Ended attempts still `assigned` or `running`: rows of (run_id, attempt,
+/// state, ended_at, started_at, exit_code, output). Fewer rows per
+/// statement: each output may be 64 KiB.
+pub(crate) static END_ATTEMPTS: ValuesStmt = ValuesStmt {
+    head: "UPDATE attempts SET state = j.column3, ended_at = j.column4, \
+           started_at = COALESCE(attempts.started_at, j.column5, j.column4), exit_code = j.column6, output = j.column7 FROM (VALUES ",
+    tail: ") AS j WHERE attempts.run_id = j.column1 AND attempts.attempt = j.column2 AND attempts.state IN ('assigned', 'running')",
+    columns: 7,
+    sizes: &[8, 32, END_CHUNK],
+    cache: std::sync::OnceLock::new(),
+};
 /// Attempt ends carry up to 64 KiB of output each: fewer per statement, so a
 /// statement stays under MySQL's default 16 MiB `max_allowed_packet`.
 pub(crate) const END_CHUNK: usize = 64;
@@ -112,12 +145,8 @@ pub(crate) struct Dialect {
 pub(crate) struct JsonBatch {
     /// Param: `["id", …]`. Returns the columns [`RunRow`] is read from, plus `id`.
     pub lock_runs: &'static str,
-    /// Param: [`AttemptInsert`]s.
-    pub insert_attempts: &'static str,
     /// Param: [`AttemptStart`]s; only attempts still `assigned`.
     pub start_attempts: &'static str,
-    /// Param: [`AttemptEnd`]s; only attempts still `assigned` or `running`.
-    pub end_attempts: &'static str,
     /// Param: `["id", …]`; returns the `id`s that exist.
     pub existing_runs: &'static str,
     /// Param: [`JobAdvanceRow`]s; `last_scheduled_at` only moves forward.
@@ -581,14 +610,37 @@ macro_rules! sql_store {
                         }
                     }
                 }
-                for chunk in inserts.chunks(CHUNK) {
-                    sqlx::query(js.insert_attempts).bind(json_param(chunk)).execute(&mut **tx).await.map_err(db_err)?;
+                for chunk in inserts.chunks(crate::sql::INSERT_ATTEMPTS.max_rows()) {
+                    let (size, sql) = crate::sql::INSERT_ATTEMPTS.sql(chunk.len());
+                    let mut q = sqlx::query(sql);
+                    for i in 0..size {
+                        q = match chunk.get(i) {
+                            Some(r) => q.bind(r.r).bind(i64::from(r.a)).bind(r.w).bind(r.t).bind(r.at),
+                            None => q.bind(None::<&str>).bind(None::<i64>).bind(None::<&str>).bind(None::<i64>).bind(None::<i64>),
+                        };
+                    }
+                    q.execute(&mut **tx).await.map_err(db_err)?;
                 }
                 for chunk in starts.chunks(CHUNK) {
                     sqlx::query(js.start_attempts).bind(json_param(chunk)).execute(&mut **tx).await.map_err(db_err)?;
                 }
-                for chunk in ends.chunks(END_CHUNK) {
-                    sqlx::query(js.end_attempts).bind(json_param(chunk)).execute(&mut **tx).await.map_err(db_err)?;
+                for chunk in ends.chunks(crate::sql::END_ATTEMPTS.max_rows()) {
+                    let (size, sql) = crate::sql::END_ATTEMPTS.sql(chunk.len());
+                    let mut q = sqlx::query(sql);
+                    for i in 0..size {
+                        q = match chunk.get(i) {
+                            Some(e) => q.bind(e.r).bind(i64::from(e.a)).bind(e.s).bind(e.at).bind(e.st).bind(e.x).bind(e.o),
+                            None => q
+                                .bind(None::<&str>)
+                                .bind(None::<i64>)
+                                .bind(None::<&str>)
+                                .bind(None::<i64>)
+                                .bind(None::<i64>)
+                                .bind(None::<i32>)
+                                .bind(None::<&str>),
+                        };
+                    }
+                    q.execute(&mut **tx).await.map_err(db_err)?;
                 }
                 Ok(())
             }
@@ -904,8 +956,8 @@ macro_rules! sql_store {
             /// Runs the CAS statement over `rows`; the ids it moved.
             async fn cas_runs(tx: &mut Tx, rows: &[RunCasRow<'_>]) -> Result<HashSet<String>, StoreError> {
                 let mut moved = HashSet::new();
-                for chunk in rows.chunks(crate::sql::CAS_ROWS_MAX) {
-                    let (size, sql) = crate::sql::cas_values_sql(chunk.len());
+                for chunk in rows.chunks(crate::sql::CAS_RUNS.max_rows()) {
+                    let (size, sql) = crate::sql::CAS_RUNS.sql(chunk.len());
                     let mut q = sqlx::query(sql);
                     for i in 0..size {
                         q = match chunk.get(i) {

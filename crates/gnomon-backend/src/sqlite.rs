@@ -95,17 +95,9 @@ const DIALECT: Dialect = Dialect {
     json: Some(crate::sql::JsonBatch {
         lock_runs: "SELECT id, state, attempt, reason, next_attempt_at, updated_at, cancel_requested FROM runs \
                     WHERE id IN (SELECT value FROM json_each(?1))",
-        insert_attempts: "INSERT INTO attempts (run_id, attempt, worker, token, state, assigned_at, output) \
-                          SELECT value ->> 'r', value ->> 'a', value ->> 'w', value ->> 't', 'assigned', value ->> 'at', '' \
-                          FROM json_each(?1)",
         start_attempts: "UPDATE attempts SET state = 'running', started_at = j.at \
                          FROM (SELECT value ->> 'r' AS r, value ->> 'a' AS a, value ->> 'at' AS at FROM json_each(?1)) AS j \
                          WHERE attempts.run_id = j.r AND attempts.attempt = j.a AND attempts.state = 'assigned'",
-        end_attempts: "UPDATE attempts SET state = j.s, ended_at = j.at, started_at = COALESCE(attempts.started_at, j.st, j.at), \
-                       exit_code = j.x, output = j.o \
-                       FROM (SELECT value ->> 'r' AS r, value ->> 'a' AS a, value ->> 's' AS s, value ->> 'at' AS at, \
-                       value ->> 'st' AS st, value ->> 'x' AS x, value ->> 'o' AS o FROM json_each(?1)) AS j \
-                       WHERE attempts.run_id = j.r AND attempts.attempt = j.a AND attempts.state IN ('assigned', 'running')",
         existing_runs: "SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(?1))",
         advance_jobs: "UPDATE jobs SET last_scheduled_at = MAX(COALESCE(jobs.last_scheduled_at, j.at), j.at) \
                        FROM (SELECT value ->> 'u' AS u, value ->> 'at' AS at FROM json_each(?1)) AS j WHERE jobs.uid = j.u",
