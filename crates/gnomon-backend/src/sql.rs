@@ -95,6 +95,38 @@ pub(crate) static INSERT_ATTEMPTS: ValuesStmt = ValuesStmt {
     cache: std::sync::OnceLock::new(),
 };
 
+/// New runs (ignored if the id exists): rows of (id, job_uid, namespace,
+/// job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at,
+/// manual, updated_at).
+pub(crate) static INSERT_RUNS: ValuesStmt = ValuesStmt {
+    head: "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, \
+           manual, cancel_requested, updated_at) \
+           SELECT column1, column2, column3, column4, column5, column6, column7, column8, column9, column10, column11, 0, column12 \
+           FROM (VALUES ",
+    tail: ") WHERE column1 IS NOT NULL ON CONFLICT DO NOTHING",
+    columns: 12,
+    sizes: &[8, 32, 128, 512],
+    cache: std::sync::OnceLock::new(),
+};
+
+/// Which of the ids exist: rows of (id).
+pub(crate) static EXISTING_RUNS: ValuesStmt = ValuesStmt {
+    head: "SELECT id FROM runs WHERE id IN (VALUES ",
+    tail: ")",
+    columns: 1,
+    sizes: &[8, 32, 128, 512],
+    cache: std::sync::OnceLock::new(),
+};
+
+/// Job advances (`last_scheduled_at` only moves forward): rows of (uid, at).
+pub(crate) static ADVANCE_JOBS: ValuesStmt = ValuesStmt {
+    head: "UPDATE jobs SET last_scheduled_at = MAX(COALESCE(jobs.last_scheduled_at, j.column2), j.column2) FROM (VALUES ",
+    tail: ") AS j WHERE jobs.uid = j.column1",
+    columns: 2,
+    sizes: &[8, 32, 128, 512],
+    cache: std::sync::OnceLock::new(),
+};
+
 /// Ended attempts still `assigned` or `running`: rows of (run_id, attempt,
 /// state, ended_at, started_at, exit_code, output). Fewer rows per
 /// statement: each output may be 64 KiB.
@@ -147,17 +179,8 @@ pub(crate) struct JsonBatch {
     pub lock_runs: &'static str,
     /// Param: [`AttemptStart`]s; only attempts still `assigned`.
     pub start_attempts: &'static str,
-    /// Param: `["id", …]`; returns the `id`s that exist.
-    pub existing_runs: &'static str,
-    /// Param: [`JobAdvanceRow`]s; `last_scheduled_at` only moves forward.
-    pub advance_jobs: &'static str,
 }
 
-#[derive(serde::Serialize)]
-pub(crate) struct JobAdvanceRow<'a> {
-    pub u: &'a str,
-    pub at: Millis,
-}
 
 /// One run's move in a transition batch on SQLite (a row of the CAS
 /// statement of [`cas_values_sql`]): a transition of a batch that moves
@@ -383,7 +406,7 @@ macro_rules! sql_store {
         use sqlx::{QueryBuilder, Row, Transaction};
 
         use crate::sql::{
-            db_err, is_unique_violation, json_param, plan_transitions, AttemptEnd, AttemptInsert, AttemptStart, JobAdvanceRow, RunCasRow, RunRow, CHUNK,
+            db_err, is_unique_violation, json_param, plan_transitions, AttemptEnd, AttemptInsert, AttemptStart, RunCasRow, RunRow, CHUNK,
             END_CHUNK,
         };
         use crate::*;
@@ -808,7 +831,18 @@ macro_rules! sql_store {
                 let mut existing: HashSet<String> = HashSet::new();
                 for chunk in ids.chunks(CHUNK) {
                     let rows = match &D.json {
-                        Some(js) => sqlx::query(js.existing_runs).bind(json_param(chunk)).fetch_all(&mut *tx).await.map_err(db_err)?,
+                        Some(_) => {
+                            let mut rows = Vec::new();
+                            for part in chunk.chunks(crate::sql::EXISTING_RUNS.max_rows()) {
+                                let (size, sql) = crate::sql::EXISTING_RUNS.sql(part.len());
+                                let mut q = sqlx::query(sql);
+                                for i in 0..size {
+                                    q = q.bind(part.get(i).map(String::as_str));
+                                }
+                                rows.extend(q.fetch_all(&mut *tx).await.map_err(db_err)?);
+                            }
+                            rows
+                        }
                         None => {
                             let mut qb: QueryBuilder<$db> = QueryBuilder::new("SELECT id FROM runs WHERE id IN (");
                             let mut sep = qb.separated(", ");
@@ -857,7 +891,47 @@ macro_rules! sql_store {
                         (r, id, row)
                     })
                     .collect();
-                for chunk in fresh.chunks(CHUNK) {
+                if D.json.is_some() {
+                    for chunk in fresh.chunks(crate::sql::INSERT_RUNS.max_rows()) {
+                        let (size, sql) = crate::sql::INSERT_RUNS.sql(chunk.len());
+                        let mut q = sqlx::query(sql);
+                        for i in 0..size {
+                            q = match chunk.get(i) {
+                                Some((r, id, row)) => q
+                                    .bind(id.as_str())
+                                    .bind(r.job_uid.as_str())
+                                    .bind(r.namespace.as_str())
+                                    .bind(r.job.as_str())
+                                    .bind(r.scheduled_at)
+                                    .bind(r.fired_at)
+                                    .bind(row.state.as_str())
+                                    .bind(i64::from(row.attempt))
+                                    .bind(row.reason.as_deref())
+                                    .bind(row.next_attempt_at)
+                                    .bind(i64::from(r.manual))
+                                    .bind(row.updated_at),
+                                None => q
+                                    .bind(None::<&str>)
+                                    .bind(None::<&str>)
+                                    .bind(None::<&str>)
+                                    .bind(None::<&str>)
+                                    .bind(None::<i64>)
+                                    .bind(None::<i64>)
+                                    .bind(None::<&str>)
+                                    .bind(None::<i64>)
+                                    .bind(None::<&str>)
+                                    .bind(None::<i64>)
+                                    .bind(None::<i64>)
+                                    .bind(None::<i64>),
+                            };
+                        }
+                        let n = q.execute(&mut *tx).await.map_err(db_err)?.rows_affected();
+                        if n != chunk.len() as u64 {
+                            return Err(StoreError::Backend(format!("fire inserted {n} of {} new runs; rolled back", chunk.len())));
+                        }
+                    }
+                }
+                for chunk in fresh.chunks(CHUNK).filter(|_| D.json.is_none()) {
                     let mut qb: QueryBuilder<$db> = QueryBuilder::new(
                         "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, manual, cancel_requested, updated_at) ",
                     );
@@ -889,10 +963,17 @@ macro_rules! sql_store {
                     *e = (*e).max(a.last_scheduled_at);
                 }
                 let latest: Vec<(&str, Millis)> = latest.into_iter().collect();
-                if let Some(js) = &D.json {
-                    for chunk in latest.chunks(CHUNK) {
-                        let rows: Vec<JobAdvanceRow<'_>> = chunk.iter().map(|(u, at)| JobAdvanceRow { u, at: *at }).collect();
-                        sqlx::query(js.advance_jobs).bind(json_param(&rows)).execute(&mut *tx).await.map_err(db_err)?;
+                if D.json.is_some() {
+                    for chunk in latest.chunks(crate::sql::ADVANCE_JOBS.max_rows()) {
+                        let (size, sql) = crate::sql::ADVANCE_JOBS.sql(chunk.len());
+                        let mut q = sqlx::query(sql);
+                        for i in 0..size {
+                            q = match chunk.get(i) {
+                                Some((u, at)) => q.bind(*u).bind(*at),
+                                None => q.bind(None::<&str>).bind(None::<i64>),
+                            };
+                        }
+                        q.execute(&mut *tx).await.map_err(db_err)?;
                     }
                     return Ok((ids.iter().map(|id| if created.contains(id) { FireOutcome::Created } else { FireOutcome::Existed }).collect(), folded));
                 }

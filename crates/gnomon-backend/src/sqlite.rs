@@ -98,9 +98,6 @@ const DIALECT: Dialect = Dialect {
         start_attempts: "UPDATE attempts SET state = 'running', started_at = j.at \
                          FROM (SELECT value ->> 'r' AS r, value ->> 'a' AS a, value ->> 'at' AS at FROM json_each(?1)) AS j \
                          WHERE attempts.run_id = j.r AND attempts.attempt = j.a AND attempts.state = 'assigned'",
-        existing_runs: "SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(?1))",
-        advance_jobs: "UPDATE jobs SET last_scheduled_at = MAX(COALESCE(jobs.last_scheduled_at, j.at), j.at) \
-                       FROM (SELECT value ->> 'u' AS u, value ->> 'at' AS at FROM json_each(?1)) AS j WHERE jobs.uid = j.u",
     }),
 };
 
