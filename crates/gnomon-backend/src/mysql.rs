@@ -167,9 +167,10 @@ impl MySqlStore {
 }
 
 impl MySqlStore {
-    /// Write transactions use the same pool as reads.
-    fn writer_pool(&self) -> &MySqlPool {
-        &self.pool
+    /// Write transactions take a connection from the pool, a fresh one
+    /// after the server closed one.
+    async fn writer_conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::MySql>, crate::StoreError> {
+        self.pool.acquire().await.map_err(crate::sql::db_err)
     }
 }
 

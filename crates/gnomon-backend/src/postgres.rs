@@ -115,9 +115,10 @@ impl PgStore {
 }
 
 impl PgStore {
-    /// Write transactions use the same pool as reads.
-    fn writer_pool(&self) -> &PgPool {
-        &self.pool
+    /// Write transactions take a connection from the pool, a fresh one
+    /// after the server closed one.
+    async fn writer_conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, crate::StoreError> {
+        self.pool.acquire().await.map_err(crate::sql::db_err)
     }
 }
 

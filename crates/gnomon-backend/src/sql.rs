@@ -181,7 +181,6 @@ pub(crate) struct JsonBatch {
     pub start_attempts: &'static str,
 }
 
-
 /// One run's move in a transition batch on SQLite (a row of the CAS
 /// statement of [`cas_values_sql`]): a transition of a batch that moves
 /// each run once, or a run's planned final row. The CAS of
@@ -498,7 +497,7 @@ macro_rules! sql_store {
             })
         }
 
-        type Tx = Transaction<'static, $db>;
+        type Tx<'c> = Transaction<'c, $db>;
 
         impl $store {
             /// Applies the dialect's migrations under a database-wide lock, so
@@ -559,16 +558,18 @@ macro_rules! sql_store {
                 tx.rollback().await.map_err(db_err)
             }
 
-            async fn write_tx(&self) -> Result<Tx, StoreError> {
+            /// Begins a write transaction on the store's writer connection
+            /// (see `writer_conn`).
+            async fn begin_write<'c>(conn: &'c mut <$db as sqlx::Database>::Connection) -> Result<Tx<'c>, StoreError> {
                 match D.begin {
-                    Some(begin) => self.writer_pool().begin_with(begin).await.map_err(db_err),
-                    None => self.writer_pool().begin().await.map_err(db_err),
+                    Some(begin) => sqlx::Connection::begin_with(conn, begin).await.map_err(db_err),
+                    None => sqlx::Connection::begin(conn).await.map_err(db_err),
                 }
             }
 
             /// The fencing check: locks the scope's leadership row until the
             /// caller's transaction ends.
-            async fn check_fence(tx: &mut Tx, fence: &Fence) -> Result<(), StoreError> {
+            async fn check_fence(tx: &mut Tx<'_>, fence: &Fence) -> Result<(), StoreError> {
                 let current: Option<i64> = sqlx::query_scalar(&D.q("SELECT token FROM leadership WHERE scope = ? FOR UPDATE"))
                     .bind(&fence.scope)
                     .fetch_optional(&mut **tx)
@@ -582,7 +583,7 @@ macro_rules! sql_store {
                 Ok(())
             }
 
-            async fn bump_change_seq(tx: &mut Tx) -> Result<i64, StoreError> {
+            async fn bump_change_seq(tx: &mut Tx<'_>) -> Result<i64, StoreError> {
                 sqlx::query("UPDATE counters SET value = value + 1 WHERE name = 'job_change_seq'")
                     .execute(&mut **tx)
                     .await
@@ -590,7 +591,7 @@ macro_rules! sql_store {
                 sqlx::query_scalar("SELECT value FROM counters WHERE name = 'job_change_seq'").fetch_one(&mut **tx).await.map_err(db_err)
             }
 
-            async fn job_by_name(tx: &mut Tx, namespace: &str, name: &str) -> Result<Option<JobRecord>, StoreError> {
+            async fn job_by_name(tx: &mut Tx<'_>, namespace: &str, name: &str) -> Result<Option<JobRecord>, StoreError> {
                 sqlx::query(&D.q("SELECT * FROM jobs WHERE namespace = ? AND name = ? FOR UPDATE"))
                     .bind(namespace)
                     .bind(name)
@@ -602,7 +603,7 @@ macro_rules! sql_store {
             }
 
             /// Inserts the scope's row of `table` if it is missing.
-            async fn ensure_scope_row(tx: &mut Tx, table: &str, scope: &str) -> Result<(), StoreError> {
+            async fn ensure_scope_row(tx: &mut Tx<'_>, table: &str, scope: &str) -> Result<(), StoreError> {
                 let sql = match table {
                     "epochs" => format!("INSERT INTO epochs (scope, epoch) VALUES (?, 0){}", D.ignore("scope")),
                     _ => format!(
@@ -615,7 +616,7 @@ macro_rules! sql_store {
             }
 
             async fn apply_attempt_changes_json(
-                tx: &mut Tx,
+                tx: &mut Tx<'_>,
                 js: &crate::sql::JsonBatch,
                 changes: &[(&str, &AttemptChange, Millis)],
             ) -> Result<(), StoreError> {
@@ -668,7 +669,7 @@ macro_rules! sql_store {
                 Ok(())
             }
 
-            async fn apply_attempt_changes(tx: &mut Tx, changes: &[(&str, &AttemptChange, Millis)]) -> Result<(), StoreError> {
+            async fn apply_attempt_changes(tx: &mut Tx<'_>, changes: &[(&str, &AttemptChange, Millis)]) -> Result<(), StoreError> {
                 if let Some(js) = &D.json {
                     return Self::apply_attempt_changes_json(tx, js, changes).await;
                 }
@@ -769,7 +770,8 @@ macro_rules! sql_store {
 
         impl $store {
             async fn fire_tx(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
-                let mut tx = self.write_tx().await?;
+                let mut w = self.writer_conn().await?;
+                let mut tx = Self::begin_write(&mut w).await?;
                 Self::check_fence(&mut tx, fence).await?;
                 let (outcomes, _) = Self::fire_in(&mut tx, runs, advances, &[]).await?;
                 tx.commit().await.map_err(db_err)?;
@@ -786,7 +788,8 @@ macro_rules! sql_store {
                 transitions: &[Transition],
             ) -> Result<(Vec<FireOutcome>, Vec<bool>), StoreError> {
                 Transition::check_lifecycle(transitions)?;
-                let mut tx = self.write_tx().await?;
+                let mut w = self.writer_conn().await?;
+                let mut tx = Self::begin_write(&mut w).await?;
                 Self::check_fence(&mut tx, fence).await?;
                 let (outcomes, folded) = Self::fire_in(&mut tx, runs, advances, transitions).await?;
                 if !folded.iter().any(|f| *f) {
@@ -819,7 +822,7 @@ macro_rules! sql_store {
             /// transition, whether it was folded (its attempt change is the
             /// caller's to apply).
             async fn fire_in(
-                tx: &mut Tx,
+                tx: &mut Tx<'_>,
                 runs: &[NewRun],
                 advances: &[JobAdvance],
                 transitions: &[Transition],
@@ -996,7 +999,8 @@ macro_rules! sql_store {
 
             async fn transition_tx(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
                 Transition::check_lifecycle(transitions)?;
-                let mut tx = self.write_tx().await?;
+                let mut w = self.writer_conn().await?;
+                let mut tx = Self::begin_write(&mut w).await?;
                 Self::check_fence(&mut tx, fence).await?;
                 let applied = Self::transition_in(&mut tx, transitions).await?;
                 tx.commit().await.map_err(db_err)?;
@@ -1007,7 +1011,7 @@ macro_rules! sql_store {
             /// applying each on its own, so the CAS runs in the database (no
             /// lock read, no plan) and the attempt changes follow for the
             /// transitions it applied.
-            async fn cas_each_run_once(tx: &mut Tx, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
+            async fn cas_each_run_once(tx: &mut Tx<'_>, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
                 let rows: Vec<RunCasRow<'_>> = transitions
                     .iter()
                     .map(|t| RunCasRow {
@@ -1035,7 +1039,7 @@ macro_rules! sql_store {
             }
 
             /// Runs the CAS statement over `rows`; the ids it moved.
-            async fn cas_runs(tx: &mut Tx, rows: &[RunCasRow<'_>]) -> Result<HashSet<String>, StoreError> {
+            async fn cas_runs(tx: &mut Tx<'_>, rows: &[RunCasRow<'_>]) -> Result<HashSet<String>, StoreError> {
                 let mut moved = HashSet::new();
                 for chunk in rows.chunks(crate::sql::CAS_RUNS.max_rows()) {
                     let (size, sql) = crate::sql::CAS_RUNS.sql(chunk.len());
@@ -1072,7 +1076,7 @@ macro_rules! sql_store {
                 Ok(moved)
             }
 
-            async fn transition_in(tx: &mut Tx, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
+            async fn transition_in(tx: &mut Tx<'_>, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
                 if transitions.is_empty() {
                     return Ok(Vec::new());
                 }
@@ -1197,7 +1201,8 @@ macro_rules! sql_store {
             async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
                 let ns = spec.namespace().to_string();
                 let spec_text = serde_json::to_string(spec).map_err(|e| StoreError::Backend(e.to_string()))?;
-                let mut tx = self.write_tx().await?;
+                let mut w = self.writer_conn().await?;
+                let mut tx = Self::begin_write(&mut w).await?;
                 let seq = Self::bump_change_seq(&mut tx).await?;
                 let existing = Self::job_by_name(&mut tx, &ns, &spec.name).await?;
                 let what = format!("job {ns}/{}", spec.name);
@@ -1248,7 +1253,8 @@ macro_rules! sql_store {
             }
 
             async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError> {
-                let mut tx = self.write_tx().await?;
+                let mut w = self.writer_conn().await?;
+                let mut tx = Self::begin_write(&mut w).await?;
                 let seq = Self::bump_change_seq(&mut tx).await?;
                 let changed = sqlx::query(&D.q(
                     "UPDATE jobs SET paused = ?, version = version + 1, updated_at = ?, change_seq = ? WHERE namespace = ? AND name = ?",
@@ -1272,7 +1278,8 @@ macro_rules! sql_store {
             }
 
             async fn delete_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError> {
-                let mut tx = self.write_tx().await?;
+                let mut w = self.writer_conn().await?;
+                let mut tx = Self::begin_write(&mut w).await?;
                 let seq = Self::bump_change_seq(&mut tx).await?;
                 let what = format!("job {namespace}/{name}");
                 let job = match (Self::job_by_name(&mut tx, namespace, name).await?, precondition) {
@@ -1345,7 +1352,8 @@ macro_rules! sql_store {
             }
 
             async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {
-                let mut tx = self.write_tx().await?;
+                let mut w = self.writer_conn().await?;
+                let mut tx = Self::begin_write(&mut w).await?;
                 Self::ensure_scope_row(&mut tx, "epochs", scope).await?;
                 let epoch: i64 = sqlx::query_scalar(&D.q("SELECT epoch FROM epochs WHERE scope = ? FOR UPDATE"))
                     .bind(scope)
@@ -1365,7 +1373,8 @@ macro_rules! sql_store {
             }
 
             async fn fence(&self, fence: &Fence, holder: &LeaderInfo, now: Millis) -> Result<(), StoreError> {
-                let mut tx = self.write_tx().await?;
+                let mut w = self.writer_conn().await?;
+                let mut tx = Self::begin_write(&mut w).await?;
                 Self::ensure_scope_row(&mut tx, "leadership", &fence.scope).await?;
                 let current: i64 = sqlx::query_scalar(&D.q("SELECT token FROM leadership WHERE scope = ? FOR UPDATE"))
                     .bind(&fence.scope)
@@ -1442,7 +1451,8 @@ macro_rules! sql_store {
             }
 
             async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
-                let mut tx = self.write_tx().await?;
+                let mut w = self.writer_conn().await?;
+                let mut tx = Self::begin_write(&mut w).await?;
                 // Not started: cancelled at once. Live: the leader is asked to stop it.
                 let attempts = [
                     (

@@ -11,7 +11,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::SqlitePool;
+use std::sync::Arc;
+
+use sqlx::{SqliteConnection, SqlitePool};
 
 use crate::migrate::Migration;
 use crate::sql::Dialect;
@@ -105,17 +107,18 @@ const DIALECT: Dialect = Dialect {
 pub struct SqliteStore {
     /// Reads.
     pool: SqlitePool,
-    /// Write transactions: one connection, since SQLite has one writer
-    /// anyway. Writers queue here instead of in SQLite's busy handler, and
-    /// the connection's page cache stays warm (a pool of several rotated
-    /// the leader's writes through connections whose caches the other
-    /// writes had just invalidated).
-    writer: SqlitePool,
+    /// Write transactions: one connection of their own, kept (not a pool:
+    /// a pool pings every connection it gets back, a round trip on each
+    /// write), since SQLite has one writer anyway. Writers queue here
+    /// instead of in SQLite's sleeping busy handler, and the connection's
+    /// page cache stays warm (a pool of several rotated the leader's writes
+    /// through connections whose caches the other writes had invalidated).
+    writer: Arc<tokio::sync::Mutex<SqliteConnection>>,
 }
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `sqlite://PATH` and applies
-    /// migrations. `sqlite::memory:` is accepted for tests.
+    /// migrations.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|e| StoreError::InvalidUrl(format!("{url}: {e}")))?
@@ -130,26 +133,21 @@ impl SqliteStore {
             .connect_with(options.clone())
             .await
             .map_err(|e| StoreError::Unavailable(format!("cannot open {url}: {e}")))?;
-        let writer = if url.contains(":memory:") {
-            // An in-memory database is per connection: one pool for all.
-            pool.clone()
-        } else {
-            SqlitePoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(Duration::from_secs(30))
-                .connect_with(options)
-                .await
-                .map_err(|e| StoreError::Unavailable(format!("cannot open {url}: {e}")))?
-        };
-        let store = Self { pool, writer };
+        if url.contains(":memory:") {
+            // Each connection would have a database of its own.
+            return Err(StoreError::InvalidUrl(format!("{url}: an in-memory SQLite store is not supported; give a file path")));
+        }
+        let writer =
+            sqlx::Connection::connect_with(&options).await.map_err(|e| StoreError::Unavailable(format!("cannot open {url}: {e}")))?;
+        let store = Self { pool, writer: Arc::new(tokio::sync::Mutex::new(writer)) };
         store.migrate().await?;
         Ok(store)
     }
 }
 
 impl SqliteStore {
-    fn writer_pool(&self) -> &SqlitePool {
-        &self.writer
+    async fn writer_conn(&self) -> Result<tokio::sync::OwnedMutexGuard<SqliteConnection>, StoreError> {
+        Ok(self.writer.clone().lock_owned().await)
     }
 }
 
@@ -230,5 +228,4 @@ mod tests {
     }
 
     use crate::Store;
-    use std::sync::Arc;
 }
