@@ -41,6 +41,14 @@ const STARTED_AFTER: Duration = Duration::from_millis(20);
 /// The largest `prefetch` a worker may ask for (the server refuses more).
 pub const MAX_PREFETCH: u32 = 65_536;
 
+/// The prefetch queue of a worker that does not choose one: twice its
+/// capacity. The leader fills it only with short runs (about 100 ms or
+/// less), so a queued run waits about two of them at most, and halves it
+/// under backpressure.
+pub fn default_prefetch(capacity: u32) -> u32 {
+    capacity.saturating_mul(2).min(MAX_PREFETCH)
+}
+
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// Stable worker id.
@@ -70,7 +78,7 @@ impl WorkerConfig {
             servers,
             labels: BTreeMap::new(),
             capacity: 16,
-            prefetch: 16,
+            prefetch: 32,
             spool_dir: None,
             drain_timeout: Duration::from_secs(30),
             self_fence_fraction: 0.7,

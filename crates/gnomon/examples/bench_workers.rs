@@ -12,7 +12,7 @@
 //!
 //! Usage: bench_workers BIN [A|B1|B2 ...]; `BENCH_CAPACITY` sets A's worker
 //! capacity (50), `BENCH_B_CAPACITY` B's (256), `BENCH_PREFETCH` the
-//! worker's prefetch queue (default: its capacity).
+//! worker's prefetch queue (default: twice its capacity).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -70,7 +70,7 @@ impl Env {
         let data = self.dir.path().join(format!("worker-{}", self.procs.0.len()));
         let mut cmd = Command::new(&self.bin);
         cmd.args(["--server", &self.addr, "worker", "--id", &format!("bench-{}", self.procs.0.len()), "--capacity", &capacity.to_string()]);
-        // The worker's default prefetch queue is its capacity; BENCH_PREFETCH overrides it.
+        // The worker's default prefetch queue is twice its capacity; BENCH_PREFETCH overrides it.
         if let Ok(p) = std::env::var("BENCH_PREFETCH") {
             cmd.args(["--prefetch", &p]);
         }

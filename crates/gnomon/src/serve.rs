@@ -95,7 +95,7 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 16)]
     capacity: u32,
     /// Assignments accepted beyond --capacity, queued and started the moment
-    /// a slot frees (default: equal to --capacity; 0: none). The leader only
+    /// a slot frees (default: twice --capacity; 0: none). The leader only
     /// queues runs of jobs whose recent attempts were short, on a worker
     /// whose held attempts are all short, so nothing waits long behind a
     /// slow run.
@@ -400,7 +400,7 @@ fn store_kind(url: &str) -> anyhow::Result<&'static str> {
 fn embedded_worker(node_id: &str, capacity: u32, spool_dir: Option<PathBuf>, token: &Option<String>) -> WorkerConfig {
     let mut w = WorkerConfig::new(format!("{node_id}-worker"), vec![]);
     w.capacity = capacity;
-    w.prefetch = capacity.min(gnomon_worker::session::MAX_PREFETCH);
+    w.prefetch = gnomon_worker::session::default_prefetch(capacity);
     w.spool_dir = spool_dir;
     w.drain_timeout = std::time::Duration::from_secs(5);
     w.token = token.clone();
@@ -515,7 +515,7 @@ pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>) -> a
             }
         }
     };
-    let prefetch = args.prefetch.unwrap_or(args.capacity);
+    let prefetch = args.prefetch.unwrap_or_else(|| gnomon_worker::session::default_prefetch(args.capacity));
     if prefetch > gnomon_worker::session::MAX_PREFETCH {
         bail!("--prefetch {prefetch} is over the limit of {}", gnomon_worker::session::MAX_PREFETCH);
     }
