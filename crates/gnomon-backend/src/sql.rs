@@ -57,6 +57,15 @@ pub(crate) struct ValuesStmt {
 }
 
 impl ValuesStmt {
+    const fn new(head: &'static str, tail: &'static str, columns: usize, sizes: &'static [usize]) -> Self {
+        Self { head, tail, columns, sizes, cache: std::sync::OnceLock::new() }
+    }
+
+    /// Columns per row: a padding row binds this many NULLs.
+    pub(crate) fn columns(&self) -> usize {
+        self.columns
+    }
+
     /// The most rows one statement takes.
     pub(crate) fn max_rows(&self) -> usize {
         self.sizes[self.sizes.len() - 1]
@@ -75,69 +84,58 @@ impl ValuesStmt {
 
 /// The run CAS: rows of (id, from state, from attempt, state, attempt,
 /// reason, next_attempt_at, updated_at, terminal); returns the ids moved.
-pub(crate) static CAS_RUNS: ValuesStmt = ValuesStmt {
-    head: "UPDATE runs SET state = j.column4, attempt = j.column5, reason = COALESCE(j.column6, runs.reason), \
+pub(crate) static CAS_RUNS: ValuesStmt = ValuesStmt::new(
+    "UPDATE runs SET state = j.column4, attempt = j.column5, reason = COALESCE(j.column6, runs.reason), \
            next_attempt_at = j.column7, updated_at = j.column8, \
            cancel_requested = CASE WHEN j.column9 THEN 0 ELSE runs.cancel_requested END FROM (VALUES ",
-    tail: ") AS j WHERE runs.id = j.column1 AND runs.state = j.column2 AND runs.attempt = j.column3 RETURNING id",
-    columns: 9,
-    sizes: &[8, 32, 128, 256],
-    cache: std::sync::OnceLock::new(),
-};
+    ") AS j WHERE runs.id = j.column1 AND runs.state = j.column2 AND runs.attempt = j.column3 RETURNING id",
+    9,
+    &[8, 32, 128, 256],
+);
 
 /// New attempts: rows of (run_id, attempt, worker, token, assigned_at).
-pub(crate) static INSERT_ATTEMPTS: ValuesStmt = ValuesStmt {
-    head: "INSERT INTO attempts (run_id, attempt, worker, token, state, assigned_at, output) \
+pub(crate) static INSERT_ATTEMPTS: ValuesStmt = ValuesStmt::new(
+    "INSERT INTO attempts (run_id, attempt, worker, token, state, assigned_at, output) \
            SELECT column1, column2, column3, column4, 'assigned', column5, '' FROM (VALUES ",
-    tail: ") WHERE column1 IS NOT NULL",
-    columns: 5,
-    sizes: &[8, 32, 128, 256],
-    cache: std::sync::OnceLock::new(),
-};
+    ") WHERE column1 IS NOT NULL",
+    5,
+    &[8, 32, 128, 256],
+);
 
 /// New runs (ignored if the id exists): rows of (id, job_uid, namespace,
 /// job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at,
 /// manual, updated_at).
-pub(crate) static INSERT_RUNS: ValuesStmt = ValuesStmt {
-    head: "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, \
+pub(crate) static INSERT_RUNS: ValuesStmt = ValuesStmt::new(
+    "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, \
            manual, cancel_requested, updated_at) \
            SELECT column1, column2, column3, column4, column5, column6, column7, column8, column9, column10, column11, 0, column12 \
            FROM (VALUES ",
-    tail: ") WHERE column1 IS NOT NULL ON CONFLICT DO NOTHING",
-    columns: 12,
-    sizes: &[8, 32, 128, 512],
-    cache: std::sync::OnceLock::new(),
-};
+    ") WHERE column1 IS NOT NULL ON CONFLICT DO NOTHING",
+    12,
+    &[8, 32, 128, 512],
+);
 
 /// Which of the ids exist: rows of (id).
-pub(crate) static EXISTING_RUNS: ValuesStmt = ValuesStmt {
-    head: "SELECT id FROM runs WHERE id IN (VALUES ",
-    tail: ")",
-    columns: 1,
-    sizes: &[8, 32, 128, 512],
-    cache: std::sync::OnceLock::new(),
-};
+pub(crate) static EXISTING_RUNS: ValuesStmt = ValuesStmt::new("SELECT id FROM runs WHERE id IN (VALUES ", ")", 1, &[8, 32, 128, 512]);
 
 /// Job advances (`last_scheduled_at` only moves forward): rows of (uid, at).
-pub(crate) static ADVANCE_JOBS: ValuesStmt = ValuesStmt {
-    head: "UPDATE jobs SET last_scheduled_at = MAX(COALESCE(jobs.last_scheduled_at, j.column2), j.column2) FROM (VALUES ",
-    tail: ") AS j WHERE jobs.uid = j.column1",
-    columns: 2,
-    sizes: &[8, 32, 128, 512],
-    cache: std::sync::OnceLock::new(),
-};
+pub(crate) static ADVANCE_JOBS: ValuesStmt = ValuesStmt::new(
+    "UPDATE jobs SET last_scheduled_at = MAX(COALESCE(jobs.last_scheduled_at, j.column2), j.column2) FROM (VALUES ",
+    ") AS j WHERE jobs.uid = j.column1",
+    2,
+    &[8, 32, 128, 512],
+);
 
 /// Ended attempts still `assigned` or `running`: rows of (run_id, attempt,
 /// state, ended_at, started_at, exit_code, output). Fewer rows per
 /// statement: each output may be 64 KiB.
-pub(crate) static END_ATTEMPTS: ValuesStmt = ValuesStmt {
-    head: "UPDATE attempts SET state = j.column3, ended_at = j.column4, \
+pub(crate) static END_ATTEMPTS: ValuesStmt = ValuesStmt::new(
+    "UPDATE attempts SET state = j.column3, ended_at = j.column4, \
            started_at = COALESCE(attempts.started_at, j.column5, j.column4), exit_code = j.column6, output = j.column7 FROM (VALUES ",
-    tail: ") AS j WHERE attempts.run_id = j.column1 AND attempts.attempt = j.column2 AND attempts.state IN ('assigned', 'running')",
-    columns: 7,
-    sizes: &[8, 32, END_CHUNK],
-    cache: std::sync::OnceLock::new(),
-};
+    ") AS j WHERE attempts.run_id = j.column1 AND attempts.attempt = j.column2 AND attempts.state IN ('assigned', 'running')",
+    7,
+    &[8, 32, END_CHUNK],
+);
 /// Attempt ends carry up to 64 KiB of output each: fewer per statement, so a
 /// statement stays under MySQL's default 16 MiB `max_allowed_packet`.
 pub(crate) const END_CHUNK: usize = 64;
@@ -640,7 +638,8 @@ macro_rules! sql_store {
                     for i in 0..size {
                         q = match chunk.get(i) {
                             Some(r) => q.bind(r.r).bind(i64::from(r.a)).bind(r.w).bind(r.t).bind(r.at),
-                            None => q.bind(None::<&str>).bind(None::<i64>).bind(None::<&str>).bind(None::<i64>).bind(None::<i64>),
+                            // Padding: NULL in every column matches nothing.
+                            None => (0..crate::sql::INSERT_ATTEMPTS.columns()).fold(q, |q, _| q.bind(None::<i64>)),
                         };
                     }
                     q.execute(&mut **tx).await.map_err(db_err)?;
@@ -654,14 +653,8 @@ macro_rules! sql_store {
                     for i in 0..size {
                         q = match chunk.get(i) {
                             Some(e) => q.bind(e.r).bind(i64::from(e.a)).bind(e.s).bind(e.at).bind(e.st).bind(e.x).bind(e.o),
-                            None => q
-                                .bind(None::<&str>)
-                                .bind(None::<i64>)
-                                .bind(None::<&str>)
-                                .bind(None::<i64>)
-                                .bind(None::<i64>)
-                                .bind(None::<i32>)
-                                .bind(None::<&str>),
+                            // Padding: NULL in every column matches nothing.
+                            None => (0..crate::sql::END_ATTEMPTS.columns()).fold(q, |q, _| q.bind(None::<i64>)),
                         };
                     }
                     q.execute(&mut **tx).await.map_err(db_err)?;
@@ -913,19 +906,8 @@ macro_rules! sql_store {
                                     .bind(row.next_attempt_at)
                                     .bind(i64::from(r.manual))
                                     .bind(row.updated_at),
-                                None => q
-                                    .bind(None::<&str>)
-                                    .bind(None::<&str>)
-                                    .bind(None::<&str>)
-                                    .bind(None::<&str>)
-                                    .bind(None::<i64>)
-                                    .bind(None::<i64>)
-                                    .bind(None::<&str>)
-                                    .bind(None::<i64>)
-                                    .bind(None::<&str>)
-                                    .bind(None::<i64>)
-                                    .bind(None::<i64>)
-                                    .bind(None::<i64>),
+                                // Padding: NULL in every column matches nothing.
+                            None => (0..crate::sql::INSERT_RUNS.columns()).fold(q, |q, _| q.bind(None::<i64>)),
                             };
                         }
                         let n = q.execute(&mut *tx).await.map_err(db_err)?.rows_affected();
@@ -973,7 +955,8 @@ macro_rules! sql_store {
                         for i in 0..size {
                             q = match chunk.get(i) {
                                 Some((u, at)) => q.bind(*u).bind(*at),
-                                None => q.bind(None::<&str>).bind(None::<i64>),
+                                // Padding: NULL in every column matches nothing.
+                            None => (0..crate::sql::ADVANCE_JOBS.columns()).fold(q, |q, _| q.bind(None::<i64>)),
                             };
                         }
                         q.execute(&mut *tx).await.map_err(db_err)?;
@@ -1056,17 +1039,8 @@ macro_rules! sql_store {
                                 .bind(r.n)
                                 .bind(r.u)
                                 .bind(r.t),
-                            // Padding: a row whose NULL id matches no run.
-                            None => q
-                                .bind(None::<&str>)
-                                .bind(None::<&str>)
-                                .bind(None::<i64>)
-                                .bind(None::<&str>)
-                                .bind(None::<i64>)
-                                .bind(None::<&str>)
-                                .bind(None::<i64>)
-                                .bind(None::<i64>)
-                                .bind(None::<i64>),
+                            // Padding: NULL in every column matches nothing.
+                            None => (0..crate::sql::CAS_RUNS.columns()).fold(q, |q, _| q.bind(None::<i64>)),
                         };
                     }
                     for r in q.fetch_all(&mut **tx).await.map_err(db_err)? {

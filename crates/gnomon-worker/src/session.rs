@@ -729,6 +729,27 @@ mod tests {
         }
     }
 
+    /// A worker whose only handler is a [`Gate`] (shared back), given
+    /// `assigns` runs r0, r1, ….
+    fn gated_worker(capacity: u32, prefetch: u32, assigns: usize) -> (WorkerRuntime, Arc<Gate>) {
+        let gate = Arc::new(Gate {
+            now: Default::default(),
+            peak: Default::default(),
+            order: Default::default(),
+            release: Arc::new(tokio::sync::Semaphore::new(0)),
+        });
+        let mut handlers = HandlerRegistry::default();
+        handlers.register("gate", gate.clone());
+        let mut config = WorkerConfig::new("w", vec![]);
+        config.capacity = capacity;
+        config.prefetch = prefetch;
+        let rt = WorkerRuntime::new(config, handlers);
+        for i in 0..assigns {
+            rt.handle(server_message::Msg::Assign(assign(&format!("r{i}"))));
+        }
+        (rt, gate)
+    }
+
     fn assign(run: &str) -> v1::Assign {
         v1::Assign {
             run_id: run.into(),
@@ -753,22 +774,8 @@ mod tests {
 
     #[tokio::test]
     async fn capacity_bounds_execution_and_the_queue_runs_in_order() {
-        let gate = Gate {
-            now: Default::default(),
-            peak: Default::default(),
-            order: Default::default(),
-            release: Arc::new(tokio::sync::Semaphore::new(0)),
-        };
+        let (rt, gate) = gated_worker(2, 3, 5);
         let (peak, order, release) = (gate.peak.clone(), gate.order.clone(), gate.release.clone());
-        let mut handlers = HandlerRegistry::default();
-        handlers.register("gate", Arc::new(gate));
-        let mut config = WorkerConfig::new("w", vec![]);
-        config.capacity = 2;
-        config.prefetch = 3;
-        let rt = WorkerRuntime::new(config, handlers);
-        for i in 0..5 {
-            rt.handle(server_message::Msg::Assign(assign(&format!("r{i}"))));
-        }
         until("two executing", || order.lock().unwrap().len() == 2).await;
         assert_eq!(rt.running(), 5, "held: two executing, three queued");
         assert_eq!(rt.executing(), 2);
@@ -785,22 +792,8 @@ mod tests {
 
     #[tokio::test]
     async fn self_fencing_reports_queued_attempts_lost() {
-        let gate = Gate {
-            now: Default::default(),
-            peak: Default::default(),
-            order: Default::default(),
-            release: Arc::new(tokio::sync::Semaphore::new(0)),
-        };
+        let (rt, gate) = gated_worker(1, 2, 3);
         let order = gate.order.clone();
-        let mut handlers = HandlerRegistry::default();
-        handlers.register("gate", Arc::new(gate));
-        let mut config = WorkerConfig::new("w", vec![]);
-        config.capacity = 1;
-        config.prefetch = 2;
-        let rt = WorkerRuntime::new(config, handlers);
-        for i in 0..3 {
-            rt.handle(server_message::Msg::Assign(assign(&format!("r{i}"))));
-        }
         until("one executing", || order.lock().unwrap().len() == 1).await;
         rt.fence_self("test");
         until("all reported", || rt.unacked() == 3).await;
