@@ -113,7 +113,9 @@ pub struct SqliteStore {
     /// instead of in SQLite's sleeping busy handler, and the connection's
     /// page cache stays warm (a pool of several rotated the leader's writes
     /// through connections whose caches the other writes had invalidated).
-    writer: Arc<tokio::sync::Mutex<SqliteConnection>>,
+    writer: Arc<tokio::sync::Mutex<Writer>>,
+    /// To reopen the writer connection.
+    options: SqliteConnectOptions,
     /// The background checkpointer, stopped with the last handle.
     _checkpointer: Arc<Checkpointer>,
 }
@@ -127,6 +129,17 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 
 #[derive(Debug)]
 struct Checkpointer(tokio::task::JoinHandle<()>);
+
+/// The kept writer connection, and when it was last known to work.
+#[derive(Debug)]
+struct Writer {
+    conn: SqliteConnection,
+    checked: std::time::Instant,
+}
+
+/// How long the writer connection is trusted without a check: at most one
+/// ping a second, and a connection that fails it is reopened.
+const WRITER_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 impl Drop for Checkpointer {
     fn drop(&mut self) {
@@ -169,15 +182,28 @@ impl SqliteStore {
                 }
             }
         });
-        let store = Self { pool, writer: Arc::new(tokio::sync::Mutex::new(writer)), _checkpointer: Arc::new(Checkpointer(checkpointer)) };
+        let store = Self {
+            pool,
+            writer: Arc::new(tokio::sync::Mutex::new(Writer { conn: writer, checked: std::time::Instant::now() })),
+            options,
+            _checkpointer: Arc::new(Checkpointer(checkpointer)),
+        };
         store.migrate().await?;
         Ok(store)
     }
 }
 
 impl SqliteStore {
-    async fn writer_conn(&self) -> Result<tokio::sync::OwnedMutexGuard<SqliteConnection>, StoreError> {
-        Ok(self.writer.clone().lock_owned().await)
+    async fn writer_conn(&self) -> Result<tokio::sync::OwnedMappedMutexGuard<Writer, SqliteConnection>, StoreError> {
+        let mut w = self.writer.clone().lock_owned().await;
+        if w.checked.elapsed() >= WRITER_CHECK_EVERY {
+            if let Err(e) = sqlx::Connection::ping(&mut w.conn).await {
+                tracing::warn!(error = %e, "the SQLite writer connection failed its check; reopening it");
+                w.conn = sqlx::Connection::connect_with(&self.options).await.map_err(crate::sql::db_err)?;
+            }
+            w.checked = std::time::Instant::now();
+        }
+        Ok(tokio::sync::OwnedMutexGuard::map(w, |w| &mut w.conn))
     }
 }
 
