@@ -293,9 +293,10 @@ fn short_runs_queue_on_a_busy_worker_and_slow_ones_wait_pending() {
     let (_, v) = c.api("GET", "/v1/workers", None);
     assert_eq!((v["workers"][0]["capacity"].as_u64(), v["workers"][0]["prefetch"].as_u64()), (Some(1), Some(4)), "{v}");
     let shell = |name: &str, secs: &str| json!({"name": name, "executor": {"shell": {"command": "sleep", "args": [secs]}}});
-    // Short runs: once the worker is known to finish quickly, runs are
+    // Short runs (5 ms, well under the 100 ms gate even on a loaded
+    // machine): once the worker is known to finish quickly, runs are
     // queued on it ahead of its one slot, and still run one at a time.
-    c.create(shell("quick", "0.02"));
+    c.create(shell("quick", "0.005"));
     let warm = c.trigger("quick", 3);
     c.wait_states(&warm, "succeeded", Duration::from_secs(30));
     let (_, body) = c.api("POST", "/v1/jobs/quick/trigger?count=8", None);
