@@ -180,7 +180,7 @@ pub(crate) struct JsonBatch {
 }
 
 /// One run's move in a transition batch on SQLite (a row of the CAS
-/// statement of [`cas_values_sql`]): a transition of a batch that moves
+/// statement of [`CAS_RUNS`]): a transition of a batch that moves
 /// each run once, or a run's planned final row. The CAS of
 /// [`Transition::apply_to`] as one statement: it moves each run still in
 /// `(fs, fa)` and returns the `id`s it moved.
