@@ -160,9 +160,9 @@ pub(crate) struct Dialect {
     pub migrate_lock: &'static str,
     pub migrate_unlock: &'static str,
     pub migrations: &'static [Migration],
-    /// The transition hot path as constant-text statements over one JSON
-    /// array parameter, where the database can read one; `None` keeps the
-    /// multi-row `CASE` statements.
+    /// SQLite's leader-write path: the padded-`VALUES` statements
+    /// ([`ValuesStmt`]) and the two rarer JSON-array ones; `None` keeps the
+    /// multi-row `CASE` statements (MySQL, PostgreSQL).
     pub json: Option<JsonBatch>,
 }
 
@@ -198,7 +198,6 @@ pub(crate) struct RunCasRow<'a> {
     pub t: i64,
 }
 
-#[derive(serde::Serialize)]
 pub(crate) struct AttemptInsert<'a> {
     pub r: &'a str,
     pub a: u32,
@@ -214,7 +213,6 @@ pub(crate) struct AttemptStart<'a> {
     pub at: Millis,
 }
 
-#[derive(serde::Serialize)]
 pub(crate) struct AttemptEnd<'a> {
     pub r: &'a str,
     pub a: u32,
@@ -496,6 +494,17 @@ macro_rules! sql_store {
         }
 
         type Tx<'c> = Transaction<'c, $db>;
+        type Query<'q> = sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>;
+
+        /// `stmt` over `rows` (at most its `max_rows`), each bound by `bind`,
+        /// padded with all-NULL rows to the statement's size.
+        fn values_query<'q, T>(stmt: &'static crate::sql::ValuesStmt, rows: &'q [T], bind: impl Fn(Query<'q>, &'q T) -> Query<'q>) -> Query<'q> {
+            let (size, sql) = stmt.sql(rows.len());
+            (0..size).fold(sqlx::query(sql), |q, i| match rows.get(i) {
+                Some(row) => bind(q, row),
+                None => (0..stmt.columns()).fold(q, |q, _| q.bind(None::<i64>)),
+            })
+        }
 
         impl $store {
             /// Applies the dialect's migrations under a database-wide lock, so
@@ -632,32 +641,22 @@ macro_rules! sql_store {
                         }
                     }
                 }
-                for chunk in inserts.chunks(crate::sql::INSERT_ATTEMPTS.max_rows()) {
-                    let (size, sql) = crate::sql::INSERT_ATTEMPTS.sql(chunk.len());
-                    let mut q = sqlx::query(sql);
-                    for i in 0..size {
-                        q = match chunk.get(i) {
-                            Some(r) => q.bind(r.r).bind(i64::from(r.a)).bind(r.w).bind(r.t).bind(r.at),
-                            // Padding: NULL in every column matches nothing.
-                            None => (0..crate::sql::INSERT_ATTEMPTS.columns()).fold(q, |q, _| q.bind(None::<i64>)),
-                        };
-                    }
-                    q.execute(&mut **tx).await.map_err(db_err)?;
+                let stmt = &crate::sql::INSERT_ATTEMPTS;
+                for chunk in inserts.chunks(stmt.max_rows()) {
+                    values_query(stmt, chunk, |q, r| q.bind(r.r).bind(i64::from(r.a)).bind(r.w).bind(r.t).bind(r.at))
+                        .execute(&mut **tx)
+                        .await
+                        .map_err(db_err)?;
                 }
                 for chunk in starts.chunks(CHUNK) {
                     sqlx::query(js.start_attempts).bind(json_param(chunk)).execute(&mut **tx).await.map_err(db_err)?;
                 }
-                for chunk in ends.chunks(crate::sql::END_ATTEMPTS.max_rows()) {
-                    let (size, sql) = crate::sql::END_ATTEMPTS.sql(chunk.len());
-                    let mut q = sqlx::query(sql);
-                    for i in 0..size {
-                        q = match chunk.get(i) {
-                            Some(e) => q.bind(e.r).bind(i64::from(e.a)).bind(e.s).bind(e.at).bind(e.st).bind(e.x).bind(e.o),
-                            // Padding: NULL in every column matches nothing.
-                            None => (0..crate::sql::END_ATTEMPTS.columns()).fold(q, |q, _| q.bind(None::<i64>)),
-                        };
-                    }
-                    q.execute(&mut **tx).await.map_err(db_err)?;
+                let stmt = &crate::sql::END_ATTEMPTS;
+                for chunk in ends.chunks(stmt.max_rows()) {
+                    values_query(stmt, chunk, |q, e| q.bind(e.r).bind(i64::from(e.a)).bind(e.s).bind(e.at).bind(e.st).bind(e.x).bind(e.o))
+                        .execute(&mut **tx)
+                        .await
+                        .map_err(db_err)?;
                 }
                 Ok(())
             }
@@ -828,14 +827,10 @@ macro_rules! sql_store {
                 for chunk in ids.chunks(CHUNK) {
                     let rows = match &D.json {
                         Some(_) => {
+                            let stmt = &crate::sql::EXISTING_RUNS;
                             let mut rows = Vec::new();
-                            for part in chunk.chunks(crate::sql::EXISTING_RUNS.max_rows()) {
-                                let (size, sql) = crate::sql::EXISTING_RUNS.sql(part.len());
-                                let mut q = sqlx::query(sql);
-                                for i in 0..size {
-                                    q = q.bind(part.get(i).map(String::as_str));
-                                }
-                                rows.extend(q.fetch_all(&mut *tx).await.map_err(db_err)?);
+                            for part in chunk.chunks(stmt.max_rows()) {
+                                rows.extend(values_query(stmt, part, |q, id| q.bind(id.as_str())).fetch_all(&mut *tx).await.map_err(db_err)?);
                             }
                             rows
                         }
@@ -888,57 +883,52 @@ macro_rules! sql_store {
                     })
                     .collect();
                 if D.json.is_some() {
-                    for chunk in fresh.chunks(crate::sql::INSERT_RUNS.max_rows()) {
-                        let (size, sql) = crate::sql::INSERT_RUNS.sql(chunk.len());
-                        let mut q = sqlx::query(sql);
-                        for i in 0..size {
-                            q = match chunk.get(i) {
-                                Some((r, id, row)) => q
-                                    .bind(id.as_str())
-                                    .bind(r.job_uid.as_str())
-                                    .bind(r.namespace.as_str())
-                                    .bind(r.job.as_str())
-                                    .bind(r.scheduled_at)
-                                    .bind(r.fired_at)
-                                    .bind(row.state.as_str())
-                                    .bind(i64::from(row.attempt))
-                                    .bind(row.reason.as_deref())
-                                    .bind(row.next_attempt_at)
-                                    .bind(i64::from(r.manual))
-                                    .bind(row.updated_at),
-                                // Padding: NULL in every column matches nothing.
-                            None => (0..crate::sql::INSERT_RUNS.columns()).fold(q, |q, _| q.bind(None::<i64>)),
-                            };
-                        }
+                    let stmt = &crate::sql::INSERT_RUNS;
+                    for chunk in fresh.chunks(stmt.max_rows()) {
+                        let q = values_query(stmt, chunk, |q, (r, id, row)| {
+                            q.bind(id.as_str())
+                                .bind(r.job_uid.as_str())
+                                .bind(r.namespace.as_str())
+                                .bind(r.job.as_str())
+                                .bind(r.scheduled_at)
+                                .bind(r.fired_at)
+                                .bind(row.state.as_str())
+                                .bind(i64::from(row.attempt))
+                                .bind(row.reason.as_deref())
+                                .bind(row.next_attempt_at)
+                                .bind(i64::from(r.manual))
+                                .bind(row.updated_at)
+                        });
                         let n = q.execute(&mut *tx).await.map_err(db_err)?.rows_affected();
                         if n != chunk.len() as u64 {
                             return Err(StoreError::Backend(format!("fire inserted {n} of {} new runs; rolled back", chunk.len())));
                         }
                     }
-                }
-                for chunk in fresh.chunks(CHUNK).filter(|_| D.json.is_none()) {
-                    let mut qb: QueryBuilder<$db> = QueryBuilder::new(
-                        "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, manual, cancel_requested, updated_at) ",
-                    );
-                    qb.push_values(chunk, |mut b, (r, id, row)| {
-                        b.push_bind((*id).clone())
-                            .push_bind(r.job_uid.clone())
-                            .push_bind(r.namespace.clone())
-                            .push_bind(r.job.clone())
-                            .push_bind(r.scheduled_at)
-                            .push_bind(r.fired_at)
-                            .push_bind(row.state.as_str())
-                            .push_bind(i64::from(row.attempt))
-                            .push_bind(row.reason.clone())
-                            .push_bind(row.next_attempt_at)
-                            .push_bind(i64::from(r.manual))
-                            .push_bind(0i64)
-                            .push_bind(row.updated_at);
-                    });
-                    qb.push(D.ignore("id"));
-                    let n = qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?.rows_affected();
-                    if n != chunk.len() as u64 {
-                        return Err(StoreError::Backend(format!("fire inserted {n} of {} new runs; rolled back", chunk.len())));
+                } else {
+                    for chunk in fresh.chunks(CHUNK) {
+                        let mut qb: QueryBuilder<$db> = QueryBuilder::new(
+                            "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, manual, cancel_requested, updated_at) ",
+                        );
+                        qb.push_values(chunk, |mut b, (r, id, row)| {
+                            b.push_bind((*id).clone())
+                                .push_bind(r.job_uid.clone())
+                                .push_bind(r.namespace.clone())
+                                .push_bind(r.job.clone())
+                                .push_bind(r.scheduled_at)
+                                .push_bind(r.fired_at)
+                                .push_bind(row.state.as_str())
+                                .push_bind(i64::from(row.attempt))
+                                .push_bind(row.reason.clone())
+                                .push_bind(row.next_attempt_at)
+                                .push_bind(i64::from(r.manual))
+                                .push_bind(0i64)
+                                .push_bind(row.updated_at);
+                        });
+                        qb.push(D.ignore("id"));
+                        let n = qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?.rows_affected();
+                        if n != chunk.len() as u64 {
+                            return Err(StoreError::Backend(format!("fire inserted {n} of {} new runs; rolled back", chunk.len())));
+                        }
                     }
                 }
                 // One multi-row UPDATE per chunk of advances: the highest time per job wins.
@@ -949,17 +939,9 @@ macro_rules! sql_store {
                 }
                 let latest: Vec<(&str, Millis)> = latest.into_iter().collect();
                 if D.json.is_some() {
-                    for chunk in latest.chunks(crate::sql::ADVANCE_JOBS.max_rows()) {
-                        let (size, sql) = crate::sql::ADVANCE_JOBS.sql(chunk.len());
-                        let mut q = sqlx::query(sql);
-                        for i in 0..size {
-                            q = match chunk.get(i) {
-                                Some((u, at)) => q.bind(*u).bind(*at),
-                                // Padding: NULL in every column matches nothing.
-                            None => (0..crate::sql::ADVANCE_JOBS.columns()).fold(q, |q, _| q.bind(None::<i64>)),
-                            };
-                        }
-                        q.execute(&mut *tx).await.map_err(db_err)?;
+                    let stmt = &crate::sql::ADVANCE_JOBS;
+                    for chunk in latest.chunks(stmt.max_rows()) {
+                        values_query(stmt, chunk, |q, (u, at)| q.bind(*u).bind(*at)).execute(&mut *tx).await.map_err(db_err)?;
                     }
                     return Ok((ids.iter().map(|id| if created.contains(id) { FireOutcome::Created } else { FireOutcome::Existed }).collect(), folded));
                 }
@@ -1024,25 +1006,11 @@ macro_rules! sql_store {
             /// Runs the CAS statement over `rows`; the ids it moved.
             async fn cas_runs(tx: &mut Tx<'_>, rows: &[RunCasRow<'_>]) -> Result<HashSet<String>, StoreError> {
                 let mut moved = HashSet::new();
-                for chunk in rows.chunks(crate::sql::CAS_RUNS.max_rows()) {
-                    let (size, sql) = crate::sql::CAS_RUNS.sql(chunk.len());
-                    let mut q = sqlx::query(sql);
-                    for i in 0..size {
-                        q = match chunk.get(i) {
-                            Some(r) => q
-                                .bind(r.id)
-                                .bind(r.fs)
-                                .bind(i64::from(r.fa))
-                                .bind(r.s)
-                                .bind(i64::from(r.a))
-                                .bind(r.r)
-                                .bind(r.n)
-                                .bind(r.u)
-                                .bind(r.t),
-                            // Padding: NULL in every column matches nothing.
-                            None => (0..crate::sql::CAS_RUNS.columns()).fold(q, |q, _| q.bind(None::<i64>)),
-                        };
-                    }
+                let stmt = &crate::sql::CAS_RUNS;
+                for chunk in rows.chunks(stmt.max_rows()) {
+                    let q = values_query(stmt, chunk, |q, r| {
+                        q.bind(r.id).bind(r.fs).bind(i64::from(r.fa)).bind(r.s).bind(i64::from(r.a)).bind(r.r).bind(r.n).bind(r.u).bind(r.t)
+                    });
                     for r in q.fetch_all(&mut **tx).await.map_err(db_err)? {
                         moved.insert(text(&r, "id")?);
                     }

@@ -560,9 +560,11 @@ impl LeaderRuntime {
         };
         self.next_generation += 1;
         let generation = self.next_generation;
-        let previous_last = self.jobs.get(&record.uid).and_then(|j| j.record.last_scheduled_at);
-        let recent_ms = self.jobs.get(&record.uid).and_then(|j| j.recent_ms);
-        let manual_next = self.jobs.get(&record.uid).map_or(0, |j| j.manual_next);
+        // What the previous version learned carries over.
+        let previous = self.jobs.get(&record.uid);
+        let previous_last = previous.and_then(|j| j.record.last_scheduled_at);
+        let recent_ms = previous.and_then(|j| j.recent_ms);
+        let manual_next = previous.map_or(0, |j| j.manual_next);
         let record = JobMeta {
             last_scheduled_at: record.last_scheduled_at.max(previous_last),
             key: Arc::new(JobKey { uid: record.uid, name: record.name, namespace: record.namespace }),
@@ -1673,15 +1675,21 @@ impl LeaderRuntime {
     }
 
     fn free_slots(&self) -> usize {
-        self.sessions.values().filter(|s| s.tx.is_some() && !s.draining).map(|s| s.capacity.saturating_sub(s.attempts.len())).sum()
+        self.room(false)
     }
 
     /// Free slots plus the prefetch queues dispatch may fill now.
     fn dispatch_room(&self) -> usize {
+        self.room(true)
+    }
+
+    /// What the connected, non-draining workers can take: free slots, and
+    /// with `queues` the open part of their prefetch queues.
+    fn room(&self, queues: bool) -> usize {
         self.sessions
             .values()
             .filter(|s| s.tx.is_some() && !s.draining)
-            .map(|s| (s.capacity + s.queue_open).saturating_sub(s.attempts.len()))
+            .map(|s| (s.capacity + if queues { s.queue_open } else { 0 }).saturating_sub(s.attempts.len()))
             .sum()
     }
 

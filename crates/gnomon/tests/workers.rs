@@ -120,6 +120,13 @@ impl Cluster {
             .collect()
     }
 
+    /// Creates `n` runs of `job` in one trigger call (they reach the leader together).
+    fn trigger_batch(&self, job: &str, n: usize) -> Vec<String> {
+        let (status, body) = self.api("POST", &format!("/v1/jobs/{job}/trigger?count={n}"), None);
+        assert!(status < 300, "{body}");
+        body["ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+    }
+
     fn run(&self, id: &str) -> Value {
         self.api("GET", &format!("/v1/runs/{id}"), None).1
     }
@@ -299,8 +306,7 @@ fn short_runs_queue_on_a_busy_worker_and_slow_ones_wait_pending() {
     c.create(shell("quick", "0.005"));
     let warm = c.trigger("quick", 3);
     c.wait_states(&warm, "succeeded", Duration::from_secs(30));
-    let (_, body) = c.api("POST", "/v1/jobs/quick/trigger?count=8", None);
-    let quick: Vec<String> = body["ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    let quick = c.trigger_batch("quick", 8);
     c.wait_states(&quick, "succeeded", Duration::from_secs(30));
     let times = attempt_times(&c, &quick);
     for w in times.windows(2) {
@@ -312,8 +318,7 @@ fn short_runs_queue_on_a_busy_worker_and_slow_ones_wait_pending() {
     c.create(shell("slow", "0.4"));
     let first = c.trigger("slow", 1);
     c.wait_states(&first, "succeeded", Duration::from_secs(30));
-    let (_, body) = c.api("POST", "/v1/jobs/slow/trigger?count=3", None);
-    let slow: Vec<String> = body["ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    let slow = c.trigger_batch("slow", 3);
     c.wait_states(&slow, "succeeded", Duration::from_secs(30));
     let times = attempt_times(&c, &slow);
     for w in times.windows(2) {
