@@ -21,6 +21,8 @@ pub mod postgres;
 mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "sqlite")]
+mod sqlite_write;
 #[cfg(all(feature = "mysql", feature = "postgres"))]
 pub mod testdb;
 

@@ -329,6 +329,9 @@ pub(crate) fn redact(url: &str) -> String {
     rest.split(['/', '?']).next().unwrap_or(rest).to_string()
 }
 
+/// A turn write's fire outcomes (per new run) and applied flags (per transition).
+pub(crate) type TurnResult = Result<(Vec<crate::FireOutcome>, Vec<bool>), StoreError>;
+
 /// The state of one run as a transition batch sees it.
 #[derive(Debug, Clone)]
 pub(crate) struct RunRow {
@@ -1360,6 +1363,9 @@ macro_rules! sql_store {
             }
 
             async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
+                if let Some(r) = self.native_turn_write(fence, runs, advances, &[]).await {
+                    return r.map(|(fired, _)| fired);
+                }
                 // A connection the server closed (idle timeouts, a restart) is
                 // tried once more on a fresh one: the write was rolled back,
                 // and repeating it is safe (create-if-absent, fenced).
@@ -1370,6 +1376,9 @@ macro_rules! sql_store {
             }
 
             async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
+                if let Some(r) = self.native_turn_write(fence, &[], &[], transitions).await {
+                    return r.map(|(_, applied)| applied);
+                }
                 match self.transition_tx(fence, transitions).await {
                     Err(StoreError::Unavailable(m)) if m.starts_with(crate::sql::CONNECTION_LOST) => self.transition_tx(fence, transitions).await,
                     r => r,
@@ -1383,6 +1392,10 @@ macro_rules! sql_store {
                 advances: &[JobAdvance],
                 transitions: &[Transition],
             ) -> Result<TurnWrite, StoreError> {
+                if let Some(r) = self.native_turn_write(fence, runs, advances, transitions).await {
+                    let (fired, applied) = r?;
+                    return Ok(TurnWrite { fired, applied: Ok(applied) });
+                }
                 let (fired, applied) = match self.fire_and_transition_tx(fence, runs, advances, transitions).await {
                     Err(StoreError::Unavailable(m)) if m.starts_with(crate::sql::CONNECTION_LOST) => {
                         self.fire_and_transition_tx(fence, runs, advances, transitions).await?

@@ -130,11 +130,21 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 #[derive(Debug)]
 struct Checkpointer(tokio::task::JoinHandle<()>);
 
-/// The kept writer connection, and when it was last known to work.
-#[derive(Debug)]
+/// The kept writer connections, and when the sqlx one was last known to
+/// work. Both are used under the one lock, so the store's writes queue
+/// in-process and never meet in SQLite's sleeping busy handler.
 struct Writer {
     conn: SqliteConnection,
     checked: std::time::Instant,
+    /// The leader's writes ([`crate::sqlite_write`]); `None` while a write
+    /// has it on a blocking thread, or after one panicked (reopened then).
+    native: Option<rusqlite::Connection>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").field("checked", &self.checked).field("native", &self.native.is_some()).finish()
+    }
 }
 
 /// How long the writer connection is trusted without a check: at most one
@@ -184,11 +194,13 @@ impl SqliteStore {
         });
         let store = Self {
             pool,
-            writer: Arc::new(tokio::sync::Mutex::new(Writer { conn: writer, checked: std::time::Instant::now() })),
+            writer: Arc::new(tokio::sync::Mutex::new(Writer { conn: writer, checked: std::time::Instant::now(), native: None })),
             options,
             _checkpointer: Arc::new(Checkpointer(checkpointer)),
         };
         store.migrate().await?;
+        let native = crate::sqlite_write::open(store.options.get_filename())?;
+        store.writer.lock().await.native = Some(native);
         Ok(store)
     }
 }
@@ -204,6 +216,45 @@ impl SqliteStore {
             w.checked = std::time::Instant::now();
         }
         Ok(tokio::sync::OwnedMutexGuard::map(w, |w| &mut w.conn))
+    }
+}
+
+impl SqliteStore {
+    /// A leader write (fire, transitions or both) in one call on a blocking
+    /// thread, on the kept `rusqlite` connection: see [`crate::sqlite_write`].
+    async fn native_turn_write(
+        &self,
+        fence: &crate::Fence,
+        runs: &[crate::NewRun],
+        advances: &[crate::JobAdvance],
+        transitions: &[crate::Transition],
+    ) -> Option<crate::sql::TurnResult> {
+        if let Err(e) = crate::Transition::check_lifecycle(transitions) {
+            return Some(Err(e));
+        }
+        let mut w = self.writer.lock().await;
+        let conn = match w.native.take() {
+            Some(c) => c,
+            None => match crate::sqlite_write::open(self.options.get_filename()) {
+                Ok(c) => c,
+                Err(e) => return Some(Err(e)),
+            },
+        };
+        let (fence, runs, advances, transitions) = (fence.clone(), runs.to_vec(), advances.to_vec(), transitions.to_vec());
+        let done = tokio::task::spawn_blocking(move || {
+            let mut conn = conn;
+            let result = crate::sqlite_write::turn_write(&mut conn, &fence, &runs, &advances, &transitions);
+            (conn, result)
+        })
+        .await;
+        Some(match done {
+            Ok((conn, result)) => {
+                w.native = Some(conn);
+                result
+            }
+            // Rolled back with the connection, which is reopened next time.
+            Err(e) => Err(StoreError::Backend(format!("the SQLite write failed: {e}"))),
+        })
     }
 }
 

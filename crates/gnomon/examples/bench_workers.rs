@@ -79,6 +79,23 @@ impl Env {
         self.procs.0.push(child);
     }
 
+    /// CPU seconds (user + system) each process has used so far: the
+    /// server first, then the workers (Linux `/proc`; 0 elsewhere).
+    fn cpu_seconds(&self) -> Vec<f64> {
+        self.procs
+            .0
+            .iter()
+            .map(|c| {
+                let stat = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).unwrap_or_default();
+                // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+                let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+                (ticks(11) + ticks(12)) / 100.0
+            })
+            .collect()
+    }
+
     async fn post(&self, path: &str, body: Value) -> Value {
         let r = self.http.post(format!("http://{}{path}", self.addr)).json(&body).send().await.unwrap();
         let status = r.status();
@@ -161,6 +178,7 @@ fn pct(sorted: &[i64], p: f64) -> i64 {
 async fn throughput(bin: &str, before: bool) {
     let mut env = Env::start(bin).await;
     env.post("/v1/jobs", json!({"name": "a", "executor": {"handler": {"name": "noop"}}})).await;
+    let server_cpu = env.cpu_seconds()[0];
     let (first, worker_start) = if before {
         let first = Instant::now();
         env.create_runs("a", RUNS).await;
@@ -179,6 +197,13 @@ async fn throughput(bin: &str, before: bool) {
         (first, ws)
     };
     let done = env.wait_succeeded(RUNS as u64).await;
+    let cpu = env.cpu_seconds();
+    println!(
+        "  CPU seconds used by the workload: server {:.2}, worker {:.2} (2 cores: {:.2} core-seconds available from first creation)",
+        cpu[0] - server_cpu,
+        cpu.get(1).copied().unwrap_or(0.0),
+        2.0 * (done - first).as_secs_f64()
+    );
     let (writes, busy) =
         (env.metric("gnomon_store_turn_write_seconds_count").await, env.metric("gnomon_store_turn_write_seconds_sum").await);
     let span = (done - worker_start).as_secs_f64();
