@@ -68,7 +68,6 @@ const DIALECT: Dialect = Dialect {
     migrations: MIGRATIONS,
     // JSON_TABLE's column collations and its optimiser support differ
     // between MariaDB and MySQL 8; the CASE statements work on both.
-    json: None,
 };
 
 #[derive(Debug, Clone)]

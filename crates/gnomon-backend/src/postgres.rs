@@ -67,7 +67,6 @@ const DIALECT: Dialect = Dialect {
     // batched transitions/s but cut small batches (50 runs) from 1,700 to
     // 340 runs/s: the prepared statement's generic plan joins by scanning
     // `runs`. The `CASE` statements are planned per batch.
-    json: None,
 };
 
 /// The oldest server accepted (`server_version_num`).

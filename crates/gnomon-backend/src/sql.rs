@@ -43,99 +43,6 @@ use crate::{AttemptChange, StoreError, Transition};
 /// prepared statements in a 100,000-job server.
 pub(crate) const CHUNK: usize = 500;
 
-/// A SQLite batch statement over a `VALUES` list of rows (columns named
-/// column1, column2, …), padded with all-NULL rows to the next of a few
-/// fixed sizes: each size is one SQL text, prepared once and cached per
-/// connection, and no row is parsed out of JSON. Padding rows match
-/// nothing (every statement keys on column1, and NULL equals nothing).
-pub(crate) struct ValuesStmt {
-    head: &'static str,
-    tail: &'static str,
-    columns: usize,
-    sizes: &'static [usize],
-    cache: std::sync::OnceLock<Vec<String>>,
-}
-
-impl ValuesStmt {
-    const fn new(head: &'static str, tail: &'static str, columns: usize, sizes: &'static [usize]) -> Self {
-        Self { head, tail, columns, sizes, cache: std::sync::OnceLock::new() }
-    }
-
-    /// Columns per row: a padding row binds this many NULLs.
-    pub(crate) fn columns(&self) -> usize {
-        self.columns
-    }
-
-    /// The most rows one statement takes.
-    pub(crate) fn max_rows(&self) -> usize {
-        self.sizes[self.sizes.len() - 1]
-    }
-
-    /// The padded size for `rows` rows (at most [`Self::max_rows`]) and its statement.
-    pub(crate) fn sql(&self, rows: usize) -> (usize, &str) {
-        let all = self.cache.get_or_init(|| {
-            let row = format!("({})", vec!["?"; self.columns].join(", "));
-            self.sizes.iter().map(|n| format!("{}{}{}", self.head, vec![row.as_str(); *n].join(", "), self.tail)).collect()
-        });
-        let i = self.sizes.iter().position(|n| *n >= rows).unwrap_or(self.sizes.len() - 1);
-        (self.sizes[i], all[i].as_str())
-    }
-}
-
-/// The run CAS: rows of (id, from state, from attempt, state, attempt,
-/// reason, next_attempt_at, updated_at, terminal); returns the ids moved.
-pub(crate) static CAS_RUNS: ValuesStmt = ValuesStmt::new(
-    "UPDATE runs SET state = j.column4, attempt = j.column5, reason = COALESCE(j.column6, runs.reason), \
-           next_attempt_at = j.column7, updated_at = j.column8, \
-           cancel_requested = CASE WHEN j.column9 THEN 0 ELSE runs.cancel_requested END FROM (VALUES ",
-    ") AS j WHERE runs.id = j.column1 AND runs.state = j.column2 AND runs.attempt = j.column3 RETURNING id",
-    9,
-    &[8, 32, 128, 256],
-);
-
-/// New attempts: rows of (run_id, attempt, worker, token, assigned_at).
-pub(crate) static INSERT_ATTEMPTS: ValuesStmt = ValuesStmt::new(
-    "INSERT INTO attempts (run_id, attempt, worker, token, state, assigned_at, output) \
-           SELECT column1, column2, column3, column4, 'assigned', column5, '' FROM (VALUES ",
-    ") WHERE column1 IS NOT NULL",
-    5,
-    &[8, 32, 128, 256],
-);
-
-/// New runs (ignored if the id exists): rows of (id, job_uid, namespace,
-/// job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at,
-/// manual, updated_at).
-pub(crate) static INSERT_RUNS: ValuesStmt = ValuesStmt::new(
-    "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, \
-           manual, cancel_requested, updated_at) \
-           SELECT column1, column2, column3, column4, column5, column6, column7, column8, column9, column10, column11, 0, column12 \
-           FROM (VALUES ",
-    ") WHERE column1 IS NOT NULL ON CONFLICT DO NOTHING",
-    12,
-    &[8, 32, 128, 512],
-);
-
-/// Which of the ids exist: rows of (id).
-pub(crate) static EXISTING_RUNS: ValuesStmt = ValuesStmt::new("SELECT id FROM runs WHERE id IN (VALUES ", ")", 1, &[8, 32, 128, 512]);
-
-/// Job advances (`last_scheduled_at` only moves forward): rows of (uid, at).
-pub(crate) static ADVANCE_JOBS: ValuesStmt = ValuesStmt::new(
-    "UPDATE jobs SET last_scheduled_at = MAX(COALESCE(jobs.last_scheduled_at, j.column2), j.column2) FROM (VALUES ",
-    ") AS j WHERE jobs.uid = j.column1",
-    2,
-    &[8, 32, 128, 512],
-);
-
-/// Ended attempts still `assigned` or `running`: rows of (run_id, attempt,
-/// state, ended_at, started_at, exit_code, output). Fewer rows per
-/// statement: each output may be 64 KiB.
-pub(crate) static END_ATTEMPTS: ValuesStmt = ValuesStmt::new(
-    "UPDATE attempts SET state = j.column3, ended_at = j.column4, \
-           started_at = COALESCE(attempts.started_at, j.column5, j.column4), exit_code = j.column6, output = j.column7 FROM (VALUES ",
-    ") AS j WHERE attempts.run_id = j.column1 AND attempts.attempt = j.column2 AND attempts.state IN ('assigned', 'running')",
-    7,
-    &[8, 32, END_CHUNK],
-);
 /// Attempt ends carry up to 64 KiB of output each: fewer per statement, so a
 /// statement stays under MySQL's default 16 MiB `max_allowed_packet`.
 pub(crate) const END_CHUNK: usize = 64;
@@ -151,83 +58,15 @@ pub(crate) struct Dialect {
     pub greatest: &'static str,
     /// How a write transaction begins, if not with the driver's default.
     pub begin: Option<&'static str>,
-    /// Rows per multi-row `CASE` update (the dialects without [`Dialect::json`];
-    /// long, to save round trips). SQLite compiles a `CASE` with n branches
-    /// in O(n²), which is why it uses the JSON statements instead.
+    /// Rows per multi-row `CASE` update (long, to save round trips). SQLite
+    /// compiles a `CASE` with n branches in O(n²); its leader writes do not
+    /// take this path (see [`crate::sqlite_write`]).
     pub case_chunk: usize,
     /// Turns an INSERT into insert-or-ignore; `{key}` is a column of the table.
     pub ignore_suffix: &'static str,
     pub migrate_lock: &'static str,
     pub migrate_unlock: &'static str,
     pub migrations: &'static [Migration],
-    /// SQLite's leader-write path: the padded-`VALUES` statements
-    /// ([`ValuesStmt`]) and the two rarer JSON-array ones; `None` keeps the
-    /// multi-row `CASE` statements (MySQL, PostgreSQL).
-    pub json: Option<JsonBatch>,
-}
-
-/// The statements of a transition batch, each taking the whole chunk as one
-/// JSON array (`?1`/`$1`). Their text never changes, so each is prepared
-/// once per connection and cached, and a row costs an index lookup: the
-/// `CASE` form is parsed and planned anew for every batch and compares each
-/// row with every branch. (SQLite spent most of a worker benchmark
-/// compiling `CASE` chains.)
-pub(crate) struct JsonBatch {
-    /// Param: `["id", …]`. Returns the columns [`RunRow`] is read from, plus `id`.
-    pub lock_runs: &'static str,
-    /// Param: [`AttemptStart`]s; only attempts still `assigned`.
-    pub start_attempts: &'static str,
-}
-
-/// One run's move in a transition batch on SQLite (a row of the CAS
-/// statement of [`CAS_RUNS`]): a transition of a batch that moves
-/// each run once, or a run's planned final row. The CAS of
-/// [`Transition::apply_to`] as one statement: it moves each run still in
-/// `(fs, fa)` and returns the `id`s it moved.
-pub(crate) struct RunCasRow<'a> {
-    pub id: &'a str,
-    pub fs: &'a str,
-    pub fa: u32,
-    pub s: &'a str,
-    pub a: u32,
-    /// A new reason; `null` keeps the run's.
-    pub r: Option<&'a str>,
-    pub n: Option<Millis>,
-    pub u: Millis,
-    /// Terminal: clears `cancel_requested`.
-    pub t: i64,
-}
-
-pub(crate) struct AttemptInsert<'a> {
-    pub r: &'a str,
-    pub a: u32,
-    pub w: &'a str,
-    pub t: i64,
-    pub at: Millis,
-}
-
-#[derive(serde::Serialize)]
-pub(crate) struct AttemptStart<'a> {
-    pub r: &'a str,
-    pub a: u32,
-    pub at: Millis,
-}
-
-pub(crate) struct AttemptEnd<'a> {
-    pub r: &'a str,
-    pub a: u32,
-    pub s: &'a str,
-    pub at: Millis,
-    /// The worker's start time, for an end recorded without a start.
-    pub st: Option<Millis>,
-    pub x: Option<i32>,
-    pub o: &'a str,
-}
-
-/// A JSON batch parameter. Serialising plain structs of strings and numbers
-/// cannot fail.
-pub(crate) fn json_param<T: serde::Serialize + ?Sized>(rows: &T) -> String {
-    serde_json::to_string(rows).unwrap_or_else(|_| "[]".into())
 }
 
 impl Dialect {
@@ -404,8 +243,7 @@ macro_rules! sql_store {
         use sqlx::{QueryBuilder, Row, Transaction};
 
         use crate::sql::{
-            db_err, is_unique_violation, json_param, plan_transitions, AttemptEnd, AttemptInsert, AttemptStart, RunCasRow, RunRow, CHUNK,
-            END_CHUNK,
+            db_err, is_unique_violation, plan_transitions, RunRow, CHUNK, END_CHUNK,
         };
         use crate::*;
 
@@ -497,17 +335,6 @@ macro_rules! sql_store {
         }
 
         type Tx<'c> = Transaction<'c, $db>;
-        type Query<'q> = sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>;
-
-        /// `stmt` over `rows` (at most its `max_rows`), each bound by `bind`,
-        /// padded with all-NULL rows to the statement's size.
-        fn values_query<'q, T>(stmt: &'static crate::sql::ValuesStmt, rows: &'q [T], bind: impl Fn(Query<'q>, &'q T) -> Query<'q>) -> Query<'q> {
-            let (size, sql) = stmt.sql(rows.len());
-            (0..size).fold(sqlx::query(sql), |q, i| match rows.get(i) {
-                Some(row) => bind(q, row),
-                None => (0..stmt.columns()).fold(q, |q, _| q.bind(None::<i64>)),
-            })
-        }
 
         impl $store {
             /// Applies the dialect's migrations under a database-wide lock, so
@@ -625,49 +452,7 @@ macro_rules! sql_store {
                 Ok(())
             }
 
-            async fn apply_attempt_changes_json(
-                tx: &mut Tx<'_>,
-                js: &crate::sql::JsonBatch,
-                changes: &[(&str, &AttemptChange, Millis)],
-            ) -> Result<(), StoreError> {
-                let mut inserts = Vec::new();
-                let mut starts = Vec::new();
-                let mut ends = Vec::new();
-                for (r, change, at) in changes {
-                    match change {
-                        AttemptChange::Assign { attempt, worker, token } => {
-                            inserts.push(AttemptInsert { r, a: *attempt, w: worker, t: to_i64(*token), at: *at })
-                        }
-                        AttemptChange::Start { attempt } => starts.push(AttemptStart { r, a: *attempt, at: *at }),
-                        AttemptChange::End { attempt, state, exit_code, output, started_at } => {
-                            ends.push(AttemptEnd { r, a: *attempt, s: state.as_str(), at: *at, st: *started_at, x: *exit_code, o: output })
-                        }
-                    }
-                }
-                let stmt = &crate::sql::INSERT_ATTEMPTS;
-                for chunk in inserts.chunks(stmt.max_rows()) {
-                    values_query(stmt, chunk, |q, r| q.bind(r.r).bind(i64::from(r.a)).bind(r.w).bind(r.t).bind(r.at))
-                        .execute(&mut **tx)
-                        .await
-                        .map_err(db_err)?;
-                }
-                for chunk in starts.chunks(CHUNK) {
-                    sqlx::query(js.start_attempts).bind(json_param(chunk)).execute(&mut **tx).await.map_err(db_err)?;
-                }
-                let stmt = &crate::sql::END_ATTEMPTS;
-                for chunk in ends.chunks(stmt.max_rows()) {
-                    values_query(stmt, chunk, |q, e| q.bind(e.r).bind(i64::from(e.a)).bind(e.s).bind(e.at).bind(e.st).bind(e.x).bind(e.o))
-                        .execute(&mut **tx)
-                        .await
-                        .map_err(db_err)?;
-                }
-                Ok(())
-            }
-
             async fn apply_attempt_changes(tx: &mut Tx<'_>, changes: &[(&str, &AttemptChange, Millis)]) -> Result<(), StoreError> {
-                if let Some(js) = &D.json {
-                    return Self::apply_attempt_changes_json(tx, js, changes).await;
-                }
                 let assigns: Vec<_> = changes.iter().filter(|(_, c, _)| matches!(c, AttemptChange::Assign { .. })).collect();
                 for chunk in assigns.chunks(CHUNK) {
                     let mut qb: QueryBuilder<$db> =
@@ -828,26 +613,13 @@ macro_rules! sql_store {
                 // so this existence check is exact.
                 let mut existing: HashSet<String> = HashSet::new();
                 for chunk in ids.chunks(CHUNK) {
-                    let rows = match &D.json {
-                        Some(_) => {
-                            let stmt = &crate::sql::EXISTING_RUNS;
-                            let mut rows = Vec::new();
-                            for part in chunk.chunks(stmt.max_rows()) {
-                                rows.extend(values_query(stmt, part, |q, id| q.bind(id.as_str())).fetch_all(&mut *tx).await.map_err(db_err)?);
-                            }
-                            rows
-                        }
-                        None => {
-                            let mut qb: QueryBuilder<$db> = QueryBuilder::new("SELECT id FROM runs WHERE id IN (");
-                            let mut sep = qb.separated(", ");
-                            for id in chunk {
-                                sep.push_bind(id.clone());
-                            }
-                            qb.push(")").push(D.for_update);
-                            qb.build().persistent(false).fetch_all(&mut *tx).await.map_err(db_err)?
-                        }
-                    };
-                    for r in rows {
+                    let mut qb: QueryBuilder<$db> = QueryBuilder::new("SELECT id FROM runs WHERE id IN (");
+                    let mut sep = qb.separated(", ");
+                    for id in chunk {
+                        sep.push_bind(id.clone());
+                    }
+                    qb.push(")").push(D.for_update);
+                    for r in qb.build().persistent(false).fetch_all(&mut *tx).await.map_err(db_err)? {
                         existing.insert(text(&r, "id")?);
                     }
                 }
@@ -885,53 +657,29 @@ macro_rules! sql_store {
                         (r, id, row)
                     })
                     .collect();
-                if D.json.is_some() {
-                    let stmt = &crate::sql::INSERT_RUNS;
-                    for chunk in fresh.chunks(stmt.max_rows()) {
-                        let q = values_query(stmt, chunk, |q, (r, id, row)| {
-                            q.bind(id.as_str())
-                                .bind(r.job_uid.as_str())
-                                .bind(r.namespace.as_str())
-                                .bind(r.job.as_str())
-                                .bind(r.scheduled_at)
-                                .bind(r.fired_at)
-                                .bind(row.state.as_str())
-                                .bind(i64::from(row.attempt))
-                                .bind(row.reason.as_deref())
-                                .bind(row.next_attempt_at)
-                                .bind(i64::from(r.manual))
-                                .bind(row.updated_at)
-                        });
-                        let n = q.execute(&mut *tx).await.map_err(db_err)?.rows_affected();
-                        if n != chunk.len() as u64 {
-                            return Err(StoreError::Backend(format!("fire inserted {n} of {} new runs; rolled back", chunk.len())));
-                        }
-                    }
-                } else {
-                    for chunk in fresh.chunks(CHUNK) {
-                        let mut qb: QueryBuilder<$db> = QueryBuilder::new(
-                            "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, manual, cancel_requested, updated_at) ",
-                        );
-                        qb.push_values(chunk, |mut b, (r, id, row)| {
-                            b.push_bind((*id).clone())
-                                .push_bind(r.job_uid.clone())
-                                .push_bind(r.namespace.clone())
-                                .push_bind(r.job.clone())
-                                .push_bind(r.scheduled_at)
-                                .push_bind(r.fired_at)
-                                .push_bind(row.state.as_str())
-                                .push_bind(i64::from(row.attempt))
-                                .push_bind(row.reason.clone())
-                                .push_bind(row.next_attempt_at)
-                                .push_bind(i64::from(r.manual))
-                                .push_bind(0i64)
-                                .push_bind(row.updated_at);
-                        });
-                        qb.push(D.ignore("id"));
-                        let n = qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?.rows_affected();
-                        if n != chunk.len() as u64 {
-                            return Err(StoreError::Backend(format!("fire inserted {n} of {} new runs; rolled back", chunk.len())));
-                        }
+                for chunk in fresh.chunks(CHUNK) {
+                    let mut qb: QueryBuilder<$db> = QueryBuilder::new(
+                        "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, manual, cancel_requested, updated_at) ",
+                    );
+                    qb.push_values(chunk, |mut b, (r, id, row)| {
+                        b.push_bind((*id).clone())
+                            .push_bind(r.job_uid.clone())
+                            .push_bind(r.namespace.clone())
+                            .push_bind(r.job.clone())
+                            .push_bind(r.scheduled_at)
+                            .push_bind(r.fired_at)
+                            .push_bind(row.state.as_str())
+                            .push_bind(i64::from(row.attempt))
+                            .push_bind(row.reason.clone())
+                            .push_bind(row.next_attempt_at)
+                            .push_bind(i64::from(r.manual))
+                            .push_bind(0i64)
+                            .push_bind(row.updated_at);
+                    });
+                    qb.push(D.ignore("id"));
+                    let n = qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?.rows_affected();
+                    if n != chunk.len() as u64 {
+                        return Err(StoreError::Backend(format!("fire inserted {n} of {} new runs; rolled back", chunk.len())));
                     }
                 }
                 // One multi-row UPDATE per chunk of advances: the highest time per job wins.
@@ -941,13 +689,6 @@ macro_rules! sql_store {
                     *e = (*e).max(a.last_scheduled_at);
                 }
                 let latest: Vec<(&str, Millis)> = latest.into_iter().collect();
-                if D.json.is_some() {
-                    let stmt = &crate::sql::ADVANCE_JOBS;
-                    for chunk in latest.chunks(stmt.max_rows()) {
-                        values_query(stmt, chunk, |q, (u, at)| q.bind(*u).bind(*at)).execute(&mut *tx).await.map_err(db_err)?;
-                    }
-                    return Ok((ids.iter().map(|id| if created.contains(id) { FireOutcome::Created } else { FireOutcome::Existed }).collect(), folded));
-                }
                 for chunk in latest.chunks(D.case_chunk) {
                     let mut qb: QueryBuilder<$db> = QueryBuilder::new("UPDATE jobs SET last_scheduled_at = CASE");
                     for (uid, at) in chunk {
@@ -975,52 +716,6 @@ macro_rules! sql_store {
                 Ok(applied)
             }
 
-            /// A batch that moves each run once: in-order application equals
-            /// applying each on its own, so the CAS runs in the database (no
-            /// lock read, no plan) and the attempt changes follow for the
-            /// transitions it applied.
-            async fn cas_each_run_once(tx: &mut Tx<'_>, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
-                let rows: Vec<RunCasRow<'_>> = transitions
-                    .iter()
-                    .map(|t| RunCasRow {
-                        id: &t.run_id,
-                        fs: t.from.as_str(),
-                        fa: t.from_attempt,
-                        s: t.to.as_str(),
-                        a: t.to_attempt,
-                        r: t.reason.as_deref(),
-                        n: t.next_attempt_at,
-                        u: t.at,
-                        t: i64::from(t.to.is_terminal()),
-                    })
-                    .collect();
-                let moved = Self::cas_runs(tx, &rows).await?;
-                let applied: Vec<bool> = transitions.iter().map(|t| moved.contains(&t.run_id)).collect();
-                let attempts: Vec<(&str, &AttemptChange, Millis)> = transitions
-                    .iter()
-                    .zip(&applied)
-                    .filter(|(_, ok)| **ok)
-                    .filter_map(|(t, _)| t.attempt.as_ref().map(|c| (t.run_id.as_str(), c, t.at)))
-                    .collect();
-                Self::apply_attempt_changes(tx, &attempts).await?;
-                Ok(applied)
-            }
-
-            /// Runs the CAS statement over `rows`; the ids it moved.
-            async fn cas_runs(tx: &mut Tx<'_>, rows: &[RunCasRow<'_>]) -> Result<HashSet<String>, StoreError> {
-                let mut moved = HashSet::new();
-                let stmt = &crate::sql::CAS_RUNS;
-                for chunk in rows.chunks(stmt.max_rows()) {
-                    let q = values_query(stmt, chunk, |q, r| {
-                        q.bind(r.id).bind(r.fs).bind(i64::from(r.fa)).bind(r.s).bind(i64::from(r.a)).bind(r.r).bind(r.n).bind(r.u).bind(r.t)
-                    });
-                    for r in q.fetch_all(&mut **tx).await.map_err(db_err)? {
-                        moved.insert(text(&r, "id")?);
-                    }
-                }
-                Ok(moved)
-            }
-
             async fn transition_in(tx: &mut Tx<'_>, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
                 if transitions.is_empty() {
                     return Ok(Vec::new());
@@ -1028,26 +723,17 @@ macro_rules! sql_store {
                 let mut ids: Vec<&str> = transitions.iter().map(|t| t.run_id.as_str()).collect();
                 ids.sort_unstable();
                 ids.dedup();
-                if D.json.is_some() && ids.len() == transitions.len() {
-                    return Self::cas_each_run_once(tx, transitions).await;
-                }
                 let mut locked: HashMap<String, RunRow> = HashMap::new();
                 for chunk in ids.chunks(CHUNK) {
-                    let rows = match &D.json {
-                        Some(js) => sqlx::query(js.lock_runs).bind(json_param(chunk)).fetch_all(&mut **tx).await.map_err(db_err)?,
-                        None => {
-                            let mut qb: QueryBuilder<$db> = QueryBuilder::new(
-                                "SELECT id, state, attempt, reason, next_attempt_at, updated_at, cancel_requested FROM runs WHERE id IN (",
-                            );
-                            let mut sep = qb.separated(", ");
-                            for id in chunk {
-                                sep.push_bind(id.to_string());
-                            }
-                            qb.push(") ORDER BY id").push(D.for_update);
-                            qb.build().persistent(false).fetch_all(&mut **tx).await.map_err(db_err)?
-                        }
-                    };
-                    for r in rows {
+                    let mut qb: QueryBuilder<$db> = QueryBuilder::new(
+                        "SELECT id, state, attempt, reason, next_attempt_at, updated_at, cancel_requested FROM runs WHERE id IN (",
+                    );
+                    let mut sep = qb.separated(", ");
+                    for id in chunk {
+                        sep.push_bind(id.to_string());
+                    }
+                    qb.push(") ORDER BY id").push(D.for_update);
+                    for r in qb.build().persistent(false).fetch_all(&mut **tx).await.map_err(db_err)? {
                         let state = text(&r, "state")?;
                         locked.insert(
                             text(&r, "id")?,
@@ -1063,32 +749,6 @@ macro_rules! sql_store {
                     }
                 }
                 let plan = plan_transitions(locked, transitions);
-                if D.json.is_some() {
-                    // A final row as a move from the locked row: its reason is
-                    // the planned one (kept when none was set), and reaching a
-                    // terminal state clears `cancel_requested`, as planned.
-                    let rows: Vec<RunCasRow<'_>> = plan
-                        .finals
-                        .iter()
-                        .map(|(id, fs, fa, row)| RunCasRow {
-                            id,
-                            fs: fs.as_str(),
-                            fa: *fa,
-                            s: row.state.as_str(),
-                            a: row.attempt,
-                            r: row.reason.as_deref(),
-                            n: row.next_attempt_at,
-                            u: row.updated_at,
-                            t: i64::from(row.state.is_terminal()),
-                        })
-                        .collect();
-                    let moved = Self::cas_runs(tx, &rows).await?;
-                    if moved.len() != rows.len() {
-                        return Err(StoreError::Backend(format!("transition matched {} of {} locked runs; rolled back", moved.len(), rows.len())));
-                    }
-                    Self::apply_attempt_changes(tx, &plan.attempts).await?;
-                    return Ok(plan.applied);
-                }
                 for chunk in plan.finals.chunks(D.case_chunk) {
                     let mut qb: QueryBuilder<$db> = QueryBuilder::new("UPDATE runs SET ");
                     for (i, column) in ["state", "attempt", "reason", "next_attempt_at", "updated_at", "cancel_requested"].iter().enumerate() {
@@ -1532,7 +1192,6 @@ mod tests {
             migrate_lock: "",
             migrate_unlock: "",
             migrations: &[],
-            json: None,
         };
         assert_eq!(d.q("a = ? AND b = ? FOR UPDATE"), "a = $1 AND b = $2 FOR UPDATE");
         let d = Dialect { numbered: false, for_update: "", ..d };

@@ -1,11 +1,13 @@
-//! The embedded SQLite store (sqlx, WAL, `synchronous=FULL`).
+//! The embedded SQLite store (WAL, `synchronous=FULL`).
 //!
 //! Every write transaction starts with `BEGIN IMMEDIATE`, so it holds
 //! SQLite's single write lock from its first statement: the fencing check
 //! and the writes that follow cannot interleave with another writer, in this
-//! process or another one sharing the file. The queries are the shared ones
-//! of [`crate::sql`] (without `FOR UPDATE`, which that lock makes moot), so
-//! a batch of 500 transitions is a handful of statements, not a thousand.
+//! process or another one sharing the file. Reads and the API's writes use
+//! sqlx and the shared queries of [`crate::sql`] (without `FOR UPDATE`,
+//! which that lock makes moot). The leader's writes (fires, transitions and
+//! both in one turn) run in one call on a kept `rusqlite` connection, see
+//! [`crate::sqlite_write`]. Both writer connections are used under one lock.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -94,13 +96,6 @@ const DIALECT: Dialect = Dialect {
     migrate_lock: "SELECT 1",
     migrate_unlock: "SELECT 1",
     migrations: MIGRATIONS,
-    json: Some(crate::sql::JsonBatch {
-        lock_runs: "SELECT id, state, attempt, reason, next_attempt_at, updated_at, cancel_requested FROM runs \
-                    WHERE id IN (SELECT value FROM json_each(?1))",
-        start_attempts: "UPDATE attempts SET state = 'running', started_at = j.at \
-                         FROM (SELECT value ->> 'r' AS r, value ->> 'a' AS a, value ->> 'at' AS at FROM json_each(?1)) AS j \
-                         WHERE attempts.run_id = j.r AND attempts.attempt = j.a AND attempts.state = 'assigned'",
-    }),
 };
 
 #[derive(Debug, Clone)]
