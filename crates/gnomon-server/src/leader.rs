@@ -673,7 +673,7 @@ impl LeaderRuntime {
 
     fn send_to(&self, worker: &str, msg: server_message::Msg) -> bool {
         match self.sessions.get(worker).and_then(|s| s.tx.as_ref()) {
-            Some(tx) => tx.try_send(Ok(v1::ServerMessage { msg: Some(msg) })).is_ok(),
+            Some(tx) => tx.send(Ok(v1::ServerMessage { msg: Some(msg) })).is_ok(),
             None => false,
         }
     }
@@ -877,7 +877,7 @@ impl LeaderRuntime {
             reclaimed,
             superseded,
         };
-        if outbound.try_send(Ok(v1::ServerMessage { msg: Some(server_message::Msg::Welcome(welcome)) })).is_err() {
+        if outbound.send(Ok(v1::ServerMessage { msg: Some(server_message::Msg::Welcome(welcome)) })).is_err() {
             return Err(tonic::Status::unavailable("the session closed during Hello"));
         }
         tracing::info!(worker = %worker, session = %session_id, capacity = hello.capacity, labels = ?hello.labels, "worker session opened");

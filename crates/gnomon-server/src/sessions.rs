@@ -14,7 +14,7 @@ use std::sync::Arc;
 use gnomon_proto::v1::{self, server_message, worker_message, worker_server};
 use gnomon_proto::PROTOCOL_VERSION;
 use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::leader::LeaderCommand;
@@ -24,7 +24,11 @@ use crate::node::NodeHandle;
 pub const MAX_WORKER_ID_LEN: usize = 128;
 
 /// What the leader actor sends down a session.
-pub type Outbound = mpsc::Sender<Result<v1::ServerMessage, Status>>;
+/// A session's messages to its worker. Unbounded: what is queued is bounded
+/// by the worker's slots and queue (assignments) and its reports (acks), and
+/// a bounded queue that filled would drop a persisted assignment, leaving
+/// the run `assigned` to a live worker that never got it.
+pub type Outbound = mpsc::UnboundedSender<Result<v1::ServerMessage, Status>>;
 
 #[derive(Clone)]
 pub struct WorkerService {
@@ -68,7 +72,7 @@ pub fn validate_hello(h: &v1::Hello) -> Result<(), Status> {
 
 #[tonic::async_trait]
 impl worker_server::Worker for WorkerService {
-    type SessionStream = ReceiverStream<Result<v1::ServerMessage, Status>>;
+    type SessionStream = UnboundedReceiverStream<Result<v1::ServerMessage, Status>>;
 
     async fn session(&self, request: Request<Streaming<v1::WorkerMessage>>) -> Result<Response<Self::SessionStream>, Status> {
         if let Some(expected) = &self.token {
@@ -84,12 +88,11 @@ impl worker_server::Worker for WorkerService {
             _ => return Err(Status::invalid_argument("the first message of a session must be Hello")),
         };
         validate_hello(&hello)?;
-        let (tx, rx) = mpsc::channel(4096);
+        let (tx, rx) = mpsc::unbounded_channel();
         let Some(commands) = self.node.leader_commands() else {
             let address = self.node.leader_address().await.unwrap_or_default();
-            let _ =
-                tx.try_send(Ok(v1::ServerMessage { msg: Some(server_message::Msg::NotLeader(v1::NotLeader { leader_address: address })) }));
-            return Ok(Response::new(ReceiverStream::new(rx)));
+            let _ = tx.send(Ok(v1::ServerMessage { msg: Some(server_message::Msg::NotLeader(v1::NotLeader { leader_address: address })) }));
+            return Ok(Response::new(UnboundedReceiverStream::new(rx)));
         };
         let (reply_tx, reply_rx) = oneshot::channel();
         commands
@@ -111,7 +114,7 @@ impl worker_server::Worker for WorkerService {
             }
             let _ = commands.send(LeaderCommand::SessionClosed { session }).await;
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(UnboundedReceiverStream::new(rx)))
     }
 }
 

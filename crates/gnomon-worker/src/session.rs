@@ -31,7 +31,7 @@ use gnomon_core::{AttemptState, Millis};
 use gnomon_proto::v1::{self, server_message, worker_client::WorkerClient, worker_message};
 use gnomon_proto::PROTOCOL_VERSION;
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::{execute, ExecOutcome, ExecRequest, HandlerRegistry};
 
@@ -101,7 +101,10 @@ struct Inner {
     running: HashMap<(String, u32), Running>,
     spool: BTreeMap<(String, u32), v1::Report>,
     log: Option<SegmentLog>,
-    outbound: Option<mpsc::Sender<v1::WorkerMessage>>,
+    /// The session's messages to the server. Unbounded: a bounded queue that
+    /// filled (a large spool re-sent on reconnect) would drop reports until
+    /// the next reconnect, leaving their runs `running` on the leader.
+    outbound: Option<mpsc::UnboundedSender<v1::WorkerMessage>>,
     max_token: u64,
     last_ack: Instant,
     lease_ttl: Duration,
@@ -210,7 +213,7 @@ impl WorkerRuntime {
             inner.outbound.clone()
         };
         if let Some(tx) = out {
-            let _ = tx.try_send(msg(worker_message::Msg::Report(report)));
+            let _ = tx.send(msg(worker_message::Msg::Report(report)));
         }
     }
 
@@ -287,7 +290,7 @@ impl WorkerRuntime {
                         outcome = &mut run => outcome,
                         _ = tokio::time::sleep(STARTED_AFTER) => {
                             if let Some(tx) = rt.lock().outbound.clone() {
-                                let _ = tx.try_send(msg(worker_message::Msg::Started(v1::Started {
+                                let _ = tx.send(msg(worker_message::Msg::Started(v1::Started {
                                     run_id: key.0.clone(),
                                     attempt: key.1,
                                     started_at_ms: started,
@@ -496,9 +499,9 @@ impl WorkerRuntime {
             Err(e) => return SessionEnd::Lost(format!("connect: {e}")),
         };
         let mut client = WorkerClient::new(channel).max_decoding_message_size(8 << 20);
-        let (tx, rx) = mpsc::channel::<v1::WorkerMessage>(4096);
-        let _ = tx.try_send(msg(worker_message::Msg::Hello(self.hello())));
-        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        let (tx, rx) = mpsc::unbounded_channel::<v1::WorkerMessage>();
+        let _ = tx.send(msg(worker_message::Msg::Hello(self.hello())));
+        let mut request = tonic::Request::new(UnboundedReceiverStream::new(rx));
         if let Some(token) = &self.config.token {
             if let Ok(v) = format!("Bearer {token}").parse() {
                 request.metadata_mut().insert("authorization", v);
@@ -531,7 +534,7 @@ impl WorkerRuntime {
             inner.last_ack = Instant::now();
             inner.outbound = Some(tx.clone());
             for r in inner.spool.values() {
-                let _ = tx.try_send(msg(worker_message::Msg::Report(r.clone())));
+                let _ = tx.send(msg(worker_message::Msg::Report(r.clone())));
             }
         }
         tracing::info!(server = %addr, session = %welcome.session_id, token = welcome.leader_token, "session established");
@@ -551,8 +554,8 @@ impl WorkerRuntime {
                     let queued = held.saturating_sub(running);
                     let load = f64::from(running) / f64::from(self.config.capacity.max(1));
                     let hb = v1::Heartbeat { seq, running, load, attempts, draining, queued };
-                    if tx.try_send(msg(worker_message::Msg::Heartbeat(hb))).is_err() {
-                        break SessionEnd::Lost("outbound queue full or closed".into());
+                    if tx.send(msg(worker_message::Msg::Heartbeat(hb))).is_err() {
+                        break SessionEnd::Lost("outbound queue closed".into());
                     }
                     if let Some(deadline) = *drain_deadline {
                         if Instant::now() >= deadline {

@@ -436,3 +436,27 @@ fn red_backpressure_defers_fires_until_workers_catch_up() {
     assert!(times.windows(2).all(|w| w[1] - w[0] == 1000), "every second has a run or a skip record");
     assert!(all.iter().any(|r| r["state"] == "skipped"), "deferred seconds beyond the catch-up are recorded skipped");
 }
+
+/// `gnomon_runs_total{state="…"}` from the server's metrics.
+fn runs_total(addr: &str, state: &str) -> u64 {
+    let label = format!("gnomon_runs_total{{state=\"{state}\"}} ");
+    get_text(addr, "/metrics").lines().find_map(|l| l.strip_prefix(label.as_str())?.trim().parse::<f64>().ok()).map_or(0, |v| v as u64)
+}
+
+/// A worker with thousands of slots gets thousands of assignments in one
+/// turn, and acks for as many reports: none of them is dropped on the way
+/// (a full session queue once dropped persisted assignments, leaving their
+/// runs `assigned` to a worker that never got them).
+#[test]
+fn a_burst_larger_than_any_queue_reaches_a_big_worker_whole() {
+    const RUNS: usize = 9000;
+    let c = Cluster::new("5s");
+    c.create(json!({"name": "many", "executor": {"handler": {"name": "noop"}}}));
+    for _ in 0..RUNS / 1000 {
+        c.trigger_batch("many", 1000);
+    }
+    let _w = c.worker_with("big", RUNS as u32, &c.addr(), "w-big", &["--prefetch", "0"]);
+    wait_until(&format!("{RUNS} runs to succeed"), Duration::from_secs(120), || runs_total(&c.addr(), "succeeded") >= RUNS as u64);
+    let (_, v) = c.api("GET", "/v1/runs?job=many&state=assigned&limit=10", None);
+    assert_eq!(v["runs"].as_array().map(Vec::len), Some(0), "no run is left assigned: {v}");
+}
