@@ -1076,8 +1076,9 @@ impl LeaderRuntime {
 
     /// Creates `count` manual runs in one store write. Each gets its own
     /// `scheduled_at` (now, now+1 ms, …, starting past the last instant this
-    /// leader gave the job's manual runs, and bumped past any instant the
-    /// store already has), so its id stays unique.
+    /// leader gave the job's manual runs, skipping the instants the job's
+    /// schedule fires at, and bumped past any instant the store already
+    /// has), so its id stays unique and never takes a scheduled fire's.
     async fn trigger(&mut self, namespace: &str, name: &str, count: u32) -> Result<Vec<String>> {
         let Some(job) = self.store.get_job(namespace, name).await? else {
             return Err(StoreError::NotFound(format!("job {namespace}/{name}")));
@@ -1086,29 +1087,31 @@ impl LeaderRuntime {
         let mut created: Vec<String> = Vec::new();
         // Back-to-back triggers of many runs would otherwise collide with the
         // previous call's instants and retry their way past them.
+        if !self.jobs.contains_key(&job.uid) {
+            self.upsert_job(job.clone());
+        }
         let mut next = self.jobs.get(&job.uid).map_or(now, |j| j.manual_next.max(now));
         for _ in 0..100 {
             let want = count as usize - created.len();
             if want == 0 {
                 break;
             }
-            let runs: Vec<NewRun> = (0..want as i64)
-                .map(|k| NewRun {
+            let instants = manual_instants(self.jobs.get(&job.uid).map(|j| &j.schedule), next, want);
+            let runs: Vec<NewRun> = instants
+                .iter()
+                .map(|at| NewRun {
                     job_uid: job.uid.clone(),
                     namespace: job.namespace.clone(),
                     job: job.name.clone(),
-                    scheduled_at: next + k,
+                    scheduled_at: *at,
                     fired_at: now,
                     state: RunState::Pending,
                     reason: Some("manual trigger".into()),
                     manual: true,
                 })
                 .collect();
-            next += want as i64;
+            next = instants.last().map_or(next, |t| t + 1);
             let outcomes = self.store.fire(&self.fence, &runs, &[]).await?;
-            if !self.jobs.contains_key(&job.uid) {
-                self.upsert_job(job.clone());
-            }
             if let Some(j) = self.jobs.get_mut(&job.uid) {
                 j.manual_next = j.manual_next.max(next);
             }
@@ -1940,5 +1943,43 @@ async fn next_from<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
+    }
+}
+
+/// `n` instants from `from` on (1 ms apart) for manual runs, skipping those
+/// `schedule` fires at: a manual run there would take that fire's run id,
+/// and the scheduled fire would then find it and be merged into it, a
+/// missed fire. Schedules fire at most every 100 ms, so few are skipped.
+fn manual_instants(schedule: Option<&Schedule>, from: Millis, n: usize) -> Vec<Millis> {
+    let mut out = Vec::with_capacity(n);
+    let mut t = from;
+    let mut fire = schedule.and_then(|s| s.next_after(from - 1));
+    while out.len() < n {
+        if fire == Some(t) {
+            fire = schedule.and_then(|s| s.next_after(t));
+        } else {
+            out.push(t);
+        }
+        t += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_instants_skip_the_schedules_own_fires() {
+        let every = Schedule::Every { every_ms: 1000 };
+        let got = manual_instants(Some(&every), 999, 4);
+        assert_eq!(got, vec![999, 1001, 1002, 1003], "1000 is the schedule's");
+        let many = manual_instants(Some(&every), 500, 3000);
+        assert_eq!(many.len(), 3000);
+        assert!(many.iter().all(|t| t % 1000 != 0), "no whole second taken");
+        assert!(many.windows(2).all(|w| w[0] < w[1]));
+        let at = Schedule::At { at_ms: 5 };
+        assert_eq!(manual_instants(Some(&at), 3, 4), vec![3, 4, 6, 7]);
+        assert_eq!(manual_instants(None, 3, 2), vec![3, 4]);
     }
 }
