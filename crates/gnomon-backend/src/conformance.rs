@@ -70,6 +70,7 @@ where
     stale_token_writes_are_rejected(a.as_ref(), b.as_ref()).await;
     cas_transitions_and_terminal_finality(a.as_ref()).await;
     fire_and_transition_in_one_write(a.as_ref(), b.as_ref()).await;
+    a_large_turn_write_mixes_new_existing_and_folded_runs(a.as_ref()).await;
     pagination_is_stable_under_inserts(a.as_ref()).await;
     cancel_requests(a.as_ref()).await;
 }
@@ -385,6 +386,43 @@ async fn fire_and_transition_in_one_write(a: &dyn Store, b: &dyn Store) {
     assert!(matches!(r, Err(StoreError::Fenced { .. })), "a stale turn write is fenced, got {r:?}");
     assert!(a.get_run(&run_id(&job.uid, 3000)).await.expect("get").is_none());
     assert_eq!(s_run(a, &fresh).await.state, RunState::Assigned);
+}
+
+/// A burst's turn write (more runs than any one statement takes): runs that
+/// exist already among new ones, one twice in the batch, and an assignment
+/// of every third run, new or existing, in the same write.
+async fn a_large_turn_write_mixes_new_existing_and_folded_runs(s: &dyn Store) {
+    let scope = unique("scope");
+    let fence = lead(s, &scope).await;
+    let job = s.put_job(&job_spec(&unique("burst")), Precondition::DoesNotExist, 1).await.expect("create");
+    // Every tenth instant exists (pending) before the burst.
+    let existing: Vec<NewRun> = (0..300).filter(|i| i % 10 == 0).map(|i| new_run(&job, 10_000 + i)).collect();
+    s.fire(&fence, &existing, &[]).await.expect("fire the existing ones");
+    let mut runs: Vec<NewRun> = (0..300).map(|i| new_run(&job, 10_000 + i)).collect();
+    runs.push(new_run(&job, 10_001)); // twice in one batch
+    let assign = |i: i64| {
+        tr(
+            &run_id(&job.uid, 10_000 + i),
+            RunState::Pending,
+            0,
+            RunState::Assigned,
+            1,
+            Some(AttemptChange::Assign { attempt: 1, worker: "w".into(), token: fence.token }),
+        )
+    };
+    let batch: Vec<Transition> = (0..300).filter(|i| i % 3 == 0).map(assign).collect();
+    let wrote = s.fire_and_transition(&fence, &runs, &[], &batch).await.expect("turn write");
+    let expected: Vec<FireOutcome> =
+        (0..300).map(|i| if i % 10 == 0 { FireOutcome::Existed } else { FireOutcome::Created }).chain([FireOutcome::Created]).collect();
+    assert_eq!(wrote.fired, expected, "existing runs are reported existed, the rest created (a repeat as its first)");
+    assert!(wrote.applied.expect("transitions").iter().all(|a| *a), "every pending run, new or existing, is assigned");
+    for i in 0..300 {
+        let detail = s.get_run(&run_id(&job.uid, 10_000 + i)).await.expect("get").expect("every run exists once");
+        let (state, attempts) = if i % 3 == 0 { (RunState::Assigned, 1) } else { (RunState::Pending, 0) };
+        assert_eq!((detail.run.state, detail.attempts.len()), (state, attempts), "run {i}");
+    }
+    let page = s.list_runs(&RunFilter { job: Some(job.name.clone()), ..Default::default() }, 1000, None).await.expect("list");
+    assert_eq!(page.runs.len(), 300, "no run written twice");
 }
 
 async fn pagination_is_stable_under_inserts(s: &dyn Store) {
