@@ -5,7 +5,7 @@
 //!   capacity 50. Runs/s from the first creation to the last completion and
 //!   from the worker's start to the last completion, with the runs created
 //!   before the worker starts (A1) and while it runs (A2). Runs are created
-//!   with `POST /v1/jobs/{name}/trigger?count=1000`.
+//!   with `POST /v1/jobs/{name}/trigger?count=1000`, four calls in flight.
 //! - **B1, burst lateness**: 2,000 one-shot (`at`) jobs due at the same
 //!   instant; attempt-start lateness (started_at − scheduled_at) p50/p99/max.
 //! - **B2, spread lateness**: 2,000 one-shot jobs due 1 ms apart.
@@ -139,9 +139,23 @@ impl Env {
         Instant::now()
     }
 
+    /// `n` runs of `job` by trigger calls of 1,000, four in flight (the
+    /// leader writes one while the next request and the last response are
+    /// on the wire).
     async fn create_runs(&self, job: &str, n: usize) {
+        let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(4));
+        let mut tasks = Vec::new();
         for _ in 0..n / 1000 {
-            self.post(&format!("/v1/jobs/{job}/trigger?count=1000"), Value::Null).await;
+            let url = format!("http://{}/v1/jobs/{job}/trigger?count=1000", self.addr);
+            let (http, permit) = (self.http.clone(), sem.clone().acquire_owned().await.unwrap());
+            tasks.push(tokio::spawn(async move {
+                let r = http.post(url).send().await;
+                drop(permit);
+                r.map(|r| r.status().is_success()).unwrap_or(false)
+            }));
+        }
+        for t in tasks {
+            assert!(t.await.unwrap(), "a trigger call failed");
         }
     }
 
