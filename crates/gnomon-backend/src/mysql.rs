@@ -171,18 +171,10 @@ impl MySqlStore {
     async fn writer_conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::MySql>, crate::StoreError> {
         self.pool.acquire().await.map_err(crate::sql::db_err)
     }
-
-    /// No in-process writer: the shared SQL path does every leader write.
-    async fn native_turn_write(
-        &self,
-        _: &crate::Fence,
-        _: &[crate::NewRun],
-        _: &[crate::JobAdvance],
-        _: &[crate::Transition],
-    ) -> Option<crate::sql::TurnResult> {
-        None
-    }
 }
+
+/// Every leader write takes the shared SQL path.
+impl crate::sql::NativeWrites for MySqlStore {}
 
 mod store_impl {
     use super::{MySqlStore, DIALECT};

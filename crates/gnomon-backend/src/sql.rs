@@ -182,6 +182,35 @@ pub(crate) struct RunRow {
     pub cancel_requested: bool,
 }
 
+impl RunRow {
+    /// A new run's row as a fire inserts it.
+    pub(crate) fn inserted(r: &crate::NewRun) -> RunRow {
+        RunRow {
+            state: r.state,
+            attempt: 0,
+            reason: r.reason.clone(),
+            next_attempt_at: None,
+            updated_at: r.fired_at,
+            cancel_requested: false,
+        }
+    }
+}
+
+/// Leader writes done in-process rather than by the shared SQL path: only
+/// SQLite has them ([`crate::sqlite_write`]); `None` means "not here".
+#[async_trait::async_trait]
+pub(crate) trait NativeWrites {
+    async fn native_turn_write(
+        &self,
+        _fence: &crate::Fence,
+        _runs: &[crate::NewRun],
+        _advances: &[crate::JobAdvance],
+        _transitions: &[crate::Transition],
+    ) -> Option<TurnResult> {
+        None
+    }
+}
+
 /// The outcome of simulating a batch against the locked rows.
 pub(crate) struct Planned<'a> {
     /// Per transition: applied or not.
@@ -243,7 +272,7 @@ macro_rules! sql_store {
         use sqlx::{QueryBuilder, Row, Transaction};
 
         use crate::sql::{
-            db_err, is_unique_violation, plan_transitions, RunRow, CHUNK, END_CHUNK,
+            db_err, is_unique_violation, plan_transitions, NativeWrites, RunRow, CHUNK, END_CHUNK,
         };
         use crate::*;
 
@@ -641,14 +670,7 @@ macro_rules! sql_store {
                 let fresh: Vec<(&NewRun, &String, RunRow)> = fresh
                     .into_iter()
                     .map(|(r, id)| {
-                        let mut row = RunRow {
-                            state: r.state,
-                            attempt: 0,
-                            reason: r.reason.clone(),
-                            next_attempt_at: None,
-                            updated_at: r.fired_at,
-                            cancel_requested: false,
-                        };
+                        let mut row = RunRow::inserted(r);
                         // Checked against the row as inserted; a move that
                         // does not apply is left to fail as a CAS.
                         if let Some(i) = fold.get(id.as_str()) {

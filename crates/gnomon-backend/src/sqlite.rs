@@ -214,7 +214,8 @@ impl SqliteStore {
     }
 }
 
-impl SqliteStore {
+#[async_trait::async_trait]
+impl crate::sql::NativeWrites for SqliteStore {
     /// A leader write (fire, transitions or both) in one call on a blocking
     /// thread, on the kept `rusqlite` connection: see [`crate::sqlite_write`].
     async fn native_turn_write(

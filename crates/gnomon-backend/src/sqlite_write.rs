@@ -104,14 +104,7 @@ pub(crate) fn turn_write(
             if !seen.insert(id.as_str()) {
                 continue; // twice in one batch: the first one counts
             }
-            let mut row = RunRow {
-                state: r.state,
-                attempt: 0,
-                reason: r.reason.clone(),
-                next_attempt_at: None,
-                updated_at: r.fired_at,
-                cancel_requested: false,
-            };
+            let mut row = RunRow::inserted(r);
             // Checked against the row as inserted; a move that does not
             // apply is left to fail as a CAS below.
             let fold_i = fold.get(id.as_str()).copied().filter(|i| transitions[*i].apply_to(run_cas!(row)));
