@@ -196,6 +196,27 @@ impl RunRow {
     }
 }
 
+/// The transitions a fire may fold into its inserts, by run id: those that
+/// are the only one of their run in the batch (index into `transitions`).
+pub(crate) fn fold_candidates(transitions: &[Transition]) -> HashMap<&str, usize> {
+    let mut per_run: HashMap<&str, (usize, usize)> = HashMap::new();
+    for (i, t) in transitions.iter().enumerate() {
+        per_run.entry(t.run_id.as_str()).or_insert((i, 0)).1 += 1;
+    }
+    per_run.into_iter().filter(|(_, (_, n))| *n == 1).map(|(id, (i, _))| (id, i)).collect()
+}
+
+/// A fire's job advances, one per job: the highest time wins
+/// (`last_scheduled_at` never goes back).
+pub(crate) fn latest_advances(advances: &[crate::JobAdvance]) -> Vec<(&str, Millis)> {
+    let mut latest: HashMap<&str, Millis> = HashMap::new();
+    for a in advances {
+        let e = latest.entry(a.job_uid.as_str()).or_insert(a.last_scheduled_at);
+        *e = (*e).max(a.last_scheduled_at);
+    }
+    latest.into_iter().collect()
+}
+
 /// Leader writes done in-process rather than by the shared SQL path: only
 /// SQLite has them ([`crate::sqlite_write`]); `None` means "not here".
 #[async_trait::async_trait]
@@ -655,17 +676,8 @@ macro_rules! sql_store {
                 let mut created: HashSet<String> = HashSet::new();
                 let fresh: Vec<(&NewRun, &String)> =
                     runs.iter().zip(&ids).filter(|(_, id)| !existing.contains(*id) && created.insert((*id).clone())).collect();
-                // Transitions to fold: the only one of its run, on a fresh run.
-                let mut per_run: HashMap<&str, usize> = HashMap::new();
-                for t in transitions {
-                    *per_run.entry(t.run_id.as_str()).or_default() += 1;
-                }
-                let mut fold: HashMap<&str, usize> = HashMap::new();
-                for (i, t) in transitions.iter().enumerate() {
-                    if per_run.get(t.run_id.as_str()) == Some(&1) && created.contains(&t.run_id) {
-                        fold.insert(t.run_id.as_str(), i);
-                    }
-                }
+                // Transitions to fold: the only one of its run, looked up for fresh runs.
+                let fold = crate::sql::fold_candidates(transitions);
                 let mut folded = vec![false; transitions.len()];
                 let fresh: Vec<(&NewRun, &String, RunRow)> = fresh
                     .into_iter()
@@ -704,13 +716,8 @@ macro_rules! sql_store {
                         return Err(StoreError::Backend(format!("fire inserted {n} of {} new runs; rolled back", chunk.len())));
                     }
                 }
-                // One multi-row UPDATE per chunk of advances: the highest time per job wins.
-                let mut latest: HashMap<&str, Millis> = HashMap::new();
-                for a in advances {
-                    let e = latest.entry(a.job_uid.as_str()).or_insert(a.last_scheduled_at);
-                    *e = (*e).max(a.last_scheduled_at);
-                }
-                let latest: Vec<(&str, Millis)> = latest.into_iter().collect();
+                // One multi-row UPDATE per chunk of advances.
+                let latest = crate::sql::latest_advances(advances);
                 for chunk in latest.chunks(D.case_chunk) {
                     let mut qb: QueryBuilder<$db> = QueryBuilder::new("UPDATE jobs SET last_scheduled_at = CASE");
                     for (uid, at) in chunk {

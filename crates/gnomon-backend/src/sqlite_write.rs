@@ -17,7 +17,7 @@
 //! run's insert (the row is written once, in its final state; no one else
 //! can see it before the commit).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ use gnomon_core::Millis;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use crate::model::{run_cas, AttemptChange, Fence, FireOutcome, JobAdvance, NewRun, Transition};
-use crate::sql::RunRow;
+use crate::sql::{fold_candidates, latest_advances, RunRow};
 use crate::StoreError;
 
 /// Opens the writer connection on a database that sqlx has opened and
@@ -84,16 +84,7 @@ pub(crate) fn turn_write(
     }
 
     // Transitions that may fold into an insert: the only one of their run.
-    let mut per_run: HashMap<&str, usize> = HashMap::new();
-    for t in transitions {
-        *per_run.entry(t.run_id.as_str()).or_default() += 1;
-    }
-    let mut fold: HashMap<&str, usize> = HashMap::new();
-    for (i, t) in transitions.iter().enumerate() {
-        if per_run.get(t.run_id.as_str()) == Some(&1) {
-            fold.insert(t.run_id.as_str(), i);
-        }
-    }
+    let fold = fold_candidates(transitions);
     let mut folded = vec![false; transitions.len()];
     let ids: Vec<String> = runs.iter().map(NewRun::id).collect();
     let mut created: HashSet<&str> = HashSet::new();
@@ -133,14 +124,8 @@ pub(crate) fn turn_write(
         }
     }
     if !advances.is_empty() {
-        // The highest time per job wins; `last_scheduled_at` never goes back.
-        let mut latest: HashMap<&str, Millis> = HashMap::new();
-        for a in advances {
-            let e = latest.entry(a.job_uid.as_str()).or_insert(a.last_scheduled_at);
-            *e = (*e).max(a.last_scheduled_at);
-        }
         let mut advance = tx.prepare_cached(ADVANCE_JOB).map_err(err)?;
-        for (uid, at) in latest {
+        for (uid, at) in latest_advances(advances) {
             advance.execute(params![uid, at]).map_err(err)?;
         }
     }

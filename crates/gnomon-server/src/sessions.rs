@@ -23,8 +23,7 @@ use crate::node::NodeHandle;
 /// Longest accepted worker id.
 pub const MAX_WORKER_ID_LEN: usize = 128;
 
-/// What the leader actor sends down a session.
-/// A session's messages to its worker. Unbounded: what is queued is bounded
+/// What the leader actor sends down a session to its worker. Unbounded: what is queued is bounded
 /// by the worker's slots and queue (assignments) and its reports (acks), and
 /// a bounded queue that filled would drop a persisted assignment, leaving
 /// the run `assigned` to a live worker that never got it.

@@ -73,12 +73,13 @@ pub struct WorkerConfig {
 
 impl WorkerConfig {
     pub fn new(id: impl Into<String>, servers: Vec<String>) -> Self {
+        let capacity = 16;
         Self {
             id: id.into(),
             servers,
             labels: BTreeMap::new(),
-            capacity: 16,
-            prefetch: 32,
+            capacity,
+            prefetch: default_prefetch(capacity),
             spool_dir: None,
             drain_timeout: Duration::from_secs(30),
             self_fence_fraction: 0.7,

@@ -139,24 +139,29 @@ impl Env {
         Instant::now()
     }
 
-    /// `n` runs of `job` by trigger calls of 1,000, four in flight (the
-    /// leader writes one while the next request and the last response are
-    /// on the wire).
-    async fn create_runs(&self, job: &str, n: usize) {
-        let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(4));
+    /// `POST`s each `(path, body)`, `in_flight` at a time; panics if one fails.
+    async fn post_all(&self, requests: Vec<(String, Value)>, in_flight: usize) {
+        let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
         let mut tasks = Vec::new();
-        for _ in 0..n / 1000 {
-            let url = format!("http://{}/v1/jobs/{job}/trigger?count=1000", self.addr);
+        for (path, body) in requests {
+            let url = format!("http://{}{path}", self.addr);
             let (http, permit) = (self.http.clone(), sem.clone().acquire_owned().await.unwrap());
             tasks.push(tokio::spawn(async move {
-                let r = http.post(url).send().await;
+                let r = http.post(url).json(&body).send().await;
                 drop(permit);
                 r.map(|r| r.status().is_success()).unwrap_or(false)
             }));
         }
         for t in tasks {
-            assert!(t.await.unwrap(), "a trigger call failed");
+            assert!(t.await.unwrap(), "a request failed");
         }
+    }
+
+    /// `n` runs of `job` by trigger calls of 1,000, four in flight (the
+    /// leader writes one while the next request and the last response are
+    /// on the wire).
+    async fn create_runs(&self, job: &str, n: usize) {
+        self.post_all((0..n / 1000).map(|_| (format!("/v1/jobs/{job}/trigger?count=1000"), Value::Null)).collect(), 4).await;
     }
 
     async fn all_runs(&self) -> Vec<Value> {
@@ -243,23 +248,15 @@ async fn lateness(bin: &str, spread_ms: i64) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let due = chrono::Utc::now().timestamp_millis() + 15_000;
     let created = Instant::now();
-    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(16));
-    let mut tasks = Vec::new();
-    for i in 0..ONE_SHOTS {
-        let at = chrono::DateTime::from_timestamp_millis(due + i as i64 * spread_ms)
-            .unwrap()
-            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        let body = json!({"name": format!("b{i}"), "schedule": {"at": at}, "executor": {"handler": {"name": "noop"}}});
-        let (http, addr, permit) = (env.http.clone(), env.addr.clone(), sem.clone().acquire_owned().await.unwrap());
-        tasks.push(tokio::spawn(async move {
-            let r = http.post(format!("http://{addr}/v1/jobs")).json(&body).send().await;
-            drop(permit);
-            r.map(|r| r.status().is_success()).unwrap_or(false)
-        }));
-    }
-    for t in tasks {
-        assert!(t.await.unwrap(), "job creation failed");
-    }
+    let jobs = (0..ONE_SHOTS)
+        .map(|i| {
+            let at = chrono::DateTime::from_timestamp_millis(due + i as i64 * spread_ms)
+                .unwrap()
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            ("/v1/jobs".to_string(), json!({"name": format!("b{i}"), "schedule": {"at": at}, "executor": {"handler": {"name": "noop"}}}))
+        })
+        .collect();
+    env.post_all(jobs, 16).await;
     let took = created.elapsed();
     assert!(took < Duration::from_secs(14), "creating the jobs took {took:?}, past their due time");
     env.wait_succeeded(ONE_SHOTS as u64).await;
