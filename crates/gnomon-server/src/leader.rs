@@ -42,6 +42,9 @@ const RECONNECT_SLACK_MS: Millis = 2_000;
 /// How much longer the in-memory lease runs than a store-kept one, so the
 /// store's deletion of the session key is what evicts a worker.
 const STORE_LEASE_SLACK_MS: Millis = 3_000;
+/// The smallest chunk a burst is fired in while it interleaves with
+/// dispatch (smaller chunks would spend more on commits than they save).
+const MIN_INTERLEAVED_FIRE: usize = 256;
 /// How long one turn keeps firing chunks of a burst before it dispatches.
 const FIRE_BUDGET: Duration = Duration::from_millis(500);
 const POLL_EVERY_MS: Millis = 1000;
@@ -721,11 +724,18 @@ impl LeaderRuntime {
         // until the budget is spent; the last chunk goes into the turn's one
         // write together with the results and the assignments, so a run
         // fired now can be assigned in the same commit.
+        //
+        // While the workers can take the fired runs at once, a burst is
+        // fired one chunk per turn instead, each chunk in the turn's write
+        // with the results and assignments: the workers run chunk N while
+        // the store writes chunk N+1.
         let budget = std::time::Instant::now() + FIRE_BUDGET;
+        let interleaved = self.interleaved_fire_chunk();
+        let limit = interleaved.unwrap_or(MAX_FIRE_BATCH);
         let mut last_chunk = None;
         while !self.pressure.defers_fires() && std::time::Instant::now() < budget {
-            let Some(plan) = self.plan_fire(now).await? else { break };
-            if !plan.full {
+            let Some(plan) = self.plan_fire(now, limit).await? else { break };
+            if !plan.full || interleaved.is_some() {
                 last_chunk = Some(plan);
                 break;
             }
@@ -1129,14 +1139,28 @@ impl LeaderRuntime {
         Ok(created)
     }
 
-    /// Fires up to [`MAX_FIRE_BATCH`] due jobs in one store write; returns
-    /// whether more were due than fitted.
-    /// Takes the due jobs (one chunk) off the timer heap and plans their
-    /// runs; nothing is written except `replace` cancellations.
-    async fn plan_fire(&mut self, now: Millis) -> Result<Option<FirePlan>> {
+    /// The size of a fire chunk that goes out with dispatch in the same
+    /// turn (about what this turn can assign: the free room, plus the slots
+    /// the results waiting to be written free, less the runs already
+    /// pending), or `None` when a burst should be fired in full chunks back
+    /// to back: no worker is connected, or the pending runs already
+    /// outnumber what the workers can take at once (their slots plus
+    /// prefetch queues).
+    fn interleaved_fire_chunk(&self) -> Option<usize> {
+        let absorb: usize = self.sessions.values().filter(|s| s.tx.is_some() && !s.draining).map(|s| s.capacity + s.prefetch).sum();
+        (absorb > 0 && self.ready.len() < absorb).then(|| {
+            let room = (self.dispatch_room() + self.unwritten_events.len()).saturating_sub(self.ready.len());
+            room.clamp(MIN_INTERLEAVED_FIRE, MAX_FIRE_BATCH)
+        })
+    }
+
+    /// Takes up to `limit` due jobs (one chunk) off the timer heap and plans
+    /// their runs (`full` when more may be due); nothing is written except
+    /// `replace` cancellations.
+    async fn plan_fire(&mut self, now: Millis, limit: usize) -> Result<Option<FirePlan>> {
         let mut due_jobs = Vec::new();
         while let Some(Reverse((due, uid, generation))) = self.fire_heap.peek().cloned() {
-            if due > now || due_jobs.len() >= MAX_FIRE_BATCH {
+            if due > now || due_jobs.len() >= limit {
                 break;
             }
             self.fire_heap.pop();
@@ -1147,7 +1171,7 @@ impl LeaderRuntime {
         if due_jobs.is_empty() {
             return Ok(None);
         }
-        let full = due_jobs.len() >= MAX_FIRE_BATCH;
+        let full = due_jobs.len() >= limit;
         let mut new_runs = Vec::new();
         let mut advances = Vec::new();
         let mut replace_cancels = Vec::new();
@@ -1697,17 +1721,24 @@ impl LeaderRuntime {
     }
 
     /// Opens a worker's prefetch queue only while its attempts are short on
-    /// average and none it holds is old: then a queued run starts within
-    /// about [`PREFETCH_SHORT_MS`]. Otherwise runs wait in `pending`, where
-    /// whichever worker frees a slot first takes them.
-    /// Backpressure above green halves the part of the queue it may fill.
+    /// average and none it holds is old, and only as deep as lets a queued
+    /// run start within about [`PREFETCH_SHORT_MS`]: `capacity` slots
+    /// working through attempts of the recent average length empty a queue
+    /// of `capacity × PREFETCH_SHORT_MS / average` in that time (runs of a
+    /// few milliseconds get the worker's whole `prefetch`). Otherwise runs
+    /// wait in `pending`, where whichever worker frees a slot first takes
+    /// them. Backpressure above green halves the part of the queue it may
+    /// fill.
     fn update_prefetch(&mut self, now: Millis) {
         let runs = &self.runs;
         for s in self.sessions.values_mut() {
             let open = s.prefetch > 0
                 && s.recent_ms.is_some_and(|m| m <= PREFETCH_SHORT_MS)
                 && s.attempts.iter().all(|id| runs.get(id).is_some_and(|r| now - r.assigned_at <= PREFETCH_MAX_AGE_MS));
-            s.queue_open = if open { self.pressure.queue_allowance(s.prefetch) } else { 0 };
+            s.queue_open = match (open, s.recent_ms) {
+                (true, Some(avg)) => self.pressure.queue_allowance(s.prefetch.min(queue_depth(s.capacity, avg))),
+                _ => 0,
+            };
         }
     }
 
@@ -1912,6 +1943,14 @@ impl LeaderRuntime {
     }
 }
 
+/// The queue a worker of `capacity` slots empties within about
+/// [`PREFETCH_SHORT_MS`] when its attempts take `avg_ms` each (durations are
+/// whole milliseconds, so anything shorter counts as 1 ms).
+fn queue_depth(capacity: usize, avg_ms: f64) -> usize {
+    let depth = capacity as f64 * PREFETCH_SHORT_MS / avg_ms.max(1.0);
+    depth.min(usize::MAX as f64) as usize
+}
+
 /// Resolves once the elector says leadership is lost; never if it dropped
 /// the signal without saying so.
 async fn lost_signal(mut lost: watch::Receiver<bool>) {
@@ -1981,5 +2020,14 @@ mod tests {
         let at = Schedule::At { at_ms: 5 };
         assert_eq!(manual_instants(Some(&at), 3, 4), vec![3, 4, 6, 7]);
         assert_eq!(manual_instants(None, 3, 2), vec![3, 4]);
+    }
+
+    #[test]
+    fn a_queue_is_as_deep_as_its_slots_empty_in_about_100_ms() {
+        assert_eq!(queue_depth(4, 50.0), 8);
+        assert_eq!(queue_depth(4, 100.0), 4, "at the gate: one run per slot");
+        assert_eq!(queue_depth(1, 99.0), 1);
+        assert_eq!(queue_depth(256, 0.0), 25_600, "sub-millisecond runs count as 1 ms");
+        assert_eq!(queue_depth(50, 0.4), 5_000);
     }
 }

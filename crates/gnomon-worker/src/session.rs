@@ -41,12 +41,14 @@ const STARTED_AFTER: Duration = Duration::from_millis(20);
 /// The largest `prefetch` a worker may ask for (the server refuses more).
 pub const MAX_PREFETCH: u32 = 65_536;
 
-/// The prefetch queue of a worker that does not choose one: twice its
-/// capacity. The leader fills it only with short runs (about 100 ms or
-/// less), so a queued run waits about two of them at most, and halves it
+/// The prefetch queue of a worker that does not choose one: eight times its
+/// capacity. This is the most the worker holds, not what it is given: the
+/// leader fills a queue only with short runs, only as deep as the worker's
+/// recent attempt durations let a queued run start within about 100 ms
+/// (the whole depth only for runs of a few milliseconds), and halves it
 /// under backpressure.
 pub fn default_prefetch(capacity: u32) -> u32 {
-    capacity.saturating_mul(2).min(MAX_PREFETCH)
+    capacity.saturating_mul(8).min(MAX_PREFETCH)
 }
 
 #[derive(Debug, Clone)]

@@ -95,10 +95,11 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 16)]
     capacity: u32,
     /// Assignments accepted beyond --capacity, queued and started the moment
-    /// a slot frees (default: twice --capacity; 0: none). The leader only
-    /// queues runs of jobs whose recent attempts were short, on a worker
-    /// whose held attempts are all short, so nothing waits long behind a
-    /// slow run.
+    /// a slot frees (default: eight times --capacity; 0: none). The leader
+    /// only queues runs of jobs whose recent attempts were short, on a worker
+    /// whose held attempts are all short, and only as many as start within
+    /// about 100 ms at the worker's recent pace, so nothing waits long
+    /// behind a slow run.
     #[arg(long)]
     prefetch: Option<u32>,
     /// A label for routing (`--label zone=a`), repeatable.

@@ -460,3 +460,45 @@ fn a_burst_larger_than_any_queue_reaches_a_big_worker_whole() {
     let (_, v) = c.api("GET", "/v1/runs?job=many&state=assigned&limit=10", None);
     assert_eq!(v["runs"].as_array().map(Vec::len), Some(0), "no run is left assigned: {v}");
 }
+
+/// `<name>_count` of a histogram in the server's metrics.
+fn histogram_count(addr: &str, name: &str) -> u64 {
+    let prefix = format!("{name}_count ");
+    get_text(addr, "/metrics").lines().find_map(|l| l.strip_prefix(prefix.as_str())?.trim().parse::<f64>().ok()).map_or(0, |v| v as u64)
+}
+
+/// A burst of one-shot jobs due at the same instant, with a worker
+/// connected, is fired in chunks that each go out with dispatch (so the
+/// worker starts on the first chunk while the next is written), and every
+/// job still runs exactly once.
+#[test]
+fn a_burst_with_a_worker_connected_fires_in_chunks_and_runs_each_job_once() {
+    const JOBS: usize = 300;
+    let c = Cluster::new("5s");
+    let _w = c.worker("wa", 10);
+    c.wait_workers(&["wa"]);
+    let started = Instant::now();
+    let due = chrono::Utc::now() + chrono::Duration::seconds(10);
+    let at = due.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    for i in 0..JOBS {
+        c.create(json!({"name": format!("b{i}"), "schedule": {"at": at}, "executor": {"handler": {"name": "noop"}}}));
+    }
+    assert!(started.elapsed() < Duration::from_secs(9), "the jobs were created before they were due");
+    let fires_before = histogram_count(&c.addr(), "gnomon_store_fire_seconds");
+    wait_until(&format!("{JOBS} runs to succeed"), Duration::from_secs(120), || runs_total(&c.addr(), "succeeded") >= JOBS as u64);
+    let (_, v) = c.api("GET", "/v1/runs?limit=1000", None);
+    let runs = v["runs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(runs.len(), JOBS, "one run per job: {v}");
+    let mut jobs: Vec<&str> = runs.iter().filter_map(|r| r["job"].as_str()).collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    assert_eq!(jobs.len(), JOBS, "every job ran, none twice");
+    for r in &runs {
+        assert_eq!(r["state"], "succeeded", "{r}");
+        assert_eq!(r["attempt"].as_u64(), Some(1), "one attempt each: {r}");
+    }
+    // A history-less worker of 10 slots takes 10 at once: the first chunk is
+    // the smallest interleaved one (256), the rest follows in its own write.
+    let fire_writes = histogram_count(&c.addr(), "gnomon_store_fire_seconds") - fires_before;
+    assert!(fire_writes >= 2, "the burst was fired in more than one write ({fire_writes})");
+}
