@@ -147,6 +147,9 @@ struct Session {
     last_heartbeat: Millis,
     /// Runs whose live attempt this worker holds.
     attempts: HashSet<RunId>,
+    /// Of those, the ones its last heartbeats did not list: how many in a
+    /// row (see [`LeaderRuntime::reconcile_held`]).
+    unlisted: HashMap<RunId, u8>,
     draining: bool,
     /// The session's lease in the store (etcd), and when it was last refreshed.
     store_lease: Option<i64>,
@@ -312,6 +315,9 @@ pub struct LeaderRuntime {
     /// Runs with a live attempt, and the worker holding it.
     in_flight: HashMap<RunId, String>,
     unwritten_events: Vec<WorkerEvent>,
+    /// Attempts a live worker's heartbeats say it does not hold: (worker,
+    /// run), ended `lost` at the next turn.
+    unheld: Vec<(String, RunId)>,
     cancels_sent: HashSet<(String, u32)>,
     last_poll: Millis,
     /// Session leases kept in the store (etcd), and deletions of their keys.
@@ -374,6 +380,7 @@ impl LeaderRuntime {
             retry_heap: BinaryHeap::new(),
             in_flight: HashMap::new(),
             unwritten_events: Vec::new(),
+            unheld: Vec::new(),
             cancels_sent: HashSet::new(),
             last_poll: 0,
         }
@@ -906,6 +913,7 @@ impl LeaderRuntime {
                 lease_until: now + self.config.lease_ttl_ms,
                 last_heartbeat: now,
                 attempts,
+                unlisted: HashMap::new(),
                 draining: false,
                 store_lease: None,
                 refreshed_at: now,
@@ -944,6 +952,7 @@ impl LeaderRuntime {
                     s.draining = hb.draining;
                     self.view_dirty = true;
                 }
+                self.reconcile_held(&worker, &hb.attempts, now);
                 self.send_to(&worker, server_message::Msg::Ack(v1::Ack { heartbeat_seq: Some(hb.seq), ..Default::default() }));
             }
             worker_message::Msg::Started(st) => {
@@ -977,6 +986,53 @@ impl LeaderRuntime {
         }
     }
 
+    /// A heartbeat lists every attempt the worker holds, executing or
+    /// queued. An attempt the leader has it holding that two heartbeats in a
+    /// row did not list, assigned more than a heartbeat interval before,
+    /// and with no report of it waiting to be written, never reached the
+    /// worker or was dropped by it: it is ended `lost` at the next turn
+    /// ([`Self::expire_leases`]) and retried per its job's policy, instead
+    /// of staying `assigned` for as long as the worker lives. Two in a row,
+    /// because a report can leave the worker just after a heartbeat that no
+    /// longer lists its attempt, and an assignment can cross a heartbeat.
+    fn reconcile_held(&mut self, worker: &str, listed: &[v1::AttemptRef], now: Millis) {
+        let Some(s) = self.sessions.get(worker) else { return };
+        if s.attempts.is_empty() && s.unlisted.is_empty() {
+            return;
+        }
+        let listed: HashSet<(&str, u32)> = listed.iter().map(|a| (a.run_id.as_str(), a.attempt)).collect();
+        let reported: HashSet<&str> = self
+            .unwritten_events
+            .iter()
+            .filter_map(|e| match e {
+                WorkerEvent::Finished { worker: w, run_id, .. } if w == worker => Some(run_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut unlisted = HashMap::new();
+        let mut gone = Vec::new();
+        for id in &s.attempts {
+            let Some(run) = self.runs.get(id) else { continue };
+            if listed.contains(&(&**id, run.attempt))
+                || reported.contains(&**id)
+                || self.orphans.contains_key(id)
+                || now - run.assigned_at <= self.config.heartbeat_ms
+            {
+                continue;
+            }
+            let misses = s.unlisted.get(id).copied().unwrap_or(0) + 1;
+            if misses >= 2 {
+                gone.push((worker.to_string(), id.clone()));
+            } else {
+                unlisted.insert(id.clone(), misses);
+            }
+        }
+        if let Some(s) = self.sessions.get_mut(worker) {
+            s.unlisted = unlisted;
+        }
+        self.unheld.extend(gone);
+    }
+
     /// Sessions whose lease ran out lose their attempts (retried elsewhere
     /// per the job's policy); recovered attempts nobody reclaimed likewise.
     async fn expire_leases(&mut self, now: Millis) -> Result<()> {
@@ -1008,6 +1064,28 @@ impl LeaderRuntime {
                 }
             }
         }
+        // Attempts a live worker does not hold (`reconcile_held`), unless
+        // their report came in since.
+        let mut aborts = Vec::new();
+        for (worker, id) in std::mem::take(&mut self.unheld) {
+            let reported = self
+                .unwritten_events
+                .iter()
+                .any(|e| matches!(e, WorkerEvent::Finished { worker: w, run_id, .. } if *w == worker && **run_id == *id));
+            if reported || self.in_flight.get(&id) != Some(&worker) {
+                continue;
+            }
+            let Some(attempt) = self.runs.get(&id).map(|r| r.attempt) else { continue };
+            tracing::warn!(worker = %worker, run = %id, attempt, "the worker does not hold an attempt assigned to it; ending it lost");
+            metrics::counter!("gnomon_attempts_unheld_total").increment(1);
+            // Its slot frees when the transition is mirrored; if the write
+            // fails, the next heartbeats find it again.
+            let why = format!("worker {worker} did not hold the attempt (its assignment never reached it)");
+            if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, why, now) {
+                batch.push(t);
+                aborts.push((worker, id.to_string(), attempt));
+            }
+        }
         let overdue: Vec<RunId> = self.orphans.iter().filter(|(_, d)| **d < now).map(|(id, _)| id.clone()).collect();
         for id in overdue {
             self.orphans.remove(&*id);
@@ -1023,6 +1101,11 @@ impl LeaderRuntime {
             }
         }
         self.apply(batch).await?;
+        // Should the assignment still turn up, the worker drops it.
+        for (worker, run_id, attempt) in aborts {
+            let reason = "the attempt was ended lost: the worker did not hold it".to_string();
+            self.send_to(&worker, server_message::Msg::Abort(v1::Abort { run_id, attempt, token: self.fence.token, reason }));
+        }
         self.publish_view();
         Ok(())
     }

@@ -7,9 +7,13 @@ use std::time::{Duration, Instant};
 use gnomon_backend::sqlite::SqliteStore;
 use gnomon_backend::{Fence, LeaderInfo, Precondition, Store};
 use gnomon_core::spec::parse_job_json;
+use gnomon_core::AttemptState;
 use gnomon_core::ManualClock;
-use gnomon_server::leader::{LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime};
-use tokio::sync::{mpsc, watch};
+use gnomon_core::RunState;
+use gnomon_proto::v1::{self, server_message, worker_message};
+use gnomon_proto::PROTOCOL_VERSION;
+use gnomon_server::leader::{LeaderCommand, LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime};
+use tokio::sync::{mpsc, oneshot, watch};
 
 async fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
     let dir = tempfile::tempdir().unwrap();
@@ -35,7 +39,18 @@ async fn every_second_job(store: &Arc<dyn Store>) {
 }
 
 fn runtime(store: Arc<dyn Store>, fence: Fence, clock: ManualClock) -> (LeaderRuntime, watch::Sender<bool>, watch::Sender<bool>) {
-    let (_cmd_tx, cmd_rx) = mpsc::channel(8);
+    let (rt, commands, lost, shut) = runtime_with_commands(store, fence, clock);
+    std::mem::forget(commands);
+    (rt, lost, shut)
+}
+
+/// The runtime and the sender of its command channel (sessions, triggers).
+fn runtime_with_commands(
+    store: Arc<dyn Store>,
+    fence: Fence,
+    clock: ManualClock,
+) -> (LeaderRuntime, mpsc::Sender<LeaderCommand>, watch::Sender<bool>, watch::Sender<bool>) {
+    let (cmd_tx, cmd_rx) = mpsc::channel(64);
     let (lost_tx, lost_rx) = watch::channel(false);
     let (shut_tx, shut_rx) = watch::channel(false);
     let rt = LeaderRuntime::new(LeaderParts {
@@ -48,8 +63,7 @@ fn runtime(store: Arc<dyn Store>, fence: Fence, clock: ManualClock) -> (LeaderRu
         shutdown: shut_rx,
         view: Default::default(),
     });
-    std::mem::forget(_cmd_tx);
-    (rt, lost_tx, shut_tx)
+    (rt, cmd_tx, lost_tx, shut_tx)
 }
 
 #[tokio::test]
@@ -114,4 +128,149 @@ async fn a_leader_blocked_in_a_store_call_steps_down_on_loss() {
     let exit = tokio::time::timeout(Duration::from_secs(6), task).await.expect("stepped down while its store call still hung").unwrap();
     assert_eq!(exit, LeaderExit::Lost);
     sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+}
+
+/// The next message on a session's outbound queue that `pick` accepts;
+/// panics on one that `forbid` matches first, or after 10 s.
+async fn next_msg<T>(
+    rx: &mut mpsc::UnboundedReceiver<Result<v1::ServerMessage, tonic::Status>>,
+    what: &str,
+    forbid: impl Fn(&server_message::Msg) -> bool,
+    pick: impl Fn(&server_message::Msg) -> Option<T>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = tokio::time::timeout_at(deadline, rx.recv()).await.unwrap_or_else(|_| panic!("no {what} within 10 s"));
+        let msg = m.expect("session open").expect("not an error").msg.expect("a message");
+        assert!(!forbid(&msg), "got {msg:?} while waiting for {what}");
+        if let Some(v) = pick(&msg) {
+            return v;
+        }
+    }
+}
+
+fn heartbeat(seq: u64, attempts: &[(&str, u32)]) -> worker_message::Msg {
+    worker_message::Msg::Heartbeat(v1::Heartbeat {
+        seq,
+        attempts: attempts.iter().map(|(r, a)| v1::AttemptRef { run_id: r.to_string(), attempt: *a }).collect(),
+        ..Default::default()
+    })
+}
+
+/// An attempt the leader has a live worker holding, but that the worker's
+/// heartbeats do not list (its assignment never reached it), is ended
+/// `lost` and retried, and the worker is told to drop it should it turn up;
+/// while the heartbeats list it, nothing happens.
+#[tokio::test]
+async fn an_assignment_a_live_worker_does_not_hold_is_ended_lost_and_retried() {
+    let (_d, store) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    let spec = parse_job_json(
+        br#"{"name":"once","retry":{"max_attempts":2,"backoff":{"initial":"1s","max":"1s","jitter":0}},"executor":{"handler":{"name":"noop"}}}"#,
+    )
+    .unwrap()
+    .compile()
+    .unwrap()
+    .spec;
+    store.put_job(&spec, Precondition::DoesNotExist, 1_000_000).await.unwrap();
+    let fence = term(&store).await;
+    let (rt, commands, _lost, _shut) = runtime_with_commands(store.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+
+    let (out_tx, mut out) = mpsc::unbounded_channel();
+    let (reply, session) = oneshot::channel();
+    let hello = v1::Hello {
+        worker_id: "w1".into(),
+        capacity: 1,
+        executors: vec!["handler".into()],
+        handlers: vec!["noop".into()],
+        protocol_version: PROTOCOL_VERSION,
+        ..Default::default()
+    };
+    commands.send(LeaderCommand::SessionOpen { hello: Box::new(hello), outbound: out_tx, reply }).await.unwrap();
+    let session = session.await.unwrap().expect("welcomed");
+    let (reply, ids) = oneshot::channel();
+    commands.send(LeaderCommand::Trigger { namespace: "default".into(), name: "once".into(), count: 1, reply }).await.unwrap();
+    let run = ids.await.unwrap().unwrap().remove(0);
+    let is_abort = |m: &server_message::Msg| matches!(m, server_message::Msg::Abort(_));
+    let assigned = next_msg(&mut out, "the assignment", is_abort, |m| match m {
+        server_message::Msg::Assign(a) => Some(a.attempt),
+        _ => None,
+    })
+    .await;
+    assert_eq!(assigned, 1);
+    let send = |msg| {
+        let commands = commands.clone();
+        let session = session.clone();
+        async move { commands.send(LeaderCommand::FromWorker { session, msg }).await.unwrap() }
+    };
+    let acked = |seq: u64| {
+        move |m: &server_message::Msg| match m {
+            server_message::Msg::Ack(a) if a.heartbeat_seq == Some(seq) => Some(()),
+            _ => None,
+        }
+    };
+
+    // Heartbeats that list the attempt: it stays assigned.
+    clock.advance(2_500);
+    for seq in 1..=4 {
+        send(heartbeat(seq, &[(&run, 1)])).await;
+        next_msg(&mut out, "a heartbeat ack", is_abort, acked(seq)).await;
+    }
+    let detail = store.get_run(&run).await.unwrap().unwrap();
+    assert_eq!((detail.run.state, detail.run.attempt), (RunState::Assigned, 1), "{detail:?}");
+
+    // One heartbeat without it is not enough (a report may be on its way)…
+    send(heartbeat(5, &[])).await;
+    next_msg(&mut out, "a heartbeat ack", is_abort, acked(5)).await;
+    send(heartbeat(6, &[(&run, 1)])).await;
+    next_msg(&mut out, "a heartbeat ack", is_abort, acked(6)).await;
+    assert_eq!(store.get_run(&run).await.unwrap().unwrap().run.state, RunState::Assigned);
+    // …two in a row are: attempt 1 ends lost and the worker is told to drop it.
+    send(heartbeat(7, &[])).await;
+    send(heartbeat(8, &[])).await;
+    let aborted = next_msg(
+        &mut out,
+        "the abort",
+        |_| false,
+        |m| match m {
+            server_message::Msg::Abort(a) => Some((a.run_id.clone(), a.attempt)),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(aborted, (run.clone(), 1));
+    let detail = store.get_run(&run).await.unwrap().unwrap();
+    assert_eq!(detail.run.state, RunState::Retrying, "{detail:?}");
+    assert_eq!(detail.attempts[0].state, AttemptState::Lost, "{detail:?}");
+
+    // The retry goes out after its backoff, as attempt 2, and its report is
+    // recorded as usual.
+    clock.advance(1_500);
+    let retried = next_msg(&mut out, "the retry", is_abort, |m| match m {
+        server_message::Msg::Assign(a) => Some(a.attempt),
+        _ => None,
+    })
+    .await;
+    assert_eq!(retried, 2);
+    let now = 1_000_000 + 4_000;
+    send(worker_message::Msg::Report(v1::Report {
+        run_id: run.clone(),
+        attempt: 2,
+        outcome: v1::Outcome::Succeeded as i32,
+        started_at_ms: now,
+        ended_at_ms: now,
+        ..Default::default()
+    }))
+    .await;
+    next_msg(&mut out, "the report's ack", is_abort, |m| match m {
+        server_message::Msg::Ack(a) if a.report.as_ref().is_some_and(|r| r.run_id == run) => Some(()),
+        _ => None,
+    })
+    .await;
+    let detail = store.get_run(&run).await.unwrap().unwrap();
+    assert_eq!(detail.run.state, RunState::Succeeded, "{detail:?}");
+    let states: Vec<AttemptState> = detail.attempts.iter().map(|a| a.state).collect();
+    assert_eq!(states, vec![AttemptState::Lost, AttemptState::Succeeded]);
+    task.abort();
 }

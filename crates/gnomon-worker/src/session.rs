@@ -204,18 +204,22 @@ impl WorkerRuntime {
 
     /// Persists a report, then sends it if a session is up.
     fn spool_report(&self, report: v1::Report) {
-        let out = {
-            let mut inner = self.lock();
-            let key = (report.run_id.clone(), report.attempt);
-            if let Some(log) = inner.log.as_mut() {
-                if let Err(e) = log.append(&key, &report) {
-                    tracing::error!(error = %e, run = %report.run_id, "cannot spool report; keeping it in memory");
-                }
+        Self::spool_locked(&mut self.lock(), report);
+    }
+
+    /// [`Self::spool_report`] under the caller's lock: an attempt taken out
+    /// of `running` in the same critical section is, for every heartbeat,
+    /// either still listed or already reported (queued ahead of the
+    /// heartbeat), never neither.
+    fn spool_locked(inner: &mut Inner, report: v1::Report) {
+        let key = (report.run_id.clone(), report.attempt);
+        if let Some(log) = inner.log.as_mut() {
+            if let Err(e) = log.append(&key, &report) {
+                tracing::error!(error = %e, run = %report.run_id, "cannot spool report; keeping it in memory");
             }
-            inner.spool.insert(key, report.clone());
-            inner.outbound.clone()
-        };
-        if let Some(tx) = out {
+        }
+        inner.spool.insert(key, report.clone());
+        if let Some(tx) = &inner.outbound {
             let _ = tx.send(msg(worker_message::Msg::Report(report)));
         }
     }
@@ -309,25 +313,30 @@ impl WorkerRuntime {
             // start never precedes this one's end.
             let ended = now_ms();
             drop(permit);
-            let state = rt.lock().running.remove(&key);
-            let Some(state) = state else { return };
+            let mut inner = rt.lock();
+            let Some(state) = inner.running.remove(&key) else { return };
             if state.aborted {
+                drop(inner);
                 tracing::info!(run = %key.0, attempt = key.1, "superseded attempt stopped; not reported");
                 return;
             }
             let outcome_state = if state.lost { AttemptState::Lost } else { outcome.state };
             let http_status = matches!(request.executor, Executor::Http(_)).then_some(outcome.exit_code).flatten();
-            rt.spool_report(v1::Report {
-                run_id: key.0.clone(),
-                attempt: key.1,
-                outcome: outcome_of(outcome_state) as i32,
-                exit_code: if http_status.is_some() { None } else { outcome.exit_code },
-                http_status: http_status.and_then(|s| u32::try_from(s).ok()),
-                output: outcome.output,
-                started_at_ms: started,
-                ended_at_ms: ended,
-                token: state.token,
-            });
+            // Out of `running` and into the spool (and the stream) at once.
+            Self::spool_locked(
+                &mut inner,
+                v1::Report {
+                    run_id: key.0.clone(),
+                    attempt: key.1,
+                    outcome: outcome_of(outcome_state) as i32,
+                    exit_code: if http_status.is_some() { None } else { outcome.exit_code },
+                    http_status: http_status.and_then(|s| u32::try_from(s).ok()),
+                    output: outcome.output,
+                    started_at_ms: started,
+                    ended_at_ms: ended,
+                    token: state.token,
+                },
+            );
         });
     }
 
