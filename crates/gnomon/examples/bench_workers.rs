@@ -131,6 +131,20 @@ impl Env {
             .unwrap_or(0)
     }
 
+    /// Waits until the leader lists a worker session (polled every 5 ms).
+    async fn wait_worker_session(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(r) = self.http.get(format!("http://{}/v1/workers", self.addr)).send().await {
+                if r.json::<Value>().await.is_ok_and(|v| v["workers"].as_array().is_some_and(|w| !w.is_empty())) {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the worker did not connect within 30 s");
+    }
+
     /// Polls /metrics every `every` until `n` runs succeeded; returns when.
     async fn wait_succeeded(&self, n: u64, every: Duration) -> Instant {
         let deadline = Instant::now() + Duration::from_secs(900);
@@ -210,7 +224,7 @@ async fn throughput(bin: &str, before: bool) {
     } else {
         let ws = Instant::now();
         env.worker(std::env::var("BENCH_CAPACITY").ok().and_then(|c| c.parse().ok()).unwrap_or(50));
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        env.wait_worker_session().await;
         let first = Instant::now();
         env.create_runs("a", RUNS).await;
         println!("  created {RUNS} runs in {:.2}s while the worker ran", first.elapsed().as_secs_f64());
