@@ -47,6 +47,13 @@ pub fn validate_hello(h: &v1::Hello) -> Result<(), Status> {
     if h.capacity == 0 {
         return Err(Status::invalid_argument("capacity must be at least 1"));
     }
+    if h.capacity > gnomon_worker::session::MAX_CAPACITY {
+        return Err(Status::invalid_argument(format!(
+            "capacity {} is over the limit of {}",
+            h.capacity,
+            gnomon_worker::session::MAX_CAPACITY
+        )));
+    }
     if h.prefetch > gnomon_worker::session::MAX_PREFETCH {
         return Err(Status::invalid_argument(format!(
             "prefetch {} is over the limit of {}",
@@ -138,6 +145,9 @@ mod tests {
         assert_eq!(e.code(), tonic::Code::FailedPrecondition);
         assert!(e.message().contains("version 99"));
         assert_eq!(validate_hello(&v1::Hello { capacity: 0, ..hello() }).unwrap_err().code(), tonic::Code::InvalidArgument);
+        let e = validate_hello(&v1::Hello { capacity: 100_000, ..hello() }).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.message().contains("over the limit of 65536"), "{}", e.message());
         assert_eq!(validate_hello(&v1::Hello { prefetch: 1 << 20, ..hello() }).unwrap_err().code(), tonic::Code::InvalidArgument);
         assert!(validate_hello(&v1::Hello { worker_id: "a b".into(), ..hello() }).is_err());
         assert!(validate_hello(&v1::Hello { worker_id: String::new(), ..hello() }).is_err());

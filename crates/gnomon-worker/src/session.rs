@@ -41,6 +41,11 @@ const STARTED_AFTER: Duration = Duration::from_millis(20);
 /// The largest `prefetch` a worker may ask for (the server refuses more).
 pub const MAX_PREFETCH: u32 = 65_536;
 
+/// The largest `capacity` a worker may announce (the server refuses more).
+/// With a full prefetch queue, a heartbeat listing every attempt held stays
+/// under the 8 MiB message limit of both ends.
+pub const MAX_CAPACITY: u32 = 65_536;
+
 /// The prefetch queue of a worker that does not choose one: eight times its
 /// capacity. This is the most the worker holds, not what it is given: the
 /// leader fills a queue only with short runs, only as deep as the worker's

@@ -285,9 +285,7 @@ pub async fn dev(args: DevArgs, token: Option<String>) -> anyhow::Result<()> {
     let store = open_store(&url).await.with_context(|| format!("opening store {url}"))?;
     let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
     let node_id = args.node_id.unwrap_or_else(|| "dev".to_string());
-    if args.capacity == 0 {
-        bail!("--capacity must be at least 1");
-    }
+    check_capacity(args.capacity)?;
     let worker = embedded_worker(&node_id, args.capacity, Some(args.data_dir.join("worker-spool")), &token);
     let config = args.leader.node_config(node_id, addr.to_string(), "10s")?;
     run_node(config, store, elector, addr, token, Some(worker)).await
@@ -488,9 +486,7 @@ pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>) -> a
             bail!("--server {s:?} must be host:port (or http://host:port)");
         }
     }
-    if args.capacity == 0 {
-        bail!("--capacity must be at least 1");
-    }
+    check_capacity(args.capacity)?;
     let mut labels = std::collections::BTreeMap::new();
     for l in &args.labels {
         let (k, v) = l.split_once('=').ok_or_else(|| anyhow!("--label {l:?} must be key=value"))?;
@@ -552,4 +548,15 @@ async fn wait_for_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
+}
+
+/// `--capacity`: at least 1, at most what the server accepts in a Hello.
+fn check_capacity(capacity: u32) -> anyhow::Result<()> {
+    if capacity == 0 {
+        bail!("--capacity must be at least 1");
+    }
+    if capacity > gnomon_worker::session::MAX_CAPACITY {
+        bail!("--capacity {capacity} is over the limit of {}", gnomon_worker::session::MAX_CAPACITY);
+    }
+    Ok(())
 }

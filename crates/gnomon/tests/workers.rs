@@ -390,6 +390,7 @@ fn worker_drains_on_sigterm_and_bad_hellos_are_refused() {
     // Bad flags: a clear message and a non-zero exit.
     for (args, needle) in [
         (vec!["--server", "127.0.0.1:1", "worker", "--capacity", "0"], "--capacity"),
+        (vec!["--server", "127.0.0.1:1", "worker", "--capacity", "70000"], "over the limit"),
         (vec!["--server", "127.0.0.1:1", "worker", "--label", "novalue"], "key=value"),
         (vec!["--server", "ftp://x", "worker"], "host:port"),
     ] {
