@@ -438,10 +438,16 @@ fn red_backpressure_defers_fires_until_workers_catch_up() {
     assert!(all.iter().any(|r| r["state"] == "skipped"), "deferred seconds beyond the catch-up are recorded skipped");
 }
 
+/// The value of the series `series` (name and labels, as rendered) in the
+/// server's metrics; 0 while it is absent.
+fn metric(addr: &str, series: &str) -> u64 {
+    let prefix = format!("{series} ");
+    get_text(addr, "/metrics").lines().find_map(|l| l.strip_prefix(prefix.as_str())?.trim().parse::<f64>().ok()).map_or(0, |v| v as u64)
+}
+
 /// `gnomon_runs_total{state="…"}` from the server's metrics.
 fn runs_total(addr: &str, state: &str) -> u64 {
-    let label = format!("gnomon_runs_total{{state=\"{state}\"}} ");
-    get_text(addr, "/metrics").lines().find_map(|l| l.strip_prefix(label.as_str())?.trim().parse::<f64>().ok()).map_or(0, |v| v as u64)
+    metric(addr, &format!("gnomon_runs_total{{state=\"{state}\"}}"))
 }
 
 /// A worker with thousands of slots gets thousands of assignments in one
@@ -462,12 +468,6 @@ fn a_burst_larger_than_any_queue_reaches_a_big_worker_whole() {
     assert_eq!(v["runs"].as_array().map(Vec::len), Some(0), "no run is left assigned: {v}");
 }
 
-/// `<name>_count` of a histogram in the server's metrics.
-fn histogram_count(addr: &str, name: &str) -> u64 {
-    let prefix = format!("{name}_count ");
-    get_text(addr, "/metrics").lines().find_map(|l| l.strip_prefix(prefix.as_str())?.trim().parse::<f64>().ok()).map_or(0, |v| v as u64)
-}
-
 /// A burst of one-shot jobs due at the same instant, with a worker
 /// connected, is fired in chunks that each go out with dispatch (so the
 /// worker starts on the first chunk while the next is written), and every
@@ -485,7 +485,7 @@ fn a_burst_with_a_worker_connected_fires_in_chunks_and_runs_each_job_once() {
         c.create(json!({"name": format!("b{i}"), "schedule": {"at": at}, "executor": {"handler": {"name": "noop"}}}));
     }
     assert!(started.elapsed() < Duration::from_secs(9), "the jobs were created before they were due");
-    let fires_before = histogram_count(&c.addr(), "gnomon_store_fire_seconds");
+    let fires_before = metric(&c.addr(), "gnomon_store_fire_seconds_count");
     wait_until(&format!("{JOBS} runs to succeed"), Duration::from_secs(120), || runs_total(&c.addr(), "succeeded") >= JOBS as u64);
     let (_, v) = c.api("GET", "/v1/runs?limit=1000", None);
     let runs = v["runs"].as_array().cloned().unwrap_or_default();
@@ -500,6 +500,6 @@ fn a_burst_with_a_worker_connected_fires_in_chunks_and_runs_each_job_once() {
     }
     // A history-less worker of 10 slots takes 10 at once: the first chunk is
     // the smallest interleaved one (256), the rest follows in its own write.
-    let fire_writes = histogram_count(&c.addr(), "gnomon_store_fire_seconds") - fires_before;
+    let fire_writes = metric(&c.addr(), "gnomon_store_fire_seconds_count") - fires_before;
     assert!(fire_writes >= 2, "the burst was fired in more than one write ({fire_writes})");
 }
