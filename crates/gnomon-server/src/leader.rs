@@ -1353,6 +1353,9 @@ impl LeaderRuntime {
         let tracked: HashSet<RunId> = tracked.into_iter().collect();
         let committed = self.clock.now_millis();
         metrics::histogram!("gnomon_store_fire_seconds").record((committed - stamp).max(0) as f64 / 1000.0);
+        // Metric handles looked up once per chunk, not once per run.
+        let lateness = metrics::histogram!("gnomon_fire_lateness_seconds");
+        let mut created: HashMap<&'static str, u64> = HashMap::new();
         for (run, outcome) in new_runs.into_iter().zip(outcomes) {
             if outcome != FireOutcome::Created {
                 // It existed already. Tracked ahead of the write, it stays
@@ -1364,14 +1367,17 @@ impl LeaderRuntime {
                 }
                 continue;
             }
-            metrics::counter!("gnomon_runs_total", "state" => run.state.as_str()).increment(1);
+            *created.entry(run.state.as_str()).or_default() += 1;
             if run.state == RunState::Pending {
                 // Lateness up to the commit: when the run became durable.
-                metrics::histogram!("gnomon_fire_lateness_seconds").record((committed - run.scheduled_at).max(0) as f64 / 1000.0);
+                lateness.record((committed - run.scheduled_at).max(0) as f64 / 1000.0);
                 if !tracked.contains(run.id().as_str()) {
                     self.track_pending(run, now);
                 }
             }
+        }
+        for (state, n) in created {
+            metrics::counter!("gnomon_runs_total", "state" => state).increment(n);
         }
         for (uid, last, more) in plans {
             let Some(entry) = self.jobs.get_mut(&uid) else { continue };
@@ -1456,6 +1462,12 @@ impl LeaderRuntime {
 
     fn mirror(&mut self, t: &Transition) {
         metrics::counter!("gnomon_runs_total", "state" => t.to.as_str()).increment(1);
+        self.mirror_state(t);
+    }
+
+    /// [`Self::mirror`] without counting it in `gnomon_runs_total` (for a
+    /// batch that counts its transitions once per state).
+    fn mirror_state(&mut self, t: &Transition) {
         if t.to.is_terminal() {
             self.untrack(&t.run_id);
             return;
@@ -1635,13 +1647,18 @@ impl LeaderRuntime {
     /// The results are persisted: mirror them, then ack (and abort what was
     /// superseded).
     async fn finish_events(&mut self, eb: EventBatch, applied: Vec<bool>) -> Result<()> {
+        let mut moved: HashMap<&'static str, u64> = HashMap::new();
         for (t, ok) in eb.batch.iter().zip(applied) {
             if ok {
-                self.mirror(t);
+                *moved.entry(t.to.as_str()).or_default() += 1;
+                self.mirror_state(t);
             } else {
                 // Someone else moved the run (a user cancel): resync it.
                 self.resync(&t.run_id).await?;
             }
+        }
+        for (state, n) in moved {
+            metrics::counter!("gnomon_runs_total", "state" => state).increment(n);
         }
         for t in &eb.batch {
             if matches!(t.attempt, Some(AttemptChange::End { .. })) {
@@ -1946,18 +1963,20 @@ impl LeaderRuntime {
             return Ok(());
         }
         self.view_dirty = true;
+        let (assigned, latency) =
+            (metrics::counter!("gnomon_runs_total", "state" => "assigned"), metrics::histogram!("gnomon_dispatch_latency_seconds"));
         for ((t, ok), worker) in batch.into_iter().zip(applied).zip(targets) {
             if !ok {
                 self.release(&t.run_id);
                 self.resync(&t.run_id).await?;
                 continue;
             }
-            metrics::counter!("gnomon_runs_total", "state" => "assigned").increment(1);
+            assigned.increment(1);
             let Some(run) = self.runs.get_mut(t.run_id.as_str()) else { continue };
             run.state = RunState::Assigned;
             run.attempt = t.to_attempt;
             run.assigned_at = t.at;
-            metrics::histogram!("gnomon_dispatch_latency_seconds").record((now - run.ready_since).max(0) as f64 / 1000.0);
+            latency.record((now - run.ready_since).max(0) as f64 / 1000.0);
             let Some(job) = self.jobs.get(&run.key.uid) else { continue };
             let assign = v1::Assign {
                 run_id: t.run_id.clone(),
