@@ -4,6 +4,7 @@
 # instant) and B2 (2,000 due 1 ms apart), on SQLite with fsync on.
 #   bench/workers.sh            # all
 #   bench/workers.sh A          # or B1, B2
+#   BENCH_ROUNDS=5 bench/workers.sh   # five rounds, then min / median / max
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh

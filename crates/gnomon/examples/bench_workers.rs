@@ -12,7 +12,9 @@
 //!
 //! Usage: bench_workers BIN [A|B1|B2 ...]; `BENCH_CAPACITY` sets A's worker
 //! capacity (50), `BENCH_B_CAPACITY` B's (256), `BENCH_PREFETCH` the
-//! worker's prefetch queue (default: eight times its capacity).
+//! worker's prefetch queue (default: eight times its capacity),
+//! `BENCH_ROUNDS` how many times to run them (then it prints each figure's
+//! min / median / max).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -209,7 +211,10 @@ fn pct(sorted: &[i64], p: f64) -> i64 {
     sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
 }
 
-async fn throughput(bin: &str, before: bool) {
+/// Each round's headline figures, by name, for the summary over rounds.
+type Figures = Vec<(String, f64)>;
+
+async fn throughput(bin: &str, before: bool) -> Figures {
     let mut env = Env::start(bin).await;
     env.post("/v1/jobs", json!({"name": "a", "executor": {"handler": {"name": "noop"}}})).await;
     let server_cpu = env.cpu_seconds()[0];
@@ -248,15 +253,16 @@ async fn throughput(bin: &str, before: bool) {
         100.0 * busy / span
     );
     let label = if before { "A1 (created before the worker)" } else { "A2 (created while it runs)" };
+    let (from_first, from_worker) = (RUNS as f64 / (done - first).as_secs_f64(), RUNS as f64 / (done - worker_start).as_secs_f64());
     println!(
-        "{label}: {:.0} runs/s from first creation, {:.0} runs/s from worker start ({} succeeded)",
-        RUNS as f64 / (done - first).as_secs_f64(),
-        RUNS as f64 / (done - worker_start).as_secs_f64(),
+        "{label}: {from_first:.0} runs/s from first creation, {from_worker:.0} runs/s from worker start ({} succeeded)",
         env.succeeded().await
     );
+    let short = if before { "A1" } else { "A2" };
+    vec![(format!("{short} runs/s from first creation"), from_first), (format!("{short} runs/s from worker start"), from_worker)]
 }
 
-async fn lateness(bin: &str, spread_ms: i64) {
+async fn lateness(bin: &str, spread_ms: i64) -> Figures {
     let mut env = Env::start(bin).await;
     let capacity: u32 = std::env::var("BENCH_B_CAPACITY").ok().and_then(|c| c.parse().ok()).unwrap_or(256);
     env.worker(capacity);
@@ -312,6 +318,12 @@ async fn lateness(bin: &str, spread_ms: i64) {
         pct(&start, 0.5),
         pct(&start, 0.99)
     );
+    let short = if spread_ms == 0 { "B1" } else { "B2" };
+    vec![
+        (format!("{short} lateness p50 ms"), pct(&late, 0.5) as f64),
+        (format!("{short} lateness p99 ms"), pct(&late, 0.99) as f64),
+        (format!("{short} lateness max ms"), late.last().copied().unwrap_or(0) as f64),
+    ]
 }
 
 #[tokio::main]
@@ -320,15 +332,39 @@ async fn main() {
     let bin = args.get(1).cloned().unwrap_or_else(|| "target/release/gnomon".into());
     let only: Vec<&str> = args.iter().skip(2).map(String::as_str).collect();
     let wants = |w: &str| only.is_empty() || only.contains(&w);
+    // BENCH_ROUNDS runs the chosen workloads that many times and ends with
+    // each figure's min / median / max: one run on a shared machine is noise.
+    let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(1).max(1);
     println!("gnomon worker benchmark (SQLite store, synchronous=FULL; one worker process)");
-    if wants("A") {
-        throughput(&bin, true).await;
-        throughput(&bin, false).await;
+    let mut all: Vec<(String, Vec<f64>)> = Vec::new();
+    for round in 1..=rounds {
+        if rounds > 1 {
+            println!("round {round} of {rounds}");
+        }
+        let mut figures = Figures::new();
+        if wants("A") {
+            figures.extend(throughput(&bin, true).await);
+            figures.extend(throughput(&bin, false).await);
+        }
+        if wants("B1") {
+            figures.extend(lateness(&bin, 0).await);
+        }
+        if wants("B2") {
+            figures.extend(lateness(&bin, 1).await);
+        }
+        for (name, v) in figures {
+            match all.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, vs)) => vs.push(v),
+                None => all.push((name, vec![v])),
+            }
+        }
     }
-    if wants("B1") {
-        lateness(&bin, 0).await;
-    }
-    if wants("B2") {
-        lateness(&bin, 1).await;
+    if rounds > 1 {
+        println!("summary over {rounds} rounds (min / median / max):");
+        for (name, mut vs) in all {
+            vs.sort_by(f64::total_cmp);
+            let median = if vs.len() % 2 == 1 { vs[vs.len() / 2] } else { (vs[vs.len() / 2 - 1] + vs[vs.len() / 2]) / 2.0 };
+            println!("  {name}: {:.0} / {median:.0} / {:.0}", vs[0], vs[vs.len() - 1]);
+        }
     }
 }
