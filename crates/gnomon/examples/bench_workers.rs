@@ -218,17 +218,18 @@ async fn throughput(bin: &str, before: bool) -> Figures {
     let mut env = Env::start(bin).await;
     env.post("/v1/jobs", json!({"name": "a", "executor": {"handler": {"name": "noop"}}})).await;
     let server_cpu = env.cpu_seconds()[0];
+    let capacity = std::env::var("BENCH_CAPACITY").ok().and_then(|c| c.parse().ok()).unwrap_or(50);
     let (first, worker_start) = if before {
         let first = Instant::now();
         env.create_runs("a", RUNS).await;
         let created = first.elapsed();
         let ws = Instant::now();
-        env.worker(std::env::var("BENCH_CAPACITY").ok().and_then(|c| c.parse().ok()).unwrap_or(50));
+        env.worker(capacity);
         println!("  created {RUNS} runs in {:.2}s before the worker started", created.as_secs_f64());
         (first, ws)
     } else {
         let ws = Instant::now();
-        env.worker(std::env::var("BENCH_CAPACITY").ok().and_then(|c| c.parse().ok()).unwrap_or(50));
+        env.worker(capacity);
         env.wait_worker_session().await;
         let first = Instant::now();
         env.create_runs("a", RUNS).await;
@@ -266,7 +267,7 @@ async fn lateness(bin: &str, spread_ms: i64) -> Figures {
     let mut env = Env::start(bin).await;
     let capacity: u32 = std::env::var("BENCH_B_CAPACITY").ok().and_then(|c| c.parse().ok()).unwrap_or(256);
     env.worker(capacity);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.wait_worker_session().await;
     let due = chrono::Utc::now().timestamp_millis() + 15_000;
     let created = Instant::now();
     let jobs = (0..ONE_SHOTS)

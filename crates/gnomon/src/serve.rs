@@ -378,6 +378,9 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
     tracing::info!(backend = elector.backend(), "election backend");
     let node_id = args.node_id.unwrap_or_else(default_node_id);
     let advertise = args.advertise.unwrap_or_else(|| addr.to_string());
+    if args.capacity > 0 {
+        check_capacity(args.capacity)?;
+    }
     let worker = (args.capacity > 0).then(|| embedded_worker(&node_id, args.capacity, None, &token));
     let config = args.leader.node_config(node_id, advertise, if store_kind == "etcd" { "15s" } else { "10s" })?;
     run_node(config, store, elector, addr, token, worker).await
