@@ -163,6 +163,22 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError>;
     /// Live attempts of runs whose cancellation was requested.
     async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError>;
+    /// The worker of every live attempt (runs `assigned` or `running`), for
+    /// leader recovery. The default reads each such run; the SQL stores
+    /// answer with one join.
+    async fn live_attempts(&self) -> Result<Vec<LiveAttempt>, StoreError> {
+        let mut out = Vec::new();
+        for run in self.open_runs().await? {
+            if !matches!(run.state, gnomon_core::RunState::Assigned | gnomon_core::RunState::Running) {
+                continue;
+            }
+            let Some(detail) = self.get_run(&run.id).await? else { continue };
+            if let Some(a) = detail.attempts.iter().find(|a| a.attempt == detail.run.attempt) {
+                out.push(LiveAttempt { run_id: run.id.clone(), attempt: a.attempt, worker: a.worker.clone() });
+            }
+        }
+        Ok(out)
+    }
 
     // --- retention (token-checked) ---
     /// Deletes terminal runs (with their attempts) beyond the newest

@@ -57,6 +57,14 @@ pub fn run_id(job_uid: &str, scheduled_at: Millis) -> String {
     format!("{job_uid}-{scheduled_at}")
 }
 
+/// A run's live attempt and the worker it was assigned to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveAttempt {
+    pub run_id: String,
+    pub attempt: u32,
+    pub worker: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewRun {
     pub job_uid: String,

@@ -96,8 +96,8 @@ impl Dialect {
 }
 
 /// Maps a driver error to a [`StoreError`], saying whether a retry may help.
-/// How a lost connection's error begins: the write was rolled back by the
-/// server and may be repeated on a fresh connection.
+/// How a lost connection's error begins. A write that meets it has an
+/// unknown outcome (the connection may have gone during the commit).
 pub(crate) const CONNECTION_LOST: &str = "connection lost: ";
 
 pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
@@ -1055,23 +1055,18 @@ macro_rules! sql_store {
                 if let Some(r) = self.native_turn_write(fence, runs, advances, &[]).await {
                     return r.map(|(fired, _)| fired);
                 }
-                // A connection the server closed (idle timeouts, a restart) is
-                // tried once more on a fresh one: the write was rolled back,
-                // and repeating it is safe (create-if-absent, fenced).
-                match self.fire_tx(fence, runs, advances).await {
-                    Err(StoreError::Unavailable(m)) if m.starts_with(crate::sql::CONNECTION_LOST) => self.fire_tx(fence, runs, advances).await,
-                    r => r,
-                }
+                // Never repeated here on a lost connection: it may have been
+                // lost during the commit, so the outcome is unknown, and only
+                // the caller (the leader, by reloading from the store) can
+                // tell what landed.
+                self.fire_tx(fence, runs, advances).await
             }
 
             async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
                 if let Some(r) = self.native_turn_write(fence, &[], &[], transitions).await {
                     return r.map(|(_, applied)| applied);
                 }
-                match self.transition_tx(fence, transitions).await {
-                    Err(StoreError::Unavailable(m)) if m.starts_with(crate::sql::CONNECTION_LOST) => self.transition_tx(fence, transitions).await,
-                    r => r,
-                }
+                self.transition_tx(fence, transitions).await
             }
 
             async fn fire_and_transition(
@@ -1085,12 +1080,7 @@ macro_rules! sql_store {
                     let (fired, applied) = r?;
                     return Ok(TurnWrite { fired, applied: Ok(applied) });
                 }
-                let (fired, applied) = match self.fire_and_transition_tx(fence, runs, advances, transitions).await {
-                    Err(StoreError::Unavailable(m)) if m.starts_with(crate::sql::CONNECTION_LOST) => {
-                        self.fire_and_transition_tx(fence, runs, advances, transitions).await?
-                    }
-                    r => r?,
-                };
+                let (fired, applied) = self.fire_and_transition_tx(fence, runs, advances, transitions).await?;
                 Ok(TurnWrite { fired, applied: Ok(applied) })
             }
 
@@ -1171,6 +1161,26 @@ macro_rules! sql_store {
                     .await
                     .map_err(db_err)?;
                 rows.iter().map(run_from_row).collect()
+            }
+
+            async fn live_attempts(&self) -> Result<Vec<LiveAttempt>, StoreError> {
+                let rows = sqlx::query(
+                    "SELECT r.id AS run_id, a.attempt AS attempt, a.worker AS worker FROM runs r \
+                     JOIN attempts a ON a.run_id = r.id AND a.attempt = r.attempt \
+                     WHERE r.state IN ('assigned', 'running')",
+                )
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_err)?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(LiveAttempt {
+                            run_id: text(r, "run_id")?,
+                            attempt: u32::try_from(r.try_get::<i64, _>("attempt").map_err(db_err)?).unwrap_or(0),
+                            worker: text(r, "worker")?,
+                        })
+                    })
+                    .collect()
             }
 
             async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError> {

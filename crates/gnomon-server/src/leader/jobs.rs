@@ -1,0 +1,404 @@
+use super::*;
+
+/// What the leader keeps of a job's stored record: its metadata, not its spec.
+#[derive(Debug, Clone)]
+pub(super) struct JobMeta {
+    /// uid, name and namespace, shared with every open run of the job.
+    pub(super) key: Arc<JobKey>,
+    pub(super) version: u64,
+    pub(super) paused: bool,
+    pub(super) created_at: Millis,
+    pub(super) updated_at: Millis,
+    pub(super) last_scheduled_at: Option<Millis>,
+}
+
+/// What the leader keeps of a job: only what scheduling and dispatch read,
+/// not the whole spec (descriptions, the original strings). Entries are
+/// boxed so the map's table stays small. With 100,000 jobs this is the bulk
+/// of the leader's memory, about 400 bytes a job.
+#[derive(Debug)]
+pub(super) struct JobEntry {
+    pub(super) record: JobMeta,
+    pub(super) schedule: Schedule,
+    pub(super) executor: Arc<Executor>,
+    /// The executor as the `Assign` message carries it, serialised once.
+    pub(super) executor_json: Arc<str>,
+    pub(super) timeout: Option<Duration>,
+    pub(super) max_attempts: u32,
+    pub(super) backoff: BackoffPolicy,
+    pub(super) catchup_window_ms: i64,
+    pub(super) overlap: OverlapPolicy,
+    pub(super) misfire: MisfirePolicy,
+    pub(super) route: Option<Box<RouteSpec>>,
+    pub(super) generation: u64,
+    /// Moving average of its attempts' durations (ms), once one has ended.
+    pub(super) recent_ms: Option<f64>,
+    /// The first `scheduled_at` free for its next manual run.
+    pub(super) manual_next: Millis,
+}
+
+/// A job's identity, shared (not copied) by its entry and its open runs.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(super) struct JobKey {
+    pub(super) uid: String,
+    pub(super) name: String,
+    pub(super) namespace: String,
+}
+
+/// One chunk of due jobs, planned and not yet written.
+pub(super) struct FirePlan {
+    pub(super) new_runs: Vec<NewRun>,
+    pub(super) advances: Vec<JobAdvance>,
+    /// Per job: (uid, last scheduled time fired, more due).
+    pub(super) plans: Vec<(String, Option<Millis>, bool)>,
+    /// A full chunk: more jobs may be due.
+    pub(super) full: bool,
+    pub(super) now: Millis,
+    /// When the write began (each run's `fired_at`).
+    pub(super) stamp: Millis,
+    /// Pending runs tracked ahead of the write.
+    pub(super) tracked: Vec<RunId>,
+    /// `replace` jobs whose runs before the given instant are cancelled
+    /// once this fire is written.
+    pub(super) replace: Vec<(String, Millis)>,
+}
+
+impl LeaderRuntime {
+    pub(super) fn upsert_job(&mut self, record: JobRecord) {
+        let compiled = match record.spec.compile() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(job = %record.name, error = %e, "stored job no longer validates; not scheduling it");
+                self.cache.jobs.remove(&record.uid);
+                return;
+            }
+        };
+        self.cache.next_generation += 1;
+        let generation = self.cache.next_generation;
+        // What the previous version learned carries over.
+        let previous = self.cache.jobs.get(&record.uid);
+        let previous_last = previous.and_then(|j| j.record.last_scheduled_at);
+        let recent_ms = previous.and_then(|j| j.recent_ms);
+        let manual_next = previous.map_or(0, |j| j.manual_next);
+        let record = JobMeta {
+            last_scheduled_at: record.last_scheduled_at.max(previous_last),
+            key: Arc::new(JobKey { uid: record.uid, name: record.name, namespace: record.namespace }),
+            version: record.version,
+            paused: record.paused,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+        };
+        let entry = Box::new(JobEntry {
+            record,
+            schedule: compiled.schedule,
+            executor_json: serde_json::to_string(&compiled.spec.executor).unwrap_or_default().into(),
+            executor: Arc::new(compiled.spec.executor),
+            timeout: compiled.timeout,
+            max_attempts: compiled.max_attempts,
+            backoff: compiled.backoff,
+            catchup_window_ms: compiled.catchup_window_ms,
+            overlap: compiled.spec.overlap,
+            misfire: compiled.spec.misfire,
+            route: compiled.spec.route.map(Box::new),
+            generation,
+            recent_ms,
+            manual_next,
+        });
+        if !entry.record.paused {
+            if let Some(due) = entry.schedule.next_after(self.base_of(&entry)) {
+                self.cache.fire_heap.push(Reverse((due, entry.record.key.uid.clone(), generation)));
+            }
+        }
+        self.cache.jobs.insert(entry.record.key.uid.clone(), entry);
+    }
+
+    /// The time after which a job's schedule is considered: its persisted
+    /// `last_scheduled_at`, but never before the job (or its latest version)
+    /// existed, so an update or a resume does not replay times that were
+    /// never scheduled under this version.
+    pub(super) fn base_of(&self, entry: &JobEntry) -> Millis {
+        let version_start = if entry.record.version > 1 { entry.record.updated_at } else { entry.record.created_at };
+        entry.record.last_scheduled_at.map_or(version_start, |last| last.max(version_start))
+    }
+
+    /// The job's shared key (from its entry), or a new one for a run of a
+    /// job the leader does not schedule (deleted, or no longer valid).
+    pub(super) fn job_key(&self, uid: &str, name: &str, namespace: &str) -> Arc<JobKey> {
+        match self.cache.jobs.get(uid) {
+            Some(j) => j.record.key.clone(),
+            None => Arc::new(JobKey { uid: uid.into(), name: name.into(), namespace: namespace.into() }),
+        }
+    }
+
+    /// Creates `count` manual runs in one store write. Each gets its own
+    /// `scheduled_at` (now, now+1 ms, …, starting past the last instant this
+    /// leader gave the job's manual runs, skipping the instants the job's
+    /// schedule fires at, and bumped past any instant the store already
+    /// has), so its id stays unique and never takes a scheduled fire's.
+    pub(super) async fn trigger(&mut self, namespace: &str, name: &str, count: u32) -> Result<Vec<String>> {
+        let Some(job) = self.store.get_job(namespace, name).await? else {
+            return Err(StoreError::NotFound(format!("job {namespace}/{name}")));
+        };
+        let now = self.clock.now_millis();
+        let mut created: Vec<String> = Vec::new();
+        // Back-to-back triggers of many runs would otherwise collide with the
+        // previous call's instants and retry their way past them.
+        if !self.cache.jobs.contains_key(&job.uid) {
+            self.upsert_job(job.clone());
+        }
+        let mut next = self.cache.jobs.get(&job.uid).map_or(now, |j| j.manual_next.max(now));
+        for _ in 0..100 {
+            let want = count as usize - created.len();
+            if want == 0 {
+                break;
+            }
+            let instants = manual_instants(self.cache.jobs.get(&job.uid).map(|j| &j.schedule), next, want);
+            let runs: Vec<NewRun> = instants
+                .iter()
+                .map(|at| NewRun {
+                    job_uid: job.uid.clone(),
+                    namespace: job.namespace.clone(),
+                    job: job.name.clone(),
+                    scheduled_at: *at,
+                    fired_at: now,
+                    state: RunState::Pending,
+                    reason: Some("manual trigger".into()),
+                    manual: true,
+                })
+                .collect();
+            next = instants.last().map_or(next, |t| t + 1);
+            let outcomes = self.store.fire(&self.fence, &runs, &[]).await?;
+            if let Some(j) = self.cache.jobs.get_mut(&job.uid) {
+                j.manual_next = j.manual_next.max(next);
+            }
+            for (run, outcome) in runs.into_iter().zip(outcomes) {
+                if outcome != FireOutcome::Created {
+                    continue;
+                }
+                metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
+                created.push(self.track_pending(run, now).to_string());
+            }
+        }
+        if created.len() < count as usize {
+            return Err(StoreError::Backend("could not find free scheduled_at instants for the manual runs".into()));
+        }
+        Ok(created)
+    }
+
+    /// The size of a fire chunk that goes out with dispatch in the same
+    /// turn (about what this turn can assign: the free room, plus the slots
+    /// the results waiting to be written free, less the runs already
+    /// pending), or `None` when a burst should be fired in full chunks back
+    /// to back: no worker is connected, or the pending runs already
+    /// outnumber what the workers can take at once (their slots plus
+    /// prefetch queues).
+    pub(super) fn interleaved_fire_chunk(&self) -> Option<usize> {
+        let absorb: usize = self.sessions.values().filter(|s| s.tx.is_some() && !s.draining).map(|s| s.capacity + s.prefetch).sum();
+        (absorb > 0 && self.cache.ready.len() < absorb).then(|| {
+            let room = (self.dispatch_room() + self.unwritten_events.len()).saturating_sub(self.cache.ready.len());
+            room.clamp(MIN_INTERLEAVED_FIRE, MAX_FIRE_BATCH)
+        })
+    }
+
+    /// Takes up to `limit` due jobs (one chunk) off the timer heap and plans
+    /// their runs (`full` when more may be due); nothing is written except
+    /// `replace` cancellations.
+    pub(super) async fn plan_fire(&mut self, now: Millis, limit: usize) -> Result<Option<FirePlan>> {
+        let mut due_jobs = Vec::new();
+        while let Some(Reverse((due, uid, generation))) = self.cache.fire_heap.peek().cloned() {
+            if due > now || due_jobs.len() >= limit {
+                break;
+            }
+            self.cache.fire_heap.pop();
+            if self.cache.jobs.get(&uid).is_some_and(|j| j.generation == generation && !j.record.paused) {
+                due_jobs.push(uid);
+            }
+        }
+        if due_jobs.is_empty() {
+            return Ok(None);
+        }
+        let full = due_jobs.len() >= limit;
+        let mut new_runs = Vec::new();
+        let mut advances = Vec::new();
+        let mut replace_cancels = Vec::new();
+        let mut plans = Vec::new();
+        for uid in &due_jobs {
+            let Some(entry) = self.cache.jobs.get(uid) else { continue };
+            let plan = plan_fires(&PlanInput {
+                schedule: &entry.schedule,
+                after: self.base_of(entry),
+                now,
+                misfire: entry.misfire,
+                catchup_window_ms: entry.catchup_window_ms,
+                grace_ms: self.config.misfire_grace_ms,
+            });
+            let (mut open, mut waiting, _) = self.job_counts(uid);
+            for planned in &plan.times {
+                let (state, reason) = match &planned.decision {
+                    Decision::Skip(reason) => (RunState::Skipped, Some(reason.clone())),
+                    Decision::Fire => match decide_overlap(entry.overlap, open, waiting) {
+                        OverlapDecision::Fire => (RunState::Pending, None),
+                        OverlapDecision::FireAndCancelOpen => {
+                            replace_cancels.push((uid.clone(), planned.scheduled_at));
+                            (RunState::Pending, Some("overlap: replaced the previous run".into()))
+                        }
+                        OverlapDecision::Skip(reason) => (RunState::Skipped, Some(reason)),
+                    },
+                };
+                if state == RunState::Pending {
+                    open += 1;
+                    waiting += 1;
+                    if entry.overlap == OverlapPolicy::Replace {
+                        open = 1;
+                        waiting = 1;
+                    }
+                }
+                new_runs.push(NewRun {
+                    job_uid: uid.clone(),
+                    namespace: entry.record.key.namespace.clone(),
+                    job: entry.record.key.name.clone(),
+                    scheduled_at: planned.scheduled_at,
+                    fired_at: now,
+                    state,
+                    reason,
+                    manual: false,
+                });
+            }
+            if let Some(last) = plan.last_scheduled_at {
+                advances.push(JobAdvance { job_uid: uid.clone(), last_scheduled_at: last });
+            }
+            plans.push((uid.clone(), plan.last_scheduled_at, plan.more));
+        }
+        // Replace: what is open is cancelled once the new run is written.
+        let replace = replace_cancels;
+        // Stamp fired_at as late as possible: when the write begins, not when
+        // the turn began (planning a large batch takes time).
+        let stamp = self.clock.now_millis();
+        for run in &mut new_runs {
+            run.fired_at = stamp;
+        }
+        Ok(Some(FirePlan { new_runs, advances, plans, full, now, stamp, tracked: Vec::new(), replace }))
+    }
+
+    /// Writes a fire chunk on its own.
+    pub(super) async fn write_fire(&mut self, plan: FirePlan) -> Result<()> {
+        let outcomes = self.store.fire(&self.fence, &plan.new_runs, &plan.advances).await?;
+        self.finish_fire(plan, outcomes)
+    }
+
+    /// The fire is committed: track its new pending runs and schedule each
+    /// job's next fire. A run that already existed is a surprise (a write
+    /// whose outcome was unknown did land, or another writer fired): the
+    /// store's copy is the truth, so the answer is an error and the caller
+    /// rebuilds the cache from the store.
+    pub(super) fn finish_fire(&mut self, plan: FirePlan, outcomes: Vec<FireOutcome>) -> Result<()> {
+        let FirePlan { new_runs, plans, now, stamp, tracked, replace, .. } = plan;
+        self.cache.replace_due.extend(replace);
+        let tracked: HashSet<RunId> = tracked.into_iter().collect();
+        let committed = self.clock.now_millis();
+        metrics::histogram!("gnomon_store_fire_seconds").record((committed - stamp).max(0) as f64 / 1000.0);
+        // Metric handles looked up once per chunk, not once per run.
+        let lateness = metrics::histogram!("gnomon_fire_lateness_seconds");
+        let mut created: HashMap<&'static str, u64> = HashMap::new();
+        let mut existed = None;
+        for (run, outcome) in new_runs.into_iter().zip(outcomes) {
+            if outcome != FireOutcome::Created {
+                existed.get_or_insert(run.id());
+                continue;
+            }
+            *created.entry(run.state.as_str()).or_default() += 1;
+            if run.state == RunState::Pending {
+                // Lateness up to the commit: when the run became durable.
+                lateness.record((committed - run.scheduled_at).max(0) as f64 / 1000.0);
+                if !tracked.contains(run.id().as_str()) {
+                    self.track_pending(run, now);
+                }
+            }
+        }
+        for (state, n) in created {
+            metrics::counter!("gnomon_runs_total", "state" => state).increment(n);
+        }
+        for (uid, last, more) in plans {
+            let Some(entry) = self.cache.jobs.get_mut(&uid) else { continue };
+            if let Some(last) = last {
+                entry.record.last_scheduled_at = Some(entry.record.last_scheduled_at.map_or(last, |l| l.max(last)));
+            }
+            let generation = entry.generation;
+            let next = if more { Some(now) } else { entry.schedule.next_after(entry.record.last_scheduled_at.unwrap_or(now).max(now)) };
+            if let Some(next) = next {
+                self.cache.fire_heap.push(Reverse((next, uid, generation)));
+            }
+        }
+        match existed {
+            None => Ok(()),
+            Some(id) => Err(StoreError::Backend(format!("run {id} existed before this leader fired it; reloading from the store"))),
+        }
+    }
+
+    /// `replace`: cancels the job's open runs scheduled before `before`
+    /// (the run that replaces them is written already).
+    pub(super) async fn cancel_open_runs_of(&mut self, job_uid: &str, before: Millis, now: Millis) -> Result<()> {
+        let ids: Vec<RunId> = self.cache.runs_by_job.get(job_uid).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+        let mut batch = Vec::new();
+        for id in ids {
+            let Some(run) = self.cache.runs.get(&*id).filter(|r| r.scheduled_at < before) else { continue };
+            match run.state {
+                RunState::Pending | RunState::Retrying => batch.push(Transition {
+                    run_id: id.to_string(),
+                    from: run.state,
+                    from_attempt: run.attempt,
+                    to: RunState::Cancelled,
+                    to_attempt: run.attempt,
+                    reason: Some("overlap: replaced by a newer run".into()),
+                    next_attempt_at: None,
+                    attempt: None,
+                    at: now,
+                }),
+                RunState::Assigned | RunState::Running => {
+                    let attempt = run.attempt;
+                    self.send_cancel(&id, attempt);
+                }
+                _ => {}
+            }
+        }
+        self.apply(batch).await
+    }
+}
+
+/// `n` instants from `from` on (1 ms apart) for manual runs, skipping those
+/// `schedule` fires at: a manual run there would take that fire's run id,
+/// and the scheduled fire would then find it and be merged into it, a
+/// missed fire. Schedules fire at most every 100 ms, so few are skipped.
+pub(super) fn manual_instants(schedule: Option<&Schedule>, from: Millis, n: usize) -> Vec<Millis> {
+    let mut out = Vec::with_capacity(n);
+    let mut t = from;
+    let mut fire = schedule.and_then(|s| s.next_after(from - 1));
+    while out.len() < n {
+        if fire == Some(t) {
+            fire = schedule.and_then(|s| s.next_after(t));
+        } else {
+            out.push(t);
+        }
+        t += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_instants_skip_the_schedules_own_fires() {
+        let every = Schedule::Every { every_ms: 1000 };
+        let got = manual_instants(Some(&every), 999, 4);
+        assert_eq!(got, vec![999, 1001, 1002, 1003], "1000 is the schedule's");
+        let many = manual_instants(Some(&every), 500, 3000);
+        assert_eq!(many.len(), 3000);
+        assert!(many.iter().all(|t| t % 1000 != 0), "no whole second taken");
+        assert!(many.windows(2).all(|w| w[0] < w[1]));
+        let at = Schedule::At { at_ms: 5 };
+        assert_eq!(manual_instants(Some(&at), 3, 4), vec![3, 4, 6, 7]);
+        assert_eq!(manual_instants(None, 3, 2), vec![3, 4]);
+    }
+}

@@ -1,0 +1,608 @@
+//! The leader runtime: trigger, dispatcher, retry and cancellation, run as
+//! one actor that owns the in-memory schedule and batches its store writes.
+//!
+//! Every store write carries the leadership's fence. The actor stops at once
+//! when the `lost` signal fires, dropping any store call in flight (a
+//! partitioned database may never answer it), and at once when the store
+//! reports it has been fenced out.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gnomon_backend::{AttemptChange, Fence, FireOutcome, JobAdvance, JobRecord, NewRun, SessionLeases, Store, StoreError, Transition};
+use gnomon_core::policy::{decide_overlap, plan_fires, Decision, OverlapDecision, PlanInput};
+use gnomon_core::retry::BackoffPolicy;
+use gnomon_core::run::run_state_after_attempt;
+use gnomon_core::schedule::Schedule;
+use gnomon_core::spec::{Executor, MisfirePolicy, OverlapPolicy, RouteSpec};
+use gnomon_core::{AttemptState, Clock, Millis, RunState};
+use gnomon_proto::v1::{self, server_message, worker_message};
+use gnomon_worker::ExecOutcome;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use gnomon_core::backpressure::{Backpressure, BackpressureConfig, Pressure};
+use gnomon_core::routing::{pick_worker, Candidate};
+
+/// The most ready runs one dispatch pass looks at.
+const MAX_DISPATCH_SCAN: usize = 8192;
+use crate::sessions::Outbound;
+
+/// The longest the actor sleeps between turns, which bounds how stale the
+/// job feed and cancel requests can get (and step-down latency).
+pub const MAX_TURN: Duration = Duration::from_millis(250);
+/// The most jobs fired in one store transaction. A burst (100,000 jobs due
+/// at the same second) is written in chunks, so memory stays bounded and
+/// dispatch and reports interleave with the burst instead of waiting for it.
+const MAX_FIRE_BATCH: usize = 2048;
+/// The worker's longest reconnect backoff, added to a new leader's wait for
+/// recovered attempts to be reclaimed.
+const RECONNECT_SLACK_MS: Millis = 2_000;
+/// How much longer the in-memory lease runs than a store-kept one, so the
+/// store's deletion of the session key is what evicts a worker.
+const STORE_LEASE_SLACK_MS: Millis = 3_000;
+/// The smallest chunk a burst is fired in while it interleaves with
+/// dispatch (smaller chunks would spend more on commits than they save).
+const MIN_INTERLEAVED_FIRE: usize = 256;
+/// How long one turn keeps firing chunks of a burst before it dispatches.
+const FIRE_BUDGET: Duration = Duration::from_millis(500);
+const POLL_EVERY_MS: Millis = 1000;
+/// A worker's prefetch queue is filled only while its recent attempts took
+/// at most this long on average (so a queued run starts within about this
+/// long)…
+const PREFETCH_SHORT_MS: f64 = 100.0;
+/// …and none of the attempts it holds was assigned longer ago than this
+/// (a slot is not stuck on a slow run).
+const PREFETCH_MAX_AGE_MS: Millis = 1_000;
+/// Weight of the newest duration in the moving averages above.
+const DURATION_EWMA: f64 = 0.2;
+
+mod dispatch;
+mod jobs;
+mod results;
+mod runs;
+mod view;
+mod workers;
+
+pub use view::{PressureInfo, Snapshot, WorkerInfo};
+
+use jobs::*;
+use results::*;
+use runs::*;
+use workers::*;
+
+/// The leader's published worker sessions and backpressure.
+pub type WorkersView = Arc<std::sync::RwLock<Snapshot>>;
+
+#[derive(Debug, Clone)]
+pub struct LeaderConfig {
+    /// How late a scheduled time may be reached and still count as on time.
+    pub misfire_grace_ms: i64,
+    /// A worker session's lease: it is alive while heartbeats arrive within
+    /// this time; after it, its attempts are `lost` and retried elsewhere.
+    pub lease_ttl_ms: i64,
+    /// How often workers heartbeat (told in `Welcome`).
+    pub heartbeat_ms: i64,
+    pub backpressure: BackpressureConfig,
+    /// Retention, on stores that prune (etcd): terminal runs kept per job…
+    pub retain_runs: usize,
+    /// …and for how long.
+    pub retain_ms: i64,
+}
+
+impl Default for LeaderConfig {
+    fn default() -> Self {
+        Self {
+            misfire_grace_ms: 1000,
+            lease_ttl_ms: 10_000,
+            heartbeat_ms: 2_000,
+            backpressure: BackpressureConfig::default(),
+            retain_runs: 1000,
+            retain_ms: 7 * 24 * 3600 * 1000,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// Requests from the API to the leader.
+#[derive(Debug)]
+pub enum LeaderCommand {
+    /// Fire a manual run of the job now; replies with the run id.
+    /// Fire `count` manual runs of the job now; replies with their ids.
+    Trigger { namespace: String, name: String, count: u32, reply: oneshot::Sender<std::result::Result<Vec<String>, StoreError>> },
+    /// Something changed in the store (jobs or cancel requests); look now.
+    Nudge,
+    /// A worker said Hello on this leader; the reply is the session id (the
+    /// leader has sent `Welcome`) or the refusal.
+    SessionOpen { hello: Box<v1::Hello>, outbound: Outbound, reply: oneshot::Sender<std::result::Result<String, tonic::Status>> },
+    /// A message on an open session.
+    FromWorker { session: String, msg: worker_message::Msg },
+    /// The session's stream ended (its lease keeps running).
+    SessionClosed { session: String },
+}
+
+/// What one [`LeaderRuntime::step`] came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A turn ran.
+    Done,
+    /// A store call failed: the state is rebuilt from the store next step.
+    Failed,
+    /// The term is over.
+    Exit(LeaderExit),
+}
+
+/// Why the runtime ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LeaderExit {
+    Lost,
+    Fenced,
+    Shutdown,
+}
+
+/// The leader actor. Its state is in two parts:
+/// - the **cache** ([`Cache`]): jobs, timers and open runs as the store has
+///   them. It is a cache of the store and nothing else: on any store error
+///   but `Fenced` (and on any write whose outcome is unknown) it is dropped
+///   and rebuilt from the store before the next turn (crash-only; no error
+///   path undoes anything by hand);
+/// - what the store does not have: the worker sessions (live connections;
+///   which attempts each holds is recomputed from the store on a rebuild),
+///   worker reports not yet written (an inbox), and the store-kept session
+///   leases adopted from a previous leader.
+pub struct LeaderRuntime {
+    store: Arc<dyn Store>,
+    fence: Fence,
+    clock: Arc<dyn Clock>,
+    config: LeaderConfig,
+    commands: mpsc::Receiver<LeaderCommand>,
+    lost: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
+    view: WorkersView,
+
+    /// The store-derived state; `None` until (re)built.
+    cache: Cache,
+    /// The cache must be rebuilt from the store before the next turn.
+    stale: bool,
+    /// How many rebuilds failed in a row (for the back-off).
+    rebuild_failures: u32,
+    /// When this term's leader loops first ran (recovered attempts of
+    /// workers it never saw wait one lease from here).
+    term_started: Option<Millis>,
+
+    /// Worker sessions by worker id, and worker id by session id.
+    sessions: HashMap<String, Session>,
+    session_ids: HashMap<String, String>,
+    /// Workers whose session lease ran out under this leader, and when.
+    expired: HashMap<String, Millis>,
+    round_robin: usize,
+    view_dirty: bool,
+    pressure: Backpressure,
+    /// Commands that need the cache, held while it is stale.
+    deferred: VecDeque<LeaderCommand>,
+    /// Worker results not yet written (kept across a rebuild: they are the
+    /// workers' words, not a copy of the store).
+    unwritten_events: Vec<WorkerEvent>,
+    /// Attempts a live worker's heartbeats say it does not hold: (worker,
+    /// run), ended `lost` at the next turn.
+    unheld: Vec<(String, RunId)>,
+    last_poll: Millis,
+    /// Session leases kept in the store (etcd), and deletions of their keys.
+    leases: Option<Arc<dyn SessionLeases>>,
+    lease_deletions: Option<mpsc::Receiver<(String, i64)>>,
+    /// The store leases adopted from the previous leader (worker -> lease),
+    /// until the worker reconnects.
+    adopted: HashMap<String, i64>,
+    /// Job writes pushed by the store (etcd watch), so they apply at once.
+    job_signal: Option<mpsc::Receiver<()>>,
+}
+
+/// What the leader knows from the store: dropped and rebuilt as a whole.
+#[derive(Default)]
+struct Cache {
+    jobs: HashMap<String, Box<JobEntry>>,
+    job_feed_seq: u64,
+    fire_heap: BinaryHeap<Reverse<(Millis, String, u64)>>,
+    next_generation: u64,
+    runs: HashMap<RunId, OpenRun>,
+    runs_by_job: HashMap<String, HashSet<RunId>>,
+    ready: VecDeque<RunId>,
+    retry_heap: BinaryHeap<Reverse<(Millis, RunId)>>,
+    /// Runs with a live attempt, and the worker holding it.
+    in_flight: HashMap<RunId, String>,
+    /// Live attempts whose worker has no session here, waiting for it to
+    /// reclaim them (or for their lease to run out): run id -> deadline.
+    orphans: HashMap<RunId, Millis>,
+    /// The workers of those attempts.
+    orphan_workers: HashMap<RunId, String>,
+    cancels_sent: HashSet<(String, u32)>,
+    /// Why a job's runs cannot be placed right now, by job uid.
+    waiting: HashMap<String, String>,
+    /// `replace` fires written whose older runs are still to be cancelled:
+    /// (job uid, the new run's instant).
+    replace_due: Vec<(String, Millis)>,
+}
+
+pub struct LeaderParts {
+    pub store: Arc<dyn Store>,
+    pub fence: Fence,
+    pub clock: Arc<dyn Clock>,
+    pub config: LeaderConfig,
+    pub commands: mpsc::Receiver<LeaderCommand>,
+    pub lost: watch::Receiver<bool>,
+    pub shutdown: watch::Receiver<bool>,
+    /// Where the leader publishes its worker sessions.
+    pub view: WorkersView,
+}
+
+impl LeaderRuntime {
+    pub fn new(p: LeaderParts) -> Self {
+        let pressure = Backpressure::new(p.config.backpressure);
+        let leases = p.store.session_leases();
+        Self {
+            leases,
+            lease_deletions: None,
+            adopted: HashMap::new(),
+            job_signal: None,
+            store: p.store,
+            fence: p.fence,
+            clock: p.clock,
+            config: p.config,
+            commands: p.commands,
+            lost: p.lost,
+            shutdown: p.shutdown,
+            view: p.view,
+            cache: Cache::default(),
+            stale: true,
+            rebuild_failures: 0,
+            term_started: None,
+            sessions: HashMap::new(),
+            session_ids: HashMap::new(),
+            expired: HashMap::new(),
+            round_robin: 0,
+            view_dirty: true,
+            pressure,
+            unwritten_events: Vec::new(),
+            deferred: VecDeque::new(),
+            unheld: Vec::new(),
+            last_poll: 0,
+        }
+    }
+
+    /// Runs until leadership is lost, the store fences us out, or shutdown.
+    pub async fn run(mut self) -> LeaderExit {
+        // A store call that hangs (a partitioned database answers nothing)
+        // must not keep a deposed leader in office: every step races the
+        // elector's verdict and is dropped, mid-call, when leadership is
+        // lost. Its writes are fenced, so a half-sent one cannot land.
+        let lost = self.lost.clone();
+        loop {
+            if let Some(exit) = self.should_stop() {
+                return exit;
+            }
+            let stepped = tokio::select! {
+                biased;
+                () = lost_signal(lost.clone()) => return LeaderExit::Lost,
+                r = self.step() => r,
+            };
+            match stepped {
+                Step::Exit(exit) => return exit,
+                Step::Failed => {
+                    // The cache is rebuilt before the next turn; back off a
+                    // little more after each failed rebuild (store down).
+                    let backoff = 200u64 << self.rebuild_failures.min(4);
+                    if let Some(exit) = self.pause(Duration::from_millis(backoff)).await {
+                        return exit;
+                    }
+                    continue;
+                }
+                Step::Done => {}
+            }
+            let waited = tokio::select! {
+                biased;
+                () = lost_signal(lost.clone()) => return LeaderExit::Lost,
+                w = self.wait_for_work() => w,
+            };
+            if let Some(exit) = waited {
+                return exit;
+            }
+        }
+    }
+
+    /// One turn of the leader: rebuilds the cache first if it is stale,
+    /// then handles what is queued, fires, dispatches and writes. This is
+    /// the one place that applies the crash-only rule: a store error other
+    /// than `Fenced` marks the cache stale, and nothing else is undone.
+    /// Deterministic given the clock, the queued commands and the store's
+    /// answers (the simulation drives the leader through it).
+    pub async fn step(&mut self) -> Step {
+        if let Some(exit) = self.should_stop() {
+            return Step::Exit(exit);
+        }
+        if self.stale {
+            match self.rebuild().await {
+                Ok(()) => {}
+                Err(StoreError::Fenced { .. }) => return Step::Exit(LeaderExit::Fenced),
+                Err(e) => {
+                    self.rebuild_failures += 1;
+                    tracing::warn!(error = %e, failures = self.rebuild_failures, "rebuilding the leader's state from the store failed; retrying");
+                    return Step::Failed;
+                }
+            }
+        }
+        match self.turn().await {
+            Ok(()) => Step::Done,
+            Err(StoreError::Fenced { token, current, .. }) => {
+                tracing::error!(token, current, "fenced out by a newer leader; stepping down");
+                Step::Exit(LeaderExit::Fenced)
+            }
+            Err(e) => {
+                self.mark_stale(&e);
+                Step::Failed
+            }
+        }
+    }
+
+    /// The crash-only rule: after a store error (or a write whose outcome
+    /// is unknown) the cache is no longer trusted.
+    fn mark_stale(&mut self, e: &StoreError) {
+        tracing::warn!(error = %e, "store call failed; the leader rebuilds its state from the store before its next turn");
+        metrics::counter!("gnomon_leader_rebuilds_total").increment(1);
+        self.stale = true;
+    }
+
+    /// Drops the cache and loads it again from the store, as a new term
+    /// does, keeping the worker sessions (which attempts each holds is
+    /// taken from the store) and the unwritten worker results.
+    async fn rebuild(&mut self) -> Result<()> {
+        let began = std::time::Instant::now();
+        self.cache = Cache::default();
+        self.unheld.clear();
+        for s in self.sessions.values_mut() {
+            s.attempts.clear();
+            s.unlisted.clear();
+        }
+        self.view_dirty = true;
+        self.recover().await?;
+        self.stale = false;
+        self.rebuild_failures = 0;
+        metrics::histogram!("gnomon_leader_rebuild_seconds").record(began.elapsed().as_secs_f64());
+        tracing::info!(
+            token = self.fence.token,
+            jobs = self.cache.jobs.len(),
+            open_runs = self.cache.runs.len(),
+            ms = began.elapsed().as_millis() as u64,
+            "leader state loaded from the store"
+        );
+        Ok(())
+    }
+
+    fn should_stop(&self) -> Option<LeaderExit> {
+        if *self.shutdown.borrow() {
+            return Some(LeaderExit::Shutdown);
+        }
+        if *self.lost.borrow() {
+            return Some(LeaderExit::Lost);
+        }
+        None
+    }
+
+    /// Waits `d` after a failed step, acking heartbeats meanwhile.
+    async fn pause(&mut self, d: Duration) -> Option<LeaderExit> {
+        let until = tokio::time::Instant::now() + d;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => break,
+                Some(cmd) = self.commands.recv() => {
+                    if let Err(e) = self.on_command(cmd).await {
+                        self.mark_stale(&e);
+                    }
+                    continue;
+                }
+                Some((worker, lease)) = next_from(&mut self.lease_deletions) => self.on_lease_deleted(&worker, lease),
+                _ = self.lost.changed() => {}
+                _ = self.shutdown.changed() => {}
+            }
+            break;
+        }
+        self.should_stop()
+    }
+
+    pub(super) async fn turn(&mut self) -> Result<()> {
+        let now = self.clock.now_millis();
+        if now - self.last_poll >= POLL_EVERY_MS {
+            self.poll_store().await?;
+            self.last_poll = now;
+        }
+        self.handle_commands().await?;
+        self.expire_leases(now).await?;
+        self.update_pressure();
+        // Firing comes first: a burst is written in chunks until it is done
+        // or the turn's fire budget is spent, then dispatch gets its turn.
+        // Under red backpressure due jobs wait (they are not dropped).
+        // A burst larger than one chunk writes its full chunks on their own
+        // until the budget is spent; the last chunk goes into the turn's one
+        // write together with the results and the assignments, so a run
+        // fired now can be assigned in the same commit.
+        //
+        // While the workers can take the fired runs at once, a burst is
+        // fired one chunk per turn instead, each chunk in the turn's write
+        // with the results and assignments: the workers run chunk N while
+        // the store writes chunk N+1.
+        let budget = std::time::Instant::now() + FIRE_BUDGET;
+        let interleaved = self.interleaved_fire_chunk();
+        let limit = interleaved.unwrap_or(MAX_FIRE_BATCH);
+        let mut last_chunk = None;
+        while !self.pressure.defers_fires() && std::time::Instant::now() < budget {
+            let Some(plan) = self.plan_fire(now, limit).await? else { break };
+            if !plan.full || interleaved.is_some() {
+                last_chunk = Some(plan);
+                break;
+            }
+            self.write_fire(plan).await?;
+        }
+        self.release_retries(now).await?;
+        self.record_and_dispatch(now, last_chunk).await?;
+        for (uid, before) in std::mem::take(&mut self.cache.replace_due) {
+            self.cancel_open_runs_of(&uid, before, now).await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn poll_store(&mut self) -> Result<()> {
+        let changes = self.store.job_changes(self.cache.job_feed_seq).await?;
+        for uid in changes.deleted {
+            self.cache.jobs.remove(&uid);
+        }
+        for job in changes.upserted {
+            let changed = self.cache.jobs.get(&job.uid).is_none_or(|j| j.record.version != job.version);
+            if changed {
+                self.upsert_job(job);
+            }
+        }
+        self.cache.job_feed_seq = changes.seq;
+        for run in self.store.cancel_requests().await? {
+            let key = (run.id.clone(), run.attempt);
+            if self.cache.in_flight.contains_key(run.id.as_str()) && !self.cache.cancels_sent.contains(&key) {
+                self.send_cancel(&run.id, run.attempt);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn handle_commands(&mut self) -> Result<()> {
+        while let Some(cmd) = self.deferred.pop_front() {
+            self.on_command(cmd).await?;
+        }
+        while let Ok(cmd) = self.commands.try_recv() {
+            self.on_command(cmd).await?;
+        }
+        if self.last_poll == 0 {
+            self.poll_store().await?;
+            self.last_poll = self.clock.now_millis();
+        }
+        Ok(())
+    }
+
+    pub(super) async fn on_command(&mut self, cmd: LeaderCommand) -> Result<()> {
+        // While the cache is stale, what needs it waits for the rebuild;
+        // heartbeats are still acked (the worker's lease does not depend on
+        // the store) and reports queue in the inbox.
+        if self.stale && matches!(cmd, LeaderCommand::Trigger { .. } | LeaderCommand::SessionOpen { .. }) {
+            self.deferred.push_back(cmd);
+            return Ok(());
+        }
+        match cmd {
+            LeaderCommand::Nudge => self.last_poll = 0,
+            LeaderCommand::Trigger { namespace, name, count, reply } => {
+                let result = self.trigger(&namespace, &name, count).await;
+                let _ = reply.send(result.clone());
+                // A job that does not exist is the caller's mistake; any
+                // other error is the store's, and the write may have landed.
+                if let Err(e) = result {
+                    if !matches!(e, StoreError::NotFound(_)) {
+                        return Err(e);
+                    }
+                }
+            }
+            LeaderCommand::SessionOpen { hello, outbound, reply } => {
+                let worker = hello.worker_id.clone();
+                let old_lease = self.sessions.get(&worker).and_then(|s| s.store_lease).or_else(|| self.adopted.get(&worker).copied());
+                let result = self.open_session(*hello, outbound);
+                if result.is_ok() {
+                    if let Some(leases) = self.leases.clone() {
+                        let ttl = Duration::from_millis(u64::try_from(self.config.lease_ttl_ms).unwrap_or(10_000));
+                        match leases.register(&self.fence, &worker, ttl).await {
+                            Ok(lease) => {
+                                let now = self.clock.now_millis();
+                                if let Some(s) = self.sessions.get_mut(&worker) {
+                                    s.store_lease = Some(lease);
+                                    s.refreshed_at = now;
+                                }
+                                self.adopted.remove(&worker);
+                                if let Some(old) = old_lease.filter(|o| *o != lease) {
+                                    tokio::spawn(async move { leases.release(old).await });
+                                }
+                            }
+                            Err(e @ StoreError::Fenced { .. }) => {
+                                let _ = reply.send(Err(tonic::Status::unavailable("leadership changed; reconnect")));
+                                return Err(e);
+                            }
+                            Err(e) => {
+                                tracing::warn!(worker = %worker, error = %e, "cannot register the session lease in the store; the in-memory lease still applies")
+                            }
+                        }
+                    }
+                }
+                let _ = reply.send(result);
+            }
+            LeaderCommand::FromWorker { session, msg } => self.on_worker_message(&session, msg),
+            LeaderCommand::SessionClosed { session } => {
+                if let Some(worker) = self.session_ids.remove(&session) {
+                    if let Some(s) = self.sessions.get_mut(&worker).filter(|s| s.session_id == session) {
+                        s.tx = None;
+                        self.view_dirty = true;
+                        tracing::info!(worker = %worker, "worker session stream closed; its lease keeps running");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn wait_for_work(&mut self) -> Option<LeaderExit> {
+        self.publish_view();
+        if !self.unwritten_events.is_empty() || (!self.cache.ready.is_empty() && self.dispatch_room() > 0 && self.ready_has_dispatchable())
+        {
+            tokio::task::yield_now().await;
+            return self.should_stop();
+        }
+        let now = self.clock.now_millis();
+        let mut wake = now + MAX_TURN.as_millis() as i64;
+        if let Some(Reverse((due, _, _))) = self.cache.fire_heap.peek().filter(|_| !self.pressure.defers_fires()) {
+            wake = wake.min(*due);
+        }
+        if let Some(Reverse((due, _))) = self.cache.retry_heap.peek() {
+            wake = wake.min(*due);
+        }
+        let sleep = Duration::from_millis(u64::try_from(wake - now).unwrap_or(0));
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            Some(cmd) = self.commands.recv() => {
+                if let Err(e) = self.on_command(cmd).await {
+                    self.mark_stale(&e);
+                }
+                // Group commit without a timer: let the session tasks forward
+                // what they have already read, then the turn drains the queue
+                // and one store write carries all of it. While that write
+                // runs, more results queue up for the next one. (A fixed 2 ms
+                // window only added latency: it did not raise throughput.)
+                tokio::task::yield_now().await;
+            }
+            Some((worker, lease)) = next_from(&mut self.lease_deletions) => self.on_lease_deleted(&worker, lease),
+            Some(()) = next_from(&mut self.job_signal) => self.last_poll = 0,
+            _ = self.lost.changed() => {}
+            _ = self.shutdown.changed() => {}
+        }
+        self.should_stop()
+    }
+}
+
+/// Resolves once the elector says leadership is lost; never if it dropped
+/// the signal without saying so.
+pub(super) async fn lost_signal(mut lost: watch::Receiver<bool>) {
+    if lost.wait_for(|l| *l).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The next message of an optional store feed (session-key deletions, job
+/// writes); never, without one.
+pub(super) async fn next_from<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,248 @@
+use super::*;
+
+/// What workers report, as the leader batches it.
+#[derive(Debug, Clone)]
+pub(super) enum WorkerEvent {
+    Started { run_id: String, attempt: u32, at: Millis },
+    Finished { worker: String, run_id: String, attempt: u32, outcome: ExecOutcome, started_at: Millis, at: Millis },
+}
+
+/// Worker results on their way to the store.
+pub(super) struct EventBatch {
+    pub(super) events: Vec<WorkerEvent>,
+    pub(super) batch: Vec<Transition>,
+    /// (worker, run, attempt, rejection) to send once written.
+    pub(super) acks: Vec<(String, String, u32, Option<&'static str>)>,
+}
+
+impl LeaderRuntime {
+    /// Builds the batch that records the worker results received since the
+    /// last write. The slots of finished attempts are freed at once, so this
+    /// turn's dispatch can refill them in the same store write; [`Self::undo_events`]
+    /// puts them back if that write fails.
+    pub(super) fn prepare_worker_events(&mut self) -> EventBatch {
+        let events = std::mem::take(&mut self.unwritten_events);
+        // Build the batch against a scratch copy of the states so that a
+        // start and an end of the same attempt in one batch chain correctly.
+        let mut scratch: HashMap<String, (RunState, u32)> = HashMap::new();
+        let mut batch = Vec::new();
+        // Reports to ack once the batch is written: (worker, run, attempt, rejection).
+        let mut acks: Vec<(String, String, u32, Option<&'static str>)> = Vec::new();
+        // How long the ended attempts took: (worker, job, ms), for prefetch.
+        let mut durations: Vec<(String, Arc<JobKey>, f64)> = Vec::new();
+        // A start whose end is in the same batch is not written on its own:
+        // the end carries the start time (one attempt write instead of two).
+        let ending: HashSet<(&str, u32)> = events
+            .iter()
+            .filter_map(|e| match e {
+                WorkerEvent::Finished { run_id, attempt, .. } => Some((run_id.as_str(), *attempt)),
+                WorkerEvent::Started { .. } => None,
+            })
+            .collect();
+        for e in &events {
+            match e {
+                WorkerEvent::Started { run_id, attempt, at } => {
+                    if ending.contains(&(run_id.as_str(), *attempt)) {
+                        continue;
+                    }
+                    let Some(run) = self.cache.runs.get(run_id.as_str()) else { continue };
+                    let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
+                    if state == RunState::Assigned && current == *attempt {
+                        batch.push(Transition {
+                            run_id: run_id.clone(),
+                            from: state,
+                            from_attempt: current,
+                            to: RunState::Running,
+                            to_attempt: current,
+                            reason: None,
+                            next_attempt_at: None,
+                            attempt: Some(AttemptChange::Start { attempt: *attempt }),
+                            at: *at,
+                        });
+                        scratch.insert(run_id.clone(), (RunState::Running, current));
+                    }
+                }
+                WorkerEvent::Finished { worker, run_id, attempt, outcome, started_at, at } => {
+                    let Some(run) = self.cache.runs.get(run_id.as_str()) else {
+                        acks.push((worker.clone(), run_id.clone(), *attempt, Some("unknown run, or its result is already recorded")));
+                        continue;
+                    };
+                    let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
+                    let holder =
+                        self.cache.in_flight.get(run_id.as_str()) == Some(worker) || self.cache.orphans.contains_key(run_id.as_str());
+                    if current != *attempt || !state.is_active() || !holder {
+                        acks.push((worker.clone(), run_id.clone(), *attempt, Some("superseded attempt: the run has moved on")));
+                        continue;
+                    }
+                    let Some(mut t) = self.end_attempt(run_id, outcome.state, outcome.exit_code, outcome.output.clone(), *at) else {
+                        acks.push((worker.clone(), run_id.clone(), *attempt, Some("the attempt is no longer live")));
+                        continue;
+                    };
+                    t.from = state;
+                    if let Some(AttemptChange::End { started_at: st, .. }) = t.attempt.as_mut() {
+                        *st = Some(*started_at);
+                    }
+                    scratch.insert(run_id.clone(), (t.to, current));
+                    batch.push(t);
+                    acks.push((worker.clone(), run_id.clone(), *attempt, None));
+                    if matches!(outcome.state, AttemptState::Succeeded | AttemptState::Failed | AttemptState::TimedOut) {
+                        durations.push((worker.clone(), run.key.clone(), (*at - *started_at).max(0) as f64));
+                    }
+                }
+            }
+        }
+        for (worker, job, ms) in durations {
+            let ewma = |old: Option<f64>| Some(old.map_or(ms, |o| o + DURATION_EWMA * (ms - o)));
+            if let Some(s) = self.sessions.get_mut(&worker) {
+                s.recent_ms = ewma(s.recent_ms);
+            }
+            if let Some(j) = self.cache.jobs.get_mut(&job.uid) {
+                j.recent_ms = ewma(j.recent_ms);
+            }
+        }
+        // The worker no longer runs these: their slots are free.
+        for t in &batch {
+            if matches!(t.attempt, Some(AttemptChange::End { .. })) {
+                if let Some(worker) = self.cache.in_flight.get(t.run_id.as_str()) {
+                    if let Some(s) = self.sessions.get_mut(worker) {
+                        s.attempts.remove(t.run_id.as_str());
+                    }
+                }
+            }
+        }
+        EventBatch { events, batch, acks }
+    }
+
+    /// The write failed: the results go back to the inbox, ahead of what
+    /// arrived since (persist, then act: nothing was acked).
+    pub(super) fn requeue_events(&mut self, eb: EventBatch) {
+        let mut events = eb.events;
+        events.append(&mut self.unwritten_events);
+        self.unwritten_events = events;
+    }
+
+    /// The results are persisted: mirror them, then ack (and abort what was
+    /// superseded).
+    pub(super) async fn finish_events(&mut self, eb: EventBatch, applied: Vec<bool>) -> Result<()> {
+        let mut moved: HashMap<&'static str, u64> = HashMap::new();
+        for (t, ok) in eb.batch.iter().zip(applied) {
+            if ok {
+                *moved.entry(t.to.as_str()).or_default() += 1;
+                self.mirror_state(t);
+            } else {
+                self.reload_run(&t.run_id).await?;
+            }
+        }
+        for (state, n) in moved {
+            metrics::counter!("gnomon_runs_total", "state" => state).increment(n);
+        }
+        for t in &eb.batch {
+            if matches!(t.attempt, Some(AttemptChange::End { .. })) {
+                self.release(&t.run_id);
+                self.cache.cancels_sent.retain(|(id, _)| id != &t.run_id);
+            }
+        }
+        for (worker, run_id, attempt, rejection) in eb.acks {
+            if let Some(reason) = rejection {
+                tracing::info!(worker = %worker, run = %run_id, attempt, reason, "report rejected");
+                self.send_to(
+                    &worker,
+                    server_message::Msg::Abort(v1::Abort {
+                        run_id: run_id.clone(),
+                        attempt,
+                        token: self.fence.token,
+                        reason: reason.into(),
+                    }),
+                );
+            }
+            self.send_to(
+                &worker,
+                server_message::Msg::Ack(v1::Ack {
+                    heartbeat_seq: None,
+                    report: Some(v1::AttemptRef { run_id, attempt }),
+                    rejected_reason: rejection.unwrap_or_default().to_string(),
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    /// The turn's one store write: the last fire chunk, worker results and
+    /// new assignments (one commit, one fsync on the SQL stores). Then the
+    /// results are acked and the assignments sent.
+    pub(super) async fn record_and_dispatch(&mut self, now: Millis, mut fire: Option<FirePlan>) -> Result<()> {
+        // Track the chunk's pending runs ahead of the write so that this
+        // dispatch can place them; undone if the write fails.
+        if let Some(f) = fire.as_mut() {
+            for run in &f.new_runs {
+                if run.state == RunState::Pending && !self.cache.runs.contains_key(run.id().as_str()) {
+                    let id = self.track_pending(run.clone(), now);
+                    f.tracked.push(id);
+                }
+            }
+        }
+        let mut eb = self.prepare_worker_events();
+        let mut plan = self.prepare_dispatch(now);
+        let (n_events, n_dropped) = (eb.batch.len(), plan.dropped.len());
+        if fire.is_none() && n_events + n_dropped + plan.batch.len() == 0 {
+            return Ok(());
+        }
+        // Stamp the fire and the assignments when the write begins, not when
+        // the turn began (so a run's fired_at never follows its assigned_at).
+        let stamp = self.clock.now_millis();
+        if let Some(f) = fire.as_mut() {
+            f.stamp = stamp;
+            for run in &mut f.new_runs {
+                run.fired_at = stamp;
+            }
+        }
+        for t in &mut plan.batch {
+            t.at = stamp;
+        }
+        // One slice for the store, moved (results carry their output), and
+        // split back into its parts after the write.
+        let mut all = std::mem::take(&mut eb.batch);
+        all.append(&mut plan.dropped);
+        all.append(&mut plan.batch);
+        let (runs, advances) = fire.as_ref().map(|f| (&f.new_runs[..], &f.advances[..])).unwrap_or((&[], &[]));
+        let began = std::time::Instant::now();
+        let result = self.store.fire_and_transition(&self.fence, runs, advances, &all).await;
+        metrics::histogram!("gnomon_store_turn_write_seconds").record(began.elapsed().as_secs_f64());
+        plan.batch = all.split_off(n_events + n_dropped);
+        plan.dropped = all.split_off(n_events);
+        eb.batch = all;
+        // Any error: the outcome is unknown (all, some or none of it may
+        // have landed). The caller rebuilds the cache from the store; the
+        // results stay in the inbox to be written again (a result already
+        // written is then acked as recorded).
+        let wrote = match result {
+            Ok(w) => w,
+            Err(e) => {
+                self.requeue_events(eb);
+                return Err(e);
+            }
+        };
+        let mut applied = match wrote.applied {
+            Ok(a) => a,
+            Err(e) => {
+                self.requeue_events(eb);
+                return Err(e);
+            }
+        };
+        let assigned = applied.split_off(n_events + n_dropped);
+        let dropped = applied.split_off(n_events);
+        self.finish_events(eb, applied).await?;
+        for (t, ok) in plan.dropped.iter().zip(dropped) {
+            if ok {
+                self.mirror(t);
+            } else {
+                self.reload_run(&t.run_id).await?;
+            }
+        }
+        self.finish_dispatch(plan, assigned, now).await?;
+        match fire {
+            Some(f) => self.finish_fire(f, wrote.fired),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,355 @@
+use super::*;
+
+/// A worker session, owned by the leader actor.
+#[derive(Debug)]
+pub(super) struct Session {
+    pub(super) session_id: String,
+    pub(super) labels: BTreeMap<String, String>,
+    pub(super) capacity: usize,
+    /// Attempts it queues beyond `capacity` (its Hello's `prefetch`).
+    pub(super) prefetch: usize,
+    /// How much of the queue dispatch may fill now (recomputed each pass):
+    /// 0 while it is closed, half of it under yellow or red backpressure.
+    pub(super) queue_open: usize,
+    /// Moving average of its attempts' durations (ms), once one has ended.
+    pub(super) recent_ms: Option<f64>,
+    pub(super) executors: HashSet<String>,
+    pub(super) handlers: HashSet<String>,
+    /// `None` while the stream is down (the lease keeps running).
+    pub(super) tx: Option<Outbound>,
+    pub(super) lease_until: Millis,
+    pub(super) last_heartbeat: Millis,
+    /// Runs whose live attempt this worker holds.
+    pub(super) attempts: HashSet<RunId>,
+    /// Of those, the ones its last heartbeats did not list: how many in a
+    /// row (see [`LeaderRuntime::reconcile_held`]).
+    pub(super) unlisted: HashMap<RunId, u8>,
+    pub(super) draining: bool,
+    /// The session's lease in the store (etcd), and when it was last refreshed.
+    pub(super) store_lease: Option<i64>,
+    pub(super) refreshed_at: Millis,
+}
+
+impl LeaderRuntime {
+    /// A session key was deleted in the store: its lease ran out (the worker
+    /// stopped heartbeating) or was revoked. Evict that worker's attempts.
+    pub(super) fn on_lease_deleted(&mut self, worker: &str, lease: i64) {
+        let now = self.clock.now_millis();
+        let ttl = self.config.lease_ttl_ms;
+        if let Some(s) = self.sessions.get_mut(worker).filter(|s| s.store_lease == Some(lease)) {
+            // The store lease is refreshed only every 0.7×TTL, so it can run
+            // out up to 0.7×TTL before the worker fences itself (0.7×TTL
+            // after its last acknowledged heartbeat). It is evicted when the
+            // in-memory lease says so: a full TTL after its last heartbeat,
+            // never earlier.
+            tracing::warn!(worker, lease, "worker session lease deleted in the store; evicting it a lease after its last heartbeat");
+            metrics::counter!("gnomon_worker_lease_deletions_total").increment(1);
+            s.store_lease = None;
+            s.lease_until = s.lease_until.min(s.last_heartbeat + ttl);
+        }
+        if self.adopted.get(worker) == Some(&lease) {
+            self.adopted.remove(worker);
+            // A lease adopted from the previous leader: that leader acked
+            // the worker at most 0.7×TTL after the lease's last refresh, so
+            // the worker's attempts may run until 0.7×TTL after its
+            // deletion (and never past the term start's own bound).
+            let floor = self.term_started.unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
+            for (id, w) in &self.cache.orphan_workers {
+                if w == worker {
+                    if let Some(d) = self.cache.orphans.get_mut(id) {
+                        *d = (now + ttl * 7 / 10).min(floor);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Registers a worker session (answering `Welcome`), reclaiming the
+    /// attempts it still runs, or refuses it.
+    #[allow(clippy::result_large_err)] // tonic::Status is what the service returns
+    pub(super) fn open_session(&mut self, hello: v1::Hello, outbound: Outbound) -> std::result::Result<String, tonic::Status> {
+        let now = self.clock.now_millis();
+        let worker = hello.worker_id.clone();
+        if let Some(old) = self.sessions.get(&worker) {
+            if old.tx.as_ref().is_some_and(|tx| !tx.is_closed()) && now - old.last_heartbeat < 2 * self.config.heartbeat_ms {
+                return Err(tonic::Status::already_exists(format!("worker id {worker:?} already has a live session")));
+            }
+        }
+        let session_id = format!("{worker}-{:08x}", rand::random::<u32>());
+        self.expired.remove(&worker);
+        let mut attempts = self
+            .sessions
+            .remove(&worker)
+            .map(|s| {
+                self.session_ids.remove(&s.session_id);
+                s.attempts
+            })
+            .unwrap_or_default();
+        let listed: HashSet<&str> = hello.running.iter().map(|r| r.run_id.as_str()).collect();
+        // Attempts it held but no longer lists: its report may still be
+        // spooled; give it one lease to arrive, then they are lost.
+        for id in attempts.iter().filter(|id| !listed.contains(&id.as_ref())) {
+            self.cache.orphans.insert(id.clone(), now + self.config.lease_ttl_ms);
+        }
+        let mut reclaimed = Vec::new();
+        let mut superseded = Vec::new();
+        for r in &hello.running {
+            let current = self.cache.runs.get(r.run_id.as_str()).is_some_and(|run| run.state.is_active() && run.attempt == r.attempt);
+            let ours = self.cache.orphans.contains_key(r.run_id.as_str()) || self.cache.in_flight.get(r.run_id.as_str()) == Some(&worker);
+            if current && ours {
+                self.cache.orphans.remove(r.run_id.as_str());
+                if let Some(prev) = self.cache.in_flight.insert(self.rid(&r.run_id), worker.clone()) {
+                    if prev != worker {
+                        if let Some(s) = self.sessions.get_mut(&prev) {
+                            s.attempts.remove(r.run_id.as_str());
+                        }
+                    }
+                }
+                attempts.insert(self.rid(&r.run_id));
+                reclaimed.push(r.clone());
+            } else {
+                superseded.push(r.clone());
+            }
+        }
+        let welcome = v1::Welcome {
+            session_id: session_id.clone(),
+            lease_ttl_ms: u64::try_from(self.config.lease_ttl_ms).unwrap_or(10_000),
+            heartbeat_interval_ms: u64::try_from(self.config.heartbeat_ms).unwrap_or(2_000),
+            leader_token: self.fence.token,
+            reclaimed,
+            superseded,
+        };
+        if outbound.send(Ok(v1::ServerMessage { msg: Some(server_message::Msg::Welcome(welcome)) })).is_err() {
+            return Err(tonic::Status::unavailable("the session closed during Hello"));
+        }
+        tracing::info!(worker = %worker, session = %session_id, capacity = hello.capacity, labels = ?hello.labels, "worker session opened");
+        self.sessions.insert(
+            worker.clone(),
+            Session {
+                session_id: session_id.clone(),
+                labels: hello.labels.into_iter().collect(),
+                capacity: usize::try_from(hello.capacity).unwrap_or(1),
+                prefetch: usize::try_from(hello.prefetch).unwrap_or(0),
+                queue_open: 0,
+                recent_ms: None,
+                executors: hello.executors.into_iter().collect(),
+                handlers: hello.handlers.into_iter().collect(),
+                tx: Some(outbound),
+                lease_until: now + self.config.lease_ttl_ms,
+                last_heartbeat: now,
+                attempts,
+                unlisted: HashMap::new(),
+                draining: false,
+                store_lease: None,
+                refreshed_at: now,
+            },
+        );
+        self.session_ids.insert(session_id.clone(), worker);
+        self.view_dirty = true;
+        Ok(session_id)
+    }
+
+    pub(super) fn on_worker_message(&mut self, session: &str, msg: worker_message::Msg) {
+        let Some(worker) = self.session_ids.get(session).cloned() else { return };
+        let now = self.clock.now_millis();
+        match msg {
+            worker_message::Msg::Heartbeat(hb) => {
+                if let Some(s) = self.sessions.get_mut(&worker) {
+                    s.lease_until = now + self.config.lease_ttl_ms;
+                    s.last_heartbeat = now;
+                    // The store lease: refreshed at 0.7×TTL, with one retry
+                    // at 0.95×TTL if that fails (seed 003).
+                    let ttl = self.config.lease_ttl_ms;
+                    if let (Some(leases), Some(lease)) = (self.leases.clone(), s.store_lease) {
+                        if now - s.refreshed_at >= ttl * 7 / 10 {
+                            s.refreshed_at = now;
+                            tokio::spawn(async move {
+                                if !matches!(leases.refresh(lease).await, Ok(true)) {
+                                    tokio::time::sleep(Duration::from_millis(u64::try_from(ttl / 4).unwrap_or(0))).await;
+                                    let _ = leases.refresh(lease).await;
+                                }
+                            });
+                        }
+                    }
+                    if s.draining != hb.draining {
+                        tracing::info!(worker = %worker, draining = hb.draining, "worker drain state changed");
+                    }
+                    s.draining = hb.draining;
+                    self.view_dirty = true;
+                }
+                if !self.stale {
+                    self.reconcile_held(&worker, &hb.attempts, now);
+                }
+                self.send_to(&worker, server_message::Msg::Ack(v1::Ack { heartbeat_seq: Some(hb.seq), ..Default::default() }));
+            }
+            worker_message::Msg::Started(st) => {
+                self.unwritten_events.push(WorkerEvent::Started { run_id: st.run_id, attempt: st.attempt, at: st.started_at_ms });
+            }
+            worker_message::Msg::Report(r) => {
+                let state = match v1::Outcome::try_from(r.outcome).unwrap_or(v1::Outcome::Failed) {
+                    v1::Outcome::Succeeded => AttemptState::Succeeded,
+                    v1::Outcome::TimedOut => AttemptState::TimedOut,
+                    v1::Outcome::Cancelled => AttemptState::Cancelled,
+                    v1::Outcome::Lost => AttemptState::Lost,
+                    v1::Outcome::Failed | v1::Outcome::Unspecified => AttemptState::Failed,
+                };
+                let exit_code = r.exit_code.or(r.http_status.and_then(|s| i32::try_from(s).ok()));
+                let mut output = r.output;
+                if output.len() > gnomon_worker::MAX_OUTPUT_BYTES {
+                    let cut = output.len() - gnomon_worker::MAX_OUTPUT_BYTES;
+                    let cut = (cut..output.len()).find(|i| output.is_char_boundary(*i)).unwrap_or(output.len());
+                    output = output[cut..].to_string();
+                }
+                self.unwritten_events.push(WorkerEvent::Finished {
+                    worker,
+                    run_id: r.run_id,
+                    attempt: r.attempt,
+                    outcome: ExecOutcome { state, exit_code, output },
+                    started_at: r.started_at_ms,
+                    at: r.ended_at_ms.max(r.started_at_ms),
+                });
+            }
+            worker_message::Msg::Hello(_) => {}
+        }
+    }
+
+    /// A heartbeat lists every attempt the worker holds, executing or
+    /// queued. An attempt the leader has it holding that two heartbeats in a
+    /// row did not list, assigned more than a heartbeat interval before,
+    /// and with no report of it waiting to be written, never reached the
+    /// worker or was dropped by it: it is ended `lost` at the next turn
+    /// ([`Self::expire_leases`]) and retried per its job's policy, instead
+    /// of staying `assigned` for as long as the worker lives. Two in a row,
+    /// because a report can leave the worker just after a heartbeat that no
+    /// longer lists its attempt, and an assignment can cross a heartbeat.
+    pub(super) fn reconcile_held(&mut self, worker: &str, listed: &[v1::AttemptRef], now: Millis) {
+        let Some(s) = self.sessions.get(worker) else { return };
+        if s.attempts.is_empty() && s.unlisted.is_empty() {
+            return;
+        }
+        let listed: HashSet<(&str, u32)> = listed.iter().map(|a| (a.run_id.as_str(), a.attempt)).collect();
+        let reported: HashSet<&str> = self
+            .unwritten_events
+            .iter()
+            .filter_map(|e| match e {
+                WorkerEvent::Finished { worker: w, run_id, .. } if w == worker => Some(run_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut unlisted = HashMap::new();
+        let mut gone = Vec::new();
+        for id in &s.attempts {
+            let Some(run) = self.cache.runs.get(id) else { continue };
+            if listed.contains(&(&**id, run.attempt))
+                || reported.contains(&**id)
+                || self.cache.orphans.contains_key(id)
+                || now - run.assigned_at <= self.config.heartbeat_ms
+            {
+                continue;
+            }
+            let misses = s.unlisted.get(id).copied().unwrap_or(0) + 1;
+            if misses >= 2 {
+                gone.push((worker.to_string(), id.clone()));
+            } else {
+                unlisted.insert(id.clone(), misses);
+            }
+        }
+        if let Some(s) = self.sessions.get_mut(worker) {
+            s.unlisted = unlisted;
+        }
+        self.unheld.extend(gone);
+    }
+
+    /// Sessions whose lease ran out lose their attempts (retried elsewhere
+    /// per the job's policy); recovered attempts nobody reclaimed likewise.
+    pub(super) async fn expire_leases(&mut self, now: Millis) -> Result<()> {
+        // With a store lease, the store's deletion of the session key decides
+        // (`on_lease_deleted`); the in-memory lease is the fallback, a little
+        // later, for when the store cannot be heard.
+        let expired: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.lease_until + if s.store_lease.is_some() { STORE_LEASE_SLACK_MS } else { 0 } < now)
+            .map(|(w, _)| w.clone())
+            .collect();
+        let mut batch = Vec::new();
+        for worker in expired {
+            let Some(s) = self.sessions.remove(&worker) else { continue };
+            self.session_ids.remove(&s.session_id);
+            self.expired.insert(worker.clone(), now);
+            if let (Some(leases), Some(lease)) = (self.leases.clone(), s.store_lease) {
+                tokio::spawn(async move { leases.release(lease).await });
+            }
+            self.view_dirty = true;
+            tracing::warn!(worker = %worker, attempts = s.attempts.len(), "worker lease expired; its attempts are lost");
+            metrics::counter!("gnomon_worker_leases_expired_total").increment(1);
+            for id in s.attempts {
+                if self.cache.in_flight.get(&id) == Some(&worker) {
+                    self.cache.in_flight.remove(&id);
+                    if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, format!("worker {worker} lease expired"), now) {
+                        batch.push(t);
+                    }
+                }
+            }
+        }
+        // Attempts a live worker does not hold (`reconcile_held`), unless
+        // their report came in since.
+        let mut aborts = Vec::new();
+        for (worker, id) in std::mem::take(&mut self.unheld) {
+            let reported = self
+                .unwritten_events
+                .iter()
+                .any(|e| matches!(e, WorkerEvent::Finished { worker: w, run_id, .. } if *w == worker && **run_id == *id));
+            if reported || self.cache.in_flight.get(&id) != Some(&worker) {
+                continue;
+            }
+            let Some(attempt) = self.cache.runs.get(&id).map(|r| r.attempt) else { continue };
+            tracing::warn!(worker = %worker, run = %id, attempt, "the worker does not hold an attempt assigned to it; ending it lost");
+            metrics::counter!("gnomon_attempts_unheld_total").increment(1);
+            // Its slot frees when the transition is mirrored; if the write
+            // fails, the next heartbeats find it again.
+            let why = format!("worker {worker} did not hold the attempt (its assignment never reached it)");
+            if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, why, now) {
+                batch.push(t);
+                aborts.push((worker, id.to_string(), attempt));
+            }
+        }
+        let overdue: Vec<RunId> = self.cache.orphans.iter().filter(|(_, d)| **d < now).map(|(id, _)| id.clone()).collect();
+        for id in overdue {
+            self.cache.orphans.remove(&*id);
+            self.cache.orphan_workers.remove(&*id);
+            if let Some(worker) = self.cache.in_flight.remove(&*id) {
+                if let Some(s) = self.sessions.get_mut(&worker) {
+                    s.attempts.remove(&*id);
+                }
+            }
+            if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, "no worker reclaimed the attempt within its lease".into(), now)
+            {
+                batch.push(t);
+            }
+        }
+        self.apply(batch).await?;
+        // Should the assignment still turn up, the worker drops it.
+        for (worker, run_id, attempt) in aborts {
+            let reason = "the attempt was ended lost: the worker did not hold it".to_string();
+            self.send_to(&worker, server_message::Msg::Abort(v1::Abort { run_id, attempt, token: self.fence.token, reason }));
+        }
+        self.publish_view();
+        Ok(())
+    }
+
+    pub(super) fn send_to(&self, worker: &str, msg: server_message::Msg) -> bool {
+        match self.sessions.get(worker).and_then(|s| s.tx.as_ref()) {
+            Some(tx) => tx.send(Ok(v1::ServerMessage { msg: Some(msg) })).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Asks the worker holding the run's attempt to stop it.
+    pub(super) fn send_cancel(&mut self, run_id: &str, attempt: u32) {
+        if let Some(worker) = self.cache.in_flight.get(run_id).cloned() {
+            self.send_to(&worker, server_message::Msg::Cancel(v1::Cancel { run_id: run_id.into(), attempt, token: self.fence.token }));
+        }
+        self.cache.cancels_sent.insert((run_id.to_string(), attempt));
+    }
+}
