@@ -7,8 +7,6 @@ pub(super) struct JobMeta {
     pub(super) key: Arc<JobKey>,
     pub(super) version: u64,
     pub(super) paused: bool,
-    pub(super) created_at: Millis,
-    pub(super) updated_at: Millis,
     pub(super) last_scheduled_at: Option<Millis>,
 }
 
@@ -35,6 +33,32 @@ pub(super) struct JobEntry {
     pub(super) recent_ms: Option<f64>,
     /// The first `scheduled_at` free for its next manual run.
     pub(super) manual_next: Millis,
+    /// Identifies the schedule as written (a change of it is a new version
+    /// of the timeline).
+    pub(super) schedule_key: u64,
+    /// Where this version's timeline starts: instants after it and after
+    /// `last_scheduled_at` are due.
+    pub(super) from: Millis,
+    /// Instants the previous version had due when it was changed, still
+    /// to be fired under it (see [`LeaderRuntime::upsert_job`]).
+    pub(super) carry: Option<Box<Carry>>,
+}
+
+/// The previous version's timeline up to the change.
+#[derive(Debug, Clone)]
+pub(super) struct Carry {
+    pub(super) schedule: Schedule,
+    /// Its instants after this (and after `last_scheduled_at`)…
+    pub(super) after: Millis,
+    /// …and up to this are fired under the previous version.
+    pub(super) until: Millis,
+}
+
+fn schedule_key(s: &gnomon_core::spec::ScheduleSpec) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&s.cron, &s.timezone, &s.every, &s.at).hash(&mut h);
+    h.finish()
 }
 
 /// A job's identity, shared (not copied) by its entry and its open runs.
@@ -49,8 +73,9 @@ pub(super) struct JobKey {
 pub(super) struct FirePlan {
     pub(super) new_runs: Vec<NewRun>,
     pub(super) advances: Vec<JobAdvance>,
-    /// Per job: (uid, last scheduled time fired, more due).
-    pub(super) plans: Vec<(String, Option<Millis>, bool)>,
+    /// Per job: (uid, last scheduled time fired, more due, the previous
+    /// version's instants).
+    pub(super) plans: Vec<(String, Option<Millis>, bool, bool)>,
     /// A full chunk: more jobs may be due.
     pub(super) full: bool,
     pub(super) now: Millis,
@@ -75,18 +100,41 @@ impl LeaderRuntime {
         };
         self.cache.next_generation += 1;
         let generation = self.cache.next_generation;
-        // What the previous version learned carries over.
-        let previous = self.cache.jobs.get(&record.uid);
+        // What the previous version learned carries over (from the cache
+        // being rebuilt, during a rebuild).
+        let previous = self.cache.jobs.get(&record.uid).or_else(|| self.previous_jobs.get(&record.uid));
         let previous_last = previous.and_then(|j| j.record.last_scheduled_at);
         let recent_ms = previous.and_then(|j| j.recent_ms);
         let manual_next = previous.map_or(0, |j| j.manual_next);
+        let key = schedule_key(&compiled.spec.schedule);
+        // A change takes effect when it was written, by the writer's clock,
+        // but never later than this leader's now (a writer whose clock runs
+        // ahead cannot drop instants that are not due yet).
+        let cut = record.updated_at.min(self.clock.now_millis());
+        let last = record.last_scheduled_at.max(previous_last);
+        let (from, carry) = match previous {
+            Some(p) if p.schedule_key == key && p.record.paused == record.paused => (p.from, p.carry.clone()),
+            Some(p) => {
+                // The schedule changed, or the job was paused or resumed.
+                // A new schedule, or a resumed job, starts at the change
+                // (times that elapsed while paused are not fired); what the
+                // previous version had due up to the change still fires
+                // under it (a turn a few milliseconds late loses nothing).
+                let from = if p.schedule_key != key || (p.record.paused && !record.paused) { cut } else { p.from };
+                let carry = (!p.record.paused).then(|| Box::new(Carry { schedule: p.schedule.clone(), after: p.from, until: cut }));
+                (from, carry)
+            }
+            // Not in memory (a new term): a first version starts at its
+            // creation; a later one at its last fire if it has one (an edit
+            // never drops a due instant), else at its last change.
+            None if record.version <= 1 => (record.created_at, None),
+            None => (if last.is_some() { record.created_at } else { cut }, None),
+        };
         let record = JobMeta {
-            last_scheduled_at: record.last_scheduled_at.max(previous_last),
+            last_scheduled_at: last,
             key: Arc::new(JobKey { uid: record.uid, name: record.name, namespace: record.namespace }),
             version: record.version,
             paused: record.paused,
-            created_at: record.created_at,
-            updated_at: record.updated_at,
         };
         let entry = Box::new(JobEntry {
             record,
@@ -103,22 +151,28 @@ impl LeaderRuntime {
             generation,
             recent_ms,
             manual_next,
+            schedule_key: key,
+            from,
+            carry,
         });
-        if !entry.record.paused {
-            if let Some(due) = entry.schedule.next_after(self.base_of(&entry)) {
-                self.cache.fire_heap.push(Reverse((due, entry.record.key.uid.clone(), generation)));
-            }
+        let due = if entry.carry.is_some() {
+            Some(self.clock.now_millis())
+        } else if !entry.record.paused {
+            entry.schedule.next_after(self.base_of(&entry))
+        } else {
+            None
+        };
+        if let Some(due) = due {
+            self.cache.fire_heap.push(Reverse((due, entry.record.key.uid.clone(), generation)));
         }
         self.cache.jobs.insert(entry.record.key.uid.clone(), entry);
     }
 
     /// The time after which a job's schedule is considered: its persisted
-    /// `last_scheduled_at`, but never before the job (or its latest version)
-    /// existed, so an update or a resume does not replay times that were
-    /// never scheduled under this version.
+    /// `last_scheduled_at`, but never before its timeline starts (`from`:
+    /// its creation, or the change of its schedule or its resumption).
     pub(super) fn base_of(&self, entry: &JobEntry) -> Millis {
-        let version_start = if entry.record.version > 1 { entry.record.updated_at } else { entry.record.created_at };
-        entry.record.last_scheduled_at.map_or(version_start, |last| last.max(version_start))
+        entry.record.last_scheduled_at.map_or(entry.from, |last| last.max(entry.from))
     }
 
     /// The job's shared key (from its entry), or a new one for a run of a
@@ -210,7 +264,7 @@ impl LeaderRuntime {
                 break;
             }
             self.cache.fire_heap.pop();
-            if self.cache.jobs.get(&uid).is_some_and(|j| j.generation == generation && !j.record.paused) {
+            if self.cache.jobs.get(&uid).is_some_and(|j| j.generation == generation && (!j.record.paused || j.carry.is_some())) {
                 due_jobs.push(uid);
             }
         }
@@ -224,10 +278,15 @@ impl LeaderRuntime {
         let mut plans = Vec::new();
         for uid in &due_jobs {
             let Some(entry) = self.cache.jobs.get(uid) else { continue };
+            // The previous version's due instants first, then this one's.
+            let (schedule, after, until) = match &entry.carry {
+                Some(c) => (&c.schedule, entry.record.last_scheduled_at.map_or(c.after, |l| l.max(c.after)), now.min(c.until)),
+                None => (&entry.schedule, self.base_of(entry), now),
+            };
             let plan = plan_fires(&PlanInput {
-                schedule: &entry.schedule,
-                after: self.base_of(entry),
-                now,
+                schedule,
+                after,
+                now: until,
                 misfire: entry.misfire,
                 catchup_window_ms: entry.catchup_window_ms,
                 grace_ms: self.config.misfire_grace_ms,
@@ -267,7 +326,7 @@ impl LeaderRuntime {
             if let Some(last) = plan.last_scheduled_at {
                 advances.push(JobAdvance { job_uid: uid.clone(), last_scheduled_at: last });
             }
-            plans.push((uid.clone(), plan.last_scheduled_at, plan.more));
+            plans.push((uid.clone(), plan.last_scheduled_at, plan.more, entry.carry.is_some()));
         }
         // Replace: what is open is cancelled once the new run is written.
         let replace = replace_cancels;
@@ -318,13 +377,21 @@ impl LeaderRuntime {
         for (state, n) in created {
             metrics::counter!("gnomon_runs_total", "state" => state).increment(n);
         }
-        for (uid, last, more) in plans {
+        for (uid, last, more, carried) in plans {
             let Some(entry) = self.cache.jobs.get_mut(&uid) else { continue };
             if let Some(last) = last {
                 entry.record.last_scheduled_at = Some(entry.record.last_scheduled_at.map_or(last, |l| l.max(last)));
             }
             let generation = entry.generation;
-            let next = if more { Some(now) } else { entry.schedule.next_after(entry.record.last_scheduled_at.unwrap_or(now).max(now)) };
+            let next = if more {
+                Some(now)
+            } else if carried {
+                // The previous version is done: plan this one's now.
+                entry.carry = None;
+                (!entry.record.paused).then_some(now)
+            } else {
+                entry.schedule.next_after(entry.record.last_scheduled_at.unwrap_or(now).max(now))
+            };
             if let Some(next) = next {
                 self.cache.fire_heap.push(Reverse((next, uid, generation)));
             }

@@ -180,6 +180,9 @@ pub struct LeaderRuntime {
     round_robin: usize,
     view_dirty: bool,
     pressure: Backpressure,
+    /// During a rebuild, the jobs as the dropped cache had them (a change
+    /// is judged against the version this leader knew).
+    previous_jobs: HashMap<String, Box<JobEntry>>,
     /// Commands that need the cache, held while it is stale.
     deferred: VecDeque<LeaderCommand>,
     /// Worker results not yet written (kept across a rebuild: they are the
@@ -266,6 +269,7 @@ impl LeaderRuntime {
             pressure,
             unwritten_events: Vec::new(),
             deferred: VecDeque::new(),
+            previous_jobs: HashMap::new(),
             unheld: Vec::new(),
             last_poll: 0,
         }
@@ -358,6 +362,10 @@ impl LeaderRuntime {
     /// taken from the store) and the unwritten worker results.
     async fn rebuild(&mut self) -> Result<()> {
         let began = std::time::Instant::now();
+        let previous = std::mem::take(&mut self.cache.jobs);
+        if !previous.is_empty() {
+            self.previous_jobs = previous;
+        }
         self.cache = Cache::default();
         self.unheld.clear();
         for s in self.sessions.values_mut() {
@@ -366,6 +374,7 @@ impl LeaderRuntime {
         }
         self.view_dirty = true;
         self.recover().await?;
+        self.previous_jobs.clear();
         self.stale = false;
         self.rebuild_failures = 0;
         metrics::histogram!("gnomon_leader_rebuild_seconds").record(began.elapsed().as_secs_f64());

@@ -52,6 +52,11 @@ impl LeaderRuntime {
                 _ => {}
             }
         }
+        if let Some(leases) = &self.leases {
+            if self.lease_deletions.is_none() {
+                self.lease_deletions = Some(leases.deletions());
+            }
+        }
         if live.is_empty() {
             self.last_poll = 0;
             return Ok(());
@@ -60,12 +65,7 @@ impl LeaderRuntime {
             self.store.live_attempts().await?.into_iter().map(|a| (a.run_id, (a.attempt, a.worker))).collect();
         // Store-kept session leases (etcd): adopt the live ones.
         let leased: HashMap<String, (i64, i64)> = match self.leases.clone() {
-            Some(leases) => {
-                if self.lease_deletions.is_none() {
-                    self.lease_deletions = Some(leases.deletions());
-                }
-                leases.live().await?.into_iter().map(|l| (l.worker, (l.lease, l.remaining_ms))).collect()
-            }
+            Some(leases) => leases.live().await?.into_iter().map(|l| (l.worker, (l.lease, l.remaining_ms))).collect(),
             None => HashMap::new(),
         };
         let ttl = self.config.lease_ttl_ms;

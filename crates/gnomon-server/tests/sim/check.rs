@@ -1,0 +1,129 @@
+//! The invariants, checked after a seed against the store and the workers'
+//! history.
+
+use std::collections::{BTreeMap, HashMap};
+
+use gnomon_backend::{RunDetail, RunFilter, Store};
+use gnomon_core::{AttemptState, Millis};
+use gnomon_proto::v1;
+
+use crate::history::History;
+use crate::SimJob;
+
+/// How long after the end a fire may still be missing (not yet due).
+const END_SLACK_MS: Millis = 3_000;
+/// How late a pause may take effect (the leader reads the change feed at
+/// least every second; faults delay it).
+const PAUSE_SLACK_MS: Millis = 5_000;
+/// Every run fired this long before the end is terminal. Faults stop 50 s
+/// before the end; a worker frozen when they stop wakes within 12.5 s, its
+/// lease runs out 5 s later, and retries take at most a few seconds.
+pub const TERMINAL_WITHIN_MS: Millis = 30_000;
+
+pub async fn check(store: &dyn Store, jobs: &[SimJob], h: &History, end: Millis, v: &mut Vec<String>) -> Result<usize, String> {
+    let mut runs: Vec<RunDetail> = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store.list_runs(&RunFilter::default(), 1000, cursor).await.map_err(|e| e.to_string())?;
+        for r in &page.runs {
+            if let Some(d) = store.get_run(&r.id).await.map_err(|e| e.to_string())? {
+                runs.push(d);
+            }
+        }
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    let by_id: HashMap<&str, &RunDetail> = runs.iter().map(|d| (d.run.id.as_str(), d)).collect();
+
+    // 1. One record per scheduled instant: none missing, none twice, none
+    //    at an instant the schedule does not have, none while paused.
+    for job in jobs {
+        let mut seen: BTreeMap<Millis, usize> = BTreeMap::new();
+        for d in runs.iter().filter(|d| d.run.job == job.name && !d.run.manual) {
+            *seen.entry(d.run.scheduled_at).or_default() += 1;
+        }
+        let paused = h.paused.get(&job.name).cloned().unwrap_or_default();
+        let in_pause = |t: Millis, slack: Millis| paused.iter().any(|(p, r)| t > p + slack && r.is_none_or(|r| t <= r));
+        let mut t = (job.created_at / job.every_ms + 1) * job.every_ms;
+        while t <= end - END_SLACK_MS {
+            let n = seen.remove(&t).unwrap_or(0);
+            if n > 1 {
+                v.push(format!("job {}: {n} runs at instant {t}", job.name));
+            }
+            if n == 0 && !in_pause(t, 0) {
+                v.push(format!("job {}: no run or skip record for instant {t} (+{} ms)", job.name, t - crate::T0));
+            }
+            if n > 0 && in_pause(t, PAUSE_SLACK_MS) {
+                v.push(format!("job {}: instant {t} fired while the job was paused", job.name));
+            }
+            t += job.every_ms;
+        }
+        for (t, _) in seen.range(..end - END_SLACK_MS) {
+            v.push(format!("job {}: a scheduled run at {t}, which is not an instant of its schedule", job.name));
+        }
+    }
+
+    // 2. Attempts are numbered 1, 2, 3… and every run is terminal in time.
+    for d in &runs {
+        for (i, a) in d.attempts.iter().enumerate() {
+            if a.attempt as usize != i + 1 {
+                v.push(format!("run {}: attempts numbered {:?}", d.run.id, d.attempts.iter().map(|a| a.attempt).collect::<Vec<_>>()));
+                break;
+            }
+        }
+        if d.run.fired_at <= end - TERMINAL_WITHIN_MS && !d.run.state.is_terminal() {
+            v.push(format!("run {}: still {} {} ms after it fired", d.run.id, d.run.state.as_str(), end - d.run.fired_at));
+        }
+    }
+
+    // 3. No two attempts of a run live at once; no attempt started after a
+    //    later attempt of its run was assigned.
+    let mut segments: HashMap<&str, Vec<(u32, Millis, Millis)>> = HashMap::new();
+    for (run, attempt, from, to) in &h.segments {
+        if to > from {
+            segments.entry(run.as_str()).or_default().push((*attempt, *from, *to));
+        }
+    }
+    for (run, segs) in &segments {
+        for (i, a) in segs.iter().enumerate() {
+            for b in &segs[i + 1..] {
+                if a.0 != b.0 && a.1 < b.2 && b.1 < a.2 {
+                    v.push(format!("run {run}: attempts {} ({}..{}) and {} ({}..{}) were live at once", a.0, a.1, a.2, b.0, b.1, b.2));
+                }
+            }
+        }
+    }
+    for (run, attempt, worker, at) in &h.starts {
+        let Some(d) = by_id.get(run.as_str()) else {
+            v.push(format!("run {run}: started by {worker} but not in the store"));
+            continue;
+        };
+        if let Some(next) = d.attempts.iter().find(|a| a.attempt == attempt + 1) {
+            if next.assigned_at < *at {
+                v.push(format!(
+                    "run {run}: attempt {attempt} started on {worker} at {at}, after attempt {} was assigned at {}",
+                    next.attempt, next.assigned_at
+                ));
+            }
+        }
+    }
+
+    // 4. No lost result: a report the leader acked as recorded is the
+    //    attempt's outcome in the store.
+    for (run, attempt, outcome) in &h.recorded {
+        let want = match v1::Outcome::try_from(*outcome).unwrap_or(v1::Outcome::Failed) {
+            v1::Outcome::Succeeded => AttemptState::Succeeded,
+            v1::Outcome::Cancelled => AttemptState::Cancelled,
+            v1::Outcome::Lost => AttemptState::Lost,
+            v1::Outcome::TimedOut => AttemptState::TimedOut,
+            _ => AttemptState::Failed,
+        };
+        let got = by_id.get(run.as_str()).and_then(|d| d.attempts.iter().find(|a| a.attempt == *attempt)).map(|a| a.state);
+        if got != Some(want) {
+            v.push(format!("run {run}: attempt {attempt}'s report ({}) was acked, but the store has {got:?}", want.as_str()));
+        }
+    }
+    Ok(runs.len())
+}

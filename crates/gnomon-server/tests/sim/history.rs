@@ -1,0 +1,52 @@
+//! What the simulated workers did, as the checker reads it.
+
+use std::collections::HashMap;
+
+use gnomon_core::Millis;
+
+#[derive(Debug, Default)]
+pub struct History {
+    /// (run, attempt, worker, when) of every attempt a worker started.
+    pub starts: Vec<(String, u32, String, Millis)>,
+    /// Intervals in which an attempt was executing on an awake worker.
+    pub segments: Vec<(String, u32, Millis, Millis)>,
+    open: HashMap<(String, u32), Millis>,
+    /// Reports the leader acked as recorded: (run, attempt, outcome).
+    pub recorded: Vec<(String, u32, i32)>,
+    /// Per job name: when it was paused and resumed.
+    pub paused: HashMap<String, Vec<(Millis, Option<Millis>)>>,
+    /// What the simulation did, for a replayed seed's report.
+    pub log: Vec<(Millis, String)>,
+}
+
+impl History {
+    pub fn start(&mut self, run: &str, attempt: u32, worker: &str, now: Millis) {
+        self.starts.push((run.to_string(), attempt, worker.to_string(), now));
+        self.open.insert((run.to_string(), attempt), now);
+    }
+
+    pub fn end_live(&mut self, run: &str, attempt: u32, now: Millis) {
+        if let Some(from) = self.open.remove(&(run.to_string(), attempt)) {
+            self.segments.push((run.to_string(), attempt, from, now));
+        }
+    }
+
+    pub fn resume_live(&mut self, run: &str, attempt: u32, now: Millis) {
+        self.open.insert((run.to_string(), attempt), now);
+    }
+
+    pub fn note(&mut self, now: Millis, what: String) {
+        self.log.push((now, what));
+    }
+
+    pub fn recorded(&mut self, run: &str, attempt: u32, outcome: i32) {
+        self.recorded.push((run.to_string(), attempt, outcome));
+    }
+
+    /// Closes the segments still open at the end.
+    pub fn close(&mut self, now: Millis) {
+        for ((run, attempt), from) in std::mem::take(&mut self.open) {
+            self.segments.push((run, attempt, from, now));
+        }
+    }
+}

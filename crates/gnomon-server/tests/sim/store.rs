@@ -1,0 +1,213 @@
+//! A store that fails on purpose: it wraps a real store and, from a seeded
+//! RNG, fails calls before they reach it, fails them after they committed
+//! (the caller cannot tell: an unknown outcome), and makes them slow (the
+//! simulated clock moves on while they run). It also checks that no leader
+//! write under a stale token is ever accepted.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use gnomon_backend::*;
+use gnomon_core::spec::JobSpec;
+use gnomon_core::{ManualClock, Millis};
+use rand::rngs::StdRng;
+use rand::Rng;
+
+/// How often each fault strikes while faults are on.
+#[derive(Debug, Clone, Copy)]
+pub struct FaultRates {
+    /// A leader write fails before it reaches the store.
+    pub write_before: f64,
+    /// A leader write commits, then the caller is told it failed.
+    pub write_after: f64,
+    /// A read fails.
+    pub read: f64,
+    /// A call takes up to `max_delay_ms` of simulated time.
+    pub delay: f64,
+    pub max_delay_ms: i64,
+}
+
+#[derive(Debug)]
+struct State {
+    rng: StdRng,
+    on: bool,
+    rates: FaultRates,
+    violations: Vec<String>,
+    injected: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    Before,
+    After,
+}
+
+#[derive(Debug, Clone)]
+pub struct FaultyStore {
+    inner: Arc<dyn Store>,
+    clock: ManualClock,
+    state: Arc<Mutex<State>>,
+    /// The newest token the simulation installed with `fence`.
+    current: Arc<AtomicU64>,
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn Store>, clock: ManualClock, rng: StdRng, rates: FaultRates) -> Self {
+        let state = State { rng, on: true, rates, violations: Vec::new(), injected: 0 };
+        Self { inner, clock, state: Arc::new(Mutex::new(state)), current: Arc::default() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn set_faults(&self, on: bool) {
+        self.lock().on = on;
+    }
+
+    pub fn violations(&self) -> Vec<String> {
+        self.lock().violations.clone()
+    }
+
+    pub fn injected(&self) -> u64 {
+        self.lock().injected
+    }
+
+    /// Decides this call's fault, and advances the clock for a slow call.
+    fn decide(&self, write: bool) -> Fault {
+        let mut s = self.lock();
+        if !s.on {
+            return Fault::None;
+        }
+        let r = s.rates;
+        if s.rng.gen_bool(r.delay) {
+            let d = s.rng.gen_range(1..=r.max_delay_ms);
+            self.clock.advance(d);
+        }
+        let fault = if write {
+            if s.rng.gen_bool(r.write_before) {
+                Fault::Before
+            } else if s.rng.gen_bool(r.write_after) {
+                Fault::After
+            } else {
+                Fault::None
+            }
+        } else if s.rng.gen_bool(r.read) {
+            Fault::Before
+        } else {
+            Fault::None
+        };
+        if fault != Fault::None {
+            s.injected += 1;
+        }
+        fault
+    }
+
+    fn read_fault(&self) -> Result<(), StoreError> {
+        match self.decide(false) {
+            Fault::None => Ok(()),
+            _ => Err(StoreError::Unavailable("injected: read failed".into())),
+        }
+    }
+
+    /// A leader write: the fault, the call, and the stale-token check.
+    async fn write<T, F>(&self, fence: &Fence, call: F) -> Result<T, StoreError>
+    where
+        F: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let fault = self.decide(true);
+        if fault == Fault::Before {
+            return Err(StoreError::Unavailable("injected: failed before the store".into()));
+        }
+        let result = call.await;
+        if result.is_ok() {
+            let current = self.current.load(Ordering::SeqCst);
+            if fence.token < current {
+                self.lock().violations.push(format!("a write under stale token {} was accepted (current {current})", fence.token));
+            }
+        }
+        match fault {
+            Fault::After if !matches!(result, Err(StoreError::Fenced { .. })) => {
+                Err(StoreError::Unavailable("injected: connection lost during commit (outcome unknown)".into()))
+            }
+            _ => result,
+        }
+    }
+}
+
+#[async_trait]
+impl Store for FaultyStore {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
+        self.inner.put_job(spec, precondition, now).await
+    }
+    async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError> {
+        self.inner.set_job_paused(namespace, name, paused, now).await
+    }
+    async fn delete_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError> {
+        self.inner.delete_job(namespace, name, precondition).await
+    }
+    async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<JobRecord>, StoreError> {
+        self.read_fault()?;
+        self.inner.get_job(namespace, name).await
+    }
+    async fn list_jobs(&self, namespace: Option<&str>) -> Result<Vec<JobRecord>, StoreError> {
+        self.inner.list_jobs(namespace).await
+    }
+    async fn job_changes(&self, since: u64) -> Result<JobChanges, StoreError> {
+        self.read_fault()?;
+        self.inner.job_changes(since).await
+    }
+    async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {
+        self.inner.next_epoch(scope).await
+    }
+    async fn fence(&self, fence: &Fence, holder: &LeaderInfo, now: Millis) -> Result<(), StoreError> {
+        self.inner.fence(fence, holder, now).await?;
+        self.current.fetch_max(fence.token, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn leadership(&self, scope: &str) -> Result<Option<LeadershipRecord>, StoreError> {
+        self.inner.leadership(scope).await
+    }
+    async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
+        self.write(fence, self.inner.fire(fence, runs, advances)).await
+    }
+    async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
+        self.write(fence, self.inner.transition(fence, transitions)).await
+    }
+    async fn fire_and_transition(
+        &self,
+        fence: &Fence,
+        runs: &[NewRun],
+        advances: &[JobAdvance],
+        transitions: &[Transition],
+    ) -> Result<TurnWrite, StoreError> {
+        self.write(fence, self.inner.fire_and_transition(fence, runs, advances, transitions)).await
+    }
+    async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
+        self.inner.request_cancel(run_id, now).await
+    }
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError> {
+        self.read_fault()?;
+        self.inner.get_run(run_id).await
+    }
+    async fn list_runs(&self, filter: &RunFilter, limit: u32, cursor: Option<i64>) -> Result<RunPage, StoreError> {
+        self.inner.list_runs(filter, limit, cursor).await
+    }
+    async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        self.read_fault()?;
+        self.inner.open_runs().await
+    }
+    async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError> {
+        self.read_fault()?;
+        self.inner.cancel_requests().await
+    }
+    async fn live_attempts(&self) -> Result<Vec<LiveAttempt>, StoreError> {
+        self.read_fault()?;
+        self.inner.live_attempts().await
+    }
+}

@@ -1,0 +1,320 @@
+//! A simulated worker that follows the worker protocol's rules: it opens a
+//! session with a `Hello` listing what it runs, heartbeats, runs what it is
+//! assigned (never while its fence has lapsed: no heartbeat acknowledged
+//! within 0.7 × the lease, counted from when that heartbeat was sent),
+//! reports into a spool kept until acked and re-sent on reconnect, and
+//! fences itself. Faults: it crashes (its attempts die, its spool survives),
+//! freezes (a paused process does nothing, then fences itself first thing
+//! on waking if its fence lapsed meanwhile) and loses its connection.
+
+use std::collections::{BTreeMap, HashMap};
+
+use gnomon_core::Millis;
+use gnomon_proto::v1::{self, server_message, worker_message};
+use gnomon_proto::PROTOCOL_VERSION;
+use gnomon_server::leader::LeaderCommand;
+use rand::rngs::StdRng;
+use rand::Rng;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::history::History;
+
+type Inbound = mpsc::UnboundedReceiver<Result<v1::ServerMessage, tonic::Status>>;
+
+struct Session {
+    rx: Inbound,
+    reply: Option<oneshot::Receiver<Result<String, tonic::Status>>>,
+    id: Option<String>,
+}
+
+struct Attempt {
+    ends_at: Millis,
+    succeeds: bool,
+    started_at: Millis,
+    token: u64,
+}
+
+pub struct SimWorker {
+    pub id: String,
+    capacity: u32,
+    session: Option<Session>,
+    running: BTreeMap<(String, u32), Attempt>,
+    spool: BTreeMap<(String, u32), v1::Report>,
+    /// When the newest acknowledged heartbeat was sent.
+    last_ack: Millis,
+    sent: HashMap<u64, Millis>,
+    ttl: Millis,
+    heartbeat_every: Millis,
+    next_heartbeat: Millis,
+    seq: u64,
+    max_token: u64,
+    paused_until: Option<Millis>,
+    down_until: Option<Millis>,
+    reconnect_at: Millis,
+}
+
+impl SimWorker {
+    pub fn new(id: String, capacity: u32, now: Millis) -> Self {
+        Self {
+            id,
+            capacity,
+            session: None,
+            running: BTreeMap::new(),
+            spool: BTreeMap::new(),
+            last_ack: now,
+            sent: HashMap::new(),
+            ttl: 5_000,
+            heartbeat_every: 1_000,
+            next_heartbeat: now,
+            seq: 0,
+            max_token: 0,
+            paused_until: None,
+            down_until: None,
+            reconnect_at: now,
+        }
+    }
+
+    pub fn is_up(&self, now: Millis) -> bool {
+        self.paused_until.is_none_or(|t| t <= now) && self.down_until.is_none_or(|t| t <= now)
+    }
+
+    fn fence_lapsed(&self, now: Millis) -> bool {
+        now - self.last_ack > self.ttl * 7 / 10
+    }
+
+    fn send(&self, commands: &mpsc::Sender<LeaderCommand>, msg: worker_message::Msg) {
+        if let Some(session) = self.session.as_ref().and_then(|s| s.id.clone()) {
+            let _ = commands.try_send(LeaderCommand::FromWorker { session, msg });
+        }
+    }
+
+    /// Kills the process: attempts die with it; the spool is on disk.
+    pub fn crash(&mut self, now: Millis, until: Millis, commands: &mpsc::Sender<LeaderCommand>, h: &mut History) {
+        h.note(now, format!("worker {} crashed until {}", self.id, until - crate::T0));
+        for (key, _) in std::mem::take(&mut self.running) {
+            h.end_live(&key.0, key.1, now);
+        }
+        self.drop_session(commands);
+        self.down_until = Some(until);
+    }
+
+    /// Freezes the process (SIGSTOP): nothing it runs makes progress.
+    pub fn pause(&mut self, now: Millis, until: Millis, h: &mut History) {
+        h.note(now, format!("worker {} paused until {}", self.id, until - crate::T0));
+        for key in self.running.keys() {
+            h.end_live(&key.0, key.1, now);
+        }
+        self.paused_until = Some(until);
+    }
+
+    /// The connection breaks; the process and its attempts go on.
+    pub fn cut(&mut self, now: Millis, commands: &mpsc::Sender<LeaderCommand>) {
+        self.drop_session(commands);
+        self.reconnect_at = now + 500;
+    }
+
+    fn drop_session(&mut self, commands: &mpsc::Sender<LeaderCommand>) {
+        if let Some(id) = self.session.take().and_then(|s| s.id) {
+            let _ = commands.try_send(LeaderCommand::SessionClosed { session: id });
+        }
+    }
+
+    fn report(&mut self, key: (String, u32), a: &Attempt, outcome: v1::Outcome, now: Millis, commands: &mpsc::Sender<LeaderCommand>) {
+        let report = v1::Report {
+            run_id: key.0.clone(),
+            attempt: key.1,
+            outcome: outcome as i32,
+            exit_code: Some(if outcome == v1::Outcome::Succeeded { 0 } else { 1 }),
+            started_at_ms: a.started_at,
+            ended_at_ms: now,
+            token: a.token,
+            ..Default::default()
+        };
+        self.spool.insert(key, report.clone());
+        self.send(commands, worker_message::Msg::Report(report));
+    }
+
+    pub fn tick(&mut self, now: Millis, rng: &mut StdRng, commands: &mpsc::Sender<LeaderCommand>, h: &mut History) {
+        if let Some(until) = self.down_until {
+            if now < until {
+                return;
+            }
+            // Restarted: a new process with nothing running.
+            self.down_until = None;
+            self.session = None;
+            self.last_ack = now - self.ttl;
+        }
+        if let Some(until) = self.paused_until {
+            if now < until {
+                return;
+            }
+            self.paused_until = None;
+            // Awake: the watchdog's first look.
+            if self.fence_lapsed(now) {
+                self.fence_all(now, commands, h);
+            } else {
+                for key in self.running.keys() {
+                    h.resume_live(&key.0, key.1, now);
+                }
+            }
+        }
+        if self.session.is_none() && now >= self.reconnect_at {
+            self.connect(commands);
+        }
+        self.read_messages(now, rng, commands, h);
+        if self.fence_lapsed(now) && !self.running.is_empty() {
+            self.fence_all(now, commands, h);
+        }
+        // Attempts that are done.
+        let done: Vec<(String, u32)> = self.running.iter().filter(|(_, a)| a.ends_at <= now).map(|(k, _)| k.clone()).collect();
+        for key in done {
+            if let Some(a) = self.running.remove(&key) {
+                h.end_live(&key.0, key.1, now);
+                let outcome = if a.succeeds { v1::Outcome::Succeeded } else { v1::Outcome::Failed };
+                self.report(key, &a, outcome, now, commands);
+            }
+        }
+        if self.session.as_ref().is_some_and(|s| s.id.is_some()) && now >= self.next_heartbeat {
+            self.seq += 1;
+            self.sent.insert(self.seq, now);
+            let attempts = self.running.keys().map(|k| v1::AttemptRef { run_id: k.0.clone(), attempt: k.1 }).collect();
+            let hb = v1::Heartbeat { seq: self.seq, attempts, running: self.running.len() as u32, ..Default::default() };
+            self.send(commands, worker_message::Msg::Heartbeat(hb));
+            self.next_heartbeat = now + self.heartbeat_every;
+        }
+    }
+
+    fn fence_all(&mut self, now: Millis, commands: &mpsc::Sender<LeaderCommand>, h: &mut History) {
+        for (key, a) in std::mem::take(&mut self.running) {
+            h.end_live(&key.0, key.1, now);
+            self.report(key, &a, v1::Outcome::Lost, now, commands);
+        }
+    }
+
+    fn connect(&mut self, commands: &mpsc::Sender<LeaderCommand>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (reply, answer) = oneshot::channel();
+        let hello = v1::Hello {
+            worker_id: self.id.clone(),
+            capacity: self.capacity,
+            executors: vec!["handler".into()],
+            handlers: vec!["noop".into()],
+            running: self.running.keys().map(|k| v1::AttemptRef { run_id: k.0.clone(), attempt: k.1 }).collect(),
+            protocol_version: PROTOCOL_VERSION,
+            ..Default::default()
+        };
+        if commands.try_send(LeaderCommand::SessionOpen { hello: Box::new(hello), outbound: tx, reply }).is_ok() {
+            self.session = Some(Session { rx, reply: Some(answer), id: None });
+        }
+    }
+
+    fn read_messages(&mut self, now: Millis, rng: &mut StdRng, commands: &mpsc::Sender<LeaderCommand>, h: &mut History) {
+        let Some(session) = self.session.as_mut() else { return };
+        if let Some(reply) = session.reply.as_mut() {
+            match reply.try_recv() {
+                Ok(Ok(id)) => {
+                    session.id = Some(id);
+                    session.reply = None;
+                }
+                Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed) => {
+                    self.session = None;
+                    self.reconnect_at = now + 500;
+                    return;
+                }
+                Err(oneshot::error::TryRecvError::Empty) => return,
+            }
+        }
+        let mut messages = Vec::new();
+        let mut closed = false;
+        loop {
+            match session.rx.try_recv() {
+                Ok(Ok(m)) => messages.extend(m.msg),
+                Ok(Err(_)) | Err(mpsc::error::TryRecvError::Disconnected) => {
+                    closed = true;
+                    break;
+                }
+                Err(mpsc::error::TryRecvError::Empty) => break,
+            }
+        }
+        for m in messages {
+            self.handle(m, now, rng, commands, h);
+        }
+        if closed {
+            self.session = None;
+            self.reconnect_at = now + 200;
+        }
+    }
+
+    fn handle(&mut self, m: server_message::Msg, now: Millis, rng: &mut StdRng, commands: &mpsc::Sender<LeaderCommand>, h: &mut History) {
+        match m {
+            server_message::Msg::Welcome(w) => {
+                self.max_token = self.max_token.max(w.leader_token);
+                self.ttl = w.lease_ttl_ms as Millis;
+                self.heartbeat_every = w.heartbeat_interval_ms as Millis;
+                self.last_ack = now;
+                for r in w.superseded {
+                    if self.running.remove(&(r.run_id.clone(), r.attempt)).is_some() {
+                        h.end_live(&r.run_id, r.attempt, now);
+                    }
+                }
+                // The session id came with the reply, read before this.
+                let spooled: Vec<v1::Report> = self.spool.values().cloned().collect();
+                for r in spooled {
+                    self.send(commands, worker_message::Msg::Report(r));
+                }
+            }
+            server_message::Msg::Assign(a) => {
+                if a.token < self.max_token {
+                    return;
+                }
+                self.max_token = a.token;
+                let key = (a.run_id.clone(), a.attempt);
+                // Never start while the fence has lapsed; drop, not queue.
+                if self.fence_lapsed(now) || self.running.contains_key(&key) || self.spool.contains_key(&key) {
+                    return;
+                }
+                h.start(&a.run_id, a.attempt, &self.id, now);
+                let ends_at = now + rng.gen_range(20..=800);
+                let succeeds = rng.gen_bool(0.8);
+                self.running.insert(key, Attempt { ends_at, succeeds, started_at: now, token: a.token });
+            }
+            server_message::Msg::Cancel(c) => {
+                if c.token < self.max_token {
+                    return;
+                }
+                let key = (c.run_id.clone(), c.attempt);
+                if let Some(a) = self.running.remove(&key) {
+                    h.end_live(&key.0, key.1, now);
+                    self.report(key, &a, v1::Outcome::Cancelled, now, commands);
+                }
+            }
+            server_message::Msg::Abort(a) => {
+                if a.token < self.max_token {
+                    return;
+                }
+                let key = (a.run_id.clone(), a.attempt);
+                if self.running.remove(&key).is_some() {
+                    h.end_live(&key.0, key.1, now);
+                }
+                self.spool.remove(&key);
+            }
+            server_message::Msg::Ack(ack) => {
+                if let Some(seq) = ack.heartbeat_seq {
+                    if let Some(sent) = self.sent.remove(&seq) {
+                        self.last_ack = self.last_ack.max(sent);
+                    }
+                    self.sent.retain(|s, _| *s > seq);
+                }
+                if let Some(r) = ack.report {
+                    let key = (r.run_id.clone(), r.attempt);
+                    if let Some(report) = self.spool.remove(&key) {
+                        if ack.rejected_reason.is_empty() {
+                            h.recorded(&r.run_id, r.attempt, report.outcome);
+                        }
+                    }
+                }
+            }
+            server_message::Msg::NotLeader(_) => {}
+        }
+    }
+}
