@@ -359,7 +359,12 @@ fn restart_catch_up(backend: Backend) {
         let late_fires = runs.iter().filter(|r| late(r)).count();
         let skipped = runs.iter().filter(|r| r["state"] == "skipped").count();
         match expect_late_fires {
-            Some(k) => assert_eq!(late_fires, k, "{job}: catch-up runs"),
+            Some(k) => assert_eq!(
+                late_fires,
+                k,
+                "{job}: catch-up runs (ready at {ready_ms}): {:#}",
+                json!(runs.iter().map(|r| (r["scheduled_at"].clone(), r["fired_at"].clone(), r["state"].clone())).collect::<Vec<_>>())
+            ),
             None => assert!(
                 late_fires >= 4 && skipped == 0,
                 "{job}: fire_all catches up every missed second ({late_fires} late, {skipped} skipped)"

@@ -58,7 +58,7 @@ impl LeaderRuntime {
             }
         }
         if live.is_empty() {
-            self.last_poll = 0;
+            self.last_poll = now;
             return Ok(());
         }
         let workers: HashMap<String, (u32, String)> =
@@ -111,7 +111,7 @@ impl LeaderRuntime {
         if !self.adopted.is_empty() {
             tracing::info!(adopted = self.adopted.len(), "adopted live worker session leases from the store");
         }
-        self.last_poll = 0;
+        self.last_poll = now;
         Ok(())
     }
 
