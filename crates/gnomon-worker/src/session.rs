@@ -114,7 +114,15 @@ struct Inner {
     /// the next reconnect, leaving their runs `running` on the leader.
     outbound: Option<mpsc::UnboundedSender<v1::WorkerMessage>>,
     max_token: u64,
+    /// When the newest acknowledged heartbeat was *sent*: the lease runs
+    /// from the leader's receipt of it, which is no earlier, so the fence
+    /// counted from here never outlasts the leader's view of the lease
+    /// (however late the acknowledgement arrives).
     last_ack: Instant,
+    /// Send times of the heartbeats not yet acknowledged, by sequence.
+    heartbeats_sent: BTreeMap<u64, Instant>,
+    /// Sessions established so far.
+    welcomes: u64,
     lease_ttl: Duration,
     draining: bool,
 }
@@ -158,6 +166,8 @@ impl WorkerRuntime {
             outbound: None,
             max_token: 0,
             last_ack: Instant::now(),
+            heartbeats_sent: BTreeMap::new(),
+            welcomes: 0,
             lease_ttl: Duration::from_secs(10),
             draining: false,
         };
@@ -286,8 +296,19 @@ impl WorkerRuntime {
                 _ = cancel_rx.wait_for(|c| *c) => None,
                 p = rt.slots.clone().acquire_owned() => p.ok(),
             };
-            // Stopped while it waited (a slot may have freed at that moment).
+            // Stopped while it waited (a slot may have freed at that moment),
+            // or the fence lapsed meanwhile: it never starts.
             let permit = permit.filter(|_| !*cancel_rx.borrow());
+            let permit = match permit {
+                Some(p) if rt.fence_lapsed() => {
+                    drop(p);
+                    if let Some(r) = rt.lock().running.get_mut(&key) {
+                        r.lost = true;
+                    }
+                    None
+                }
+                p => p,
+            };
             let started = now_ms();
             let outcome = match permit.as_ref() {
                 Some(_) => {
@@ -358,6 +379,13 @@ impl WorkerRuntime {
         }
     }
 
+    /// No heartbeat sent within the safety fraction of the lease has been
+    /// acknowledged: this worker may no longer be the holder of anything.
+    fn fence_lapsed(&self) -> bool {
+        let inner = self.lock();
+        inner.last_ack.elapsed() > inner.lease_ttl.mul_f64(self.config.self_fence_fraction)
+    }
+
     /// Self-fencing: kill everything running and report it lost.
     fn fence_self(&self, why: &str) {
         let keys: Vec<(String, u32)> = self.lock().running.keys().cloned().collect();
@@ -386,6 +414,14 @@ impl WorkerRuntime {
                     tracing::warn!(run = %a.run_id, token = a.token, "assignment with a stale token ignored");
                     return;
                 }
+                // A worker whose fence has lapsed (it was frozen, or cut off)
+                // may have been declared dead and its attempts given to
+                // another: what arrives before a fresh acknowledgement is
+                // dropped, not queued (the leader ends it lost).
+                if self.fence_lapsed() {
+                    tracing::warn!(run = %a.run_id, attempt = a.attempt, "assignment dropped: no heartbeat acknowledged within the fence");
+                    return;
+                }
                 self.start_attempt(a);
             }
             server_message::Msg::Cancel(c) => {
@@ -401,8 +437,12 @@ impl WorkerRuntime {
                 }
             }
             server_message::Msg::Ack(ack) => {
-                if ack.heartbeat_seq.is_some() {
-                    self.lock().last_ack = Instant::now();
+                if let Some(seq) = ack.heartbeat_seq {
+                    let mut inner = self.lock();
+                    if let Some(sent) = inner.heartbeats_sent.get(&seq).copied() {
+                        inner.last_ack = inner.last_ack.max(sent);
+                    }
+                    inner.heartbeats_sent.retain(|s, _| *s > seq);
                 }
                 if let Some(r) = ack.report {
                     if !ack.rejected_reason.is_empty() {
@@ -446,11 +486,7 @@ impl WorkerRuntime {
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(Duration::from_millis(100)).await;
-                    let (silent, limit) = {
-                        let inner = rt.lock();
-                        (inner.last_ack.elapsed(), inner.lease_ttl.mul_f64(rt.config.self_fence_fraction))
-                    };
-                    if silent > limit {
+                    if rt.fence_lapsed() {
                         rt.fence_self("no heartbeat acked within the safety fraction of the lease");
                     }
                 }
@@ -479,7 +515,14 @@ impl WorkerRuntime {
                 next += 1;
                 a
             });
-            match self.session(&addr, &mut shutdown, &mut drain_deadline).await {
+            let welcomed = self.lock().welcomes;
+            let end = self.session(&addr, &mut shutdown, &mut drain_deadline).await;
+            // After a session that was established, reconnect quickly again:
+            // a worker must find a new leader well within its lease.
+            if self.lock().welcomes != welcomed {
+                backoff = Duration::from_millis(100);
+            }
+            match end {
                 SessionEnd::Redirect(to) => {
                     tracing::info!(from = %addr, to = %to, "not the leader; following the redirect");
                     redirect = Some(to);
@@ -517,6 +560,10 @@ impl WorkerRuntime {
         };
         let mut client = WorkerClient::new(channel).max_decoding_message_size(8 << 20);
         let (tx, rx) = mpsc::unbounded_channel::<v1::WorkerMessage>();
+        // The session's lease starts when the leader receives this Hello,
+        // so the fence counts from its sending: a worker frozen before it
+        // reads the Welcome must not count from the Welcome's late arrival.
+        let hello_sent = Instant::now();
         let _ = tx.send(msg(worker_message::Msg::Hello(self.hello())));
         let mut request = tonic::Request::new(UnboundedReceiverStream::new(rx));
         if let Some(token) = &self.config.token {
@@ -548,7 +595,9 @@ impl WorkerRuntime {
             let mut inner = self.lock();
             inner.max_token = inner.max_token.max(welcome.leader_token);
             inner.lease_ttl = Duration::from_millis(welcome.lease_ttl_ms.max(500));
-            inner.last_ack = Instant::now();
+            inner.last_ack = inner.last_ack.max(hello_sent);
+            inner.heartbeats_sent.clear();
+            inner.welcomes += 1;
             inner.outbound = Some(tx.clone());
             for r in inner.spool.values() {
                 let _ = tx.send(msg(worker_message::Msg::Report(r.clone())));
@@ -571,6 +620,7 @@ impl WorkerRuntime {
                     let queued = held.saturating_sub(running);
                     let load = f64::from(running) / f64::from(self.config.capacity.max(1));
                     let hb = v1::Heartbeat { seq, running, load, attempts, draining, queued };
+                    self.lock().heartbeats_sent.insert(seq, Instant::now());
                     if tx.send(msg(worker_message::Msg::Heartbeat(hb))).is_err() {
                         break SessionEnd::Lost("outbound queue closed".into());
                     }
@@ -790,6 +840,58 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         panic!("timed out waiting for {what}");
+    }
+
+    /// A worker that wakes from a freeze (no heartbeat acknowledged within
+    /// the fence) drops the assignments that arrived meanwhile: the leader
+    /// may already have given them to another worker. And a queued attempt
+    /// whose slot frees after the fence lapsed never starts: it is reported
+    /// lost.
+    #[tokio::test]
+    async fn a_worker_whose_fence_lapsed_starts_nothing() {
+        let (rt, gate) = gated_worker(1, 1, 0);
+        rt.lock().lease_ttl = Duration::from_secs(10);
+        rt.lock().last_ack = Instant::now() - Duration::from_secs(8);
+        rt.handle(server_message::Msg::Assign(assign("late")));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(rt.running(), 0, "an assignment that arrives while fenced is dropped");
+        assert!(gate.order.lock().unwrap().is_empty());
+
+        // Fresh: r0 executes, r1 waits for the slot. Then the fence lapses
+        // before the slot frees.
+        rt.lock().last_ack = Instant::now();
+        rt.handle(server_message::Msg::Assign(assign("r0")));
+        rt.handle(server_message::Msg::Assign(assign("r1")));
+        until("r0 executing", || gate.order.lock().unwrap().len() == 1).await;
+        rt.lock().last_ack = Instant::now() - Duration::from_secs(8);
+        gate.release.add_permits(1);
+        until("both ended", || rt.running() == 0).await;
+        assert_eq!(*gate.order.lock().unwrap(), vec!["r0".to_string()], "r1 never ran");
+        let spool = rt.lock().spool.clone();
+        let r1 = spool.get(&("r1".to_string(), 1)).expect("r1 reported");
+        assert_eq!(r1.outcome, v1::Outcome::Lost as i32, "{r1:?}");
+    }
+
+    /// The fence runs from when the acknowledged heartbeat was sent, not
+    /// from when its acknowledgement arrived.
+    #[test]
+    fn an_ack_counts_from_the_heartbeats_send_time() {
+        let rt = WorkerRuntime::new(WorkerConfig::new("w", vec![]), HandlerRegistry::default());
+        let sent = Instant::now() - Duration::from_secs(6);
+        {
+            let mut inner = rt.lock();
+            inner.lease_ttl = Duration::from_secs(10);
+            inner.last_ack = sent - Duration::from_secs(1);
+            inner.heartbeats_sent.insert(7, sent);
+        }
+        rt.handle(server_message::Msg::Ack(v1::Ack { heartbeat_seq: Some(7), ..Default::default() }));
+        assert_eq!(rt.lock().last_ack, sent);
+        assert!(!rt.fence_lapsed(), "6 s < 7 s");
+        rt.lock().last_ack = sent - Duration::from_secs(2);
+        assert!(rt.fence_lapsed(), "8 s > 7 s");
+        // An ack of a heartbeat it never sent moves nothing.
+        rt.handle(server_message::Msg::Ack(v1::Ack { heartbeat_seq: Some(99), ..Default::default() }));
+        assert_eq!(rt.lock().last_ack, sent - Duration::from_secs(2));
     }
 
     #[tokio::test]

@@ -83,7 +83,7 @@ impl LeaderRuntime {
         let mut free = self.dispatch_room();
         let mut batch: Vec<Transition> = Vec::new();
         let mut targets: Vec<String> = Vec::new();
-        let mut batch_jobs: HashSet<String> = HashSet::new();
+        let mut batch_jobs: HashSet<String> = HashSet::default();
         let mut deferred = Vec::new();
         let mut dropped = Vec::new();
         let mut scanned = 0;

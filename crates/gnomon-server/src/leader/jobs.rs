@@ -42,6 +42,10 @@ pub(super) struct JobEntry {
     /// Instants the previous version had due when it was changed, still
     /// to be fired under it (see [`LeaderRuntime::upsert_job`]).
     pub(super) carry: Option<Box<Carry>>,
+    /// `from` moved past `last_scheduled_at` (a new schedule, a resume) and
+    /// is not yet written: the next fire writes it as the job's
+    /// `last_scheduled_at`, so a new leader starts there too.
+    pub(super) settle: bool,
 }
 
 /// The previous version's timeline up to the change.
@@ -112,8 +116,8 @@ impl LeaderRuntime {
         // ahead cannot drop instants that are not due yet).
         let cut = record.updated_at.min(self.clock.now_millis());
         let last = record.last_scheduled_at.max(previous_last);
-        let (from, carry) = match previous {
-            Some(p) if p.schedule_key == key && p.record.paused == record.paused => (p.from, p.carry.clone()),
+        let (from, carry, settle) = match previous {
+            Some(p) if p.schedule_key == key && p.record.paused == record.paused => (p.from, p.carry.clone(), p.settle),
             Some(p) => {
                 // The schedule changed, or the job was paused or resumed.
                 // A new schedule, or a resumed job, starts at the change
@@ -122,13 +126,13 @@ impl LeaderRuntime {
                 // under it (a turn a few milliseconds late loses nothing).
                 let from = if p.schedule_key != key || (p.record.paused && !record.paused) { cut } else { p.from };
                 let carry = (!p.record.paused).then(|| Box::new(Carry { schedule: p.schedule.clone(), after: p.from, until: cut }));
-                (from, carry)
+                (from, carry, p.settle || from > last.unwrap_or(Millis::MIN))
             }
             // Not in memory (a new term): a first version starts at its
             // creation; a later one at its last fire if it has one (an edit
             // never drops a due instant), else at its last change.
-            None if record.version <= 1 => (record.created_at, None),
-            None => (if last.is_some() { record.created_at } else { cut }, None),
+            None if record.version <= 1 => (record.created_at, None, false),
+            None => (if last.is_some() { record.created_at } else { cut }, None, false),
         };
         let record = JobMeta {
             last_scheduled_at: last,
@@ -154,8 +158,9 @@ impl LeaderRuntime {
             schedule_key: key,
             from,
             carry,
+            settle,
         });
-        let due = if entry.carry.is_some() {
+        let due = if entry.carry.is_some() || (entry.settle && !entry.record.paused) {
             Some(self.clock.now_millis())
         } else if !entry.record.paused {
             entry.schedule.next_after(self.base_of(&entry))
@@ -323,10 +328,13 @@ impl LeaderRuntime {
                     manual: false,
                 });
             }
-            if let Some(last) = plan.last_scheduled_at {
+            // A timeline that starts at a change is written with the fire.
+            let settled = (entry.settle && entry.carry.is_none()).then_some(entry.from);
+            let last = plan.last_scheduled_at.max(settled);
+            if let Some(last) = last {
                 advances.push(JobAdvance { job_uid: uid.clone(), last_scheduled_at: last });
             }
-            plans.push((uid.clone(), plan.last_scheduled_at, plan.more, entry.carry.is_some()));
+            plans.push((uid.clone(), last, plan.more, entry.carry.is_some()));
         }
         // Replace: what is open is cancelled once the new run is written.
         let replace = replace_cancels;
@@ -358,7 +366,7 @@ impl LeaderRuntime {
         metrics::histogram!("gnomon_store_fire_seconds").record((committed - stamp).max(0) as f64 / 1000.0);
         // Metric handles looked up once per chunk, not once per run.
         let lateness = metrics::histogram!("gnomon_fire_lateness_seconds");
-        let mut created: HashMap<&'static str, u64> = HashMap::new();
+        let mut created: HashMap<&'static str, u64> = HashMap::default();
         let mut existed = None;
         for (run, outcome) in new_runs.into_iter().zip(outcomes) {
             if outcome != FireOutcome::Created {
@@ -381,6 +389,9 @@ impl LeaderRuntime {
             let Some(entry) = self.cache.jobs.get_mut(&uid) else { continue };
             if let Some(last) = last {
                 entry.record.last_scheduled_at = Some(entry.record.last_scheduled_at.map_or(last, |l| l.max(last)));
+            }
+            if !carried {
+                entry.settle = false;
             }
             let generation = entry.generation;
             let next = if more {

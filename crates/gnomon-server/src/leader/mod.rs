@@ -7,7 +7,9 @@
 //! reports it has been fenced out.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,6 +73,13 @@ use jobs::*;
 use results::*;
 use runs::*;
 use workers::*;
+
+/// The leader's maps and sets hash with fixed keys, so that the order in
+/// which it walks them, and so everything it does, depends only on its
+/// inputs: a simulation seed replays exactly. (Their keys are run, job and
+/// worker ids the server or an authenticated worker chose.)
+pub type HashMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<DefaultHasher>>;
+pub type HashSet<K> = std::collections::HashSet<K, BuildHasherDefault<DefaultHasher>>;
 
 /// The leader's published worker sessions and backpressure.
 pub type WorkersView = Arc<std::sync::RwLock<Snapshot>>;
@@ -247,7 +256,7 @@ impl LeaderRuntime {
         Self {
             leases,
             lease_deletions: None,
-            adopted: HashMap::new(),
+            adopted: HashMap::default(),
             job_signal: None,
             store: p.store,
             fence: p.fence,
@@ -261,15 +270,15 @@ impl LeaderRuntime {
             stale: true,
             rebuild_failures: 0,
             term_started: None,
-            sessions: HashMap::new(),
-            session_ids: HashMap::new(),
-            expired: HashMap::new(),
+            sessions: HashMap::default(),
+            session_ids: HashMap::default(),
+            expired: HashMap::default(),
             round_robin: 0,
             view_dirty: true,
             pressure,
             unwritten_events: Vec::new(),
             deferred: VecDeque::new(),
-            previous_jobs: HashMap::new(),
+            previous_jobs: HashMap::default(),
             unheld: Vec::new(),
             last_poll: 0,
         }

@@ -24,7 +24,7 @@ impl LeaderRuntime {
         let events = std::mem::take(&mut self.unwritten_events);
         // Build the batch against a scratch copy of the states so that a
         // start and an end of the same attempt in one batch chain correctly.
-        let mut scratch: HashMap<String, (RunState, u32)> = HashMap::new();
+        let mut scratch: HashMap<String, (RunState, u32)> = HashMap::default();
         let mut batch = Vec::new();
         // Reports to ack once the batch is written: (worker, run, attempt, rejection).
         let mut acks: Vec<(String, String, u32, Option<&'static str>)> = Vec::new();
@@ -124,7 +124,7 @@ impl LeaderRuntime {
     /// The results are persisted: mirror them, then ack (and abort what was
     /// superseded).
     pub(super) async fn finish_events(&mut self, eb: EventBatch, applied: Vec<bool>) -> Result<()> {
-        let mut moved: HashMap<&'static str, u64> = HashMap::new();
+        let mut moved: HashMap<&'static str, u64> = HashMap::default();
         for (t, ok) in eb.batch.iter().zip(applied) {
             if ok {
                 *moved.entry(t.to.as_str()).or_default() += 1;

@@ -66,7 +66,7 @@ impl LeaderRuntime {
         // Store-kept session leases (etcd): adopt the live ones.
         let leased: HashMap<String, (i64, i64)> = match self.leases.clone() {
             Some(leases) => leases.live().await?.into_iter().map(|l| (l.worker, (l.lease, l.remaining_ms))).collect(),
-            None => HashMap::new(),
+            None => HashMap::default(),
         };
         let ttl = self.config.lease_ttl_ms;
         for id in live {
@@ -142,7 +142,7 @@ impl LeaderRuntime {
                 set.insert(id.clone());
             }
             None => {
-                self.cache.runs_by_job.insert(run.key.uid.clone(), HashSet::from([id.clone()]));
+                self.cache.runs_by_job.insert(run.key.uid.clone(), HashSet::from_iter([id.clone()]));
             }
         }
         self.cache.runs.insert(id, run);

@@ -138,7 +138,7 @@ impl LeaderRuntime {
                 lease_until: now + self.config.lease_ttl_ms,
                 last_heartbeat: now,
                 attempts,
-                unlisted: HashMap::new(),
+                unlisted: HashMap::default(),
                 draining: false,
                 store_lease: None,
                 refreshed_at: now,
@@ -236,7 +236,7 @@ impl LeaderRuntime {
                 _ => None,
             })
             .collect();
-        let mut unlisted = HashMap::new();
+        let mut unlisted = HashMap::default();
         let mut gone = Vec::new();
         for id in &s.attempts {
             let Some(run) = self.cache.runs.get(id) else { continue };

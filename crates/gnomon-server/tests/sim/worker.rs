@@ -51,6 +51,10 @@ pub struct SimWorker {
     paused_until: Option<Millis>,
     down_until: Option<Millis>,
     reconnect_at: Millis,
+    /// When the current session's Hello was sent: its lease starts no
+    /// earlier on the leader.
+    hello_sent: Millis,
+    now: Millis,
 }
 
 impl SimWorker {
@@ -71,6 +75,8 @@ impl SimWorker {
             paused_until: None,
             down_until: None,
             reconnect_at: now,
+            hello_sent: now,
+            now,
         }
     }
 
@@ -135,6 +141,7 @@ impl SimWorker {
     }
 
     pub fn tick(&mut self, now: Millis, rng: &mut StdRng, commands: &mpsc::Sender<LeaderCommand>, h: &mut History) {
+        self.now = now;
         if let Some(until) = self.down_until {
             if now < until {
                 return;
@@ -203,6 +210,7 @@ impl SimWorker {
             protocol_version: PROTOCOL_VERSION,
             ..Default::default()
         };
+        self.hello_sent = self.now;
         if commands.try_send(LeaderCommand::SessionOpen { hello: Box::new(hello), outbound: tx, reply }).is_ok() {
             self.session = Some(Session { rx, reply: Some(answer), id: None });
         }
@@ -251,7 +259,10 @@ impl SimWorker {
                 self.max_token = self.max_token.max(w.leader_token);
                 self.ttl = w.lease_ttl_ms as Millis;
                 self.heartbeat_every = w.heartbeat_interval_ms as Millis;
-                self.last_ack = now;
+                // The session's lease runs from the leader's receipt of the
+                // Hello: counted from its sending, not from this Welcome's
+                // arrival (which a freeze can delay past that lease).
+                self.last_ack = self.last_ack.max(self.hello_sent);
                 for r in w.superseded {
                     if self.running.remove(&(r.run_id.clone(), r.attempt)).is_some() {
                         h.end_live(&r.run_id, r.attempt, now);
