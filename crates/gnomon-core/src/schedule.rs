@@ -1,14 +1,20 @@
 //! Schedules: cron (with seconds, time zones and a defined DST policy),
 //! fixed intervals on absolute time, one-shot times, and manual-only.
 //!
-//! # DST policy
-//! Cron expressions are evaluated on the job's local wall clock.
-//! - A wall-clock time that falls in a spring-forward gap does not exist; it
-//!   fires once, at the first instant after the gap (the transition instant).
-//!   Several gap times (e.g. every minute from 02:00 to 02:59) collapse into
-//!   that one fire.
-//! - A wall-clock time repeated in a fall-back overlap fires once, at its
-//!   first occurrence.
+//! # DST policy (cronie's rule)
+//! Cron expressions are evaluated on the job's local wall clock. What a
+//! time change does depends on the kind of expression:
+//! - **Frequent** expressions, whose minute or hour field is a wildcard
+//!   (`*`, `*/5`: they run every hour or more often), keep running on
+//!   absolute time through a change: in a fall-back they fire in both
+//!   passes of the repeated hour (`0 */5 * * * *` stays every five
+//!   minutes), and wall-clock times inside a spring-forward gap, which do
+//!   not exist, do not fire.
+//! - **Fixed-time** expressions (a specific minute and hour, like
+//!   `0 30 1 * * *`) fire once per matching wall-clock time: a time inside
+//!   a spring-forward gap fires once, at the first instant after the gap
+//!   (several gap times collapse into that one fire); a time repeated in a
+//!   fall-back overlap fires once, at its first occurrence.
 //! - `every` schedules run on absolute time (multiples of the interval since
 //!   the Unix epoch) and ignore wall clocks entirely.
 
@@ -38,6 +44,24 @@ pub struct CronSchedule {
     pub expression: String,
     pub timezone: Tz,
     cron: croner::Cron,
+    /// Its minute or hour field is a wildcard: it runs on absolute time
+    /// through DST changes (see the module's DST policy).
+    frequent: bool,
+}
+
+/// Whether a cron expression runs every hour or more often: its minute or
+/// hour field is a wildcard (cronie's and Vixie cron's "wildcard job").
+fn is_frequent(expression: &str) -> bool {
+    if let Some(name) = expression.strip_prefix('@') {
+        return name.eq_ignore_ascii_case("hourly");
+    }
+    let fields: Vec<&str> = expression.split_whitespace().collect();
+    let (minute, hour) = match fields.len() {
+        6 => (fields[1], fields[2]),
+        5 => (fields[0], fields[1]),
+        _ => return false,
+    };
+    minute.starts_with('*') || hour.starts_with('*')
 }
 
 /// How many candidate wall-clock times we examine before declaring that a
@@ -70,7 +94,7 @@ impl CronSchedule {
             .with_seconds_optional()
             .parse()
             .map_err(|e| SpecError::new("invalid_cron", "schedule.cron", format!("invalid cron expression {trimmed:?}: {e}")))?;
-        let schedule = Self { expression: trimmed.to_string(), timezone: tz, cron };
+        let schedule = Self { expression: trimmed.to_string(), timezone: tz, cron, frequent: is_frequent(trimmed) };
         // Reject expressions that can never fire (e.g. "0 0 0 30 2 *").
         let probe = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single().map(|d| d.timestamp_millis()).unwrap_or(0);
         if schedule.next_after(probe).is_none() {
@@ -81,6 +105,42 @@ impl CronSchedule {
 
     /// The next fire instant strictly after `after_ms`, per the DST policy.
     pub fn next_after(&self, after_ms: Millis) -> Option<Millis> {
+        if self.frequent {
+            self.next_on_absolute_time(after_ms)
+        } else {
+            self.next_fixed_time(after_ms)
+        }
+    }
+
+    /// A frequent expression: the first instant after `after_ms` whose local
+    /// time (with the offset in force at that instant) matches. Walks one
+    /// stretch of constant UTC offset at a time, so both passes of a
+    /// repeated hour are seen and the times of a gap never match.
+    fn next_on_absolute_time(&self, after_ms: Millis) -> Option<Millis> {
+        let tz = &self.timezone;
+        // Looking for t > from (or t >= from after crossing a transition).
+        let mut from = after_ms;
+        let mut inclusive = false;
+        for _ in 0..MAX_OFFSET_STRETCHES {
+            let offset = offset_ms(tz, from)?;
+            let local_start = from + offset - i64::from(inclusive);
+            let disguised = DateTime::<Utc>::from_timestamp_millis(local_start)?;
+            let local_next = self.cron.find_next_occurrence(&disguised, false).ok()?.timestamp_millis();
+            let candidate = local_next - offset;
+            match first_offset_change(tz, from, candidate, offset) {
+                None => return Some(candidate),
+                Some(transition) => {
+                    from = transition;
+                    inclusive = true;
+                }
+            }
+        }
+        None
+    }
+
+    /// A fixed-time expression: the next matching wall-clock time, mapped
+    /// to its first occurrence, or to the end of a gap.
+    fn next_fixed_time(&self, after_ms: Millis) -> Option<Millis> {
         let after = DateTime::<Utc>::from_timestamp_millis(after_ms)?;
         // Cron fires on whole seconds; search from the local wall time of `after`.
         let mut naive = after.with_timezone(&self.timezone).naive_local();
@@ -96,6 +156,44 @@ impl CronSchedule {
             naive = next_naive;
         }
         None
+    }
+}
+
+/// How many stretches of constant UTC offset a search crosses at most.
+const MAX_OFFSET_STRETCHES: usize = 64;
+
+/// The zone's UTC offset (local minus UTC) at an instant, in milliseconds.
+fn offset_ms(tz: &Tz, instant_ms: Millis) -> Option<Millis> {
+    let at = DateTime::<Utc>::from_timestamp_millis(instant_ms)?;
+    Some(i64::from(tz.offset_from_utc_datetime(&at.naive_utc()).fix().local_minus_utc()) * 1000)
+}
+
+/// The first instant in `(from, until]` at which the zone's offset is no
+/// longer `offset`, if any. Zones change their offset at most a few times a
+/// year, never twice within six hours.
+fn first_offset_change(tz: &Tz, from: Millis, until: Millis, offset: Millis) -> Option<Millis> {
+    const STEP: Millis = 6 * 3600 * 1000;
+    let differs = |t: Millis| offset_ms(tz, t).is_some_and(|o| o != offset);
+    let mut lo = from;
+    loop {
+        let hi = (lo + STEP).min(until);
+        if differs(hi) {
+            // The change lies in (lo, hi]: binary search on milliseconds.
+            let (mut a, mut b) = (lo, hi);
+            while b - a > 1 {
+                let mid = a + (b - a) / 2;
+                if differs(mid) {
+                    b = mid;
+                } else {
+                    a = mid;
+                }
+            }
+            return Some(b);
+        }
+        if hi >= until {
+            return None;
+        }
+        lo = hi;
     }
 }
 
@@ -230,10 +328,15 @@ mod tests {
         assert_eq!(iso(fire), "2026-03-29T01:00:00.000Z");
         // And the day after it is back at 02:30 local (00:30Z, summer time).
         assert_eq!(iso(c.next_after(fire).unwrap()), "2026-03-30T00:30:00.000Z");
-        // Every minute during the gap collapses into one fire at 03:00 local.
-        let c = CronSchedule::parse("0 * 2 * * *", "Europe/Berlin").unwrap();
+        // Several fixed times in the gap collapse into one fire at 03:00 local.
+        let c = CronSchedule::parse("0 0,15,30 2 * * *", "Europe/Berlin").unwrap();
         let (fires, _) = Schedule::Cron(Box::new(c)).fires_between(ms("2026-03-29T00:30:00Z"), ms("2026-03-29T03:00:00Z"), 1000);
         assert_eq!(fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(), vec!["2026-03-29T01:00:00.000Z"]);
+        // A frequent expression (every minute of hour 2) runs on absolute
+        // time: the gap's times do not exist, so nothing fires for them.
+        let c = CronSchedule::parse("0 * 2 * * *", "Europe/Berlin").unwrap();
+        let (fires, _) = Schedule::Cron(Box::new(c)).fires_between(ms("2026-03-29T00:30:00Z"), ms("2026-03-29T03:00:00Z"), 1000);
+        assert!(fires.is_empty(), "{fires:?}");
     }
 
     #[test]
@@ -243,11 +346,15 @@ mod tests {
         let s = Schedule::Cron(Box::new(c));
         let (fires, _) = s.fires_between(ms("2026-10-24T12:00:00Z"), ms("2026-10-26T12:00:00Z"), 10);
         assert_eq!(fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(), vec!["2026-10-25T00:30:00.000Z", "2026-10-26T01:30:00.000Z"]);
-        // Hourly in the overlap: 02:00 local fires once; 03:00 local follows.
+        // Hourly is frequent: on absolute time, one fire an hour through the
+        // overlap (02:00 CEST, 02:00 CET, 03:00 CET).
         let c = CronSchedule::parse("0 0 * * * *", "Europe/Berlin").unwrap();
         let s = Schedule::Cron(Box::new(c));
         let (fires, _) = s.fires_between(ms("2026-10-24T23:30:00Z"), ms("2026-10-25T02:30:00Z"), 10);
-        assert_eq!(fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(), vec!["2026-10-25T00:00:00.000Z", "2026-10-25T02:00:00.000Z"]);
+        assert_eq!(
+            fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(),
+            vec!["2026-10-25T00:00:00.000Z", "2026-10-25T01:00:00.000Z", "2026-10-25T02:00:00.000Z"]
+        );
         // Asking from inside the second pass of the overlap does not go backwards.
         let next = s.next_after(ms("2026-10-25T01:30:00Z")).unwrap();
         assert_eq!(iso(next), "2026-10-25T02:00:00.000Z");
@@ -262,6 +369,49 @@ mod tests {
         let c = CronSchedule::parse("0 30 1 * * *", "America/New_York").unwrap();
         assert_eq!(iso(c.next_after(ms("2026-11-01T00:00:00Z")).unwrap()), "2026-11-01T05:30:00.000Z");
         assert_eq!(iso(c.next_after(ms("2026-11-01T05:30:00Z")).unwrap()), "2026-11-02T06:30:00.000Z");
+    }
+
+    /// cronie's rule, through both 2026 transitions in New York, for a
+    /// frequent and a fixed-time expression.
+    #[test]
+    fn frequent_cron_keeps_absolute_time_and_fixed_times_fire_once() {
+        let every5 = Schedule::Cron(Box::new(CronSchedule::parse("0 */5 * * * *", "America/New_York").unwrap()));
+        // Fall back (2026-11-01 06:00Z: 02:00 EDT -> 01:00 EST): every five
+        // minutes of absolute time, through both passes of 01:xx.
+        let (fires, _) = every5.fires_between(ms("2026-11-01T05:50:00Z"), ms("2026-11-01T07:10:00Z"), 100);
+        assert_eq!(fires.len(), 16, "{:?}", fires.iter().map(|f| iso(*f)).collect::<Vec<_>>());
+        assert_eq!(fires[0], ms("2026-11-01T05:55:00Z"));
+        assert!(fires.windows(2).all(|w| w[1] - w[0] == 300_000), "{:?}", fires.iter().map(|f| iso(*f)).collect::<Vec<_>>());
+        // Spring forward (2026-03-08 07:00Z: 02:00 EST -> 03:00 EDT): still
+        // every five minutes of absolute time (01:55 EST, then 03:00 EDT).
+        let (fires, _) = every5.fires_between(ms("2026-03-08T06:50:00Z"), ms("2026-03-08T07:10:00Z"), 100);
+        assert_eq!(
+            fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(),
+            vec!["2026-03-08T06:55:00.000Z", "2026-03-08T07:00:00.000Z", "2026-03-08T07:05:00.000Z", "2026-03-08T07:10:00.000Z"]
+        );
+        // Asking from inside the repeated hour's second pass moves forward.
+        assert_eq!(every5.next_after(ms("2026-11-01T06:31:00Z")), Some(ms("2026-11-01T06:35:00Z")));
+        // Fixed times: once at the first 01:30 on fall-back day; at the gap's
+        // end on spring-forward day.
+        let fixed = Schedule::Cron(Box::new(CronSchedule::parse("0 30 1 * * *", "America/New_York").unwrap()));
+        let (fires, _) = fixed.fires_between(ms("2026-10-31T12:00:00Z"), ms("2026-11-01T12:00:00Z"), 10);
+        assert_eq!(fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(), vec!["2026-11-01T05:30:00.000Z"]);
+        let fixed = Schedule::Cron(Box::new(CronSchedule::parse("0 30 2 * * *", "America/New_York").unwrap()));
+        let (fires, _) = fixed.fires_between(ms("2026-03-07T12:00:00Z"), ms("2026-03-08T12:00:00Z"), 10);
+        assert_eq!(fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(), vec!["2026-03-08T07:00:00.000Z"]);
+    }
+
+    #[test]
+    fn frequent_or_fixed() {
+        assert!(is_frequent("0 */5 * * * *"));
+        assert!(is_frequent("*/10 * * * *"));
+        assert!(is_frequent("0 0 * * * *"));
+        assert!(is_frequent("0 * 2 * * *"));
+        assert!(is_frequent("@hourly"));
+        assert!(!is_frequent("0 30 1 * * *"));
+        assert!(!is_frequent("30 1 * * *"));
+        assert!(!is_frequent("0 0,30 9 * * *"));
+        assert!(!is_frequent("@daily"));
     }
 
     #[test]
