@@ -15,6 +15,10 @@ use gnomon_proto::PROTOCOL_VERSION;
 use gnomon_server::leader::{LeaderCommand, LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime};
 use tokio::sync::{mpsc, oneshot, watch};
 
+#[path = "sim/store.rs"]
+#[allow(dead_code)]
+mod faulty;
+
 async fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("g.db").display());
@@ -273,4 +277,186 @@ async fn an_assignment_a_live_worker_does_not_hold_is_ended_lost_and_retried() {
     let states: Vec<AttemptState> = detail.attempts.iter().map(|a| a.state).collect();
     assert_eq!(states, vec![AttemptState::Lost, AttemptState::Succeeded]);
     task.abort();
+}
+
+/// A store that fails only when told to.
+fn faulty(sqlite: &Arc<dyn Store>, clock: &ManualClock) -> Arc<faulty::FaultyStore> {
+    use rand::SeedableRng;
+    let rates = faulty::FaultRates { write_before: 0.0, write_after: 0.0, read: 0.0, delay: 0.0, max_delay_ms: 1 };
+    Arc::new(faulty::FaultyStore::new(sqlite.clone(), clock.clone(), rand::rngs::StdRng::seed_from_u64(1), rates))
+}
+
+async fn put(store: &Arc<dyn Store>, json: &str, at: i64) -> gnomon_backend::JobRecord {
+    let spec = parse_job_json(json.as_bytes()).unwrap().compile().unwrap().spec;
+    store.put_job(&spec, Precondition::None, at).await.unwrap()
+}
+
+/// The non-manual instants of a job that have a record (a run or a skip).
+async fn instants(store: &Arc<dyn Store>, job: &str) -> Vec<i64> {
+    let filter = gnomon_backend::RunFilter { job: Some(job.into()), ..Default::default() };
+    let mut v: Vec<i64> =
+        store.list_runs(&filter, 1000, None).await.unwrap().runs.iter().filter(|r| !r.manual).map(|r| r.scheduled_at).collect();
+    v.sort();
+    v
+}
+
+/// Steps the manual clock `n` times by `ms`, giving the leader real time
+/// to take a turn after each.
+async fn advance(clock: &ManualClock, n: usize, ms: i64) {
+    for _ in 0..n {
+        clock.advance(ms);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// A store write that fails must not cost a due job its timer or a
+/// retrying run its retry: the leader rebuilds its state from the store
+/// and carries on (before, the turn dropped the fire chunk it had taken off
+/// the timer heap when the retry release failed, and the retry with it).
+#[tokio::test]
+async fn failed_writes_lose_no_due_fire_and_no_retry() {
+    use gnomon_backend::{AttemptChange, NewRun, Transition};
+    let (_d, sqlite) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    every_second_job(&sqlite).await;
+    let flaky = put(
+        &sqlite,
+        r#"{"name":"flaky","retry":{"max_attempts":3,"backoff":{"initial":"1s","max":"1s","jitter":0}},"executor":{"handler":{"name":"noop"}}}"#,
+        1_000_000,
+    )
+    .await;
+    let fence = term(&sqlite).await;
+    // A run of `flaky` whose first attempt was lost: retrying at 1_002_000.
+    let run = NewRun {
+        job_uid: flaky.uid.clone(),
+        namespace: "default".into(),
+        job: "flaky".into(),
+        scheduled_at: 999_000,
+        fired_at: 999_000,
+        state: RunState::Pending,
+        reason: None,
+        manual: true,
+    };
+    let id = run.id();
+    sqlite.fire(&fence, &[run], &[]).await.unwrap();
+    let t = |from, fa, to, ta, attempt, next| Transition {
+        run_id: id.clone(),
+        from,
+        from_attempt: fa,
+        to,
+        to_attempt: ta,
+        reason: None,
+        next_attempt_at: next,
+        attempt: Some(attempt),
+        at: 999_500,
+    };
+    let assign = AttemptChange::Assign { attempt: 1, worker: "gone".into(), token: fence.token };
+    let end = AttemptChange::End { attempt: 1, state: AttemptState::Lost, exit_code: None, output: String::new(), started_at: None };
+    let applied = sqlite
+        .transition(
+            &fence,
+            &[
+                t(RunState::Pending, 0, RunState::Assigned, 1, assign, None),
+                t(RunState::Assigned, 1, RunState::Retrying, 1, end, Some(1_002_000)),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied, vec![true, true]);
+
+    let store = faulty(&sqlite, &clock);
+    let (rt, _lost, _shut) = runtime(store.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The turn that fires `tick` and releases the retry meets failing writes.
+    store.fail_next_writes(4);
+    clock.set(1_002_200);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    advance(&clock, 8, 500).await;
+    let got = instants(&sqlite, "tick").await;
+    let want: Vec<i64> = (1..=6).map(|s| 1_000_000 + s * 1000).collect();
+    assert_eq!(got, want, "every second fired once");
+    let state = sqlite.get_run(&id).await.unwrap().unwrap().run.state;
+    assert_eq!(state, RunState::Pending, "the retry was released (no worker to take it)");
+    assert!(store.injected() >= 4, "the writes did fail");
+    task.abort();
+}
+
+/// A manual trigger whose write landed although the leader was told it
+/// failed (a connection lost during the commit): the client gets an error,
+/// and the run that exists still runs (before, it stayed `pending` for the
+/// rest of the term: the leader never tracked it).
+#[tokio::test]
+async fn a_trigger_whose_write_landed_unseen_still_runs() {
+    let (_d, sqlite) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    put(&sqlite, r#"{"name":"once","executor":{"handler":{"name":"noop"}}}"#, 1_000_000).await;
+    let fence = term(&sqlite).await;
+    let store = faulty(&sqlite, &clock);
+    let (rt, commands, _lost, _shut) = runtime_with_commands(store.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+    let (out_tx, mut out) = mpsc::unbounded_channel();
+    let (reply, session) = oneshot::channel();
+    let hello = v1::Hello {
+        worker_id: "w1".into(),
+        capacity: 1,
+        executors: vec!["handler".into()],
+        handlers: vec!["noop".into()],
+        protocol_version: PROTOCOL_VERSION,
+        ..Default::default()
+    };
+    commands.send(LeaderCommand::SessionOpen { hello: Box::new(hello), outbound: out_tx, reply }).await.unwrap();
+    session.await.unwrap().expect("welcomed");
+
+    store.fail_next_writes_after_commit(1);
+    let (reply, ids) = oneshot::channel();
+    commands.send(LeaderCommand::Trigger { namespace: "default".into(), name: "once".into(), count: 1, reply }).await.unwrap();
+    assert!(ids.await.unwrap().is_err(), "the leader could not know the outcome");
+    let runs = sqlite.list_runs(&Default::default(), 10, None).await.unwrap().runs;
+    assert_eq!(runs.len(), 1, "the write did land");
+    let run = runs[0].id.clone();
+    let assigned = next_msg(
+        &mut out,
+        "the assignment of the run that landed",
+        |_| false,
+        |m| match m {
+            server_message::Msg::Assign(a) => Some(a.run_id.clone()),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(assigned, run);
+    task.abort();
+}
+
+/// Re-applying a job (same schedule) never drops an instant that is due
+/// but not yet fired, whatever the writer's clock says: at the instant
+/// itself, or far ahead of the leader (before, both dropped instants: the
+/// new version's timeline started at its `updated_at`).
+#[tokio::test]
+async fn re_applying_a_job_drops_no_due_instant() {
+    let (_d, sqlite) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    let json = r#"{"name":"tick","schedule":{"every":"1s"},"executor":{"handler":{"name":"noop"}}}"#;
+    put(&sqlite, json, 1_000_000).await;
+    let fence = term(&sqlite).await;
+    let (rt, _lost, _shut) = runtime(sqlite.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+    advance(&clock, 1, 500).await;
+    // A replica stamps the re-apply at the due instant, before the leader
+    // has fired it…
+    put(&sqlite, json, 1_001_000).await;
+    advance(&clock, 3, 500).await;
+    // …and one whose clock is 9 s ahead.
+    put(&sqlite, json, clock_now(&clock) + 9_000).await;
+    advance(&clock, 8, 500).await;
+    let got = instants(&sqlite, "tick").await;
+    let want: Vec<i64> = (1..=6).map(|s| 1_000_000 + s * 1000).collect();
+    assert_eq!(got, want);
+    task.abort();
+}
+
+fn clock_now(clock: &ManualClock) -> i64 {
+    use gnomon_core::Clock;
+    clock.now_millis()
 }

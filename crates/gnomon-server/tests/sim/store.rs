@@ -32,13 +32,16 @@ pub struct FaultRates {
 struct State {
     rng: StdRng,
     on: bool,
+    /// Set by hand: every leader write fails before (`Before`) or after
+    /// (`After`) it reaches the store, for the next `forced.1` writes.
+    forced: (Fault, u32),
     rates: FaultRates,
     violations: Vec<String>,
     injected: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fault {
+pub enum Fault {
     None,
     Before,
     After,
@@ -55,7 +58,7 @@ pub struct FaultyStore {
 
 impl FaultyStore {
     pub fn new(inner: Arc<dyn Store>, clock: ManualClock, rng: StdRng, rates: FaultRates) -> Self {
-        let state = State { rng, on: true, rates, violations: Vec::new(), injected: 0 };
+        let state = State { rng, on: true, forced: (Fault::None, 0), rates, violations: Vec::new(), injected: 0 };
         Self { inner, clock, state: Arc::new(Mutex::new(state)), current: Arc::default() }
     }
 
@@ -65,6 +68,17 @@ impl FaultyStore {
 
     pub fn set_faults(&self, on: bool) {
         self.lock().on = on;
+    }
+
+    /// The next `n` leader writes fail before they reach the store.
+    pub fn fail_next_writes(&self, n: u32) {
+        self.lock().forced = (Fault::Before, n);
+    }
+
+    /// The next `n` leader writes commit, and then the caller is told they
+    /// failed (the outcome it sees is unknown).
+    pub fn fail_next_writes_after_commit(&self, n: u32) {
+        self.lock().forced = (Fault::After, n);
     }
 
     pub fn violations(&self) -> Vec<String> {
@@ -78,6 +92,11 @@ impl FaultyStore {
     /// Decides this call's fault, and advances the clock for a slow call.
     fn decide(&self, write: bool) -> Fault {
         let mut s = self.lock();
+        if write && s.forced.1 > 0 {
+            s.forced.1 -= 1;
+            s.injected += 1;
+            return s.forced.0;
+        }
         if !s.on {
             return Fault::None;
         }
