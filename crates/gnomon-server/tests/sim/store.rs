@@ -71,12 +71,14 @@ impl FaultyStore {
     }
 
     /// The next `n` leader writes fail before they reach the store.
+    #[allow(dead_code)] // tests/leader.rs
     pub fn fail_next_writes(&self, n: u32) {
         self.lock().forced = (Fault::Before, n);
     }
 
     /// The next `n` leader writes commit, and then the caller is told they
     /// failed (the outcome it sees is unknown).
+    #[allow(dead_code)] // tests/leader.rs
     pub fn fail_next_writes_after_commit(&self, n: u32) {
         self.lock().forced = (Fault::After, n);
     }
