@@ -80,6 +80,45 @@ impl TestDb {
         Ok(TestDb { server, url: with_database(&admin_url, &name), name, admin_url })
     }
 
+    /// Ends every connection to this database but the caller's, as a
+    /// database failover or an administrator would (PostgreSQL
+    /// `pg_terminate_backend`, MySQL/MariaDB `KILL`); returns how many.
+    pub async fn kill_connections(&self) -> Result<usize, String> {
+        match self.server {
+            Server::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.admin_url).await.map_err(|e| e.to_string())?;
+                let rows = sqlx::query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+                )
+                .bind(&self.name)
+                .fetch_all(&mut c)
+                .await
+                .map_err(|e| e.to_string())?;
+                let _ = c.close().await;
+                Ok(rows.len())
+            }
+            Server::MySql => {
+                use sqlx::Row;
+                let mut c = sqlx::MySqlConnection::connect(&self.admin_url).await.map_err(|e| e.to_string())?;
+                let rows = sqlx::query("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()")
+                    .bind(&self.name)
+                    .fetch_all(&mut c)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mut killed = 0;
+                for r in rows {
+                    let id: u64 = r.try_get::<u64, _>(0).or_else(|_| r.try_get::<i64, _>(0).map(|v| v as u64)).map_err(|e| e.to_string())?;
+                    // A connection that ended meanwhile is not an error.
+                    if c.execute(sqlx::raw_sql(&format!("KILL {id}"))).await.is_ok() {
+                        killed += 1;
+                    }
+                }
+                let _ = c.close().await;
+                Ok(killed)
+            }
+        }
+    }
+
     /// Drops the database (best effort: a failure is only logged).
     pub async fn drop_database(self) {
         let sql = match self.server {
