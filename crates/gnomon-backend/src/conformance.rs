@@ -259,6 +259,9 @@ async fn cas_transitions_and_terminal_finality(s: &dyn Store) {
         vec![false],
         "a CAS from a state the run left fails"
     );
+    // Recovery reads the worker of every live attempt.
+    let live = s.live_attempts().await.expect("live attempts");
+    assert!(live.contains(&LiveAttempt { run_id: rid.clone(), attempt: 1, worker: "w1".into() }), "{live:?}");
     let wrong_attempt = tr(&rid, RunState::Assigned, 7, RunState::Running, 7, Some(AttemptChange::Start { attempt: 7 }));
     assert_eq!(s.transition(&fence, &[wrong_attempt]).await.expect("t"), vec![false], "a wrong attempt fails");
     let batch = [
@@ -317,6 +320,7 @@ async fn cas_transitions_and_terminal_finality(s: &dyn Store) {
     assert_eq!(states, vec![(1, AttemptState::Lost, "w1"), (2, AttemptState::Succeeded, "w2")]);
     assert_eq!(detail.attempts[1].output, "hi\n");
     assert_eq!(detail.attempts[1].exit_code, Some(0));
+    assert!(!s.live_attempts().await.expect("live attempts").iter().any(|a| a.run_id == rid), "a finished run has no live attempt");
     // Terminal states are final: the lifecycle has no edge out of them.
     for to in gnomon_core::run::ALL_RUN_STATES {
         let t = tr(&rid, RunState::Succeeded, 2, to, 3, None);

@@ -225,6 +225,13 @@ fn gets(resp: &etcd_client::TxnResponse) -> Vec<Vec<etcd_client::KeyValue>> {
         .collect()
 }
 
+/// The client could not connect to the member it chose: the request never
+/// left this process.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    // gRPC status 14 is UNAVAILABLE; the message is the connector's.
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.code() as i32 == 14 && s.message().contains("tcp connect error"))
+}
+
 /// Keeps calling an idempotent read until it answers: 100 ms → 1 s
 /// backoff, 5 tries (seed 003), on errors; a read that gets no answer
 /// within 3 s is not retried. Writes are never retried blindly: their
@@ -269,12 +276,27 @@ impl EtcdStore {
         self.client.clone()
     }
 
+    /// One write. It is repeated only when the client could not even
+    /// connect to the member it picked (a member that is down: the request
+    /// was never sent, so repeating it cannot apply it twice); any other
+    /// error leaves its outcome unknown and goes back to the caller.
     async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, StoreError> {
-        let mut c = self.c();
-        tokio::time::timeout(std::time::Duration::from_secs(10), c.txn(txn))
-            .await
-            .map_err(|_| StoreError::Unavailable("etcd: txn timed out (its outcome is re-checked by the caller)".into()))?
-            .map_err(unavailable)
+        let mut delay = std::time::Duration::from_millis(50);
+        for attempt in 0.. {
+            let mut c = self.c();
+            let result = tokio::time::timeout(std::time::Duration::from_secs(10), c.txn(txn.clone()))
+                .await
+                .map_err(|_| StoreError::Unavailable("etcd: txn timed out (its outcome is re-checked by the caller)".into()))?;
+            match result {
+                Ok(r) => return Ok(r),
+                Err(e) if attempt < 4 && never_sent(&e) => {
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(e) => return Err(unavailable(e)),
+            }
+        }
+        unreachable!("the loop returns")
     }
 
     async fn get(&self, key: String, opts: Option<GetOptions>) -> Result<etcd_client::GetResponse, StoreError> {
@@ -881,6 +903,26 @@ impl Store for EtcdStore {
         runs.retain(|r| !r.state.is_terminal());
         runs.sort_by_key(|r| r.seq);
         Ok(runs)
+    }
+
+    async fn live_attempts(&self) -> Result<Vec<LiveAttempt>, StoreError> {
+        // The live runs' current attempts, read in batches (not a get per run).
+        let live: Vec<(String, u32)> = self
+            .open_runs()
+            .await?
+            .into_iter()
+            .filter(|r| matches!(r.state, RunState::Assigned | RunState::Running))
+            .map(|r| (r.id, r.attempt))
+            .collect();
+        let keys: Vec<String> = live.iter().map(|(id, a)| self.k(&format!("attempts/{id}/{a:08}"))).collect();
+        let mut out = Vec::with_capacity(live.len());
+        for ((run_id, attempt), kv) in live.into_iter().zip(self.get_many(&keys).await?) {
+            if let Some(kv) = kv {
+                let e: EAttempt = parse("attempt", kv.value())?;
+                out.push(LiveAttempt { run_id, attempt, worker: e.worker });
+            }
+        }
+        Ok(out)
     }
 
     async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError> {

@@ -87,13 +87,12 @@ impl TestDb {
         match self.server {
             Server::Postgres => {
                 let mut c = sqlx::PgConnection::connect(&self.admin_url).await.map_err(|e| e.to_string())?;
-                let rows = sqlx::query(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
-                )
-                .bind(&self.name)
-                .fetch_all(&mut c)
-                .await
-                .map_err(|e| e.to_string())?;
+                let rows =
+                    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()")
+                        .bind(&self.name)
+                        .fetch_all(&mut c)
+                        .await
+                        .map_err(|e| e.to_string())?;
                 let _ = c.close().await;
                 Ok(rows.len())
             }
@@ -107,7 +106,8 @@ impl TestDb {
                     .map_err(|e| e.to_string())?;
                 let mut killed = 0;
                 for r in rows {
-                    let id: u64 = r.try_get::<u64, _>(0).or_else(|_| r.try_get::<i64, _>(0).map(|v| v as u64)).map_err(|e| e.to_string())?;
+                    let id: u64 =
+                        r.try_get::<u64, _>(0).or_else(|_| r.try_get::<i64, _>(0).map(|v| v as u64)).map_err(|e| e.to_string())?;
                     // A connection that ended meanwhile is not an error.
                     if c.execute(sqlx::raw_sql(&format!("KILL {id}"))).await.is_ok() {
                         killed += 1;

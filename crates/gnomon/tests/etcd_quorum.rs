@@ -1,7 +1,8 @@
 //! The etcd store under member failures, on a 3-member etcd cluster of its
-//! own (so killing members does not disturb other tests): with one member
-//! down scheduling goes on; with two down (no quorum) leader work stops;
-//! when one returns it resumes, catching up without a duplicate.
+//! own (so killing members does not disturb other tests): a member killed
+//! in the middle of a burst; with one member down scheduling goes on; with
+//! two down (no quorum) leader work stops; when one returns it resumes,
+//! catching up without a duplicate, and every run of the burst ends.
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -100,8 +101,8 @@ fn scheduling_survives_one_etcd_member_and_resumes_after_quorum_returns() {
     let url = format!("etcd://{}/quorum", endpoints.join(","));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let store = rt.block_on(gnomon_backend::open_store(&url)).expect("store");
-    let runs = |store: &std::sync::Arc<dyn Store>| {
-        let filter = RunFilter { job: Some("tick".into()), ..Default::default() };
+    let runs_of = |store: &std::sync::Arc<dyn Store>, job: &str| {
+        let filter = RunFilter { job: Some(job.into()), ..Default::default() };
         let mut all = Vec::new();
         let mut cursor = None;
         loop {
@@ -113,6 +114,7 @@ fn scheduling_survives_one_etcd_member_and_resumes_after_quorum_returns() {
             }
         }
     };
+    let runs = |store: &std::sync::Arc<dyn Store>| runs_of(store, "tick");
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let args: Vec<String> = ["server", "--listen", &addr, "--node-id", "s1", "--store", &url, "--election-ttl", "3s", "--capacity", "8"]
@@ -129,6 +131,15 @@ fn scheduling_survives_one_etcd_member_and_resumes_after_quorum_returns() {
     assert_eq!(code, 201, "{v}");
     wait_until("the job to fire", Duration::from_secs(30), || runs(&store).len() >= 3);
     let first = runs(&store).iter().map(|r| r.scheduled_at).min().unwrap();
+
+    // A burst is being written and dispatched when a member is killed.
+    let burst = json!({"name": "burst", "executor": {"handler": {"name": "noop"}},
+                       "retry": {"max_attempts": 5, "backoff": {"initial": "100ms", "max": "1s", "jitter": 0}}});
+    let (code, v) = http(&addr, "POST", "/v1/jobs", Some(&serde_json::to_vec(&burst).unwrap())).unwrap();
+    assert_eq!(code, 201, "{v}");
+    let (code, v) = http(&addr, "POST", "/v1/jobs/burst/trigger?count=500", None).unwrap();
+    assert!(code < 300, "{v}");
+    std::thread::sleep(Duration::from_millis(100));
 
     // One member down: scheduling goes on.
     members[0].kill();
@@ -164,6 +175,18 @@ fn scheduling_survives_one_etcd_member_and_resumes_after_quorum_returns() {
     let last = *by_time.keys().last().unwrap();
     let missing: Vec<i64> = (0..).map(|i| first + 1000 * i).take_while(|t| *t <= last).filter(|t| !by_time.contains_key(t)).collect();
     assert!(missing.is_empty(), "missed seconds: {missing:?}");
+    // Every run of the burst ends; one that took more than one attempt never
+    // had two live at once.
+    wait_until("every burst run to end", Duration::from_secs(120), || {
+        let b = runs_of(&store, "burst");
+        b.len() == 500 && b.iter().all(|r| r.state.is_terminal())
+    });
+    for r in runs_of(&store, "burst").into_iter().filter(|r| r.attempt > 1) {
+        let d = rt.block_on(store.get_run(&r.id)).expect("get run").expect("run exists");
+        let mut spans: Vec<(i64, i64)> = d.attempts.iter().map(|a| (a.assigned_at, a.ended_at.unwrap_or(i64::MAX))).collect();
+        spans.sort();
+        assert!(spans.windows(2).all(|w| w[1].0 >= w[0].1), "run {}: attempts overlap: {:?}", r.id, d.attempts);
+    }
 }
 
 fn raw_metric(addr: &str, name: &str) -> Option<f64> {
