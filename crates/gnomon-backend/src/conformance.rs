@@ -91,6 +91,15 @@ async fn jobs_and_preconditions(s: &dyn Store) {
     assert!(matches!(s.put_job(&job_spec(&unique("nope")), Precondition::MatchesVersion(1), 13).await, Err(StoreError::NotFound(_))));
     let paused = s.set_job_paused("default", &name, true, 14).await.expect("pause");
     assert!(paused.paused && paused.version == 3);
+    assert_eq!((paused.paused_at, paused.resumed_at), (Some(14), None), "the pause is timed");
+    let again = s.set_job_paused("default", &name, true, 15).await.expect("pause again");
+    assert_eq!(again.paused_at, Some(14), "pausing a paused job does not move its pause time");
+    let resumed = s.set_job_paused("default", &name, false, 16).await.expect("resume");
+    assert_eq!((resumed.paused, resumed.paused_at, resumed.resumed_at), (false, Some(14), Some(16)));
+    let edited = s.put_job(&spec, Precondition::None, 17).await.expect("edit");
+    assert_eq!((edited.paused_at, edited.resumed_at), (Some(14), Some(16)), "an edit keeps them");
+    let paused = s.set_job_paused("default", &name, true, 18).await.expect("pause");
+    assert_eq!(paused.version, 7);
     assert!(matches!(s.delete_job("default", &name, Precondition::MatchesVersion(1)).await, Err(StoreError::VersionConflict { .. })));
     s.delete_job("default", &name, Precondition::None).await.expect("delete");
     assert!(s.get_job("default", &name).await.expect("get").is_none());

@@ -60,6 +60,10 @@ struct EJob {
     created_at: Millis,
     updated_at: Millis,
     last_scheduled_at: Option<Millis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    paused_at: Option<Millis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resumed_at: Option<Millis>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -422,6 +426,8 @@ fn job_record(kv: &etcd_client::KeyValue) -> Result<JobRecord, StoreError> {
         created_at: j.created_at,
         updated_at: j.updated_at,
         last_scheduled_at: j.last_scheduled_at,
+        paused_at: j.paused_at,
+        resumed_at: j.resumed_at,
         change_seq: u64::try_from(kv.mod_revision()).unwrap_or(0),
     })
 }
@@ -437,6 +443,8 @@ fn ejob(j: &JobRecord) -> EJob {
         created_at: j.created_at,
         updated_at: j.updated_at,
         last_scheduled_at: j.last_scheduled_at,
+        paused_at: j.paused_at,
+        resumed_at: j.resumed_at,
     }
 }
 
@@ -488,6 +496,8 @@ impl Store for EtcdStore {
                         created_at: now,
                         updated_at: now,
                         last_scheduled_at: None,
+                        paused_at: None,
+                        resumed_at: None,
                         change_seq: 0,
                     };
                     let compares = vec![Compare::version(name_key.clone(), CompareOp::Equal, 0)];
@@ -511,6 +521,13 @@ impl Store for EtcdStore {
             let Some((mut j, rev, _)) = self.job_by_name(namespace, name).await? else {
                 return Err(StoreError::NotFound(format!("job {namespace}/{name}")));
             };
+            if j.paused != paused {
+                if paused {
+                    j.paused_at = Some(now);
+                } else {
+                    j.resumed_at = Some(now);
+                }
+            }
             j.paused = paused;
             j.version += 1;
             j.updated_at = now;

@@ -41,6 +41,10 @@ pub struct JobRecord {
     pub created_at: Millis,
     pub updated_at: Millis,
     pub last_scheduled_at: Option<Millis>,
+    /// When it was last paused, and last resumed (each set by the write
+    /// that changed `paused`).
+    pub paused_at: Option<Millis>,
+    pub resumed_at: Option<Millis>,
     pub change_seq: u64,
 }
 

@@ -17,7 +17,8 @@ use crate::migrate::Migration;
 use crate::sql::{explain_open_error, redact, Dialect};
 use crate::StoreOptions;
 
-const MIGRATIONS: &[Migration] = &[Migration {
+const MIGRATIONS: &[Migration] = &[
+    Migration {
     version: 1,
     statements: &[
         "CREATE TABLE jobs (
@@ -53,7 +54,15 @@ const MIGRATIONS: &[Migration] = &[Migration {
         ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
         "CREATE TABLE epochs (scope VARCHAR(128) NOT NULL PRIMARY KEY, epoch BIGINT NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
     ],
-}];
+},
+    // When a job was last paused and resumed: a new leader starts a resumed
+    // job's timeline at its resumption (and fires what was due before the
+    // pause) without having seen either.
+    Migration {
+        version: 2,
+        statements: &["ALTER TABLE jobs ADD COLUMN paused_at BIGINT NULL, ADD COLUMN resumed_at BIGINT NULL"],
+    },
+];
 
 const DIALECT: Dialect = Dialect {
     name: "mysql",

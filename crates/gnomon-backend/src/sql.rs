@@ -345,6 +345,8 @@ macro_rules! sql_store {
                 created_at: r.try_get("created_at").map_err(db_err)?,
                 updated_at: r.try_get("updated_at").map_err(db_err)?,
                 last_scheduled_at: r.try_get("last_scheduled_at").map_err(db_err)?,
+                paused_at: r.try_get("paused_at").map_err(db_err)?,
+                resumed_at: r.try_get("resumed_at").map_err(db_err)?,
                 change_seq: to_u64(r.try_get("change_seq").map_err(db_err)?),
             })
         }
@@ -890,10 +892,18 @@ macro_rules! sql_store {
                 let mut w = self.writer_conn().await?;
                 let mut tx = Self::begin_write(&mut w).await?;
                 let seq = Self::bump_change_seq(&mut tx).await?;
-                let changed = sqlx::query(&D.q(
-                    "UPDATE jobs SET paused = ?, version = version + 1, updated_at = ?, change_seq = ? WHERE namespace = ? AND name = ?",
-                ))
-                .bind(i64::from(paused))
+                // The pause or resume time is recorded only when `paused`
+                // changes (assigned before `paused`: MySQL evaluates an
+                // UPDATE's assignments left to right).
+                let sql = if paused {
+                    "UPDATE jobs SET paused_at = CASE WHEN paused = 0 THEN ? ELSE paused_at END, paused = 1, \
+                     version = version + 1, updated_at = ?, change_seq = ? WHERE namespace = ? AND name = ?"
+                } else {
+                    "UPDATE jobs SET resumed_at = CASE WHEN paused = 1 THEN ? ELSE resumed_at END, paused = 0, \
+                     version = version + 1, updated_at = ?, change_seq = ? WHERE namespace = ? AND name = ?"
+                };
+                let changed = sqlx::query(&D.q(sql))
+                .bind(now)
                 .bind(now)
                 .bind(seq)
                 .bind(namespace)

@@ -81,6 +81,16 @@ const MIGRATIONS: &[Migration] = &[
          COMMIT;",
         ],
     },
+    // When a job was last paused and resumed: a new leader starts a resumed
+    // job's timeline at its resumption (and fires what was due before the
+    // pause) without having seen either.
+    Migration {
+        version: 3,
+        statements: &["BEGIN;
+         ALTER TABLE jobs ADD COLUMN paused_at INTEGER;
+         ALTER TABLE jobs ADD COLUMN resumed_at INTEGER;
+         COMMIT;"],
+    },
 ];
 
 const DIALECT: Dialect = Dialect {

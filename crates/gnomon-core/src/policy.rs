@@ -44,24 +44,28 @@ pub struct PlanInput<'a> {
     /// that never fired (a new job does not fire for times before it existed).
     pub after: Millis,
     pub now: Millis,
+    /// Only times up to this are planned (a previous version's times up to
+    /// its change); lateness is still measured against `now`.
+    pub until: Millis,
     pub misfire: MisfirePolicy,
     pub catchup_window_ms: i64,
     pub grace_ms: i64,
 }
 
-/// Decides, for every scheduled time in `(after, now]`, whether it fires or is
-/// skipped.
+/// Decides, for every scheduled time in `(after, min(now, until)]`, whether
+/// it fires or is skipped.
 pub fn plan_fires(input: &PlanInput<'_>) -> FirePlan {
     let mut plan = FirePlan::default();
+    let end = input.now.min(input.until);
     let window_start = input.now.saturating_sub(input.catchup_window_ms.max(input.grace_ms));
     let mut cursor = input.after;
 
     // 1. Times before the catch-up window: skipped regardless of policy.
     if cursor < window_start {
-        let (old, truncated) = input.schedule.fires_between(cursor, window_start, MAX_INDIVIDUAL_SKIPS);
+        let (old, truncated) = input.schedule.fires_between(cursor, window_start.min(end), MAX_INDIVIDUAL_SKIPS);
         if truncated {
             // Summarise: one record at the latest out-of-window time.
-            let last_old = last_fire_at_or_before(input.schedule, window_start).unwrap_or(window_start);
+            let last_old = last_fire_at_or_before(input.schedule, window_start.min(end)).unwrap_or(window_start.min(end));
             let first = old.first().copied().unwrap_or(last_old);
             plan.times.push(PlannedTime {
                 scheduled_at: last_old,
@@ -79,11 +83,11 @@ pub fn plan_fires(input: &PlanInput<'_>) -> FirePlan {
             }
         }
         // Jump past the gap in any case.
-        cursor = cursor.max(window_start);
+        cursor = cursor.max(window_start.min(end));
     }
 
     // 2. Times inside the window.
-    let (recent, more) = input.schedule.fires_between(cursor, input.now, MAX_FIRES_PER_PLAN);
+    let (recent, more) = input.schedule.fires_between(cursor, end, MAX_FIRES_PER_PLAN);
     let late: Vec<Millis> = recent.iter().copied().filter(|t| input.now - *t > input.grace_ms).collect();
     let latest_late = late.last().copied();
     for t in recent.iter().copied() {
@@ -159,7 +163,7 @@ mod tests {
 
     fn plan(misfire: MisfirePolicy, after: Millis, now: Millis, window: i64) -> FirePlan {
         let schedule = Schedule::Every { every_ms: S };
-        plan_fires(&PlanInput { schedule: &schedule, after, now, misfire, catchup_window_ms: window, grace_ms: S })
+        plan_fires(&PlanInput { schedule: &schedule, after, now, until: now, misfire, catchup_window_ms: window, grace_ms: S })
     }
 
     fn fired(p: &FirePlan) -> Vec<Millis> {

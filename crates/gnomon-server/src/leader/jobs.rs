@@ -128,11 +128,31 @@ impl LeaderRuntime {
                 let carry = (!p.record.paused).then(|| Box::new(Carry { schedule: p.schedule.clone(), after: p.from, until: cut }));
                 (from, carry, p.settle || from > last.unwrap_or(Millis::MIN))
             }
-            // Not in memory (a new term): a first version starts at its
-            // creation; a later one at its last fire if it has one (an edit
-            // never drops a due instant), else at its last change.
-            None if record.version <= 1 => (record.created_at, None, false),
-            None => (if last.is_some() { record.created_at } else { cut }, None, false),
+            // Not in memory (a new term, or the first sight of a job). A
+            // first version starts at its creation. A paused job still fires
+            // what was due before its pause, and a resumed one starts at its
+            // resumption (both recorded by the store), so a leader that
+            // never saw the pause or the resume fires the same as one that
+            // did. Otherwise a later version starts at its last fire (an edit
+            // never drops a due instant), or at its last change.
+            None => {
+                let now = self.clock.now_millis();
+                let created = record.created_at;
+                let base = last.unwrap_or(created);
+                let before_pause =
+                    |until: Millis| Box::new(Carry { schedule: compiled.schedule.clone(), after: created, until: until.min(now) });
+                if record.paused {
+                    let until = record.paused_at.unwrap_or(cut);
+                    (created, (until > base).then(|| before_pause(until)), false)
+                } else if let Some(resumed) = record.resumed_at.filter(|r| *r > base) {
+                    let paused = record.paused_at.filter(|p| *p > base && *p <= resumed);
+                    (resumed.min(now), paused.map(before_pause), true)
+                } else if record.version <= 1 || last.is_some() {
+                    (created, None, false)
+                } else {
+                    (cut, None, false)
+                }
+            }
         };
         let record = JobMeta {
             last_scheduled_at: last,
@@ -291,7 +311,8 @@ impl LeaderRuntime {
             let plan = plan_fires(&PlanInput {
                 schedule,
                 after,
-                now: until,
+                now,
+                until,
                 misfire: entry.misfire,
                 catchup_window_ms: entry.catchup_window_ms,
                 grace_ms: self.config.misfire_grace_ms,
