@@ -422,7 +422,7 @@ async fn get_run(State(state): State<ApiState>, Path(id): Path<String>) -> ApiRe
 
 async fn cancel_run(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
     let outcome = state.node.store.request_cancel(&id, state.node.clock.now_millis()).await?;
-    state.node.nudge();
+    state.node.run_changed(&id);
     let detail = load_run(&state, &id).await?;
     let status = if outcome == CancelOutcome::Cancelled { StatusCode::OK } else { StatusCode::ACCEPTED };
     Ok((status, Json(run_json(&detail.run, Some(&detail), true))))

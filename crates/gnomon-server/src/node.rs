@@ -68,6 +68,16 @@ impl NodeHandle {
         }
     }
 
+    /// Tells the leader (if it is this node) that a run was changed in the
+    /// store (a cancel), so that it reloads it now: a cancelled `pending`
+    /// run no longer counts against `forbid`/`buffer_one`. On another
+    /// node's API the leader finds out when it next touches the run.
+    pub fn run_changed(&self, run_id: &str) {
+        if let Some(tx) = self.leader_commands() {
+            let _ = tx.try_send(LeaderCommand::RunChanged { run_id: run_id.to_string() });
+        }
+    }
+
     /// The worker sessions of the current term (empty on a follower).
     pub fn workers(&self) -> Vec<WorkerInfo> {
         let view = self.read().workers.clone();

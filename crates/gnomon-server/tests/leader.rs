@@ -460,3 +460,32 @@ fn clock_now(clock: &ManualClock) -> i64 {
     use gnomon_core::Clock;
     clock.now_millis()
 }
+
+/// A `pending` run cancelled through the API no longer counts as open for
+/// `forbid`: the next scheduled time fires instead of being skipped.
+#[tokio::test]
+async fn a_cancelled_pending_run_does_not_block_forbid() {
+    let (_d, sqlite) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    put(&sqlite, r#"{"name":"tick","schedule":{"every":"1s"},"overlap":"forbid","executor":{"handler":{"name":"noop"}}}"#, 1_000_000).await;
+    let fence = term(&sqlite).await;
+    let (rt, commands, _lost, _shut) = runtime_with_commands(sqlite.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+    // No worker: the first fire stays pending, the next are skipped.
+    advance(&clock, 5, 500).await;
+    let filter = gnomon_backend::RunFilter { job: Some("tick".into()), ..Default::default() };
+    let runs = sqlite.list_runs(&filter, 100, None).await.unwrap().runs;
+    let pending: Vec<_> = runs.iter().filter(|r| r.state == RunState::Pending).collect();
+    assert_eq!(pending.len(), 1, "{runs:?}");
+    let blocker = pending[0].id.clone();
+    assert!(runs.iter().any(|r| r.state == RunState::Skipped), "{runs:?}");
+    // The API cancels it (and tells this node's leader).
+    sqlite.request_cancel(&blocker, clock_now(&clock)).await.unwrap();
+    commands.send(LeaderCommand::RunChanged { run_id: blocker.clone() }).await.unwrap();
+    advance(&clock, 3, 500).await;
+    let runs = sqlite.list_runs(&filter, 100, None).await.unwrap().runs;
+    let pending: Vec<_> = runs.iter().filter(|r| r.state == RunState::Pending).map(|r| r.id.clone()).collect();
+    assert_eq!(pending.len(), 1, "the next time fired: {runs:?}");
+    assert_ne!(pending[0], blocker);
+    task.abort();
+}

@@ -123,6 +123,9 @@ pub enum LeaderCommand {
     Trigger { namespace: String, name: String, count: u32, reply: oneshot::Sender<std::result::Result<Vec<String>, StoreError>> },
     /// Something changed in the store (jobs or cancel requests); look now.
     Nudge,
+    /// A run was changed in the store by the API (a cancel): reload it, and
+    /// look at the cancel requests now.
+    RunChanged { run_id: String },
     /// A worker said Hello on this leader; the reply is the session id (the
     /// leader has sent `Welcome`) or the refusal.
     SessionOpen { hello: Box<v1::Hello>, outbound: Outbound, reply: oneshot::Sender<std::result::Result<String, tonic::Status>> },
@@ -508,12 +511,19 @@ impl LeaderRuntime {
         // While the cache is stale, what needs it waits for the rebuild;
         // heartbeats are still acked (the worker's lease does not depend on
         // the store) and reports queue in the inbox.
-        if self.stale && matches!(cmd, LeaderCommand::Trigger { .. } | LeaderCommand::SessionOpen { .. }) {
+        if self.stale && matches!(cmd, LeaderCommand::Trigger { .. } | LeaderCommand::SessionOpen { .. } | LeaderCommand::RunChanged { .. })
+        {
             self.deferred.push_back(cmd);
             return Ok(());
         }
         match cmd {
             LeaderCommand::Nudge => self.last_poll = 0,
+            LeaderCommand::RunChanged { run_id } => {
+                self.last_poll = 0;
+                if self.cache.runs.contains_key(run_id.as_str()) {
+                    self.reload_run(&run_id).await?;
+                }
+            }
             LeaderCommand::Trigger { namespace, name, count, reply } => {
                 let result = self.trigger(&namespace, &name, count).await;
                 let _ = reply.send(result.clone());

@@ -1,0 +1,109 @@
+//! How long the leader takes to (re)build its state from the store: what a
+//! new term does, and what the leader does after any store error (the
+//! crash-only rule). Creates N jobs (cron every hour, so nothing is due)
+//! and N/10 open runs in an embedded SQLite store, then times the first
+//! step of fresh leader runtimes (an empty cache loaded from the store, plus
+//! one idle turn). Prints figures; asserts nothing. `bench/rebuild.sh`.
+//!
+//! Usage: bench_rebuild [JOBS…]   (default: 10000 100000)
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use gnomon_backend::sqlite::SqliteStore;
+use gnomon_backend::{Fence, LeaderInfo, NewRun, Precondition, Store};
+use gnomon_core::spec::parse_job_json;
+use gnomon_core::{ManualClock, RunState};
+use gnomon_server::leader::{LeaderConfig, LeaderParts, LeaderRuntime, Step};
+use tokio::sync::{mpsc, watch};
+
+const T0: i64 = 1_800_000_000_000;
+
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+async fn bench(jobs: usize) -> Result<(), String> {
+    let shm = std::path::Path::new("/dev/shm");
+    let dir = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() }.map_err(|e| e.to_string())?;
+    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&url).await.map_err(|e| e.to_string())?);
+    let began = Instant::now();
+    let mut uids = Vec::with_capacity(jobs);
+    for i in 0..jobs {
+        let json = format!(
+            r#"{{"name":"job-{i}","schedule":{{"cron":"0 0 * * * *","timezone":"Europe/Berlin"}},
+                "executor":{{"shell":{{"command":"echo","args":["{i}"]}}}},"retry":{{"max_attempts":3}}}}"#
+        );
+        let spec = parse_job_json(json.as_bytes()).map_err(|e| e.to_string())?.compile().map_err(|e| e.to_string())?.spec;
+        uids.push(store.put_job(&spec, Precondition::DoesNotExist, T0).await.map_err(|e| e.to_string())?.uid);
+    }
+    let token = store.next_epoch("scheduler").await.map_err(|e| e.to_string())?;
+    let fence = Fence { scope: "scheduler".into(), token };
+    store.fence(&fence, &LeaderInfo::default(), T0).await.map_err(|e| e.to_string())?;
+    let runs: Vec<NewRun> = uids
+        .iter()
+        .step_by(10)
+        .enumerate()
+        .map(|(i, uid)| NewRun {
+            job_uid: uid.clone(),
+            namespace: "default".into(),
+            job: format!("job-{}", i * 10),
+            scheduled_at: T0 - 1000,
+            fired_at: T0,
+            state: RunState::Pending,
+            reason: None,
+            manual: true,
+        })
+        .collect();
+    for chunk in runs.chunks(2048) {
+        store.fire(&fence, chunk, &[]).await.map_err(|e| e.to_string())?;
+    }
+    println!("{jobs} jobs, {} open runs: created in {:.1} s", runs.len(), began.elapsed().as_secs_f64());
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let (_tx, commands) = mpsc::channel(16);
+        let (_lost_tx, lost) = watch::channel(false);
+        let (_shut_tx, shutdown) = watch::channel(false);
+        let config = LeaderConfig::default();
+        let mut rt = LeaderRuntime::new(LeaderParts {
+            store: store.clone(),
+            fence: fence.clone(),
+            clock: Arc::new(ManualClock::new(T0 + 1)),
+            config,
+            commands,
+            lost,
+            shutdown,
+            view: Default::default(),
+        });
+        let t = Instant::now();
+        let step = rt.step().await;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        if step != Step::Done {
+            return Err(format!("the first step ended {step:?}"));
+        }
+        times.push(ms);
+        println!("  rebuild + first turn: {ms:.0} ms (process RSS {:.0} MiB)", rss_mib());
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    println!("{jobs} jobs: rebuild min {:.0} ms, median {:.0} ms", times[0], times[1]);
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() {
+    let sizes: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let sizes = if sizes.is_empty() { vec![10_000, 100_000] } else { sizes };
+    for n in sizes {
+        if let Err(e) = bench(n).await {
+            eprintln!("bench_rebuild: {e}");
+            std::process::exit(1);
+        }
+    }
+}
