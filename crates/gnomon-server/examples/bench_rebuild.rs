@@ -66,6 +66,21 @@ async fn bench(jobs: usize) -> Result<(), String> {
         store.fire(&fence, chunk, &[]).await.map_err(|e| e.to_string())?;
     }
     println!("{jobs} jobs, {} open runs: created in {:.1} s", runs.len(), began.elapsed().as_secs_f64());
+    let t = Instant::now();
+    let changes = store.job_changes(0).await.map_err(|e| e.to_string())?;
+    let read_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let t = Instant::now();
+    for j in &changes.upserted {
+        let _ = j.spec.compile();
+    }
+    let compile_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let t = Instant::now();
+    let open = store.open_runs().await.map_err(|e| e.to_string())?.len();
+    println!(
+        "  of which: reading the jobs {read_ms:.0} ms, compiling them {compile_ms:.0} ms, reading {open} open runs {:.0} ms",
+        t.elapsed().as_secs_f64() * 1000.0
+    );
+    drop(changes);
     let mut times = Vec::new();
     for _ in 0..3 {
         let (_tx, commands) = mpsc::channel(16);
