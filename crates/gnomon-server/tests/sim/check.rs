@@ -74,7 +74,17 @@ pub async fn check(store: &dyn Store, jobs: &[SimJob], h: &History, end: Millis,
             }
         }
         if d.run.fired_at <= end - TERMINAL_WITHIN_MS && !d.run.state.is_terminal() {
-            v.push(format!("run {}: still {} {} ms after it fired", d.run.id, d.run.state.as_str(), end - d.run.fired_at));
+            let attempts: Vec<String> = d
+                .attempts
+                .iter()
+                .map(|a| format!("{} on {} {} at +{}", a.attempt, a.worker, a.state.as_str(), a.assigned_at - crate::T0))
+                .collect();
+            v.push(format!(
+                "run {}: still {} {} ms after it fired; attempts {attempts:?}",
+                d.run.id,
+                d.run.state.as_str(),
+                end - d.run.fired_at
+            ));
         }
     }
 

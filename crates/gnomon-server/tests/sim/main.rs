@@ -191,6 +191,11 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
         for (t, what) in &h.log {
             eprintln!("{:>8} ms  {what}", t - T0);
         }
+        let mut per_5s = std::collections::BTreeMap::new();
+        for (_, _, w, t) in &h.starts {
+            *per_5s.entry(((t - T0) / 5000 * 5, w.clone())).or_insert(0) += 1;
+        }
+        eprintln!("attempts started per 5 s and worker: {per_5s:?}");
     }
     if violations.is_empty() {
         Ok(Outcome { runs, faults: store.injected() })
