@@ -6,7 +6,8 @@
 //! writes must be fenced). After each seed a checker reads the store and
 //! the workers' history and asserts the invariants.
 //!
-//! `GNOMON_SIM_SEEDS=N` runs N seeds (default 200, split over two tests);
+//! `GNOMON_SIM_SEEDS=N` runs N seeds (default 200, split over two tests),
+//! from `GNOMON_SIM_FIRST_SEED` (default 1);
 //! `GNOMON_SIM_SEED=S` replays one. A failure prints its seed and the
 //! command that replays it. A seed fixes the workload, the faults, the
 //! workers' behaviour and the jobs' uids, and the leader's maps hash with
@@ -269,7 +270,8 @@ fn seeds(part: u64, parts: u64) -> Vec<u64> {
         return if part == 0 { vec![seed] } else { Vec::new() };
     }
     let n: u64 = std::env::var("GNOMON_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
-    (1..=n).filter(|s| s % parts == part).collect()
+    let first: u64 = std::env::var("GNOMON_SIM_FIRST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    (first..first.saturating_add(n)).filter(|s| s % parts == part).collect()
 }
 
 async fn run_seeds(part: u64) {
