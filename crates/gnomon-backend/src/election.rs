@@ -1,5 +1,5 @@
 //! Database-lock electors (MySQL/MariaDB `GET_LOCK`, PostgreSQL advisory
-//! locks), the seed-000 fallback wrapper, and what they share.
+//! locks), the opt-in fallback to the local elector, and what they share.
 //!
 //! # The lock electors
 //! A candidate holds one **dedicated connection** (never a pool connection)
@@ -232,7 +232,7 @@ impl Elector for DbLockElector {
     }
 }
 
-/// The seed-000 degradation, opt-in with `--election-fallback local`: when
+/// The degradation to the local elector, opt-in with `--election-fallback local`: when
 /// the primary elector cannot be reached, lead locally (with a `WARN` and
 /// `gnomon_leader_election_total{result="fallback_local"}`) instead of
 /// waiting. Two servers that both fall back both lead; the store's fencing
