@@ -35,21 +35,9 @@ impl LeaderRuntime {
         let started = *self.term_started.get_or_insert(now);
         let mut live = Vec::new();
         for run in self.store.open_runs().await? {
-            let open = OpenRun {
-                key: self.job_key(&run.job_uid, &run.job, &run.namespace),
-                scheduled_at: run.scheduled_at,
-                state: run.state,
-                attempt: run.attempt,
-                ready_since: run.next_attempt_at.unwrap_or(run.fired_at),
-                assigned_at: 0,
-            };
-            let id: RunId = Arc::from(run.id.as_str());
-            self.track(id.clone(), open);
-            match run.state {
-                RunState::Pending => self.cache.ready.push_back(id),
-                RunState::Retrying => self.cache.retry_heap.push(Reverse((run.next_attempt_at.unwrap_or(now), id))),
-                RunState::Assigned | RunState::Running => live.push(id),
-                _ => {}
+            let id = self.track_stored(&run, 0, now);
+            if matches!(run.state, RunState::Assigned | RunState::Running) {
+                live.push(id);
             }
         }
         if let Some(leases) = &self.leases {
@@ -258,6 +246,28 @@ impl LeaderRuntime {
         }
     }
 
+    /// Tracks an open run as the store has it: queued for dispatch when
+    /// pending, on the retry heap when retrying (the caller places a live
+    /// attempt).
+    fn track_stored(&mut self, run: &gnomon_backend::RunRecord, assigned_at: Millis, now: Millis) -> RunId {
+        let open = OpenRun {
+            key: self.job_key(&run.job_uid, &run.job, &run.namespace),
+            scheduled_at: run.scheduled_at,
+            state: run.state,
+            attempt: run.attempt,
+            ready_since: run.next_attempt_at.unwrap_or(run.fired_at),
+            assigned_at,
+        };
+        let id: RunId = Arc::from(run.id.as_str());
+        self.track(id.clone(), open);
+        match run.state {
+            RunState::Pending => self.cache.ready.push_back(id.clone()),
+            RunState::Retrying => self.cache.retry_heap.push(Reverse((run.next_attempt_at.unwrap_or(now), id.clone()))),
+            _ => {}
+        }
+        id
+    }
+
     /// A compare-and-swap did not apply: someone else moved the run (a user
     /// cancel), or a write whose outcome was unknown did land. The store's
     /// copy is the truth: the run is dropped from the cache and loaded
@@ -268,19 +278,8 @@ impl LeaderRuntime {
         let Some(detail) = detail.filter(|d| !d.run.state.is_terminal()) else { return Ok(()) };
         let now = self.clock.now_millis();
         let run = &detail.run;
-        let open = OpenRun {
-            key: self.job_key(&run.job_uid, &run.job, &run.namespace),
-            scheduled_at: run.scheduled_at,
-            state: run.state,
-            attempt: run.attempt,
-            ready_since: run.next_attempt_at.unwrap_or(run.fired_at),
-            assigned_at: now,
-        };
-        let rid: RunId = Arc::from(id);
-        self.track(rid.clone(), open);
+        let rid = self.track_stored(run, now, now);
         match run.state {
-            RunState::Pending => self.cache.ready.push_back(rid),
-            RunState::Retrying => self.cache.retry_heap.push(Reverse((run.next_attempt_at.unwrap_or(now), rid))),
             RunState::Assigned | RunState::Running => {
                 let worker = detail.attempts.iter().find(|a| a.attempt == run.attempt).map(|a| a.worker.clone());
                 match worker {
