@@ -67,6 +67,8 @@ where
     fire_uniqueness_under_concurrency(a.clone(), b.clone()).await;
     two_servers_race_fire_in_a_tight_loop(a.clone(), b.clone()).await;
     fire_advances_last_scheduled_at(a.as_ref()).await;
+    job_heads_and_reads_by_uid(a.as_ref(), b.as_ref()).await;
+    manual_and_scheduled_runs_share_an_instant(a.as_ref()).await;
     stale_token_writes_are_rejected(a.as_ref(), b.as_ref()).await;
     cas_transitions_and_terminal_finality(a.as_ref()).await;
     fire_and_transition_in_one_write(a.as_ref(), b.as_ref()).await;
@@ -193,6 +195,55 @@ async fn fire_advances_last_scheduled_at(s: &dyn Store) {
     let skipped = s.get_run(&run_id(&job.uid, 2000)).await.expect("get").expect("exists");
     assert_eq!(skipped.run.state, RunState::Skipped);
     assert_eq!(skipped.run.reason.as_deref(), Some("misfire"));
+}
+
+/// What a rebuilding leader reads: every job's head at a feed position
+/// (nothing at or below it appears later), and whole jobs by uid.
+async fn job_heads_and_reads_by_uid(a: &dyn Store, b: &dyn Store) {
+    let scope = unique("scope");
+    let fence = lead(a, &scope).await;
+    let one = a.put_job(&job_spec(&unique("head")), Precondition::DoesNotExist, 1).await.expect("create");
+    let two = b.put_job(&job_spec(&unique("head")), Precondition::DoesNotExist, 1).await.expect("create");
+    let two = b.put_job(&two.spec, Precondition::MatchesVersion(1), 2).await.expect("edit");
+    a.fire(&fence, &[new_run(&one, 5000)], &[JobAdvance { job_uid: one.uid.clone(), last_scheduled_at: 5000 }]).await.expect("fire");
+    let heads = a.job_heads().await.expect("heads");
+    let head = |uid: &str| heads.heads.iter().find(|h| h.uid == uid).cloned();
+    assert_eq!(head(&one.uid), Some(JobHead { uid: one.uid.clone(), version: 1, last_scheduled_at: Some(5000) }));
+    assert_eq!(head(&two.uid), Some(JobHead { uid: two.uid.clone(), version: 2, last_scheduled_at: None }));
+    assert!(
+        a.job_changes(heads.seq).await.expect("changes").upserted.iter().all(|j| j.uid != one.uid && j.uid != two.uid),
+        "the heads' feed position covers the writes they show"
+    );
+    b.set_job_paused("default", &two.name, true, 3).await.expect("pause");
+    let after = a.job_changes(heads.seq).await.expect("changes");
+    assert!(after.upserted.iter().any(|j| j.uid == two.uid && j.version == 3), "a later write follows the heads' position");
+    let mut got = a.jobs_by_uid(&[two.uid.clone(), "no-such-uid".into(), one.uid.clone()]).await.expect("by uid");
+    got.sort_by_key(|j| j.version);
+    assert_eq!(got.iter().map(|j| (j.uid.as_str(), j.version)).collect::<Vec<_>>(), vec![(one.uid.as_str(), 1), (two.uid.as_str(), 3)]);
+    assert_eq!(got[0].spec, one.spec);
+    assert_eq!(got[0].last_scheduled_at, Some(5000));
+    assert!(a.jobs_by_uid(&[]).await.expect("by uid").is_empty());
+}
+
+/// A manual run and a scheduled one at the same instant are two runs (ids
+/// apart), each still unique.
+async fn manual_and_scheduled_runs_share_an_instant(s: &dyn Store) {
+    let scope = unique("scope");
+    let fence = lead(s, &scope).await;
+    let job = s.put_job(&job_spec(&unique("both")), Precondition::DoesNotExist, 1).await.expect("create");
+    let mut manual = new_run(&job, 7000);
+    manual.manual = true;
+    let scheduled = new_run(&job, 7000);
+    assert_ne!(manual.id(), scheduled.id());
+    let first = s.fire(&fence, &[manual.clone()], &[]).await.expect("fire manual");
+    let second = s.fire(&fence, &[scheduled.clone(), manual.clone()], &[]).await.expect("fire scheduled");
+    assert_eq!((first, second), (vec![FireOutcome::Created], vec![FireOutcome::Created, FireOutcome::Existed]));
+    let again = s.fire(&fence, &[scheduled.clone()], &[]).await.expect("fire again");
+    assert_eq!(again, vec![FireOutcome::Existed]);
+    let m = s.get_run(&manual.id()).await.expect("get").expect("manual run");
+    let r = s.get_run(&scheduled.id()).await.expect("get").expect("scheduled run");
+    assert!(m.run.manual && !r.run.manual);
+    assert_eq!((m.run.scheduled_at, r.run.scheduled_at), (7000, 7000));
 }
 
 async fn stale_token_writes_are_rejected(a: &dyn Store, b: &dyn Store) {

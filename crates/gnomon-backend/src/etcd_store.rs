@@ -8,7 +8,7 @@
 //! | `P/jobs/<uid>` | the job (spec, version, paused, times, `last_scheduled_at`); its `mod_revision` is its change sequence |
 //! | `P/job_names/<namespace>/<name>` | the uid of the job of that name |
 //! | `P/job_tombstones/<uid>` | empty; written when a job is deleted (the change feed's deletions) |
-//! | `P/runs/<run id>` | the run (run id = `<job uid>-<scheduled_at>`) |
+//! | `P/runs/<run id>` | the run (run id = `<job uid>-<scheduled_at>`, `<job uid>-m<scheduled_at>` if manual) |
 //! | `P/open/<run id>` | empty; present while the run is not terminal (leader recovery reads only these) |
 //! | `P/idx/seq/<seq, 16 hex>` | run id: every run, in insertion order (pagination) |
 //! | `P/idx/job/<job name>/<seq>` | run id: a job's runs, in insertion order |
@@ -625,6 +625,33 @@ impl Store for EtcdStore {
             }
         }
         Ok(JobChanges { upserted, deleted, seq })
+    }
+
+    async fn job_heads(&self) -> Result<JobHeads, StoreError> {
+        /// A job's value, read without building its spec.
+        #[derive(Deserialize)]
+        struct EHead {
+            uid: String,
+            version: u64,
+            last_scheduled_at: Option<Millis>,
+        }
+        let resp = self.get(self.k("jobs/"), Some(GetOptions::new().with_prefix())).await?;
+        // Everything up to the read's revision is in it.
+        let seq = resp.header().map_or(0, |h| u64::try_from(h.revision()).unwrap_or(0));
+        let heads = resp
+            .kvs()
+            .iter()
+            .map(|kv| {
+                let h: EHead = parse("job", kv.value())?;
+                Ok(JobHead { uid: h.uid, version: h.version, last_scheduled_at: h.last_scheduled_at })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(JobHeads { heads, seq })
+    }
+
+    async fn jobs_by_uid(&self, uids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
+        let keys: Vec<String> = uids.iter().map(|u| self.k(&format!("jobs/{u}"))).collect();
+        self.get_many(&keys).await?.into_iter().flatten().map(|kv| job_record(&kv)).collect()
     }
 
     async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {

@@ -120,6 +120,27 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn list_jobs(&self, namespace: Option<&str>) -> Result<Vec<JobRecord>, StoreError>;
     /// The job change feed: jobs written and uids deleted after `since`.
     async fn job_changes(&self, since: u64) -> Result<JobChanges, StoreError>;
+    /// Every job's head (uid, version, last fire) without its spec, at one
+    /// feed position: what a leader rebuilding its state reads to keep the
+    /// jobs it already holds at the stored version.
+    async fn job_heads(&self) -> Result<JobHeads, StoreError> {
+        let all = self.job_changes(0).await?;
+        Ok(JobHeads {
+            heads: all
+                .upserted
+                .into_iter()
+                .map(|j| JobHead { uid: j.uid, version: j.version, last_scheduled_at: j.last_scheduled_at })
+                .collect(),
+            seq: all.seq,
+        })
+    }
+    /// The stored jobs among these uids (a uid with no job is left out).
+    async fn jobs_by_uid(&self, uids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
+        let wanted: std::collections::HashSet<&str> = uids.iter().map(String::as_str).collect();
+        let mut jobs = self.job_changes(0).await?.upserted;
+        jobs.retain(|j| wanted.contains(j.uid.as_str()));
+        Ok(jobs)
+    }
 
     // --- leadership ---
     /// Bumps and returns the scope's epoch counter (token source for electors

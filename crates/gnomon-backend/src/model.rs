@@ -56,9 +56,34 @@ pub struct JobChanges {
     pub seq: u64,
 }
 
+/// What names a job's version, and what the leader's fires advance: enough
+/// to tell whether a job held in memory is still the stored one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobHead {
+    pub uid: String,
+    pub version: u64,
+    pub last_scheduled_at: Option<Millis>,
+}
+
+/// Every job's head, read at one point of the job change feed.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobHeads {
+    pub heads: Vec<JobHead>,
+    /// Every job write up to this feed position is reflected (pass it to
+    /// `job_changes` to follow on).
+    pub seq: u64,
+}
+
 /// The deterministic id of the run of `job_uid` at `scheduled_at`.
 pub fn run_id(job_uid: &str, scheduled_at: Millis) -> String {
     format!("{job_uid}-{scheduled_at}")
+}
+
+/// The id of a manual run of `job_uid` given the instant `scheduled_at`:
+/// apart from the scheduled runs' ids, so that no schedule (a later
+/// version's included) can ever take a manual run's id, or the reverse.
+pub fn manual_run_id(job_uid: &str, scheduled_at: Millis) -> String {
+    format!("{job_uid}-m{scheduled_at}")
 }
 
 /// A run's live attempt and the worker it was assigned to.
@@ -84,7 +109,11 @@ pub struct NewRun {
 
 impl NewRun {
     pub fn id(&self) -> String {
-        run_id(&self.job_uid, self.scheduled_at)
+        if self.manual {
+            manual_run_id(&self.job_uid, self.scheduled_at)
+        } else {
+            run_id(&self.job_uid, self.scheduled_at)
+        }
     }
 }
 

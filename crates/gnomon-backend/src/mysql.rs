@@ -62,6 +62,10 @@ const MIGRATIONS: &[Migration] = &[
         version: 2,
         statements: &["ALTER TABLE jobs ADD COLUMN paused_at BIGINT NULL, ADD COLUMN resumed_at BIGINT NULL"],
     },
+    // Manual runs have ids of their own (`<uid>-m<instant>`), so a manual
+    // run and a scheduled one may share `(job_uid, scheduled_at)`: the run id
+    // alone is unique.
+    Migration { version: 3, statements: &["ALTER TABLE runs DROP INDEX runs_fire"] },
 ];
 
 const DIALECT: Dialect = Dialect {
@@ -72,6 +76,7 @@ const DIALECT: Dialect = Dialect {
     begin: None,
     case_chunk: 125,
     ignore_suffix: " ON DUPLICATE KEY UPDATE {key} = {key}",
+    heads_json: None,
     migrate_lock: "SELECT GET_LOCK('gnomon_migrate', 60)",
     migrate_unlock: "SELECT RELEASE_LOCK('gnomon_migrate')",
     migrations: MIGRATIONS,

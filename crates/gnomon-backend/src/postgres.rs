@@ -57,6 +57,8 @@ const MIGRATIONS: &[Migration] = &[
         version: 2,
         statements: &["ALTER TABLE jobs ADD COLUMN IF NOT EXISTS paused_at BIGINT, ADD COLUMN IF NOT EXISTS resumed_at BIGINT"],
     },
+    // Manual runs have ids of their own (see the MySQL migration 3).
+    Migration { version: 3, statements: &["ALTER TABLE runs DROP CONSTRAINT IF EXISTS runs_job_uid_scheduled_at_key"] },
 ];
 
 const DIALECT: Dialect = Dialect {
@@ -67,6 +69,7 @@ const DIALECT: Dialect = Dialect {
     begin: None,
     case_chunk: 125,
     ignore_suffix: " ON CONFLICT DO NOTHING",
+    heads_json: None,
     migrate_lock: "SELECT pg_advisory_lock(74007400)",
     migrate_unlock: "SELECT pg_advisory_unlock(74007400)",
     migrations: MIGRATIONS,

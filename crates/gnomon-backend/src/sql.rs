@@ -16,8 +16,9 @@
 //! - leader writes of one scope are serialised, which makes the existence
 //!   check that precedes a fire (`SELECT id … FOR UPDATE`) exact: no other
 //!   transaction can insert one of those runs meanwhile. The unique index on
-//!   `(job_uid, scheduled_at)` and the insert-or-ignore suffix stay as the
-//!   last line of defence (invariant 1);
+//!   the run id (derived from `(job_uid, scheduled_at)`, apart for manual
+//!   runs) and the insert-or-ignore suffix stay as the last line of defence
+//!   (invariant 1);
 //! - a transition batch locks its runs (`SELECT … FOR UPDATE`), applies the
 //!   CAS rules in memory in order, and writes the result with one multi-row
 //!   `UPDATE … WHERE (id, state, attempt) IN (…)` whose affected-row count is
@@ -64,6 +65,9 @@ pub(crate) struct Dialect {
     pub case_chunk: usize,
     /// Turns an INSERT into insert-or-ignore; `{key}` is a column of the table.
     pub ignore_suffix: &'static str,
+    /// A query returning every job's `[uid, version, last_scheduled_at]`
+    /// as one JSON array (SQLite, whose driver pays per row), or none.
+    pub heads_json: Option<&'static str>,
     pub migrate_lock: &'static str,
     pub migrate_unlock: &'static str,
     pub migrations: &'static [Migration],
@@ -995,6 +999,56 @@ macro_rules! sql_store {
                 Ok(JobChanges { upserted: rows.iter().map(job_from_row).collect::<Result<_, _>>()?, deleted, seq: to_u64(seq) })
             }
 
+            async fn job_heads(&self) -> Result<JobHeads, StoreError> {
+                // As in `job_changes`: the counter first, then the rows.
+                let mut tx = self.pool.begin().await.map_err(db_err)?;
+                let seq: i64 = sqlx::query_scalar("SELECT value FROM counters WHERE name = 'job_change_seq'")
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db_err)?;
+                if let Some(sql) = D.heads_json {
+                    // One row holding them all: far cheaper for drivers
+                    // that pay per row (SQLite's).
+                    let all: Option<String> = sqlx::query_scalar(sql).fetch_one(&mut *tx).await.map_err(db_err)?;
+                    tx.commit().await.map_err(db_err)?;
+                    let rows: Vec<(String, u64, Option<Millis>)> = match all {
+                        Some(all) => serde_json::from_str(&all).map_err(|e| StoreError::Corrupt(format!("job heads: {e}")))?,
+                        None => Vec::new(),
+                    };
+                    let heads = rows.into_iter().map(|(uid, version, last_scheduled_at)| JobHead { uid, version, last_scheduled_at }).collect();
+                    return Ok(JobHeads { heads, seq: to_u64(seq) });
+                }
+                let rows = sqlx::query("SELECT uid, version, last_scheduled_at FROM jobs").fetch_all(&mut *tx).await.map_err(db_err)?;
+                tx.commit().await.map_err(db_err)?;
+                let heads = rows
+                    .iter()
+                    .map(|r| {
+                        Ok(JobHead {
+                            uid: text(r, "uid")?,
+                            version: to_u64(r.try_get("version").map_err(db_err)?),
+                            last_scheduled_at: r.try_get("last_scheduled_at").map_err(db_err)?,
+                        })
+                    })
+                    .collect::<Result<_, StoreError>>()?;
+                Ok(JobHeads { heads, seq: to_u64(seq) })
+            }
+
+            async fn jobs_by_uid(&self, uids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
+                let mut out = Vec::with_capacity(uids.len());
+                for chunk in uids.chunks(CHUNK) {
+                    let mut qb: QueryBuilder<$db> = QueryBuilder::new("SELECT * FROM jobs WHERE uid IN (");
+                    let mut sep = qb.separated(", ");
+                    for uid in chunk {
+                        sep.push_bind(uid.as_str());
+                    }
+                    qb.push(")");
+                    for r in qb.build().persistent(false).fetch_all(&self.pool).await.map_err(db_err)? {
+                        out.push(job_from_row(&r)?);
+                    }
+                }
+                Ok(out)
+            }
+
             async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {
                 let mut w = self.writer_conn().await?;
                 let mut tx = Self::begin_write(&mut w).await?;
@@ -1238,6 +1292,7 @@ mod tests {
             begin: None,
             case_chunk: 32,
             ignore_suffix: "",
+            heads_json: None,
             migrate_lock: "",
             migrate_unlock: "",
             migrations: &[],

@@ -91,6 +91,31 @@ const MIGRATIONS: &[Migration] = &[
          ALTER TABLE jobs ADD COLUMN resumed_at INTEGER;
          COMMIT;"],
     },
+    // Manual runs have ids of their own (`<uid>-m<instant>`), so a manual
+    // run and a scheduled one may share `(job_uid, scheduled_at)`: the run id
+    // alone is unique. SQLite drops a table constraint by copying the table.
+    Migration {
+        version: 4,
+        statements: &["BEGIN;
+         DROP TABLE IF EXISTS runs_v4;
+         CREATE TABLE runs_v4 (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+            job_uid TEXT NOT NULL, namespace TEXT NOT NULL, job TEXT NOT NULL,
+            scheduled_at INTEGER NOT NULL, fired_at INTEGER NOT NULL,
+            state TEXT NOT NULL, attempt INTEGER NOT NULL DEFAULT 0, reason TEXT,
+            next_attempt_at INTEGER, manual INTEGER NOT NULL DEFAULT 0,
+            cancel_requested INTEGER NOT NULL DEFAULT 0, updated_at INTEGER NOT NULL);
+         INSERT INTO runs_v4 (seq, id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason,
+                              next_attempt_at, manual, cancel_requested, updated_at)
+            SELECT seq, id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason,
+                   next_attempt_at, manual, cancel_requested, updated_at FROM runs;
+         DROP TABLE runs;
+         ALTER TABLE runs_v4 RENAME TO runs;
+         CREATE INDEX runs_by_job ON runs (namespace, job, seq);
+         CREATE INDEX runs_by_state ON runs (state, seq);
+         CREATE INDEX runs_cancel ON runs (state) WHERE cancel_requested = 1;
+         COMMIT;"],
+    },
 ];
 
 const DIALECT: Dialect = Dialect {
@@ -103,6 +128,7 @@ const DIALECT: Dialect = Dialect {
     ignore_suffix: " ON CONFLICT DO NOTHING",
     // One process owns the file (the data dir is flock'ed), and SQLite's
     // write lock serialises the DDL anyway.
+    heads_json: Some("SELECT json_group_array(json_array(uid, version, last_scheduled_at)) FROM jobs"),
     migrate_lock: "SELECT 1",
     migrate_unlock: "SELECT 1",
     migrations: MIGRATIONS,

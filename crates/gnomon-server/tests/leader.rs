@@ -489,3 +489,47 @@ async fn a_cancelled_pending_run_does_not_block_forbid() {
     assert_ne!(pending[0], blocker);
     task.abort();
 }
+
+/// A manual run never shares an id with a scheduled fire, whatever the
+/// schedule becomes: runs triggered ahead of the clock (a bulk trigger
+/// takes now, now+1 ms, …) and then a schedule change that fires at one of
+/// their instants. Before, the manual runs avoided only the schedule of
+/// their day, and the new schedule's fire met a manual run's id and was
+/// swallowed by it.
+#[tokio::test]
+async fn a_schedule_change_cannot_land_on_a_manual_run() {
+    let (_d, sqlite) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    put(&sqlite, r#"{"name":"j","schedule":{"every":"7s"},"executor":{"handler":{"name":"noop"}}}"#, 1_000_000).await;
+    let fence = term(&sqlite).await;
+    let (rt, commands, _lost, _shut) = runtime_with_commands(sqlite.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+    let (reply, ids) = oneshot::channel();
+    commands.send(LeaderCommand::Trigger { namespace: "default".into(), name: "j".into(), count: 2500, reply }).await.unwrap();
+    let ids = ids.await.unwrap().expect("triggered");
+    assert_eq!(ids.len(), 2500);
+    // Every second, from the change on (1_000_000): 1_002_000 is also the
+    // instant of one of the manual runs.
+    put(&sqlite, r#"{"name":"j","schedule":{"every":"1s"},"executor":{"handler":{"name":"noop"}}}"#, 1_000_000).await;
+    advance(&clock, 10, 500).await;
+    let got = instants(&sqlite, "j").await;
+    let want: Vec<i64> = (1..=5).map(|s| 1_000_000 + s * 1000).collect();
+    assert_eq!(got, want, "every second fired once, as a scheduled run");
+    let filter = gnomon_backend::RunFilter { job: Some("j".into()), ..Default::default() };
+    let mut runs = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = sqlite.list_runs(&filter, 1000, cursor).await.unwrap();
+        runs.extend(page.runs);
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let manual: Vec<i64> = runs.iter().filter(|r| r.manual).map(|r| r.scheduled_at).collect();
+    assert_eq!(manual.len(), 2500, "every manual run is there");
+    assert!(manual.contains(&1_002_000), "a manual run shares its instant with a scheduled one");
+    let ids: std::collections::HashSet<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids.len(), runs.len(), "run ids are unique");
+    task.abort();
+}

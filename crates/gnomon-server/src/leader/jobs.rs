@@ -180,6 +180,12 @@ impl LeaderRuntime {
             carry,
             settle,
         });
+        self.seat(entry);
+    }
+
+    /// Puts a job's entry in the cache and its next due time on the timer.
+    fn seat(&mut self, entry: Box<JobEntry>) {
+        let generation = entry.generation;
         let due = if entry.carry.is_some() || (entry.settle && !entry.record.paused) {
             Some(self.clock.now_millis())
         } else if !entry.record.paused {
@@ -191,6 +197,38 @@ impl LeaderRuntime {
             self.cache.fire_heap.push(Reverse((due, entry.record.key.uid.clone(), generation)));
         }
         self.cache.jobs.insert(entry.record.key.uid.clone(), entry);
+    }
+
+    /// Loads the jobs into the cache being rebuilt. A job held before at
+    /// its stored version keeps its entry (compiled schedule, timeline)
+    /// with the stored last fire: what [`Self::upsert_job`] would make of
+    /// the same record, without reading and compiling its spec again. The
+    /// others are read whole. A job no longer stored is dropped.
+    pub(super) async fn reload_jobs(&mut self) -> Result<()> {
+        let heads = self.store.job_heads().await?;
+        let mut others = Vec::new();
+        for head in heads.heads {
+            match self.previous_jobs.remove(&head.uid) {
+                Some(mut entry) if entry.record.version == head.version => {
+                    self.cache.next_generation += 1;
+                    entry.generation = self.cache.next_generation;
+                    entry.record.last_scheduled_at = head.last_scheduled_at.max(entry.record.last_scheduled_at);
+                    self.seat(entry);
+                }
+                Some(entry) => {
+                    self.previous_jobs.insert(head.uid.clone(), entry);
+                    others.push(head.uid);
+                }
+                None => others.push(head.uid),
+            }
+        }
+        if !others.is_empty() {
+            for job in self.store.jobs_by_uid(&others).await? {
+                self.upsert_job(job);
+            }
+        }
+        self.cache.job_feed_seq = heads.seq;
+        Ok(())
     }
 
     /// The time after which a job's schedule is considered: its persisted
@@ -211,9 +249,9 @@ impl LeaderRuntime {
 
     /// Creates `count` manual runs in one store write. Each gets its own
     /// `scheduled_at` (now, now+1 ms, …, starting past the last instant this
-    /// leader gave the job's manual runs, skipping the instants the job's
-    /// schedule fires at, and bumped past any instant the store already
-    /// has), so its id stays unique and never takes a scheduled fire's.
+    /// leader gave the job's manual runs, and bumped past any instant the
+    /// store already has), so its id stays unique; manual ids never meet a
+    /// scheduled fire's.
     pub(super) async fn trigger(&mut self, namespace: &str, name: &str, count: u32) -> Result<Vec<String>> {
         let Some(job) = self.store.get_job(namespace, name).await? else {
             return Err(StoreError::NotFound(format!("job {namespace}/{name}")));
@@ -231,21 +269,24 @@ impl LeaderRuntime {
             if want == 0 {
                 break;
             }
-            let instants = manual_instants(self.cache.jobs.get(&job.uid).map(|j| &j.schedule), next, want);
+            // Consecutive instants, 1 ms apart: a manual run's id is apart
+            // from the scheduled runs' (`manual_run_id`), so no schedule,
+            // now or after a change, can take one.
+            let instants = next..next + want as Millis;
             let runs: Vec<NewRun> = instants
-                .iter()
+                .clone()
                 .map(|at| NewRun {
                     job_uid: job.uid.clone(),
                     namespace: job.namespace.clone(),
                     job: job.name.clone(),
-                    scheduled_at: *at,
+                    scheduled_at: at,
                     fired_at: now,
                     state: RunState::Pending,
                     reason: Some("manual trigger".into()),
                     manual: true,
                 })
                 .collect();
-            next = instants.last().map_or(next, |t| t + 1);
+            next = instants.end;
             let outcomes = self.store.fire(&self.fence, &runs, &[]).await?;
             if let Some(j) = self.cache.jobs.get_mut(&job.uid) {
                 j.manual_next = j.manual_next.max(next);
@@ -461,43 +502,5 @@ impl LeaderRuntime {
             }
         }
         self.apply(batch).await
-    }
-}
-
-/// `n` instants from `from` on (1 ms apart) for manual runs, skipping those
-/// `schedule` fires at: a manual run there would take that fire's run id,
-/// and the scheduled fire would then find it and be merged into it, a
-/// missed fire. Schedules fire at most every 100 ms, so few are skipped.
-pub(super) fn manual_instants(schedule: Option<&Schedule>, from: Millis, n: usize) -> Vec<Millis> {
-    let mut out = Vec::with_capacity(n);
-    let mut t = from;
-    let mut fire = schedule.and_then(|s| s.next_after(from - 1));
-    while out.len() < n {
-        if fire == Some(t) {
-            fire = schedule.and_then(|s| s.next_after(t));
-        } else {
-            out.push(t);
-        }
-        t += 1;
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn manual_instants_skip_the_schedules_own_fires() {
-        let every = Schedule::Every { every_ms: 1000 };
-        let got = manual_instants(Some(&every), 999, 4);
-        assert_eq!(got, vec![999, 1001, 1002, 1003], "1000 is the schedule's");
-        let many = manual_instants(Some(&every), 500, 3000);
-        assert_eq!(many.len(), 3000);
-        assert!(many.iter().all(|t| t % 1000 != 0), "no whole second taken");
-        assert!(many.windows(2).all(|w| w[0] < w[1]));
-        let at = Schedule::At { at_ms: 5 };
-        assert_eq!(manual_instants(Some(&at), 3, 4), vec![3, 4, 6, 7]);
-        assert_eq!(manual_instants(None, 3, 2), vec![3, 4]);
     }
 }

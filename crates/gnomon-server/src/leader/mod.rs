@@ -369,14 +369,21 @@ impl LeaderRuntime {
         self.stale = true;
     }
 
+    /// Distrusts the cache as a store error would: the next step rebuilds
+    /// it from the store first (for benchmarks and tests).
+    pub fn invalidate(&mut self) {
+        self.stale = true;
+    }
+
     /// Drops the cache and loads it again from the store, as a new term
     /// does, keeping the worker sessions (which attempts each holds is
     /// taken from the store) and the unwritten worker results.
     async fn rebuild(&mut self) -> Result<()> {
         let began = std::time::Instant::now();
-        let previous = std::mem::take(&mut self.cache.jobs);
-        if !previous.is_empty() {
-            self.previous_jobs = previous;
+        // Entries a failed rebuild already loaded are newer than those it
+        // had not reached yet.
+        for (uid, entry) in std::mem::take(&mut self.cache.jobs) {
+            self.previous_jobs.insert(uid, entry);
         }
         self.cache = Cache::default();
         self.unheld.clear();

@@ -26,10 +26,14 @@ impl LeaderRuntime {
         if self.job_signal.is_none() {
             self.job_signal = self.store.job_change_signal();
         }
-        let changes = self.store.job_changes(0).await?;
-        self.cache.job_feed_seq = changes.seq;
-        for job in changes.upserted {
-            self.upsert_job(job);
+        if self.previous_jobs.is_empty() {
+            let changes = self.store.job_changes(0).await?;
+            self.cache.job_feed_seq = changes.seq;
+            for job in changes.upserted {
+                self.upsert_job(job);
+            }
+        } else {
+            self.reload_jobs().await?;
         }
         let now = self.clock.now_millis();
         let started = *self.term_started.get_or_insert(now);

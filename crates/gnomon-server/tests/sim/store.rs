@@ -183,6 +183,14 @@ impl Store for FaultyStore {
         self.read_fault()?;
         self.inner.job_changes(since).await
     }
+    async fn job_heads(&self) -> Result<JobHeads, StoreError> {
+        self.read_fault()?;
+        self.inner.job_heads().await
+    }
+    async fn jobs_by_uid(&self, uids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
+        self.read_fault()?;
+        self.inner.jobs_by_uid(uids).await
+    }
     async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {
         self.inner.next_epoch(scope).await
     }
