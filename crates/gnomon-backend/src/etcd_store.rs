@@ -12,6 +12,8 @@
 //! | `P/open/<run id>` | empty; present while the run is not terminal (leader recovery reads only these) |
 //! | `P/idx/seq/<seq, 16 hex>` | run id: every run, in insertion order (pagination) |
 //! | `P/idx/job/<job name>/<seq>` | run id: a job's runs, in insertion order |
+//! | `P/idx/uid/<job uid>/<seq>` | run id: one job's runs by its uid (retention counts these) |
+//! | `P/meta/uid_index` | how far runs written before the uid index have been indexed (`done` when all) |
 //! | `P/attempts/<run id>/<attempt, 8 digits>` | one attempt, with its output tail |
 //! | `P/counters/run_seq` | the last run sequence number handed out |
 //! | `P/epochs/<scope>` | the scope's epoch counter (token source for lock-less electors) |
@@ -43,6 +45,9 @@ use gnomon_core::{AttemptState, Millis, RunState};
 use serde::{Deserialize, Serialize};
 
 use crate::*;
+
+#[path = "etcd_retention.rs"]
+mod retention;
 
 /// Most operations (and most compares) in one txn.
 pub const MAX_OPS: usize = 120;
@@ -761,7 +766,7 @@ impl Store for EtcdStore {
             by_job.entry(uid).or_default();
         }
         // Units of work: (job uid, run indexes, carries the advance).
-        const OPS_PER_RUN: usize = 4;
+        const OPS_PER_RUN: usize = 5;
         let per_txn = (MAX_OPS - 4) / OPS_PER_RUN;
         let mut units: Vec<(&str, Vec<usize>, bool)> = Vec::new();
         for (uid, idx) in &by_job {
@@ -976,76 +981,7 @@ impl Store for EtcdStore {
     }
 
     async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
-        let mut victims: Vec<(ERun, i64)> = Vec::new();
-        let mut chosen: HashSet<String> = HashSet::new();
-        // By age: the oldest runs first, in insertion order.
-        let old = self
-            .get(
-                self.k("idx/seq/"),
-                Some(GetOptions::new().with_prefix().with_sort(SortTarget::Key, SortOrder::Ascend).with_limit(max.min(2000) as i64)),
-            )
-            .await?;
-        let ids: Vec<String> = old.kvs().iter().filter_map(|kv| kv.value_str().ok().map(str::to_string)).collect();
-        for (id, (run, rev)) in self.read_runs(&ids).await? {
-            if run.fired_at < before && run.state.is_terminal() && chosen.insert(id) {
-                victims.push((run, rev));
-            }
-        }
-        // By count: each job's runs beyond the newest `keep_per_job`.
-        let names = self.get(self.k("job_names/"), Some(GetOptions::new().with_prefix().with_keys_only())).await?;
-        let mut seen_names = HashSet::new();
-        for kv in names.kvs() {
-            if victims.len() >= max {
-                break;
-            }
-            let Some(name) = kv.key_str().ok().and_then(|k| k.rsplit('/').next()).map(str::to_string) else { continue };
-            if !seen_names.insert(name.clone()) {
-                continue;
-            }
-            let prefix = self.k(&format!("idx/job/{name}/"));
-            let count = self.get(prefix.clone(), Some(GetOptions::new().with_prefix().with_count_only())).await?.count();
-            let excess = usize::try_from(count).unwrap_or(0).saturating_sub(keep_per_job).min(max - victims.len());
-            if excess == 0 {
-                continue;
-            }
-            let oldest = self
-                .get(prefix, Some(GetOptions::new().with_prefix().with_sort(SortTarget::Key, SortOrder::Ascend).with_limit(excess as i64)))
-                .await?;
-            let ids: Vec<String> = oldest.kvs().iter().filter_map(|kv| kv.value_str().ok().map(str::to_string)).collect();
-            for (id, (run, rev)) in self.read_runs(&ids).await? {
-                if run.state.is_terminal() && chosen.insert(id) {
-                    victims.push((run, rev));
-                }
-            }
-        }
-        victims.truncate(max);
-        if victims.is_empty() {
-            // Nothing to do still answers whether this term may write.
-            self.check_fenced(fence).await?;
-            return Ok(0);
-        }
-        // Delete in txns: the run (if unchanged since read), its index
-        // entries and its attempts, under the leader's fence.
-        let mut deleted = 0u64;
-        for chunk in victims.chunks((MAX_OPS - 4) / 4) {
-            let mut compares = self.fence_compares(fence).await?;
-            let mut ops = Vec::new();
-            for (run, rev) in chunk {
-                let key = self.k(&format!("runs/{}", run.id));
-                compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *rev));
-                ops.push(TxnOp::delete(key, None));
-                ops.push(TxnOp::delete(self.k(&format!("idx/seq/{}", seq_key(run.seq))), None));
-                ops.push(TxnOp::delete(self.k(&format!("idx/job/{}/{}", run.job, seq_key(run.seq))), None));
-                ops.push(TxnOp::delete(self.k(&format!("attempts/{}/", run.id)), Some(etcd_client::DeleteOptions::new().with_prefix())));
-            }
-            if self.txn(Txn::new().when(compares).and_then(ops)).await?.succeeded() {
-                deleted += chunk.len() as u64;
-            } else {
-                // Fenced, or a run changed since it was read: left for next time.
-                self.check_fenced(fence).await?;
-            }
-        }
-        Ok(deleted)
+        self.prune_runs(fence, keep_per_job, before, max).await
     }
 
     fn session_leases(&self) -> Option<std::sync::Arc<dyn SessionLeases>> {
@@ -1136,6 +1072,7 @@ impl EtcdStore {
                     }
                     ops.push(TxnOp::put(self.k(&format!("idx/seq/{}", seq_key(seq))), id.clone(), None));
                     ops.push(TxnOp::put(self.k(&format!("idx/job/{}/{}", r.job, seq_key(seq))), id.clone(), None));
+                    ops.push(TxnOp::put(self.uid_index_key(&r.job_uid, seq), id.clone(), None));
                     fresh.push(id.clone());
                 }
             }

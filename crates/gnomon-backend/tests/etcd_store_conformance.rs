@@ -99,6 +99,58 @@ async fn retention_deletes_old_terminal_runs_only() {
     assert!(matches!(store.prune(&fence, 0, i64::MAX, 100).await, Err(StoreError::Fenced { .. })));
 }
 
+/// Retention counts a job's runs by its uid: two namespaces with a job of
+/// the same name, and a job deleted and created again, keep their own
+/// counts. Runs written before the uid index existed are indexed by a
+/// backfill, then counted.
+#[tokio::test]
+async fn retention_counts_runs_per_job_not_per_name() {
+    use gnomon_backend::{Fence, JobRecord, LeaderInfo, NewRun, Precondition};
+    use gnomon_core::RunState;
+    let cluster = format!("ret-{:08x}", rand::random::<u32>());
+    let store = open_store(&url(&cluster)).await.expect("open");
+    let token = store.next_epoch("scheduler").await.unwrap();
+    let fence = Fence { scope: "scheduler".into(), token };
+    store.fence(&fence, &LeaderInfo::default(), 1).await.unwrap();
+    let done = |job: &JobRecord, from: i64, n: i64| -> Vec<NewRun> {
+        (from..from + n)
+            .map(|i| NewRun {
+                job_uid: job.uid.clone(),
+                namespace: job.namespace.clone(),
+                job: job.name.clone(),
+                scheduled_at: 1000 * i,
+                fired_at: 1000 * i,
+                state: RunState::Skipped,
+                reason: None,
+                manual: false,
+            })
+            .collect()
+    };
+    let a = store.put_job(&job_spec("twin"), Precondition::DoesNotExist, 1).await.unwrap();
+    let mut other = job_spec("twin");
+    other.namespace = Some("other".into());
+    let b = store.put_job(&other, Precondition::DoesNotExist, 1).await.unwrap();
+    store.fire(&fence, &done(&a, 0, 5), &[]).await.unwrap();
+    store.fire(&fence, &done(&b, 0, 5), &[]).await.unwrap();
+    assert_eq!(store.prune(&fence, 5, 0, 100).await.unwrap(), 0, "5 runs each: nothing beyond 5 per job");
+    store.delete_job("default", "twin", Precondition::None).await.unwrap();
+    let again = store.put_job(&job_spec("twin"), Precondition::DoesNotExist, 2).await.unwrap();
+    store.fire(&fence, &done(&again, 10, 2), &[]).await.unwrap();
+    assert_eq!(store.prune(&fence, 5, 0, 100).await.unwrap(), 0, "the re-created job counts on its own");
+    assert_eq!(store.prune(&fence, 4, 0, 100).await.unwrap(), 2, "one each from the deleted job and the other namespace's");
+    // As written before the index existed: no uid index, no marker.
+    let endpoints = etcd_endpoints();
+    let mut c = etcd_client::Client::connect(endpoints.split(',').collect::<Vec<_>>(), None).await.unwrap();
+    let p = format!("/gnomon/{cluster}/");
+    c.delete(format!("{p}idx/uid/"), Some(etcd_client::DeleteOptions::new().with_prefix())).await.unwrap();
+    c.delete(format!("{p}meta/uid_index"), None).await.unwrap();
+    assert_eq!(store.prune(&fence, 2, 0, 100).await.unwrap(), 4, "backfilled, then 2 kept of each 4");
+    let marker = c.get(format!("{p}meta/uid_index"), None).await.unwrap();
+    assert_eq!(marker.kvs()[0].value(), b"done");
+    let left = c.get(format!("{p}idx/uid/"), Some(etcd_client::GetOptions::new().with_prefix().with_count_only())).await.unwrap();
+    assert_eq!(left.count(), 6, "2 runs of each of the three jobs are indexed");
+}
+
 #[tokio::test]
 async fn worker_session_leases_live_in_etcd() {
     use gnomon_backend::{Fence, LeaderInfo};
