@@ -238,7 +238,7 @@ async fn manual_and_scheduled_runs_share_an_instant(s: &dyn Store) {
     let first = s.fire(&fence, &[manual.clone()], &[]).await.expect("fire manual");
     let second = s.fire(&fence, &[scheduled.clone(), manual.clone()], &[]).await.expect("fire scheduled");
     assert_eq!((first, second), (vec![FireOutcome::Created], vec![FireOutcome::Created, FireOutcome::Existed]));
-    let again = s.fire(&fence, &[scheduled.clone()], &[]).await.expect("fire again");
+    let again = s.fire(&fence, std::slice::from_ref(&scheduled), &[]).await.expect("fire again");
     assert_eq!(again, vec![FireOutcome::Existed]);
     let m = s.get_run(&manual.id()).await.expect("get").expect("manual run");
     let r = s.get_run(&scheduled.id()).await.expect("get").expect("scheduled run");
