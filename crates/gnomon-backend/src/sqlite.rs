@@ -189,6 +189,27 @@ impl Drop for Checkpointer {
 }
 
 impl SqliteStore {
+    async fn connect(
+        url: &str,
+        options: SqliteConnectOptions,
+        checkpointer: Option<tokio::task::JoinHandle<()>>,
+    ) -> Result<Self, StoreError> {
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options.clone())
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("cannot open {url}: {e}")))?;
+        let writer =
+            sqlx::Connection::connect_with(&options).await.map_err(|e| StoreError::Unavailable(format!("cannot open {url}: {e}")))?;
+        Ok(Self {
+            pool,
+            writer: Arc::new(tokio::sync::Mutex::new(Writer { conn: writer, checked: std::time::Instant::now(), native: None })),
+            options,
+            _checkpointer: Arc::new(Checkpointer(checkpointer.unwrap_or_else(|| tokio::spawn(async {})))),
+        })
+    }
+
     /// Opens (creating if needed) the database at `sqlite://PATH` and applies
     /// migrations.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
@@ -204,15 +225,19 @@ impl SqliteStore {
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
             .pragma("wal_autocheckpoint", "0");
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(30))
+        // Migrate first, on connections that are then closed: a connection
+        // that loaded the schema before a migration changed it would report
+        // a `SELECT *` with the old columns while SQLite returns the new ones
+        // (sqlx keeps the column list of its first prepare).
+        let migrating = Self::connect(url, options.clone(), None).await?;
+        migrating.migrate().await?;
+        migrating.pool.close().await;
+        drop(migrating);
+        let checkpoints = SqlitePoolOptions::new()
+            .max_connections(1)
             .connect_with(options.clone())
             .await
             .map_err(|e| StoreError::Unavailable(format!("cannot open {url}: {e}")))?;
-        let writer =
-            sqlx::Connection::connect_with(&options).await.map_err(|e| StoreError::Unavailable(format!("cannot open {url}: {e}")))?;
-        let checkpoints = pool.clone();
         let checkpointer = tokio::spawn(async move {
             let mut every = tokio::time::interval(CHECKPOINT_EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -223,13 +248,7 @@ impl SqliteStore {
                 }
             }
         });
-        let store = Self {
-            pool,
-            writer: Arc::new(tokio::sync::Mutex::new(Writer { conn: writer, checked: std::time::Instant::now(), native: None })),
-            options,
-            _checkpointer: Arc::new(Checkpointer(checkpointer)),
-        };
-        store.migrate().await?;
+        let store = Self::connect(url, options, Some(checkpointer)).await?;
         let native = crate::sqlite_write::open(store.options.get_filename())?;
         store.writer.lock().await.native = Some(native);
         Ok(store)
