@@ -106,6 +106,18 @@ async fn jobs_and_preconditions(s: &dyn Store) {
     s.delete_job("default", &name, Precondition::None).await.expect("delete");
     assert!(s.get_job("default", &name).await.expect("get").is_none());
     assert!(matches!(s.delete_job("default", &name, Precondition::None).await, Err(StoreError::NotFound(_))));
+    let mut other = spec.clone();
+    other.schedule.every = Some("7s".into());
+    let created = s.put_job(&other, Precondition::DoesNotExist, 20).await.expect("create");
+    assert_eq!((created.schedule_changed_at, created.previous_schedule.clone()), (None, None));
+    let changed = s.put_job(&spec, Precondition::None, 21).await.expect("change the schedule");
+    assert_eq!(changed.schedule_changed_at, Some(21), "a schedule change is timed");
+    assert_eq!(changed.previous_schedule.as_ref().and_then(|p| p.every.as_deref()), Some("7s"), "and keeps the old schedule");
+    let mut retried = spec.clone();
+    retried.description = Some("same schedule".into());
+    let kept = s.put_job(&retried, Precondition::None, 22).await.expect("edit, same schedule");
+    assert_eq!((kept.schedule_changed_at, kept.previous_schedule), (Some(21), changed.previous_schedule), "an edit keeps them");
+    s.delete_job("default", &name, Precondition::None).await.expect("delete");
     let again = s.put_job(&spec, Precondition::DoesNotExist, 15).await.expect("recreate");
     assert_ne!(again.uid, j1.uid, "a recreated job is a new identity");
     assert_eq!(again.version, 1);

@@ -69,6 +69,10 @@ struct EJob {
     paused_at: Option<Millis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     resumed_at: Option<Millis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    schedule_changed_at: Option<Millis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    previous_schedule: Option<gnomon_core::spec::ScheduleSpec>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -433,6 +437,8 @@ fn job_record(kv: &etcd_client::KeyValue) -> Result<JobRecord, StoreError> {
         last_scheduled_at: j.last_scheduled_at,
         paused_at: j.paused_at,
         resumed_at: j.resumed_at,
+        schedule_changed_at: j.schedule_changed_at,
+        previous_schedule: j.previous_schedule,
         change_seq: u64::try_from(kv.mod_revision()).unwrap_or(0),
     })
 }
@@ -450,6 +456,8 @@ fn ejob(j: &JobRecord) -> EJob {
         last_scheduled_at: j.last_scheduled_at,
         paused_at: j.paused_at,
         resumed_at: j.resumed_at,
+        schedule_changed_at: j.schedule_changed_at,
+        previous_schedule: j.previous_schedule.clone(),
     }
 }
 
@@ -479,6 +487,10 @@ impl Store for EtcdStore {
             let name_key = self.k(&format!("job_names/{ns}/{}", spec.name));
             let (record, compares, ops) = match existing {
                 Some((mut j, job_rev, name_rev)) => {
+                    if j.spec.schedule != spec.schedule {
+                        j.previous_schedule = Some(j.spec.schedule.clone());
+                        j.schedule_changed_at = Some(now);
+                    }
                     j.spec = spec.clone();
                     j.version += 1;
                     j.updated_at = now;
@@ -503,6 +515,8 @@ impl Store for EtcdStore {
                         last_scheduled_at: None,
                         paused_at: None,
                         resumed_at: None,
+                        schedule_changed_at: None,
+                        previous_schedule: None,
                         change_seq: 0,
                     };
                     let compares = vec![Compare::version(name_key.clone(), CompareOp::Equal, 0)];

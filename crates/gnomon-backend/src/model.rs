@@ -45,6 +45,11 @@ pub struct JobRecord {
     /// that changed `paused`).
     pub paused_at: Option<Millis>,
     pub resumed_at: Option<Millis>,
+    /// When the schedule last changed, and what it was before (set only by
+    /// a write that changes the schedule): a leader that never saw the old
+    /// schedule still fires what it had due before the change.
+    pub schedule_changed_at: Option<Millis>,
+    pub previous_schedule: Option<gnomon_core::spec::ScheduleSpec>,
     pub change_seq: u64,
 }
 

@@ -66,6 +66,12 @@ const MIGRATIONS: &[Migration] = &[
     // run and a scheduled one may share `(job_uid, scheduled_at)`: the run id
     // alone is unique.
     Migration { version: 3, statements: &["ALTER TABLE runs DROP INDEX runs_fire"] },
+    // When a job's schedule last changed and what it was (see the SQLite
+    // migration 5).
+    Migration {
+        version: 4,
+        statements: &["ALTER TABLE jobs ADD COLUMN schedule_changed_at BIGINT NULL, ADD COLUMN previous_schedule TEXT NULL"],
+    },
 ];
 
 const DIALECT: Dialect = Dialect {

@@ -59,6 +59,14 @@ const MIGRATIONS: &[Migration] = &[
     },
     // Manual runs have ids of their own (see the MySQL migration 3).
     Migration { version: 3, statements: &["ALTER TABLE runs DROP CONSTRAINT IF EXISTS runs_job_uid_scheduled_at_key"] },
+    // When a job's schedule last changed and what it was (see the SQLite
+    // migration 5).
+    Migration {
+        version: 4,
+        statements: &[
+            "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS schedule_changed_at BIGINT, ADD COLUMN IF NOT EXISTS previous_schedule TEXT",
+        ],
+    },
 ];
 
 const DIALECT: Dialect = Dialect {

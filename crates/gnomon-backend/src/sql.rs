@@ -351,6 +351,11 @@ macro_rules! sql_store {
                 last_scheduled_at: r.try_get("last_scheduled_at").map_err(db_err)?,
                 paused_at: r.try_get("paused_at").map_err(db_err)?,
                 resumed_at: r.try_get("resumed_at").map_err(db_err)?,
+                schedule_changed_at: r.try_get("schedule_changed_at").map_err(db_err)?,
+                previous_schedule: opt_text(r, "previous_schedule")?
+                    .map(|t| serde_json::from_str(&t))
+                    .transpose()
+                    .map_err(|e| StoreError::Corrupt(format!("job previous_schedule: {e}")))?,
                 change_seq: to_u64(r.try_get("change_seq").map_err(db_err)?),
             })
         }
@@ -855,6 +860,22 @@ macro_rules! sql_store {
                     _ => {}
                 }
                 match existing {
+                    Some(j) if j.spec.schedule != spec.schedule => {
+                        let previous = serde_json::to_string(&j.spec.schedule).map_err(|e| StoreError::Backend(e.to_string()))?;
+                        sqlx::query(&D.q(
+                            "UPDATE jobs SET spec = ?, version = version + 1, updated_at = ?, change_seq = ?, \
+                             schedule_changed_at = ?, previous_schedule = ? WHERE uid = ?",
+                        ))
+                        .bind(&spec_text)
+                        .bind(now)
+                        .bind(seq)
+                        .bind(now)
+                        .bind(previous)
+                        .bind(&j.uid)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(db_err)?;
+                    }
                     Some(j) => {
                         sqlx::query(&D.q("UPDATE jobs SET spec = ?, version = version + 1, updated_at = ?, change_seq = ? WHERE uid = ?"))
                             .bind(&spec_text)

@@ -116,6 +116,16 @@ const MIGRATIONS: &[Migration] = &[
          CREATE INDEX runs_cancel ON runs (state) WHERE cancel_requested = 1;
          COMMIT;"],
     },
+    // When a job's schedule last changed and what it was: a new leader
+    // fires the old schedule's due times up to the change without having
+    // seen it.
+    Migration {
+        version: 5,
+        statements: &["BEGIN;
+         ALTER TABLE jobs ADD COLUMN schedule_changed_at INTEGER;
+         ALTER TABLE jobs ADD COLUMN previous_schedule TEXT;
+         COMMIT;"],
+    },
 ];
 
 const DIALECT: Dialect = Dialect {

@@ -337,6 +337,13 @@ impl JobSpec {
     }
 }
 
+impl ScheduleSpec {
+    /// The schedule this describes (as a job's spec compiles it).
+    pub fn compile(&self) -> Result<Schedule, SpecError> {
+        compile_schedule(&mut self.clone())
+    }
+}
+
 fn compile_schedule(s: &mut ScheduleSpec) -> Result<Schedule, SpecError> {
     let given = [s.cron.is_some(), s.every.is_some(), s.at.is_some()].iter().filter(|b| **b).count();
     if given > 1 {

@@ -533,3 +533,35 @@ async fn a_schedule_change_cannot_land_on_a_manual_run() {
     assert_eq!(ids.len(), runs.len(), "run ids are unique");
     task.abort();
 }
+
+/// A schedule change that a leader never saw (it was written while no
+/// leader ran, or just before a failover): the new leader fires what the
+/// old schedule had due up to the change, under the old schedule, and the
+/// new schedule from the change on, as a leader that saw it does. Before,
+/// the new leader replayed the whole gap from the last fire under the new
+/// schedule (and never fired the old schedule's due time).
+#[tokio::test]
+async fn a_schedule_change_no_leader_saw_keeps_both_timelines() {
+    let (_d, sqlite) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    put(&sqlite, r#"{"name":"j","schedule":{"every":"2s"},"executor":{"handler":{"name":"noop"}}}"#, 1_000_000).await;
+    let (rt, _lost, _shut) = runtime(sqlite.clone(), term(&sqlite).await, clock.clone());
+    let first = tokio::spawn(rt.run());
+    advance(&clock, 9, 500).await;
+    first.abort();
+    let _ = first.await;
+    assert_eq!(instants(&sqlite, "j").await, vec![1_002_000, 1_004_000], "the first term's fires");
+    // No leader from 1_004_500: 1_006_000 falls due under the old schedule,
+    // then the schedule changes at 1_007_000.
+    clock.set(1_007_000);
+    let changed = put(&sqlite, r#"{"name":"j","schedule":{"every":"3s"},"executor":{"handler":{"name":"noop"}}}"#, 1_007_000).await;
+    assert_eq!(changed.schedule_changed_at, Some(1_007_000));
+    assert_eq!(changed.previous_schedule.and_then(|s| s.every).as_deref(), Some("2s"));
+    clock.set(1_008_500);
+    let (rt, _lost, _shut) = runtime(sqlite.clone(), term(&sqlite).await, clock.clone());
+    let second = tokio::spawn(rt.run());
+    advance(&clock, 8, 500).await;
+    let got = instants(&sqlite, "j").await;
+    assert_eq!(got, vec![1_002_000, 1_004_000, 1_006_000, 1_008_000, 1_011_000], "old schedule up to the change, new one after");
+    second.abort();
+}

@@ -133,8 +133,9 @@ impl LeaderRuntime {
             // what was due before its pause, and a resumed one starts at its
             // resumption (both recorded by the store), so a leader that
             // never saw the pause or the resume fires the same as one that
-            // did. Otherwise a later version starts at its last fire (an edit
-            // never drops a due instant), or at its last change.
+            // did; a changed schedule likewise (the store keeps the previous
+            // one). Otherwise a later version starts at its last fire (an
+            // edit never drops a due instant), or at its last change.
             None => {
                 let now = self.clock.now_millis();
                 let created = record.created_at;
@@ -147,6 +148,13 @@ impl LeaderRuntime {
                 } else if let Some(resumed) = record.resumed_at.filter(|r| *r > base) {
                     let paused = record.paused_at.filter(|p| *p > base && *p <= resumed);
                     (resumed.min(now), paused.map(before_pause), true)
+                } else if let Some((changed, previous)) =
+                    record.schedule_changed_at.filter(|c| *c > base).zip(record.previous_schedule.as_ref().and_then(|s| s.compile().ok()))
+                {
+                    // The schedule changed after the last fire: the old one's
+                    // due times up to the change fire under it, the new one
+                    // starts at the change (as a leader that saw it does).
+                    (changed.min(now), Some(Box::new(Carry { schedule: previous, after: created, until: changed.min(now) })), true)
                 } else if record.version <= 1 || last.is_some() {
                     (created, None, false)
                 } else {
