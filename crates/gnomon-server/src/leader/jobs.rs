@@ -125,7 +125,13 @@ impl LeaderRuntime {
                 // previous version had due up to the change still fires
                 // under it (a turn a few milliseconds late loses nothing).
                 let from = if p.schedule_key != key || (p.record.paused && !record.paused) { cut } else { p.from };
-                let carry = (!p.record.paused).then(|| Box::new(Carry { schedule: p.schedule.clone(), after: p.from, until: cut }));
+                // A job resumed (or changed) while paused keeps what its
+                // pause left to fire: the times due before the pause.
+                let carry = if p.record.paused {
+                    p.carry.clone()
+                } else {
+                    Some(Box::new(Carry { schedule: p.schedule.clone(), after: p.from, until: cut }))
+                };
                 (from, carry, p.settle || from > last.unwrap_or(Millis::MIN))
             }
             // Not in memory (a new term, or the first sight of a job). A
@@ -134,8 +140,9 @@ impl LeaderRuntime {
             // resumption (both recorded by the store), so a leader that
             // never saw the pause or the resume fires the same as one that
             // did; a changed schedule likewise (the store keeps the previous
-            // one). Otherwise a later version starts at its last fire (an
-            // edit never drops a due instant), or at its last change.
+            // one). Otherwise the schedule is the one the job was created
+            // with: its timeline runs from its creation (and resumes at its
+            // last fire), whatever other edits were made.
             None => {
                 let now = self.clock.now_millis();
                 let created = record.created_at;
@@ -155,10 +162,8 @@ impl LeaderRuntime {
                     // due times up to the change fire under it, the new one
                     // starts at the change (as a leader that saw it does).
                     (changed.min(now), Some(Box::new(Carry { schedule: previous, after: created, until: changed.min(now) })), true)
-                } else if record.version <= 1 || last.is_some() {
-                    (created, None, false)
                 } else {
-                    (cut, None, false)
+                    (created, None, false)
                 }
             }
         };
