@@ -561,7 +561,7 @@ impl std::str::FromStr for ElectionKind {
 pub enum Fallback {
     /// Keep campaigning as a follower; never become a second leader.
     None,
-    /// The seed-000 degradation: lead locally (logged, counted).
+    /// The degraded mode: lead locally (logged, counted).
     Local,
 }
 

@@ -246,7 +246,7 @@ fn never_sent(e: &etcd_client::Error) -> bool {
 }
 
 /// Keeps calling an idempotent read until it answers: 100 ms → 1 s
-/// backoff, 5 tries (seed 003), on errors; a read that gets no answer
+/// backoff, 5 tries on errors; a read that gets no answer
 /// within 3 s is not retried. Writes are never retried blindly: their
 /// outcome is re-checked by re-reading (see the CAS loops).
 async fn retry_read<T, F, Fut>(mut f: F) -> Result<T, StoreError>

@@ -239,7 +239,7 @@ pub struct LiveSession {
     pub remaining_ms: i64,
 }
 
-/// Worker sessions kept alive in the store (seed 003): each live session has
+/// Worker sessions kept alive in the store: each live session has
 /// a key bound to a lease of its own, refreshed while its heartbeats arrive;
 /// when the lease runs out the key is deleted, and the leader, watching,
 /// evicts that worker's attempts. A new leader adopts the live keys.

@@ -1,4 +1,4 @@
-//! The backpressure controller (seed 000): green / yellow / red from the
+//! The backpressure controller: green / yellow / red from the
 //! number of pending runs against a maximum, and from worker saturation.
 //!
 //! - **green**: fire and dispatch freely;

@@ -31,6 +31,28 @@ fn rss_mib() -> f64 {
         / 1024.0
 }
 
+/// A fresh leader runtime over `store`, and the channel ends that keep it running.
+#[allow(clippy::type_complexity)]
+fn runtime(
+    store: &Arc<dyn Store>,
+    fence: &Fence,
+) -> (LeaderRuntime, (mpsc::Sender<gnomon_server::leader::LeaderCommand>, watch::Sender<bool>, watch::Sender<bool>)) {
+    let (tx, commands) = mpsc::channel(16);
+    let (lost_tx, lost) = watch::channel(false);
+    let (shut_tx, shutdown) = watch::channel(false);
+    let rt = LeaderRuntime::new(LeaderParts {
+        store: store.clone(),
+        fence: fence.clone(),
+        clock: Arc::new(ManualClock::new(T0 + 1)),
+        config: LeaderConfig::default(),
+        commands,
+        lost,
+        shutdown,
+        view: Default::default(),
+    });
+    (rt, (tx, lost_tx, shut_tx))
+}
+
 async fn bench(jobs: usize) -> Result<(), String> {
     let shm = std::path::Path::new("/dev/shm");
     let dir = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() }.map_err(|e| e.to_string())?;
@@ -92,20 +114,7 @@ async fn bench(jobs: usize) -> Result<(), String> {
     drop(changes);
     let mut times = Vec::new();
     for _ in 0..3 {
-        let (_tx, commands) = mpsc::channel(16);
-        let (_lost_tx, lost) = watch::channel(false);
-        let (_shut_tx, shutdown) = watch::channel(false);
-        let config = LeaderConfig::default();
-        let mut rt = LeaderRuntime::new(LeaderParts {
-            store: store.clone(),
-            fence: fence.clone(),
-            clock: Arc::new(ManualClock::new(T0 + 1)),
-            config,
-            commands,
-            lost,
-            shutdown,
-            view: Default::default(),
-        });
+        let (mut rt, _guards) = runtime(&store, &fence);
         let t = Instant::now();
         let step = rt.step().await;
         let ms = t.elapsed().as_secs_f64() * 1000.0;
@@ -119,19 +128,7 @@ async fn bench(jobs: usize) -> Result<(), String> {
     println!("{jobs} jobs: new term's load min {:.0} ms, median {:.0} ms", times[0], times[1]);
     // The rebuild after a store error: jobs held at their stored version
     // keep their entries; heads, open runs and live attempts are read again.
-    let (_tx, commands) = mpsc::channel(16);
-    let (_lost_tx, lost) = watch::channel(false);
-    let (_shut_tx, shutdown) = watch::channel(false);
-    let mut rt = LeaderRuntime::new(LeaderParts {
-        store: store.clone(),
-        fence: fence.clone(),
-        clock: Arc::new(ManualClock::new(T0 + 1)),
-        config: LeaderConfig::default(),
-        commands,
-        lost,
-        shutdown,
-        view: Default::default(),
-    });
+    let (mut rt, _guards) = runtime(&store, &fence);
     if rt.step().await != Step::Done {
         return Err("the first step failed".into());
     }

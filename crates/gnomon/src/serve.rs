@@ -42,7 +42,7 @@ pub struct LeaderArgs {
     #[arg(long, default_value = "1s")]
     misfire_grace: String,
     /// Worker session lease: a worker silent for this long loses its
-    /// attempts (default 10s; 15s on the etcd store, as seed 003).
+    /// attempts (default 10s; 15s on the etcd store).
     #[arg(long)]
     lease_ttl: Option<String>,
     /// Backpressure: pending runs at which dispatch is paced (70 %) and new
@@ -211,7 +211,7 @@ pub struct ServerArgs {
     #[arg(long, default_value = "5s")]
     election_ttl: String,
     /// When etcd cannot be reached: none (keep campaigning as a follower) or
-    /// local (the seed-000 degradation: lead without mutual exclusion).
+    /// local (degraded: lead without mutual exclusion).
     #[arg(long, default_value = "none")]
     election_fallback: String,
     /// Declares this the only gnomon server on its MySQL/PostgreSQL store,
@@ -445,7 +445,7 @@ async fn run_node(
         (tokio::spawn(WorkerRuntime::new(w, HandlerRegistry::with_builtins()).run(worker_stop_rx)), drain)
     });
     wait_for_signal().await;
-    // With an HA elector, seed 003's order: resign first, so another replica
+    // With an HA elector: resign first, so another replica
     // takes over within about a second, then drain (workers connected here
     // are answered NotLeader and follow the new leader). The local elector
     // has nobody to hand over to: drain first, so the embedded worker's

@@ -158,7 +158,7 @@ impl LeaderRuntime {
                     s.lease_until = now + self.config.lease_ttl_ms;
                     s.last_heartbeat = now;
                     // The store lease: refreshed at 0.7×TTL, with one retry
-                    // at 0.95×TTL if that fails (seed 003).
+                    // at 0.95×TTL if that fails.
                     let ttl = self.config.lease_ttl_ms;
                     if let (Some(leases), Some(lease)) = (self.leases.clone(), s.store_lease) {
                         if now - s.refreshed_at >= ttl * 7 / 10 {
