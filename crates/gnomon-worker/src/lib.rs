@@ -10,6 +10,7 @@
 
 pub mod executor;
 pub mod session;
+mod spool;
 mod tail;
 
 pub use executor::{execute, ExecOutcome, ExecRequest, Handler, HandlerContext, HandlerRegistry};
