@@ -137,3 +137,8 @@ ensure_etcd() {
   echo "etcd cluster is not healthy; see $GNOMON_ETCD_DIR/member-*/log" >&2
   exit 1
 }
+
+ensure_chromium() {
+  # The browser-safety test drives a real headless Chromium.
+  need_apt chromium chromium
+}

@@ -10,6 +10,8 @@ ensure_mariadb
 ensure_postgres
 # The election tests use a 3-member etcd cluster on loopback (scripts/etcd.sh).
 ensure_etcd
+# The browser-safety test drives a headless Chromium.
+ensure_chromium
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"

@@ -12,7 +12,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use gnomon_backend::{CancelOutcome, JobRecord, Precondition, RunDetail, RunFilter, RunRecord, StoreError};
 use gnomon_core::spec::{parse_job_json, JobSpec, DEFAULT_NAMESPACE};
 use gnomon_core::{format_millis, RunState, SpecError};
@@ -20,6 +20,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
+use crate::auth::{Authenticator, Denied, Principal, Role};
+use crate::browser::HostPolicy;
 use crate::leader::LeaderCommand;
 use crate::node::{NodeHandle, SCOPE};
 
@@ -29,8 +31,17 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 pub struct ApiState {
     pub node: NodeHandle,
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
-    /// Bearer token required on `/v1` when set.
-    pub token: Option<Arc<String>>,
+    /// Who may call `/v1`, `/metrics` and the worker protocol.
+    pub auth: Authenticator,
+    /// The host names requests may be addressed to.
+    pub hosts: Arc<HostPolicy>,
+}
+
+impl ApiState {
+    /// A state with one admin token (or none) and the default host policy.
+    pub fn new(node: NodeHandle, metrics: Option<metrics_exporter_prometheus::PrometheusHandle>, token: Option<&str>) -> Self {
+        Self { node, metrics, auth: Authenticator::with_token(token), hosts: Arc::new(HostPolicy::default()) }
+    }
 }
 
 #[derive(Debug)]
@@ -93,10 +104,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/leader", get(leader))
         .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
-        .layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
+        .layer(axum::middleware::from_fn_with_state(state.clone(), authorize));
     let grpc = gnomon_proto::v1::worker_server::WorkerServer::new(crate::sessions::WorkerService {
         node: state.node.clone(),
-        token: state.token.clone(),
+        auth: state.auth.clone(),
     })
     .max_decoding_message_size(8 << 20);
     Router::new()
@@ -105,28 +116,104 @@ pub fn router(state: ApiState) -> Router {
         .route_service("/gnomon.worker.v1.Worker/Session", grpc)
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
+        .route("/metrics", get(metrics_text).route_layer(axum::middleware::from_fn_with_state(state.clone(), authorize)))
         .route("/ui", get(|| async { Html(crate::ui::PAGE) }))
         .route("/", get(|| async { axum::response::Redirect::temporary("/ui") }))
+        .layer(axum::middleware::from_fn_with_state(state.hosts.clone(), crate::browser::guard))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server hit a bug handling this request").into_response()
         }))
         .with_state(state)
 }
 
-async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {
-    if let Some(expected) = &state.token {
-        let given = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !crate::auth::token_matches(given, expected) {
-            return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token").into_response();
-        }
+/// The role a `/v1` call needs (paths as seen inside `/v1`), and what the
+/// call is, for the refusal.
+fn required_role(method: &axum::http::Method, path: &str) -> (Role, &'static str) {
+    use axum::http::Method;
+    if matches!(*method, Method::GET | Method::HEAD) {
+        return (Role::Viewer, "reading");
     }
-    next.run(request).await
+    if path.starts_with("/jobs/") && path.ends_with("/trigger") {
+        return (Role::Operator, "triggering a job");
+    }
+    if path.starts_with("/jobs/") && (path.ends_with("/pause") || path.ends_with("/resume")) {
+        return (Role::Operator, "pausing or resuming a job");
+    }
+    if path.starts_with("/runs/") && path.ends_with("/cancel") {
+        return (Role::Operator, "cancelling a run");
+    }
+    (Role::Admin, "creating, updating or deleting a job")
+}
+
+fn denied(d: &Denied) -> Response {
+    let status = if d.is_unauthenticated() { StatusCode::UNAUTHORIZED } else { StatusCode::FORBIDDEN };
+    let mut resp = ApiError::new(status, d.code(), d.to_string()).into_response();
+    if d.is_unauthenticated() {
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+    }
+    resp
+}
+
+/// Authenticates the caller, checks its role, hands it to the handler (a
+/// [`Principal`] extension) and writes an audit line for every write.
+async fn authorize(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let write = !matches!(method, axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS);
+    let full = request.extensions().get::<axum::extract::OriginalUri>().map(|u| u.0.path().to_string()).unwrap_or_else(|| path.clone());
+    let given = request.headers().get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
+    let principal = match state.auth.authenticate(given) {
+        Ok(p) => p,
+        Err(d) => {
+            if write {
+                tracing::warn!(target: "gnomon::audit", credential = "-", %method, path = %full, status = 401, "refused: {d}");
+            }
+            return denied(&d);
+        }
+    };
+    let (need, what) = if full == "/metrics" { (Role::Viewer, "reading metrics") } else { required_role(&method, &path) };
+    if !principal.role.covers(need) {
+        let d = Denied::Role { name: principal.name.to_string(), have: principal.role, need, what: what.to_string() };
+        if write {
+            tracing::warn!(target: "gnomon::audit", credential = %principal.name, role = %principal.role, %method, path = %full, status = 403, "refused: {d}");
+        }
+        return denied(&d);
+    }
+    request.extensions_mut().insert(principal.clone());
+    let response = next.run(request).await;
+    if write {
+        tracing::info!(
+            target: "gnomon::audit",
+            credential = %principal.name,
+            role = %principal.role,
+            %method,
+            path = %full,
+            status = response.status().as_u16(),
+            "api write"
+        );
+    }
+    response
+}
+
+/// The caller, as [`authorize`] left it (fails closed if it is missing).
+fn caller(req: &Request) -> ApiResult<Principal> {
+    req.extensions()
+        .get::<Principal>()
+        .cloned()
+        .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", "no credential was checked for this request"))
+}
+
+/// Refuses a namespace the caller may not use.
+fn check_ns(p: &Principal, namespace: &str) -> ApiResult<()> {
+    if p.sees(namespace) {
+        return Ok(());
+    }
+    let d = Denied::Namespace {
+        name: p.name.to_string(),
+        namespace: namespace.to_string(),
+        allowed: p.namespaces.as_ref().map(|n| n.to_vec()).unwrap_or_default(),
+    };
+    Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", d.to_string()))
 }
 
 #[derive(Debug, Deserialize)]
@@ -186,6 +273,7 @@ fn check_name(name: &str) -> ApiResult<()> {
 }
 
 async fn create_job(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
+    let p = caller(&req)?;
     let q: NsQuery = query(req.uri().query())?;
     let bytes = read_body(req.into_body()).await?;
     let mut spec = parse_job_json(&bytes)?;
@@ -193,6 +281,7 @@ async fn create_job(State(state): State<ApiState>, req: Request) -> ApiResult<im
         spec.namespace = q.namespace.clone();
     }
     let compiled = spec.compile()?;
+    check_ns(&p, compiled.spec.namespace())?;
     let job = state.node.store.put_job(&compiled.spec, Precondition::DoesNotExist, state.node.clock.now_millis()).await?;
     state.node.nudge();
     let next = next_fire(&state, &job);
@@ -201,6 +290,7 @@ async fn create_job(State(state): State<ApiState>, req: Request) -> ApiResult<im
 
 async fn put_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     check_name(&name)?;
+    let p = caller(&req)?;
     let q: NsQuery = query(req.uri().query())?;
     let if_match = version_from_headers(req.headers())?;
     let bytes = read_body(req.into_body()).await?;
@@ -212,6 +302,7 @@ async fn put_job(State(state): State<ApiState>, Path(name): Path<String>, req: R
         spec.namespace = Some(q.namespace().to_string());
     }
     let compiled = spec.compile()?;
+    check_ns(&p, compiled.spec.namespace())?;
     let precondition = match q.version.or(if_match) {
         Some(v) => Precondition::MatchesVersion(v),
         None => Precondition::None,
@@ -242,8 +333,13 @@ async fn list_jobs(State(state): State<ApiState>, req: Request) -> ApiResult<imp
     struct Q {
         namespace: Option<String>,
     }
+    let p = caller(&req)?;
     let q: Q = query(req.uri().query())?;
-    let jobs = state.node.store.list_jobs(q.namespace.as_deref()).await?;
+    if let Some(ns) = &q.namespace {
+        check_ns(&p, ns)?;
+    }
+    let mut jobs = state.node.store.list_jobs(q.namespace.as_deref()).await?;
+    jobs.retain(|j| p.sees(&j.namespace));
     let items: Vec<Value> = jobs.iter().map(|j| job_json(j, next_fire(&state, j))).collect();
     Ok(Json(json!({"jobs": items})))
 }
@@ -260,6 +356,7 @@ async fn load_job(state: &ApiState, ns: &str, name: &str) -> ApiResult<JobRecord
 
 async fn get_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     let q: NsQuery = query(req.uri().query())?;
+    check_ns(&caller(&req)?, q.namespace())?;
     let job = load_job(&state, q.namespace(), &name).await?;
     Ok(Json(job_json(&job, next_fire(&state, &job))))
 }
@@ -267,6 +364,7 @@ async fn get_job(State(state): State<ApiState>, Path(name): Path<String>, req: R
 async fn delete_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     let q: NsQuery = query(req.uri().query())?;
     check_name(&name)?;
+    check_ns(&caller(&req)?, q.namespace())?;
     let precondition = match q.version.or(version_from_headers(req.headers())?) {
         Some(v) => Precondition::MatchesVersion(v),
         None => Precondition::None,
@@ -279,6 +377,7 @@ async fn delete_job(State(state): State<ApiState>, Path(name): Path<String>, req
 async fn set_paused(state: ApiState, name: String, req: Request, paused: bool) -> ApiResult<Json<Value>> {
     let q: NsQuery = query(req.uri().query())?;
     check_name(&name)?;
+    check_ns(&caller(&req)?, q.namespace())?;
     let job = state.node.store.set_job_paused(q.namespace(), &name, paused, state.node.clock.now_millis()).await?;
     state.node.nudge();
     Ok(Json(job_json(&job, next_fire(&state, &job))))
@@ -314,6 +413,7 @@ pub const MAX_TRIGGER_COUNT: u32 = 10_000;
 async fn trigger_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     let q: TriggerQuery = query(req.uri().query())?;
     let ns = q.namespace.clone().unwrap_or_else(|| gnomon_core::spec::DEFAULT_NAMESPACE.to_string());
+    check_ns(&caller(&req)?, &ns)?;
     let count = q.count.unwrap_or(1);
     if !(1..=MAX_TRIGGER_COUNT).contains(&count) {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_count", format!("count must be between 1 and {MAX_TRIGGER_COUNT}")));
@@ -386,7 +486,19 @@ async fn list_runs(State(state): State<ApiState>, req: Request) -> ApiResult<imp
         limit: Option<u64>,
         cursor: Option<String>,
     }
-    let q: Q = query(req.uri().query())?;
+    let p = caller(&req)?;
+    let mut q: Q = query(req.uri().query())?;
+    match (&q.namespace, &p.namespaces) {
+        (Some(ns), _) => check_ns(&p, ns)?,
+        (None, None) => {}
+        (None, Some(list)) if list.len() == 1 => q.namespace = Some(list[0].clone()),
+        (None, Some(list)) => {
+            return Err(ApiError::bad(
+                "namespace_required",
+                format!("credential {:?} is limited to namespaces {}; pass namespace=", p.name, list.join(", ")),
+            ))
+        }
+    }
     let run_state = match &q.state {
         None => None,
         Some(s) => Some(RunState::parse(s).ok_or_else(|| ApiError::bad("invalid_query", format!("state: unknown run state {s:?}")))?),
@@ -405,12 +517,22 @@ async fn list_runs(State(state): State<ApiState>, req: Request) -> ApiResult<imp
     Ok(Json(json!({"runs": runs, "next_cursor": page.next_cursor.map(|c| c.to_string())})))
 }
 
-async fn load_run(state: &ApiState, id: &str) -> ApiResult<RunDetail> {
-    state.node.store.get_run(id).await?.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run {id} does not exist")))
+/// A run the caller may see (one in another namespace does not exist for it).
+async fn load_run(state: &ApiState, p: &Principal, id: &str) -> ApiResult<RunDetail> {
+    let missing = || ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run {id} does not exist"));
+    let detail = state.node.store.get_run(id).await?.ok_or_else(missing)?;
+    if !p.sees(&detail.run.namespace) {
+        return Err(missing());
+    }
+    Ok(detail)
 }
 
-async fn get_run(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
-    let detail = load_run(&state, &id).await?;
+async fn get_run(
+    State(state): State<ApiState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    let detail = load_run(&state, &p, &id).await?;
     let mut v = run_json(&detail.run, Some(&detail), true);
     if detail.run.state == RunState::Pending {
         if let Some(why) = state.node.waiting_reason(&detail.run.job_uid) {
@@ -420,10 +542,15 @@ async fn get_run(State(state): State<ApiState>, Path(id): Path<String>) -> ApiRe
     Ok(Json(v))
 }
 
-async fn cancel_run(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
+async fn cancel_run(
+    State(state): State<ApiState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    load_run(&state, &p, &id).await?;
     let outcome = state.node.store.request_cancel(&id, state.node.clock.now_millis()).await?;
     state.node.run_changed(&id);
-    let detail = load_run(&state, &id).await?;
+    let detail = load_run(&state, &p, &id).await?;
     let status = if outcome == CancelOutcome::Cancelled { StatusCode::OK } else { StatusCode::ACCEPTED };
     Ok((status, Json(run_json(&detail.run, Some(&detail), true))))
 }

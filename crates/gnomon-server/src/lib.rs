@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod browser;
 pub mod leader;
 pub mod metrics_setup;
 pub mod node;

@@ -9,8 +9,6 @@
 //! the actor is told, and the session's lease keeps running until the worker
 //! reconnects or it expires.
 
-use std::sync::Arc;
-
 use gnomon_proto::v1::{self, server_message, worker_message, worker_server};
 use gnomon_proto::PROTOCOL_VERSION;
 use tokio::sync::{mpsc, oneshot};
@@ -32,7 +30,25 @@ pub type Outbound = mpsc::UnboundedSender<Result<v1::ServerMessage, Status>>;
 #[derive(Clone)]
 pub struct WorkerService {
     pub node: NodeHandle,
-    pub token: Option<Arc<String>>,
+    pub auth: crate::auth::Authenticator,
+}
+
+/// Checks a session's credential: a worker (or admin) credential, and a
+/// worker id under the credential's prefix, if it has one.
+#[allow(clippy::result_large_err)] // tonic::Status is what the service returns
+pub fn authorize_worker(p: &crate::auth::Principal, worker_id: Option<&str>) -> Result<(), Status> {
+    use crate::auth::{Denied, Role};
+    if !p.role.covers(Role::Worker) {
+        let d = Denied::Role { name: p.name.to_string(), have: p.role, need: Role::Worker, what: "opening a worker session".into() };
+        return Err(Status::permission_denied(d.to_string()));
+    }
+    if let (Some(prefix), Some(worker_id)) = (&p.worker_prefix, worker_id) {
+        if !worker_id.starts_with(&**prefix) {
+            let d = Denied::WorkerId { name: p.name.to_string(), worker: worker_id.to_string(), prefix: prefix.to_string() };
+            return Err(Status::permission_denied(d.to_string()));
+        }
+    }
+    Ok(())
 }
 
 /// Checks a Hello before any state is touched.
@@ -81,19 +97,18 @@ impl worker_server::Worker for WorkerService {
     type SessionStream = UnboundedReceiverStream<Result<v1::ServerMessage, Status>>;
 
     async fn session(&self, request: Request<Streaming<v1::WorkerMessage>>) -> Result<Response<Self::SessionStream>, Status> {
-        if let Some(expected) = &self.token {
-            let given =
-                request.metadata().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
-            if !crate::auth::token_matches(given, expected) {
-                return Err(Status::unauthenticated("missing or wrong bearer token"));
-            }
-        }
+        let given = request.metadata().get("authorization").map(|v| v.to_str().unwrap_or(""));
+        let principal = self.auth.authenticate(given).map_err(|d| Status::unauthenticated(d.to_string()))?;
+        // Refuse a non-worker credential before reading anything.
+        authorize_worker(&principal, None)?;
         let mut inbound = request.into_inner();
         let hello = match inbound.message().await? {
             Some(v1::WorkerMessage { msg: Some(worker_message::Msg::Hello(h)) }) => h,
             _ => return Err(Status::invalid_argument("the first message of a session must be Hello")),
         };
         validate_hello(&hello)?;
+        authorize_worker(&principal, Some(&hello.worker_id))?;
+        tracing::info!(target: "gnomon::audit", credential = %principal.name, worker = %hello.worker_id, "worker session opened");
         let (tx, rx) = mpsc::unbounded_channel();
         let Some(commands) = self.node.leader_commands() else {
             let address = self.node.leader_address().await.unwrap_or_default();

@@ -151,7 +151,7 @@ async fn bench(name: &str, url: &str) {
     let node = Node::new(config, store.clone(), elector, Arc::new(gnomon_core::SystemClock));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let api = router(ApiState { node: node.handle.clone(), metrics: None, token: None });
+    let api = router(ApiState::new(node.handle.clone(), None, None));
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });

@@ -1,5 +1,6 @@
 //! The `gnomon` binary: `dev`, `server`, and the client commands.
 
+mod auth_cmd;
 mod client;
 mod serve;
 mod table;
@@ -62,6 +63,9 @@ enum Command {
     Worker(WorkerCommand),
     /// Show who leads.
     Leader,
+    /// Make credentials for --auth-file.
+    #[command(subcommand)]
+    Auth(auth_cmd::AuthCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -188,6 +192,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dev(args) => serve::dev(args, cli.token).await,
         Command::Server(args) => serve::server(*args, cli.token).await,
         Command::Migrate(args) => serve::migrate(args).await,
+        Command::Auth(cmd) => auth_cmd::run(cmd),
         Command::Worker(WorkerCommand { cmd: None, run }) => serve::worker(run, &cli.server, cli.token).await,
         command => {
             let c = client::Client::new(&cli.server, cli.token.as_deref())?;
@@ -196,7 +201,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Command::Run(cmd) => runs(&c, cmd, out).await,
                 Command::Worker(WorkerCommand { cmd: Some(WorkerCmd::List), .. }) => table::workers(&c.get("/v1/workers", &[]).await?, out),
                 Command::Leader => table::leader(&c.get("/v1/leader", &[]).await?, out),
-                Command::Dev(_) | Command::Server(_) | Command::Migrate(_) | Command::Worker(WorkerCommand { cmd: None, .. }) => {
+                Command::Dev(_)
+                | Command::Server(_)
+                | Command::Migrate(_)
+                | Command::Auth(_)
+                | Command::Worker(WorkerCommand { cmd: None, .. }) => {
                     unreachable!("handled above")
                 }
             }

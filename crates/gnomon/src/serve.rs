@@ -13,6 +13,8 @@ use gnomon_backend::etcd::EtcdElector;
 use gnomon_backend::local::LocalElector;
 use gnomon_backend::{open_store, open_store_with, Elector};
 use gnomon_server::api::{router, ApiState};
+use gnomon_server::auth::{AuthConfig, Authenticator, Principal, Role};
+use gnomon_server::browser::HostPolicy;
 use gnomon_server::leader::LeaderConfig;
 use gnomon_server::{Node, NodeConfig};
 use gnomon_worker::{HandlerRegistry, WorkerConfig, WorkerRuntime};
@@ -30,9 +32,72 @@ pub struct DevArgs {
     #[arg(long, default_value_t = 256)]
     capacity: u32,
     #[command(flatten)]
+    access: AccessArgs,
+    #[command(flatten)]
     leader: LeaderArgs,
     #[arg(long)]
     node_id: Option<String>,
+}
+
+/// Who may call the server, shared by `dev` and `server`.
+#[derive(Args, Debug)]
+pub struct AccessArgs {
+    /// A file holding one admin token (re-read when it changes).
+    #[arg(long, env = "GNOMON_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// A TOML file of named credentials with roles (viewer, operator,
+    /// admin, worker), kept as SHA-256 hashes; re-read when it changes.
+    /// `gnomon auth new` makes entries.
+    #[arg(long, env = "GNOMON_AUTH_FILE")]
+    auth_file: Option<PathBuf>,
+    /// Host names requests may be addressed to, besides IP addresses,
+    /// localhost and the --advertise host (comma-separated; `*`: any).
+    /// Other names are refused, which defeats DNS rebinding.
+    #[arg(long, value_delimiter = ',')]
+    allowed_hosts: Vec<String>,
+}
+
+impl AccessArgs {
+    /// The credentials in force, with an embedded worker's own when there is
+    /// one and no `--token` for it to use.
+    fn authenticator(&self, token: Option<&str>, embedded_worker: Option<&mut WorkerConfig>) -> anyhow::Result<Authenticator> {
+        let mut config = AuthConfig {
+            token: token.filter(|t| !t.is_empty()).map(str::to_string),
+            token_file: self.token_file.clone(),
+            auth_file: self.auth_file.clone(),
+            extra: Vec::new(),
+        };
+        let enabled = config.token.is_some() || config.token_file.is_some() || config.auth_file.is_some();
+        if let Some(w) = embedded_worker {
+            if enabled {
+                // The embedded worker gets a credential of its own: a worker
+                // credential for its own id, valid on this node only.
+                let t = match &config.token {
+                    Some(t) => t.clone(),
+                    None => {
+                        let t = gnomon_server::auth::new_token();
+                        let p = Principal {
+                            name: Arc::from("embedded-worker"),
+                            role: Role::Worker,
+                            namespaces: None,
+                            worker_prefix: Some(Arc::from(w.id.as_str())),
+                        };
+                        config.extra.push((t.clone(), p));
+                        t
+                    }
+                };
+                w.token = Some(t);
+            } else {
+                w.token = None;
+            }
+        }
+        Authenticator::load(config).map_err(|e| anyhow!(e))
+    }
+
+    fn hosts(&self, advertise: &str) -> anyhow::Result<HostPolicy> {
+        let names = self.allowed_hosts.iter().cloned().chain(gnomon_server::browser::advertised_host(advertise));
+        HostPolicy::new(names).map_err(|e| anyhow!(e))
+    }
 }
 
 /// The leader's flags, shared by `dev` and `server`.
@@ -232,13 +297,17 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 0)]
     capacity: u32,
     #[command(flatten)]
+    access: AccessArgs,
+    #[command(flatten)]
     leader: LeaderArgs,
 }
 
 fn init_tracing() {
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("GNOMON_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    // Colours only on a terminal: log files and collectors get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
 }
 
 fn parse_listen(listen: &str) -> anyhow::Result<SocketAddr> {
@@ -278,23 +347,33 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<DirLock> {
 pub async fn dev(args: DevArgs, token: Option<String>) -> anyhow::Result<()> {
     init_tracing();
     let addr = parse_listen(&args.listen)?;
-    gnomon_server::auth::check_listen(&addr, token.as_deref(), args.insecure).map_err(|e| anyhow!(e))?;
+    let node_id = args.node_id.unwrap_or_else(|| "dev".to_string());
+    check_capacity(args.capacity)?;
+    let mut worker = embedded_worker(&node_id, args.capacity, Some(args.data_dir.join("worker-spool")));
+    let auth = args.access.authenticator(token.as_deref(), Some(&mut worker))?;
+    gnomon_server::auth::check_listen(&addr, auth.enabled(), args.insecure).map_err(|e| anyhow!(e))?;
+    let hosts = args.access.hosts(&addr.to_string())?;
     let _lock = lock_data_dir(&args.data_dir)?;
     let db = args.data_dir.join("gnomon.db");
     let url = format!("sqlite://{}", db.display());
     let store = open_store(&url).await.with_context(|| format!("opening store {url}"))?;
     let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
-    let node_id = args.node_id.unwrap_or_else(|| "dev".to_string());
-    check_capacity(args.capacity)?;
-    let worker = embedded_worker(&node_id, args.capacity, Some(args.data_dir.join("worker-spool")), &token);
     let config = args.leader.node_config(node_id, addr.to_string(), "10s")?;
-    run_node(config, store, elector, addr, token, Some(worker)).await
+    run_node(config, store, elector, addr, (auth, hosts), Some(worker)).await
 }
 
 pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<()> {
     init_tracing();
     let addr = parse_listen(&args.listen)?;
-    gnomon_server::auth::check_listen(&addr, token.as_deref(), args.insecure).map_err(|e| anyhow!(e))?;
+    let node_id = args.node_id.clone().unwrap_or_else(default_node_id);
+    if args.capacity > 0 {
+        check_capacity(args.capacity)?;
+    }
+    let mut worker = (args.capacity > 0).then(|| embedded_worker(&node_id, args.capacity, None));
+    let auth = args.access.authenticator(token.as_deref(), worker.as_mut())?;
+    gnomon_server::auth::check_listen(&addr, auth.enabled(), args.insecure).map_err(|e| anyhow!(e))?;
+    let advertise = args.advertise.clone().unwrap_or_else(|| addr.to_string());
+    let hosts = args.access.hosts(&advertise)?;
     let kind: ElectionKind = args.election.parse().map_err(|e: String| anyhow!(e))?;
     let fallback: Fallback = args.election_fallback.parse().map_err(|e: String| anyhow!(e))?;
     let store_kind = store_kind(&args.store.store)?;
@@ -376,14 +455,8 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
         }
     };
     tracing::info!(backend = elector.backend(), "election backend");
-    let node_id = args.node_id.unwrap_or_else(default_node_id);
-    let advertise = args.advertise.unwrap_or_else(|| addr.to_string());
-    if args.capacity > 0 {
-        check_capacity(args.capacity)?;
-    }
-    let worker = (args.capacity > 0).then(|| embedded_worker(&node_id, args.capacity, None, &token));
     let config = args.leader.node_config(node_id, advertise, if store_kind == "etcd" { "15s" } else { "10s" })?;
-    run_node(config, store, elector, addr, token, worker).await
+    run_node(config, store, elector, addr, (auth, hosts), worker).await
 }
 
 /// The store's kind from its URL, before connecting (for the election plan).
@@ -399,13 +472,12 @@ fn store_kind(url: &str) -> anyhow::Result<&'static str> {
 }
 
 /// The embedded worker of `dev` / `server --capacity N`.
-fn embedded_worker(node_id: &str, capacity: u32, spool_dir: Option<PathBuf>, token: &Option<String>) -> WorkerConfig {
+fn embedded_worker(node_id: &str, capacity: u32, spool_dir: Option<PathBuf>) -> WorkerConfig {
     let mut w = WorkerConfig::new(format!("{node_id}-worker"), vec![]);
     w.capacity = capacity;
     w.prefetch = gnomon_worker::session::default_prefetch(capacity);
     w.spool_dir = spool_dir;
     w.drain_timeout = std::time::Duration::from_secs(5);
-    w.token = token.clone();
     w
 }
 
@@ -414,13 +486,14 @@ async fn run_node(
     store: Arc<dyn gnomon_backend::Store>,
     elector: Arc<dyn Elector>,
     addr: SocketAddr,
-    token: Option<String>,
+    (auth, hosts): (Authenticator, HostPolicy),
     embedded_worker: Option<WorkerConfig>,
 ) -> anyhow::Result<()> {
     let metrics = gnomon_server::metrics_setup::install();
     let resign_first = elector.backend() != "local";
     let node = Node::new(config, store, elector, Arc::new(gnomon_core::SystemClock));
-    let state = ApiState { node: node.handle.clone(), metrics, token: token.filter(|t| !t.is_empty()).map(Arc::new) };
+    let _reloader = auth.spawn_reloader(Duration::from_secs(1));
+    let state = ApiState { node: node.handle.clone(), metrics, auth, hosts: Arc::new(hosts) };
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
     tracing::info!("gnomon listening on http://{local} (UI at http://{local}/ui, workers connect here too)");

@@ -197,9 +197,11 @@ impl SessionEnd {
     /// A refusal (bad Hello, duplicate id, auth) or a transient loss.
     fn from_status(status: &tonic::Status) -> SessionEnd {
         match status.code() {
-            tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument | tonic::Code::AlreadyExists | tonic::Code::Unauthenticated => {
-                SessionEnd::Refused(status.message().to_string())
-            }
+            tonic::Code::FailedPrecondition
+            | tonic::Code::InvalidArgument
+            | tonic::Code::AlreadyExists
+            | tonic::Code::Unauthenticated
+            | tonic::Code::PermissionDenied => SessionEnd::Refused(status.message().to_string()),
             _ => SessionEnd::Lost(status.to_string()),
         }
     }
