@@ -90,8 +90,55 @@ pub struct ShellSpec {
     pub args: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// The working directory; by default a fresh directory per attempt
+    /// under the worker's data dir, removed when the attempt ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// Keep the fresh per-attempt directory after the attempt (for debugging).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_workdir: bool,
+    /// Resource limits of the job's processes (setrlimit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+}
+
+/// Resource limits of a shell job (setrlimit in the job's process, so they
+/// apply to it and to every process it starts).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// CPU time, in seconds (`RLIMIT_CPU`): past it the process is killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<u64>,
+    /// Address space (`RLIMIT_AS`), e.g. `"512MiB"`, `"2GiB"` or bytes;
+    /// units are powers of 1024 (`K`, `M`, `G`, with or without `iB`/`B`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// Open file descriptors (`RLIMIT_NOFILE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_files: Option<u64>,
+    /// Processes of the user the job runs as (`RLIMIT_NPROC`; it counts all
+    /// of that user's processes, so it is meant for use with `--run-as`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u64>,
+}
+
+/// Parses a size: bytes, or a number with `K`, `M`, `G`, `T` (powers of
+/// 1024; `KiB`, `KB` and `k` mean the same).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("{text:?} is not a size like \"512MiB\""))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        u => return Err(format!("unknown size unit {u:?} in {text:?} (use K, M, G or T)")),
+    };
+    n.checked_mul(1u64 << shift).ok_or_else(|| format!("{text:?} is too large"))
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -255,8 +302,9 @@ fn duration_field(field: &str, text: &str) -> Result<Duration, SpecError> {
 
 fn positive_duration_field(field: &str, text: &str) -> Result<Duration, SpecError> {
     let d = duration_field(field, text)?;
-    if d.is_zero() {
-        return Err(SpecError::new("invalid_duration", field, "must be greater than zero"));
+    if d < Duration::from_millis(1) {
+        // Sub-millisecond durations would round to zero (no timeout at all).
+        return Err(SpecError::new("invalid_duration", field, "must be at least 1ms"));
     }
     if d > Duration::from_secs(366 * 24 * 3600) {
         return Err(SpecError::new("invalid_duration", field, "must be at most one year"));
@@ -406,6 +454,26 @@ fn compile_backoff(b: Option<&mut BackoffSpec>) -> Result<BackoffPolicy, SpecErr
     Ok(policy)
 }
 
+fn validate_limits(l: &Limits) -> Result<(), SpecError> {
+    let bad = |field: &str, msg: String| SpecError::new("invalid_limits", format!("executor.shell.limits.{field}"), msg);
+    if l.cpu_seconds == Some(0) {
+        return Err(bad("cpu_seconds", "must be at least 1".into()));
+    }
+    if let Some(m) = &l.memory {
+        let bytes = parse_bytes(m).map_err(|e| bad("memory", e))?;
+        if bytes < 1 << 20 {
+            return Err(bad("memory", "must be at least 1MiB".into()));
+        }
+    }
+    if l.open_files.is_some_and(|n| n < 8) {
+        return Err(bad("open_files", "must be at least 8".into()));
+    }
+    if l.processes == Some(0) {
+        return Err(bad("processes", "must be at least 1".into()));
+    }
+    Ok(())
+}
+
 fn validate_executor(e: &Executor) -> Result<(), SpecError> {
     match e {
         Executor::Shell(s) => {
@@ -417,6 +485,9 @@ fn validate_executor(e: &Executor) -> Result<(), SpecError> {
                 if t.contains('\0') {
                     return Err(SpecError::new("invalid_executor", "executor.shell", "strings must not contain NUL bytes"));
                 }
+            }
+            if let Some(l) = &s.limits {
+                validate_limits(l)?;
             }
             for k in s.env.keys() {
                 if k.is_empty() || k.contains('=') || k.contains('\0') {
@@ -512,6 +583,27 @@ mod tests {
             ),
             (r#"{"name":"a","schedule":{"every":"-1s"},"executor":{"shell":{"command":"true"}}}"#, "invalid_duration", "schedule.every"),
             (r#"{"name":"a","timeout":"soon","executor":{"shell":{"command":"true"}}}"#, "invalid_duration", "timeout"),
+            (r#"{"name":"a","timeout":"500us","executor":{"shell":{"command":"true"}}}"#, "invalid_duration", "timeout"),
+            (
+                r#"{"name":"a","executor":{"shell":{"command":"true","limits":{"memory":"12 parsecs"}}}}"#,
+                "invalid_limits",
+                "executor.shell.limits.memory",
+            ),
+            (
+                r#"{"name":"a","executor":{"shell":{"command":"true","limits":{"memory":"1K"}}}}"#,
+                "invalid_limits",
+                "executor.shell.limits.memory",
+            ),
+            (
+                r#"{"name":"a","executor":{"shell":{"command":"true","limits":{"cpu_seconds":0}}}}"#,
+                "invalid_limits",
+                "executor.shell.limits.cpu_seconds",
+            ),
+            (
+                r#"{"name":"a","executor":{"shell":{"command":"true","limits":{"open_files":2}}}}"#,
+                "invalid_limits",
+                "executor.shell.limits.open_files",
+            ),
             (r#"{"name":"a","retry":{"max_attempts":0},"executor":{"shell":{"command":"true"}}}"#, "invalid_retry", "retry.max_attempts"),
             (
                 r#"{"name":"a","retry":{"max_attempts":100000},"executor":{"shell":{"command":"true"}}}"#,

@@ -70,7 +70,11 @@ pub fn document() -> Value {
                     "executor": {"oneOf": [
                         {"type": "object", "required": ["shell"], "properties": {"shell": {"type": "object", "required": ["command"], "properties": {
                             "command": {"type": "string"}, "args": {"type": "array", "items": {"type": "string"}},
-                            "env": {"type": "object", "additionalProperties": {"type": "string"}}, "cwd": {"type": "string"}}}}},
+                            "env": {"type": "object", "additionalProperties": {"type": "string"}}, "cwd": {"type": "string"},
+                            "keep_workdir": {"type": "boolean"},
+                            "limits": {"type": "object", "additionalProperties": false, "properties": {
+                                "cpu_seconds": {"type": "integer", "minimum": 1}, "memory": {"type": "string", "example": "512MiB"},
+                                "open_files": {"type": "integer", "minimum": 8}, "processes": {"type": "integer", "minimum": 1}}}}}}},
                         {"type": "object", "required": ["http"], "properties": {"http": {"type": "object", "required": ["url"], "properties": {
                             "method": {"type": "string"}, "url": {"type": "string"}, "headers": {"type": "object", "additionalProperties": {"type": "string"}},
                             "body": {"type": "string"}, "expect_status": {"type": "integer"}}}}},

@@ -11,6 +11,7 @@ use gnomon_core::{AttemptState, Millis};
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
+use crate::isolation::{apply_in_child, rlimits, Isolation};
 use crate::tail::{OutputTail, MAX_OUTPUT_BYTES};
 
 /// Everything an attempt needs, including its idempotency key and fence.
@@ -25,6 +26,8 @@ pub struct ExecRequest {
     pub worker_id: String,
     pub executor: Executor,
     pub timeout: Option<Duration>,
+    /// How shell jobs are isolated (environment, working directory, user).
+    pub isolation: Arc<Isolation>,
 }
 
 impl ExecRequest {
@@ -38,7 +41,7 @@ impl ExecRequest {
             ("JOB", self.job.clone()),
             ("NAMESPACE", self.namespace.clone()),
             ("WORKER", self.worker_id.clone()),
-            ("TOKEN", self.token.to_string()),
+            ("FENCE_TOKEN", self.token.to_string()),
         ]
     }
 }
@@ -254,25 +257,55 @@ fn kill_group(pgid: i32) {
 }
 
 async fn run_shell(req: &ExecRequest, spec: &ShellSpec, cancel: watch::Receiver<bool>) -> ExecOutcome {
+    let iso = &req.isolation;
+    // A fresh private directory per attempt, unless the job names one.
+    let workdir = match &spec.cwd {
+        Some(_) => None,
+        None => match iso.make_workdir(&req.run_id, req.attempt) {
+            Ok(d) => Some(d),
+            Err(e) => return ExecOutcome::failed(format!("cannot create the attempt's working directory: {e}")),
+        },
+    };
+    let outcome = spawn_shell(req, spec, workdir.as_deref(), cancel).await;
+    if let Some(d) = &workdir {
+        if !spec.keep_workdir {
+            Isolation::remove_workdir(d);
+        }
+    }
+    outcome
+}
+
+async fn spawn_shell(req: &ExecRequest, spec: &ShellSpec, workdir: Option<&std::path::Path>, cancel: watch::Receiver<bool>) -> ExecOutcome {
+    let iso = &req.isolation;
     let mut cmd = tokio::process::Command::new(&spec.command);
     cmd.args(&spec.args)
-        .envs(&spec.env)
+        .env_clear()
+        .envs(iso.environment(&spec.env, &req.gnomon_vars()))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    for (k, v) in req.gnomon_vars() {
-        cmd.env(format!("GNOMON_{k}"), v);
+    match (&spec.cwd, workdir) {
+        (Some(cwd), _) => {
+            cmd.current_dir(cwd);
+        }
+        (None, Some(d)) => {
+            cmd.current_dir(d);
+        }
+        (None, None) => {}
     }
-    if let Some(cwd) = &spec.cwd {
-        cmd.current_dir(cwd);
-    }
-    // If the worker dies (SIGKILL, OOM), its job's top process dies with it
-    // instead of running on beside the retry the leader will dispatch.
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    let limits = rlimits(spec.limits.as_ref());
+    let run_as = iso.run_as.as_ref().map(|u| (u.uid, u.gid));
+    // Limits, then the user switch, then: if the worker dies (SIGKILL,
+    // OOM), its job's top process dies with it instead of running on beside
+    // the retry the leader will dispatch (set last: a credential change
+    // clears it).
+    // SAFETY: setrlimit, setgroups, setgid, setuid and prctl are
+    // async-signal-safe; nothing else runs between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
+            apply_in_child(&limits, run_as)?;
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -357,6 +390,7 @@ mod tests {
             worker_id: "w-test".into(),
             executor,
             timeout,
+            isolation: Arc::default(),
         }
     }
 
@@ -366,6 +400,8 @@ mod tests {
             args: args.iter().map(|s| s.to_string()).collect(),
             env: Default::default(),
             cwd: None,
+            keep_workdir: false,
+            limits: None,
         })
     }
 
@@ -379,7 +415,7 @@ mod tests {
         let out = execute(&req(shell("echo", &["hi", "$HOME"]), None), &client, &HandlerRegistry::default(), never()).await;
         assert_eq!((out.state, out.exit_code, out.output.as_str()), (AttemptState::Succeeded, Some(0), "hi $HOME\n"));
         let out = execute(
-            &req(shell("sh", &["-c", "echo $GNOMON_RUN_ID $GNOMON_ATTEMPT $GNOMON_SCHEDULED_AT $GNOMON_JOB $GNOMON_WORKER $GNOMON_TOKEN; echo err >&2; exit 3"]), None),
+            &req(shell("sh", &["-c", "echo $GNOMON_RUN_ID $GNOMON_ATTEMPT $GNOMON_SCHEDULED_AT $GNOMON_JOB $GNOMON_WORKER $GNOMON_FENCE_TOKEN; echo err >&2; exit 3"]), None),
             &client,
             &HandlerRegistry::default(),
             never(),
@@ -389,6 +425,68 @@ mod tests {
         assert_eq!(out.exit_code, Some(3));
         assert!(out.output.contains("job1-1000 2 1970-01-01T00:00:01.000Z tick w-test 7\n"), "{}", out.output);
         assert!(out.output.contains("err\n"));
+    }
+
+    #[tokio::test]
+    async fn a_job_gets_a_clean_environment_and_a_private_directory_of_its_own() {
+        std::env::set_var("GNOMON_TOKEN", "the-workers-own-credential");
+        let root = tempfile::tempdir().unwrap();
+        let iso = Arc::new(Isolation { work_root: Some(root.path().to_path_buf()), run_as: None });
+        let mut r = req(shell("sh", &["-c", "env; echo cwd=$(pwd); touch here"]), None);
+        r.isolation = iso.clone();
+        let out = execute(&r, &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
+        assert_eq!(out.state, AttemptState::Succeeded, "{}", out.output);
+        assert!(!out.output.contains("the-workers-own-credential"), "{}", out.output);
+        assert!(out.output.contains("GNOMON_FENCE_TOKEN=7") && out.output.contains("PATH="), "{}", out.output);
+        let cwd = out.output.lines().find_map(|l| l.strip_prefix("cwd=")).unwrap().to_string();
+        assert!(cwd.starts_with(root.path().to_str().unwrap()), "{cwd}");
+        assert!(!std::path::Path::new(&cwd).exists(), "the directory is removed after the attempt");
+        // keep_workdir keeps it.
+        let Executor::Shell(mut spec) = shell("sh", &["-c", "pwd"]) else { unreachable!() };
+        spec.keep_workdir = true;
+        let mut r = req(Executor::Shell(spec), None);
+        r.isolation = iso;
+        let out = execute(&r, &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
+        assert!(std::path::Path::new(out.output.trim()).is_dir(), "{}", out.output);
+    }
+
+    #[tokio::test]
+    async fn limits_apply_to_the_job() {
+        let Executor::Shell(mut spec) = shell("sh", &["-c", "ulimit -n; ulimit -v"]) else { unreachable!() };
+        spec.limits = Some(gnomon_core::spec::Limits { open_files: Some(64), memory: Some("256MiB".into()), ..Default::default() });
+        let out = execute(&req(Executor::Shell(spec), None), &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
+        assert_eq!(out.output, "64\n262144\n", "{}", out.output);
+        // Past its CPU time the job is killed (SIGXCPU), long before the timeout.
+        let Executor::Shell(mut spec) = shell("sh", &["-c", "while :; do :; done"]) else { unreachable!() };
+        spec.limits = Some(gnomon_core::spec::Limits { cpu_seconds: Some(1), ..Default::default() });
+        let out = execute(
+            &req(Executor::Shell(spec), Some(Duration::from_secs(120))),
+            &reqwest::Client::new(),
+            &HandlerRegistry::default(),
+            never(),
+        )
+        .await;
+        assert_eq!(out.state, AttemptState::Failed, "{}", out.output);
+    }
+
+    #[tokio::test]
+    async fn run_as_drops_root() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("run_as_drops_root: not root here; nothing to drop");
+            return;
+        }
+        let user = crate::isolation::RunAs::lookup("nobody").unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let mut r = req(shell("sh", &["-c", "id -u; echo $HOME $USER; touch x && echo wrote"]), None);
+        r.isolation = Arc::new(Isolation { work_root: Some(root.path().to_path_buf()), run_as: Some(user.clone()) });
+        let out = execute(&r, &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
+        assert_eq!(out.state, AttemptState::Succeeded, "{}", out.output);
+        assert!(
+            out.output.starts_with(&format!("{}\n", user.uid)) && out.output.contains("nobody") && out.output.contains("wrote"),
+            "{}",
+            out.output
+        );
     }
 
     #[tokio::test]
@@ -453,7 +551,7 @@ mod tests {
             .route(
                 "/ok",
                 any(|h: HeaderMap| async move {
-                    format!("run={} token={}", h["gnomon-run-id"].to_str().unwrap(), h["gnomon-token"].to_str().unwrap())
+                    format!("run={} token={}", h["gnomon-run-id"].to_str().unwrap(), h["gnomon-fence-token"].to_str().unwrap())
                 }),
             )
             .route("/teapot", any(|| async { (axum::http::StatusCode::IM_A_TEAPOT, "short and stout") }));

@@ -9,6 +9,7 @@
 //! (see `examples/custom_handler.rs`) all run it.
 
 pub mod executor;
+pub mod isolation;
 pub mod session;
 mod spool;
 mod tail;

@@ -166,6 +166,11 @@ fn main() {
     let cli = Cli::parse();
     let serving = matches!(&cli.command, Command::Dev(_) | Command::Server(_) | Command::Migrate(_))
         || matches!(&cli.command, Command::Worker(w) if w.cmd.is_none());
+    if serving {
+        // The store, the spool and the credentials' files are the process's
+        // own: files it creates are private (jobs keep the usual umask).
+        gnomon_worker::isolation::private_files();
+    }
     if !serving {
         // Client output piped into `head` ends quietly, like other Unix tools.
         // SAFETY: restoring the default disposition of SIGPIPE at start-up.

@@ -173,6 +173,15 @@ pub struct WorkerArgs {
     /// Keeps the worker id and the spool of unacknowledged reports.
     #[arg(long, default_value = "./.gnomon-worker")]
     data_dir: PathBuf,
+    /// The executor kinds this worker runs (comma-separated: shell, http,
+    /// handler; default: all). A worker for HTTP jobs only never runs a
+    /// shell command.
+    #[arg(long, value_delimiter = ',', value_parser = ["shell", "http", "handler"])]
+    executors: Vec<String>,
+    /// Run shell jobs as this user (the worker must run as root; jobs get
+    /// that user's groups dropped to its primary group and its HOME).
+    #[arg(long, value_name = "USER")]
+    run_as: Option<String>,
     /// On SIGTERM, how long running attempts may take to finish.
     #[arg(long, default_value = "30s")]
     drain_timeout: String,
@@ -328,7 +337,14 @@ struct DirLock {
 
 fn lock_data_dir(dir: &Path) -> anyhow::Result<DirLock> {
     use std::os::fd::AsRawFd;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating data dir {}", dir.display()))?;
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).with_context(|| format!("creating data dir {}", dir.display()))?;
+    // The store and the spool hold job specs, env and output: owner only.
+    let meta = std::fs::metadata(dir).with_context(|| format!("reading data dir {}", dir.display()))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("making data dir {} private (0700)", dir.display()))?;
+    }
     let path = dir.join("lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -350,6 +366,7 @@ pub async fn dev(args: DevArgs, token: Option<String>) -> anyhow::Result<()> {
     let node_id = args.node_id.unwrap_or_else(|| "dev".to_string());
     check_capacity(args.capacity)?;
     let mut worker = embedded_worker(&node_id, args.capacity, Some(args.data_dir.join("worker-spool")));
+    worker.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: Some(args.data_dir.join("worker-work")), run_as: None });
     let auth = args.access.authenticator(token.as_deref(), Some(&mut worker))?;
     gnomon_server::auth::check_listen(&addr, auth.enabled(), args.insecure).map_err(|e| anyhow!(e))?;
     let hosts = args.access.hosts(&addr.to_string())?;
@@ -599,6 +616,12 @@ pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>) -> a
     config.spool_dir = Some(args.data_dir.join("spool"));
     config.drain_timeout = drain;
     config.token = token.filter(|t| !t.is_empty());
+    config.executors = args.executors.clone();
+    let run_as = match &args.run_as {
+        None => None,
+        Some(u) => Some(gnomon_worker::isolation::RunAs::lookup(u).map_err(|e| anyhow!(e))?),
+    };
+    config.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: Some(args.data_dir.join("work")), run_as });
     tracing::info!(worker = %id, capacity = args.capacity, "gnomon worker starting");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(WorkerRuntime::new(config, HandlerRegistry::with_builtins()).run(stop_rx));

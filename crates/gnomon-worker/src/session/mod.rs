@@ -76,6 +76,11 @@ pub struct WorkerConfig {
     pub self_fence_fraction: f64,
     /// Bearer token for the servers, if they require one.
     pub token: Option<String>,
+    /// The executor kinds this worker runs (`shell`, `http`, `handler`);
+    /// empty: all of them.
+    pub executors: Vec<String>,
+    /// How shell jobs are isolated.
+    pub isolation: Arc<crate::isolation::Isolation>,
 }
 
 impl WorkerConfig {
@@ -91,6 +96,8 @@ impl WorkerConfig {
             drain_timeout: Duration::from_secs(30),
             self_fence_fraction: 0.7,
             token: None,
+            executors: Vec::new(),
+            isolation: Arc::default(),
         }
     }
 }
@@ -249,23 +256,27 @@ impl WorkerRuntime {
     }
 
     fn start_attempt(&self, a: v1::Assign) {
+        let refuse = |a: v1::Assign, why: String| {
+            let now = now_ms();
+            self.spool_report(v1::Report {
+                run_id: a.run_id,
+                attempt: a.attempt,
+                outcome: v1::Outcome::Failed as i32,
+                output: why,
+                started_at_ms: now,
+                ended_at_ms: now,
+                token: a.token,
+                ..Default::default()
+            });
+        };
         let executor: Executor = match serde_json::from_str(&a.executor_json) {
             Ok(e) => e,
-            Err(e) => {
-                let now = now_ms();
-                self.spool_report(v1::Report {
-                    run_id: a.run_id,
-                    attempt: a.attempt,
-                    outcome: v1::Outcome::Failed as i32,
-                    output: format!("worker cannot read the executor spec: {e}"),
-                    started_at_ms: now,
-                    ended_at_ms: now,
-                    token: a.token,
-                    ..Default::default()
-                });
-                return;
-            }
+            Err(e) => return refuse(a, format!("worker cannot read the executor spec: {e}")),
         };
+        if !self.runs_kind(executor.kind()) {
+            let why = format!("worker {} does not run {} jobs (its --executors leave them out)", self.config.id, executor.kind());
+            return refuse(a, why);
+        }
         let key = (a.run_id.clone(), a.attempt);
         let (cancel_tx, cancel_rx) = watch::channel(false);
         {
@@ -285,6 +296,7 @@ impl WorkerRuntime {
             worker_id: self.config.id.clone(),
             executor,
             timeout: (a.timeout_ms > 0).then(|| Duration::from_millis(a.timeout_ms)),
+            isolation: self.config.isolation.clone(),
         };
         let rt = self.clone();
         let mut cancel_rx = cancel_rx;
@@ -455,12 +467,15 @@ impl WorkerRuntime {
         }
     }
 
+    /// Whether this worker runs jobs of an executor kind.
+    fn runs_kind(&self, kind: &str) -> bool {
+        let enabled = self.config.executors.is_empty() || self.config.executors.iter().any(|k| k == kind);
+        enabled && (kind != "handler" || !self.handlers.names().is_empty())
+    }
+
     fn hello(&self) -> v1::Hello {
         let inner = self.lock();
-        let mut executors = vec!["shell".to_string(), "http".to_string()];
-        if !self.handlers.names().is_empty() {
-            executors.push("handler".into());
-        }
+        let executors: Vec<String> = ["shell", "http", "handler"].into_iter().filter(|k| self.runs_kind(k)).map(str::to_string).collect();
         v1::Hello {
             worker_id: self.config.id.clone(),
             labels: self.config.labels.clone().into_iter().collect(),
