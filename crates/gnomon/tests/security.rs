@@ -23,7 +23,7 @@ fn dev(dir: &Path, name: &str, extra: &[&str]) -> (Proc, String) {
     args.extend(extra.iter().map(|s| s.to_string()));
     let p = Proc::spawn(dir, name, &args);
     let a = addr.clone();
-    wait_until("the server to answer /healthz", Duration::from_secs(60), || req(&a, "GET", "/healthz", &[], None).0 == 200);
+    wait_until("the server to lead", Duration::from_secs(60), || req(&a, "GET", "/readyz", &[], None).1["leading"] == true);
     (p, addr)
 }
 
