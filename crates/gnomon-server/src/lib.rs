@@ -6,6 +6,7 @@ pub mod api;
 pub mod auth;
 pub mod browser;
 pub mod leader;
+pub mod listener;
 pub mod metrics_setup;
 pub mod node;
 pub mod openapi;

@@ -97,6 +97,13 @@ impl worker_server::Worker for WorkerService {
     type SessionStream = UnboundedReceiverStream<Result<v1::ServerMessage, Status>>;
 
     async fn session(&self, request: Request<Streaming<v1::WorkerMessage>>) -> Result<Response<Self::SessionStream>, Status> {
+        let mutual = request.extensions().get::<crate::listener::MutualTls>().is_some_and(|m| m.0);
+        let has_cert = request.extensions().get::<crate::listener::ClientCert>().is_some_and(|c| c.0);
+        if mutual && !has_cert {
+            return Err(Status::unauthenticated(
+                "this server requires workers to present a TLS client certificate signed by its --client-ca",
+            ));
+        }
         let given = request.metadata().get("authorization").map(|v| v.to_str().unwrap_or(""));
         let principal = self.auth.authenticate(given).map_err(|d| Status::unauthenticated(d.to_string()))?;
         // Refuse a non-worker credential before reading anything.

@@ -15,5 +15,5 @@ mod spool;
 mod tail;
 
 pub use executor::{execute, ExecOutcome, ExecRequest, Handler, HandlerContext, HandlerRegistry};
-pub use session::{WorkerConfig, WorkerRuntime};
+pub use session::{WorkerConfig, WorkerRuntime, WorkerTls};
 pub use tail::{OutputTail, MAX_OUTPUT_BYTES};

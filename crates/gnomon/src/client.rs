@@ -17,12 +17,24 @@ pub fn path_segment(s: &str) -> String {
 }
 
 impl Client {
-    pub fn new(base: &str, token: Option<&str>) -> anyhow::Result<Self> {
+    pub fn new(base: &str, token: Option<&str>, ca: Option<&std::path::Path>) -> anyhow::Result<Self> {
         let base = base.trim_end_matches('/').to_string();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(anyhow!("--server must be an http:// or https:// URL, got {base:?}"));
         }
-        let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(60)).build().context("building the HTTP client")?;
+        let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(60));
+        if let Some(ca) = ca {
+            let pem = std::fs::read(ca).with_context(|| format!("--ca {}", ca.display()))?;
+            let certs =
+                reqwest::Certificate::from_pem_bundle(&pem).with_context(|| format!("--ca {}: not a PEM certificate", ca.display()))?;
+            if certs.is_empty() {
+                return Err(anyhow!("--ca {}: no certificate in the file", ca.display()));
+            }
+            for c in certs {
+                builder = builder.add_root_certificate(c);
+            }
+        }
+        let http = builder.build().context("building the HTTP client")?;
         Ok(Self { base, http, token: token.map(str::to_string) })
     }
 

@@ -31,6 +31,10 @@ struct Cli {
     /// Bearer token (client commands send it; dev/server require it).
     #[arg(long, global = true, env = "GNOMON_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// CA certificate (PEM) to trust for https:// servers (default: the
+    /// public web roots). Client commands and `gnomon worker` use it.
+    #[arg(long, global = true, env = "GNOMON_CA")]
+    ca: Option<PathBuf>,
     /// Output format of client commands.
     #[arg(long, short = 'o', global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
@@ -194,13 +198,13 @@ fn main() {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let out = cli.output;
     match cli.command {
-        Command::Dev(args) => serve::dev(args, cli.token).await,
-        Command::Server(args) => serve::server(*args, cli.token).await,
+        Command::Dev(args) => serve::dev(args, cli.token, cli.ca).await,
+        Command::Server(args) => serve::server(*args, cli.token, cli.ca).await,
         Command::Migrate(args) => serve::migrate(args).await,
         Command::Auth(cmd) => auth_cmd::run(cmd),
-        Command::Worker(WorkerCommand { cmd: None, run }) => serve::worker(run, &cli.server, cli.token).await,
+        Command::Worker(WorkerCommand { cmd: None, run }) => serve::worker(run, &cli.server, cli.token, cli.ca).await,
         command => {
-            let c = client::Client::new(&cli.server, cli.token.as_deref())?;
+            let c = client::Client::new(&cli.server, cli.token.as_deref(), cli.ca.as_deref())?;
             match command {
                 Command::Job(cmd) => job(&c, cmd, out).await,
                 Command::Run(cmd) => runs(&c, cmd, out).await,

@@ -16,8 +16,9 @@ use gnomon_server::api::{router, ApiState};
 use gnomon_server::auth::{AuthConfig, Authenticator, Principal, Role};
 use gnomon_server::browser::HostPolicy;
 use gnomon_server::leader::LeaderConfig;
+use gnomon_server::listener::{ListenConfig, TlsFiles};
 use gnomon_server::{Node, NodeConfig};
-use gnomon_worker::{HandlerRegistry, WorkerConfig, WorkerRuntime};
+use gnomon_worker::{HandlerRegistry, WorkerConfig, WorkerRuntime, WorkerTls};
 
 #[derive(Args, Debug)]
 pub struct DevArgs {
@@ -55,6 +56,20 @@ pub struct AccessArgs {
     /// Other names are refused, which defeats DNS rebinding.
     #[arg(long, value_delimiter = ',')]
     allowed_hosts: Vec<String>,
+    /// TLS certificate chain (PEM) for the listener: the API, the UI and
+    /// the worker protocol. Re-read when it changes.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// CA (PEM) of worker client certificates: workers must then present
+    /// one signed by it (mutual TLS). API clients need none.
+    #[arg(long, requires = "tls_cert")]
+    client_ca: Option<PathBuf>,
+    /// Most connections open at once (more wait in the kernel's backlog).
+    #[arg(long, default_value_t = 4096)]
+    max_connections: usize,
 }
 
 impl AccessArgs {
@@ -92,6 +107,32 @@ impl AccessArgs {
             }
         }
         Authenticator::load(config).map_err(|e| anyhow!(e))
+    }
+
+    /// The listener's settings.
+    fn listen_config(&self) -> anyhow::Result<ListenConfig> {
+        if self.max_connections == 0 {
+            bail!("--max-connections must be at least 1");
+        }
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: self.client_ca.clone() }),
+            _ => None,
+        };
+        if let Some(t) = &tls {
+            // Fail at start, not at the first handshake.
+            gnomon_server::listener::tls_config(t).map(|(_, task)| task.abort()).map_err(|e| anyhow!(e))?;
+        }
+        Ok(ListenConfig { max_connections: self.max_connections, tls, ..Default::default() })
+    }
+
+    /// With TLS on, the embedded worker dials its own listener over
+    /// loopback and accepts that listener's certificate as is (pinned);
+    /// other servers it is sent to are checked against `--ca` (or the
+    /// public roots). With `--client-ca` it presents the server's
+    /// certificate, which must then allow client authentication.
+    fn embedded_worker_tls(&self, ca: Option<&Path>) -> Option<WorkerTls> {
+        let (cert, key) = (self.tls_cert.clone()?, self.tls_key.clone()?);
+        Some(WorkerTls { ca: ca.map(Path::to_path_buf), identity: self.client_ca.as_ref().map(|_| (cert.clone(), key)), pin: Some(cert) })
     }
 
     fn hosts(&self, advertise: &str) -> anyhow::Result<HostPolicy> {
@@ -182,6 +223,12 @@ pub struct WorkerArgs {
     /// that user's groups dropped to its primary group and its HOME).
     #[arg(long, value_name = "USER")]
     run_as: Option<String>,
+    /// Client certificate (PEM) for servers that require mutual TLS.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// On SIGTERM, how long running attempts may take to finish.
     #[arg(long, default_value = "30s")]
     drain_timeout: String,
@@ -360,7 +407,7 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<DirLock> {
     Ok(DirLock { _file: file })
 }
 
-pub async fn dev(args: DevArgs, token: Option<String>) -> anyhow::Result<()> {
+pub async fn dev(args: DevArgs, token: Option<String>, ca: Option<PathBuf>) -> anyhow::Result<()> {
     init_tracing();
     let addr = parse_listen(&args.listen)?;
     let node_id = args.node_id.unwrap_or_else(|| "dev".to_string());
@@ -368,18 +415,20 @@ pub async fn dev(args: DevArgs, token: Option<String>) -> anyhow::Result<()> {
     let mut worker = embedded_worker(&node_id, args.capacity, Some(args.data_dir.join("worker-spool")));
     worker.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: Some(args.data_dir.join("worker-work")), run_as: None });
     let auth = args.access.authenticator(token.as_deref(), Some(&mut worker))?;
-    gnomon_server::auth::check_listen(&addr, auth.enabled(), args.insecure).map_err(|e| anyhow!(e))?;
+    let listen = args.access.listen_config()?;
+    gnomon_server::auth::check_listen(&addr, auth.enabled(), listen.tls.is_some(), args.insecure).map_err(|e| anyhow!(e))?;
     let hosts = args.access.hosts(&addr.to_string())?;
+    worker.tls = args.access.embedded_worker_tls(ca.as_deref());
     let _lock = lock_data_dir(&args.data_dir)?;
     let db = args.data_dir.join("gnomon.db");
     let url = format!("sqlite://{}", db.display());
     let store = open_store(&url).await.with_context(|| format!("opening store {url}"))?;
     let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
     let config = args.leader.node_config(node_id, addr.to_string(), "10s")?;
-    run_node(config, store, elector, addr, (auth, hosts), Some(worker)).await
+    run_node(config, store, elector, addr, (auth, hosts, listen), Some(worker)).await
 }
 
-pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<()> {
+pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>) -> anyhow::Result<()> {
     init_tracing();
     let addr = parse_listen(&args.listen)?;
     let node_id = args.node_id.clone().unwrap_or_else(default_node_id);
@@ -388,9 +437,13 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
     }
     let mut worker = (args.capacity > 0).then(|| embedded_worker(&node_id, args.capacity, None));
     let auth = args.access.authenticator(token.as_deref(), worker.as_mut())?;
-    gnomon_server::auth::check_listen(&addr, auth.enabled(), args.insecure).map_err(|e| anyhow!(e))?;
+    let listen = args.access.listen_config()?;
+    gnomon_server::auth::check_listen(&addr, auth.enabled(), listen.tls.is_some(), args.insecure).map_err(|e| anyhow!(e))?;
     let advertise = args.advertise.clone().unwrap_or_else(|| addr.to_string());
     let hosts = args.access.hosts(&advertise)?;
+    if let Some(w) = worker.as_mut() {
+        w.tls = args.access.embedded_worker_tls(ca.as_deref());
+    }
     let kind: ElectionKind = args.election.parse().map_err(|e: String| anyhow!(e))?;
     let fallback: Fallback = args.election_fallback.parse().map_err(|e: String| anyhow!(e))?;
     let store_kind = store_kind(&args.store.store)?;
@@ -473,7 +526,7 @@ pub async fn server(args: ServerArgs, token: Option<String>) -> anyhow::Result<(
     };
     tracing::info!(backend = elector.backend(), "election backend");
     let config = args.leader.node_config(node_id, advertise, if store_kind == "etcd" { "15s" } else { "10s" })?;
-    run_node(config, store, elector, addr, (auth, hosts), worker).await
+    run_node(config, store, elector, addr, (auth, hosts, listen), worker).await
 }
 
 /// The store's kind from its URL, before connecting (for the election plan).
@@ -503,7 +556,7 @@ async fn run_node(
     store: Arc<dyn gnomon_backend::Store>,
     elector: Arc<dyn Elector>,
     addr: SocketAddr,
-    (auth, hosts): (Authenticator, HostPolicy),
+    (auth, hosts, listen): (Authenticator, HostPolicy, ListenConfig),
     embedded_worker: Option<WorkerConfig>,
 ) -> anyhow::Result<()> {
     let metrics = gnomon_server::metrics_setup::install();
@@ -513,19 +566,12 @@ async fn run_node(
     let state = ApiState { node: node.handle.clone(), metrics, auth, hosts: Arc::new(hosts) };
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
-    tracing::info!("gnomon listening on http://{local} (UI at http://{local}/ui, workers connect here too)");
+    let scheme = if listen.tls.is_some() { "https" } else { "http" };
+    tracing::info!("gnomon listening on {scheme}://{local} (UI at {scheme}://{local}/ui, workers connect here too)");
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let node_task = tokio::spawn(node.run(shutdown_rx));
-    let (http_stop_tx, mut http_shutdown) = tokio::sync::watch::channel(false);
-    // TCP_NODELAY: worker messages are small; Nagle's algorithm against
-    // delayed ACKs would hold each one back for tens of milliseconds.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        let _ = http_shutdown.wait_for(|s| *s).await;
-    });
-    let server_task = tokio::spawn(async move { server.await });
+    let (http_stop_tx, http_shutdown) = tokio::sync::watch::channel(false);
+    let server_task = tokio::spawn(gnomon_server::listener::serve(listener, router(state), listen, http_shutdown, Duration::from_secs(5)));
     // The embedded worker speaks the same protocol as `gnomon worker`, over
     // loopback to this listener: one code path for both.
     let (worker_stop_tx, worker_stop_rx) = tokio::sync::watch::channel(false);
@@ -564,20 +610,24 @@ async fn run_node(
 }
 
 /// `gnomon worker`: runs attempts for the leader among `servers`.
-pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>) -> anyhow::Result<()> {
+pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>, ca: Option<PathBuf>) -> anyhow::Result<()> {
     init_tracing();
-    let servers: Vec<String> = servers
-        .split(',')
-        .map(|s| s.trim().trim_start_matches("http://").trim_end_matches('/').to_string())
-        .filter(|s| !s.is_empty())
-        .collect();
-    if servers.is_empty() {
+    let list: Vec<&str> = servers.split(',').map(|s| s.trim().trim_end_matches('/')).filter(|s| !s.is_empty()).collect();
+    if list.is_empty() {
         bail!("--server needs at least one address (host:port, comma-separated)");
     }
+    let https = list.iter().filter(|s| s.starts_with("https://")).count();
+    if https != 0 && https != list.len() {
+        bail!("--server: use https:// for every server or for none");
+    }
+    let servers: Vec<String> = list.iter().map(|s| s.trim_start_matches("https://").trim_start_matches("http://").to_string()).collect();
     for s in &servers {
         if s.contains("://") || !s.contains(':') {
-            bail!("--server {s:?} must be host:port (or http://host:port)");
+            bail!("--server {s:?} must be host:port (or http://host:port, https://host:port)");
         }
+    }
+    if https == 0 && (ca.is_some() || args.tls_cert.is_some()) {
+        bail!("--ca and --tls-cert apply to https:// servers");
     }
     check_capacity(args.capacity)?;
     let mut labels = std::collections::BTreeMap::new();
@@ -622,6 +672,13 @@ pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>) -> a
         Some(u) => Some(gnomon_worker::isolation::RunAs::lookup(u).map_err(|e| anyhow!(e))?),
     };
     config.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: Some(args.data_dir.join("work")), run_as });
+    if https > 0 {
+        let identity = match (&args.tls_cert, &args.tls_key) {
+            (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+            _ => None,
+        };
+        config.tls = Some(WorkerTls { ca, identity, pin: None });
+    }
     tracing::info!(worker = %id, capacity = args.capacity, "gnomon worker starting");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(WorkerRuntime::new(config, HandlerRegistry::with_builtins()).run(stop_rx));

@@ -346,14 +346,21 @@ fn build(config: &AuthConfig) -> Result<CredentialSet, String> {
 }
 
 /// A scheduler that runs shell commands is remote code execution for anyone
-/// who can reach it: a non-loopback listener needs credentials or `--insecure`.
-pub fn check_listen(addr: &SocketAddr, authenticated: bool, insecure: bool) -> Result<(), String> {
-    if addr.ip().is_loopback() || insecure || authenticated {
+/// who can reach it: a non-loopback listener needs credentials and TLS (so
+/// the credentials do not cross the network in clear), or `--insecure`.
+pub fn check_listen(addr: &SocketAddr, authenticated: bool, tls: bool, insecure: bool) -> Result<(), String> {
+    if addr.ip().is_loopback() || insecure || (authenticated && tls) {
         return Ok(());
     }
+    let missing = match (authenticated, tls) {
+        (false, false) => "no credentials are configured and TLS is off",
+        (false, true) => "no credentials are configured",
+        _ => "TLS is off (the bearer tokens would cross the network in clear)",
+    };
     Err(format!(
-        "refusing to listen on {addr}: it is not a loopback address and no credentials are configured. \
-         Set --token (or GNOMON_TOKEN), --token-file or --auth-file, or pass --insecure if the network is trusted"
+        "refusing to listen on {addr}: it is not a loopback address and {missing}. \
+         Set --token (or GNOMON_TOKEN), --token-file or --auth-file, and --tls-cert/--tls-key; \
+         or pass --insecure if the network is trusted"
     ))
 }
 
@@ -370,10 +377,12 @@ mod tests {
     fn listen_rule() {
         let lo: SocketAddr = "127.0.0.1:7400".parse().unwrap();
         let any: SocketAddr = "0.0.0.0:7400".parse().unwrap();
-        assert!(check_listen(&lo, false, false).is_ok());
-        assert!(check_listen(&any, false, false).is_err());
-        assert!(check_listen(&any, true, false).is_ok());
-        assert!(check_listen(&any, false, true).is_ok());
+        assert!(check_listen(&lo, false, false, false).is_ok());
+        assert!(check_listen(&any, false, false, false).is_err());
+        assert!(check_listen(&any, true, false, false).unwrap_err().contains("TLS is off"));
+        assert!(check_listen(&any, false, true, false).unwrap_err().contains("no credentials"));
+        assert!(check_listen(&any, true, true, false).is_ok());
+        assert!(check_listen(&any, false, false, true).is_ok());
         assert!(token_matches("abc", "abc"));
         assert!(!token_matches("abd", "abc"));
         assert!(!token_matches("ab", "abc"));

@@ -86,7 +86,14 @@ impl WorkerRuntime {
                 .keep_alive_timeout(Duration::from_secs(3)),
             Err(e) => return SessionEnd::Refused(format!("bad server address {addr:?}: {e}")),
         };
-        let channel = match endpoint.connect().await {
+        let connected = match &self.config.tls {
+            None => endpoint.connect().await.map_err(|e| error_chain(&e)),
+            Some(tls) => match super::tls::client_config(tls) {
+                Ok(config) => super::tls::connect(endpoint, addr, config).await,
+                Err(e) => Err(e),
+            },
+        };
+        let channel = match connected {
             Ok(c) => c,
             Err(e) => return SessionEnd::Lost(format!("connect: {e}")),
         };
@@ -205,4 +212,19 @@ impl SessionEnd {
             _ => SessionEnd::Lost(status.to_string()),
         }
     }
+}
+
+/// An error with its causes ("transport error" alone says nothing).
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !text.contains(&s) {
+            text.push_str(": ");
+            text.push_str(&s);
+        }
+        cur = c.source();
+    }
+    text
 }

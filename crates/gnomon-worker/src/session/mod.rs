@@ -81,6 +81,21 @@ pub struct WorkerConfig {
     pub executors: Vec<String>,
     /// How shell jobs are isolated.
     pub isolation: Arc<crate::isolation::Isolation>,
+    /// TLS to the servers (`https://`); `None`: plain HTTP/2.
+    pub tls: Option<WorkerTls>,
+}
+
+/// TLS settings of a worker's connections. Files are read at every connect,
+/// so renewed certificates are picked up without a restart.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerTls {
+    /// PEM roots to trust; `None`: the public web roots.
+    pub ca: Option<PathBuf>,
+    /// Client certificate and key (PEM), for servers that require mutual TLS.
+    pub identity: Option<(PathBuf, PathBuf)>,
+    /// A certificate (PEM, first in the file) accepted as is: an embedded
+    /// worker's own server's, so a self-signed one works over loopback.
+    pub pin: Option<PathBuf>,
 }
 
 impl WorkerConfig {
@@ -98,6 +113,7 @@ impl WorkerConfig {
             token: None,
             executors: Vec::new(),
             isolation: Arc::default(),
+            tls: None,
         }
     }
 }
@@ -495,6 +511,7 @@ impl WorkerRuntime {
 }
 
 mod connect;
+mod tls;
 
 #[cfg(test)]
 mod tests {
