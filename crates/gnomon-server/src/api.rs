@@ -35,12 +35,14 @@ pub struct ApiState {
     pub auth: Authenticator,
     /// The host names requests may be addressed to.
     pub hosts: Arc<HostPolicy>,
+    /// The last readiness answer (reused for a second).
+    pub ready: Arc<std::sync::Mutex<ReadyCheck>>,
 }
 
 impl ApiState {
     /// A state with one admin token (or none) and the default host policy.
     pub fn new(node: NodeHandle, metrics: Option<metrics_exporter_prometheus::PrometheusHandle>, token: Option<&str>) -> Self {
-        Self { node, metrics, auth: Authenticator::with_token(token), hosts: Arc::new(HostPolicy::default()) }
+        Self { node, metrics, auth: Authenticator::with_token(token), hosts: Arc::new(HostPolicy::default()), ready: Arc::default() }
     }
 }
 
@@ -594,11 +596,38 @@ async fn leader(State(state): State<ApiState>) -> ApiResult<impl IntoResponse> {
     }))
 }
 
+/// How long a readiness answer is reused: `/readyz` needs no credential,
+/// so a flood of probes must not become a flood of store queries.
+const READY_CACHE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The last readiness check: when, and whether a leader is recorded (or why not).
+pub type ReadyCheck = Option<(std::time::Instant, Result<bool, ApiErrorParts>)>;
+
+#[derive(Clone)]
+pub struct ApiErrorParts(StatusCode, &'static str, String);
+
 async fn readyz(State(state): State<ApiState>) -> Response {
-    match state.node.store.leadership(SCOPE).await {
-        Ok(Some(_)) => Json(json!({"status": "ready", "leading": state.node.leading_token().is_some()})).into_response(),
-        Ok(None) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no_leader", "no leader has been elected yet").into_response(),
-        Err(e) => ApiError::from(e).into_response(),
+    let cached = state.ready.lock().ok().and_then(|c| c.clone()).filter(|(at, _)| at.elapsed() < READY_CACHE).map(|(_, r)| r);
+    let result = match cached {
+        Some(r) => r,
+        None => {
+            let r = match state.node.store.leadership(SCOPE).await {
+                Ok(record) => Ok(record.is_some()),
+                Err(e) => {
+                    let e = ApiError::from(e);
+                    Err(ApiErrorParts(e.status, e.code, e.message))
+                }
+            };
+            if let Ok(mut c) = state.ready.lock() {
+                *c = Some((std::time::Instant::now(), r.clone()));
+            }
+            r
+        }
+    };
+    match result {
+        Ok(true) => Json(json!({"status": "ready", "leading": state.node.leading_token().is_some()})).into_response(),
+        Ok(false) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no_leader", "no leader has been elected yet").into_response(),
+        Err(ApiErrorParts(status, code, message)) => ApiError::new(status, code, message).into_response(),
     }
 }
 

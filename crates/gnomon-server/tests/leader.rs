@@ -565,3 +565,151 @@ async fn a_schedule_change_no_leader_saw_keeps_both_timelines() {
     assert_eq!(got, vec![1_002_000, 1_004_000, 1_006_000, 1_008_000, 1_011_000], "old schedule up to the change, new one after");
     second.abort();
 }
+
+/// Opens a worker session for a `noop`-handler worker.
+async fn open_session(
+    commands: &mpsc::Sender<LeaderCommand>,
+    id: &str,
+) -> (mpsc::UnboundedReceiver<Result<v1::ServerMessage, tonic::Status>>, String) {
+    let (out_tx, out) = mpsc::unbounded_channel();
+    let (reply, session) = oneshot::channel();
+    let hello = v1::Hello {
+        worker_id: id.into(),
+        capacity: 1,
+        executors: vec!["handler".into()],
+        handlers: vec!["noop".into()],
+        protocol_version: PROTOCOL_VERSION,
+        ..Default::default()
+    };
+    commands.send(LeaderCommand::SessionOpen { hello: Box::new(hello), outbound: out_tx, reply }).await.unwrap();
+    (out, session.await.unwrap().expect("welcomed"))
+}
+
+async fn job_with(store: &Arc<dyn Store>, json: &str) {
+    let spec = parse_job_json(json.as_bytes()).unwrap().compile().unwrap().spec;
+    store.put_job(&spec, Precondition::DoesNotExist, 1_000_000).await.unwrap();
+}
+
+/// A worker that keeps listing an attempt and never reports does not hold
+/// its run `running` forever: past the job's timeout and the grace, the
+/// leader ends the attempt `timed_out` and tells the worker to stop it.
+#[tokio::test]
+async fn an_attempt_that_overruns_its_timeout_is_ended_by_the_leader() {
+    let (_d, store) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    job_with(&store, r#"{"name":"slow","timeout":"2s","executor":{"handler":{"name":"noop"}}}"#).await;
+    let fence = term(&store).await;
+    let (rt, commands, _lost, _shut) = runtime_with_commands(store.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+    let (mut out, session) = open_session(&commands, "w1").await;
+    let (reply, ids) = oneshot::channel();
+    commands.send(LeaderCommand::Trigger { namespace: "default".into(), name: "slow".into(), count: 1, reply }).await.unwrap();
+    let run = ids.await.unwrap().unwrap().remove(0);
+    let never = |_: &server_message::Msg| false;
+    next_msg(&mut out, "the assignment", never, |m| matches!(m, server_message::Msg::Assign(_)).then_some(())).await;
+    let send = |msg| {
+        let (commands, session) = (commands.clone(), session.clone());
+        async move { commands.send(LeaderCommand::FromWorker { session, msg }).await.unwrap() }
+    };
+    send(worker_message::Msg::Started(v1::Started { run_id: run.clone(), attempt: 1, started_at_ms: 1_000_000 })).await;
+    let grace = gnomon_server::leader::OVERRUN_GRACE_MS + LeaderConfig::default().lease_ttl_ms;
+    // Heartbeats that list the attempt keep the session alive, past the
+    // timeout, up to just before the grace ends: nothing happens.
+    let mut seq = 0;
+    while clock_now(&clock) < 1_000_000 + 2_000 + grace - 2_000 {
+        clock.advance(1_000);
+        seq += 1;
+        send(heartbeat(seq, &[(&run, 1)])).await;
+        next_msg(
+            &mut out,
+            "a heartbeat ack",
+            |m| matches!(m, server_message::Msg::Abort(_)),
+            |m| match m {
+                server_message::Msg::Ack(a) if a.heartbeat_seq == Some(seq) => Some(()),
+                _ => None,
+            },
+        )
+        .await;
+    }
+    assert_eq!(store.get_run(&run).await.unwrap().unwrap().run.state, RunState::Running);
+    // Past it: ended timed out, and the worker is told to stop.
+    for _ in 0..4 {
+        clock.advance(1_000);
+        seq += 1;
+        send(heartbeat(seq, &[(&run, 1)])).await;
+    }
+    let reason = next_msg(&mut out, "the abort", never, |m| match m {
+        server_message::Msg::Abort(a) if a.run_id == run => Some(a.reason.clone()),
+        _ => None,
+    })
+    .await;
+    assert!(reason.contains("overran"), "{reason}");
+    let detail = store.get_run(&run).await.unwrap().unwrap();
+    assert_eq!(detail.run.state, RunState::Failed, "{detail:?}");
+    assert_eq!(detail.attempts[0].state, AttemptState::TimedOut, "{detail:?}");
+    assert!(detail.attempts[0].output.contains("ended by the leader"), "{detail:?}");
+    task.abort();
+}
+
+/// Only the worker holding an attempt may start or end it.
+#[tokio::test]
+async fn another_worker_cannot_start_or_end_an_attempt() {
+    let (_d, store) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    job_with(&store, r#"{"name":"one","executor":{"handler":{"name":"noop"}}}"#).await;
+    let fence = term(&store).await;
+    let (rt, commands, _lost, _shut) = runtime_with_commands(store.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+    let (mut out1, s1) = open_session(&commands, "w1").await;
+    let (reply, ids) = oneshot::channel();
+    commands.send(LeaderCommand::Trigger { namespace: "default".into(), name: "one".into(), count: 1, reply }).await.unwrap();
+    let run = ids.await.unwrap().unwrap().remove(0);
+    next_msg(&mut out1, "the assignment", |_| false, |m| matches!(m, server_message::Msg::Assign(_)).then_some(())).await;
+    let (mut out2, s2) = open_session(&commands, "w2").await;
+    let from = |session: String, msg| {
+        let commands = commands.clone();
+        async move { commands.send(LeaderCommand::FromWorker { session, msg }).await.unwrap() }
+    };
+    from(s2.clone(), worker_message::Msg::Started(v1::Started { run_id: run.clone(), attempt: 1, started_at_ms: 1_000_000 })).await;
+    from(
+        s2.clone(),
+        worker_message::Msg::Report(v1::Report {
+            run_id: run.clone(),
+            attempt: 1,
+            outcome: v1::Outcome::Succeeded as i32,
+            started_at_ms: 1_000_000,
+            ended_at_ms: 1_000_000,
+            ..Default::default()
+        }),
+    )
+    .await;
+    clock.advance(100);
+    let rejected = next_msg(
+        &mut out2,
+        "the report's answer",
+        |_| false,
+        |m| match m {
+            server_message::Msg::Ack(a) if a.report.is_some() => Some(a.rejected_reason.clone()),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(!rejected.is_empty(), "the intruder's report is rejected");
+    // A heartbeat round trip: the events above have been through a turn.
+    clock.advance(100);
+    from(s1.clone(), heartbeat(1, &[(&run, 1)])).await;
+    next_msg(&mut out1, "an ack", |_| false, |m| matches!(m, server_message::Msg::Ack(a) if a.heartbeat_seq == Some(1)).then_some(()))
+        .await;
+    let detail = store.get_run(&run).await.unwrap().unwrap();
+    assert_eq!(detail.run.state, RunState::Assigned, "{detail:?}");
+    assert_eq!(detail.attempts[0].started_at, None, "{detail:?}");
+    // The holder's own start counts.
+    from(s1, worker_message::Msg::Started(v1::Started { run_id: run.clone(), attempt: 1, started_at_ms: 1_000_050 })).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.get_run(&run).await.unwrap().unwrap().run.state != RunState::Running {
+        assert!(Instant::now() < deadline, "the holder's start is recorded");
+        clock.advance(10);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    task.abort();
+}

@@ -563,7 +563,7 @@ async fn run_node(
     let resign_first = elector.backend() != "local";
     let node = Node::new(config, store, elector, Arc::new(gnomon_core::SystemClock));
     let _reloader = auth.spawn_reloader(Duration::from_secs(1));
-    let state = ApiState { node: node.handle.clone(), metrics, auth, hosts: Arc::new(hosts) };
+    let state = ApiState { node: node.handle.clone(), metrics, auth, hosts: Arc::new(hosts), ready: Arc::default() };
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
     let scheme = if listen.tls.is_some() { "https" } else { "http" };

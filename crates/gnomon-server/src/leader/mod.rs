@@ -50,6 +50,11 @@ const MIN_INTERLEAVED_FIRE: usize = 256;
 /// How long one turn keeps firing chunks of a burst before it dispatches.
 const FIRE_BUDGET: Duration = Duration::from_millis(500);
 const POLL_EVERY_MS: Millis = 1000;
+/// How far past its job's timeout (counted from its assignment) an attempt
+/// may run before the leader ends it `timed_out` itself, on top of the
+/// lease TTL: the worker kills it at the timeout and reports; this only
+/// catches a worker that keeps listing an attempt and never reports.
+pub const OVERRUN_GRACE_MS: Millis = 60_000;
 /// A worker's prefetch queue is filled only while its recent attempts took
 /// at most this long on average (so a queued run starts within about this
 /// long)…
@@ -204,6 +209,8 @@ pub struct LeaderRuntime {
     /// run), ended `lost` at the next turn.
     unheld: Vec<(String, RunId)>,
     last_poll: Millis,
+    /// When attempts were last checked for overrunning their timeout.
+    last_overrun_scan: Millis,
     /// Session leases kept in the store (etcd), and deletions of their keys.
     leases: Option<Arc<dyn SessionLeases>>,
     lease_deletions: Option<mpsc::Receiver<(String, i64)>>,
@@ -284,6 +291,7 @@ impl LeaderRuntime {
             previous_jobs: HashMap::default(),
             unheld: Vec::new(),
             last_poll: 0,
+            last_overrun_scan: 0,
         }
     }
 

@@ -3,7 +3,7 @@ use super::*;
 /// What workers report, as the leader batches it.
 #[derive(Debug, Clone)]
 pub(super) enum WorkerEvent {
-    Started { run_id: String, attempt: u32, at: Millis },
+    Started { worker: String, run_id: String, attempt: u32, at: Millis },
     Finished { worker: String, run_id: String, attempt: u32, outcome: ExecOutcome, started_at: Millis, at: Millis },
 }
 
@@ -41,11 +41,17 @@ impl LeaderRuntime {
             .collect();
         for e in &events {
             match e {
-                WorkerEvent::Started { run_id, attempt, at } => {
+                WorkerEvent::Started { worker, run_id, attempt, at } => {
                     if ending.contains(&(run_id.as_str(), *attempt)) {
                         continue;
                     }
                     let Some(run) = self.cache.runs.get(run_id.as_str()) else { continue };
+                    // Only the holder of the attempt may say it started.
+                    let holder =
+                        self.cache.in_flight.get(run_id.as_str()) == Some(worker) || self.cache.orphans.contains_key(run_id.as_str());
+                    if !holder {
+                        continue;
+                    }
                     let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
                     if state == RunState::Assigned && current == *attempt {
                         batch.push(Transition {
@@ -185,6 +191,11 @@ impl LeaderRuntime {
         let mut plan = self.prepare_dispatch(now);
         let (n_events, n_dropped) = (eb.batch.len(), plan.dropped.len());
         if fire.is_none() && n_events + n_dropped + plan.batch.len() == 0 {
+            // Nothing to write, but refused reports are still answered (or
+            // their worker would keep them spooled and send them forever).
+            if !eb.acks.is_empty() {
+                self.finish_events(eb, Vec::new()).await?;
+            }
             return Ok(());
         }
         // Stamp the fire and the assignments when the write begins, not when

@@ -183,7 +183,7 @@ impl LeaderRuntime {
                 self.send_to(&worker, server_message::Msg::Ack(v1::Ack { heartbeat_seq: Some(hb.seq), ..Default::default() }));
             }
             worker_message::Msg::Started(st) => {
-                self.unwritten_events.push(WorkerEvent::Started { run_id: st.run_id, attempt: st.attempt, at: st.started_at_ms });
+                self.unwritten_events.push(WorkerEvent::Started { worker, run_id: st.run_id, attempt: st.attempt, at: st.started_at_ms });
             }
             worker_message::Msg::Report(r) => {
                 let state = match v1::Outcome::try_from(r.outcome).unwrap_or(v1::Outcome::Failed) {
@@ -311,9 +311,10 @@ impl LeaderRuntime {
             let why = format!("worker {worker} did not hold the attempt (its assignment never reached it)");
             if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, why, now) {
                 batch.push(t);
-                aborts.push((worker, id.to_string(), attempt));
+                aborts.push((worker, id.to_string(), attempt, "the attempt was ended lost: the worker did not hold it".to_string()));
             }
         }
+        self.expire_overruns(now, &mut batch, &mut aborts);
         let overdue: Vec<RunId> = self.cache.orphans.iter().filter(|(_, d)| **d < now).map(|(id, _)| id.clone()).collect();
         for id in overdue {
             self.cache.orphans.remove(&*id);
@@ -330,12 +331,51 @@ impl LeaderRuntime {
         }
         self.apply(batch).await?;
         // Should the assignment still turn up, the worker drops it.
-        for (worker, run_id, attempt) in aborts {
-            let reason = "the attempt was ended lost: the worker did not hold it".to_string();
+        for (worker, run_id, attempt, reason) in aborts {
             self.send_to(&worker, server_message::Msg::Abort(v1::Abort { run_id, attempt, token: self.fence.token, reason }));
         }
         self.publish_view();
         Ok(())
+    }
+
+    /// Attempts that ran past their job's timeout by more than the grace
+    /// (from their assignment) with no result: ended `timed_out` by the
+    /// leader, and the worker is told to stop them. Checked once a second.
+    fn expire_overruns(&mut self, now: Millis, batch: &mut Vec<Transition>, aborts: &mut Vec<(String, String, u32, String)>) {
+        if now - self.last_overrun_scan < 1_000 {
+            return;
+        }
+        self.last_overrun_scan = now;
+        let grace = OVERRUN_GRACE_MS + self.config.lease_ttl_ms;
+        let overran: Vec<(RunId, String, u32, Millis)> = self
+            .cache
+            .in_flight
+            .iter()
+            .filter_map(|(id, worker)| {
+                let run = self.cache.runs.get(id)?;
+                let timeout = self.cache.jobs.get(&run.key.uid)?.timeout?;
+                let timeout = Millis::try_from(timeout.as_millis()).unwrap_or(Millis::MAX / 4);
+                (now > run.assigned_at + timeout + grace).then(|| (id.clone(), worker.clone(), run.attempt, timeout))
+            })
+            .collect();
+        for (id, worker, attempt, timeout) in overran {
+            let reported = self
+                .unwritten_events
+                .iter()
+                .any(|e| matches!(e, WorkerEvent::Finished { run_id, attempt: a, .. } if **run_id == *id && *a == attempt));
+            if reported {
+                continue;
+            }
+            tracing::warn!(worker = %worker, run = %id, attempt, "no result past the job's timeout and the grace; the leader ends the attempt timed out");
+            metrics::counter!("gnomon_attempts_overrun_total").increment(1);
+            let why = format!(
+                "worker {worker} reported no result within the timeout ({timeout} ms) and a grace of {grace} ms; ended by the leader"
+            );
+            if let Some(t) = self.end_attempt(&id, AttemptState::TimedOut, None, why, now) {
+                batch.push(t);
+                aborts.push((worker, id.to_string(), attempt, "the attempt overran its timeout and was ended by the leader".into()));
+            }
+        }
     }
 
     pub(super) fn send_to(&self, worker: &str, msg: server_message::Msg) -> bool {
