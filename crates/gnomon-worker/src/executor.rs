@@ -28,6 +28,8 @@ pub struct ExecRequest {
     pub timeout: Option<Duration>,
     /// How shell jobs are isolated (environment, working directory, user).
     pub isolation: Arc<Isolation>,
+    /// Where HTTP jobs may connect.
+    pub egress: Arc<crate::egress::Egress>,
 }
 
 impl ExecRequest {
@@ -199,7 +201,15 @@ async fn run_http(req: &ExecRequest, spec: &HttpSpec, http: &reqwest::Client) ->
         Ok(m) => m,
         Err(e) => return ExecOutcome::failed(format!("bad method: {e}")),
     };
-    let mut builder = http.request(method, &spec.url);
+    match reqwest::Url::parse(&spec.url) {
+        Ok(url) => {
+            if let Err(e) = req.egress.check_url(&url) {
+                return ExecOutcome::failed(format!("request refused: {e}"));
+            }
+        }
+        Err(e) => return ExecOutcome::failed(format!("bad url: {e}")),
+    }
+    let mut builder = http.request(method, &spec.url).timeout(req.timeout.unwrap_or(crate::egress::DEFAULT_TOTAL_TIMEOUT));
     for (k, v) in &spec.headers {
         builder = builder.header(k.as_str(), v.as_str());
     }
@@ -212,7 +222,7 @@ async fn run_http(req: &ExecRequest, spec: &HttpSpec, http: &reqwest::Client) ->
     }
     let response = match builder.send().await {
         Ok(r) => r,
-        Err(e) => return ExecOutcome::failed(format!("request failed: {e}")),
+        Err(e) => return ExecOutcome::failed(format!("request failed: {}", crate::error_chain(&e))),
     };
     let status = response.status().as_u16();
     let mut tail = OutputTail::default();
@@ -391,6 +401,7 @@ mod tests {
             executor,
             timeout,
             isolation: Arc::default(),
+            egress: Arc::new(crate::egress::Egress::with_defaults()),
         }
     }
 

@@ -8,6 +8,7 @@
 //! `gnomon dev`'s embedded worker and Rust programs with their own handlers
 //! (see `examples/custom_handler.rs`) all run it.
 
+pub mod egress;
 pub mod executor;
 pub mod isolation;
 pub mod session;
@@ -17,3 +18,18 @@ mod tail;
 pub use executor::{execute, ExecOutcome, ExecRequest, Handler, HandlerContext, HandlerRegistry};
 pub use session::{WorkerConfig, WorkerRuntime, WorkerTls};
 pub use tail::{OutputTail, MAX_OUTPUT_BYTES};
+
+/// An error with its causes ("transport error" alone says nothing).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !text.contains(&s) {
+            text.push_str(": ");
+            text.push_str(&s);
+        }
+        cur = c.source();
+    }
+    text
+}

@@ -223,6 +223,13 @@ pub struct WorkerArgs {
     /// that user's groups dropped to its primary group and its HOME).
     #[arg(long, value_name = "USER")]
     run_as: Option<String>,
+    /// An address range HTTP jobs may not reach (repeatable), on top of
+    /// the link-local ones (cloud metadata), which are denied by default.
+    #[arg(long = "deny-cidr", value_name = "CIDR")]
+    deny_cidrs: Vec<String>,
+    /// Let HTTP jobs reach link-local addresses (169.254.0.0/16, fe80::/10).
+    #[arg(long)]
+    allow_link_local: bool,
     /// Client certificate (PEM) for servers that require mutual TLS.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -672,6 +679,12 @@ pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>, ca: 
         Some(u) => Some(gnomon_worker::isolation::RunAs::lookup(u).map_err(|e| anyhow!(e))?),
     };
     config.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: Some(args.data_dir.join("work")), run_as });
+    let mut egress =
+        if args.allow_link_local { gnomon_worker::egress::Egress::default() } else { gnomon_worker::egress::Egress::with_defaults() };
+    for c in &args.deny_cidrs {
+        egress.denied.push(gnomon_worker::egress::Egress::parse_cidr(c).map_err(|e| anyhow!(e))?);
+    }
+    config.egress = egress;
     if https > 0 {
         let identity = match (&args.tls_cert, &args.tls_key) {
             (Some(c), Some(k)) => Some((c.clone(), k.clone())),

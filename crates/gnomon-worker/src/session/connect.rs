@@ -87,7 +87,7 @@ impl WorkerRuntime {
             Err(e) => return SessionEnd::Refused(format!("bad server address {addr:?}: {e}")),
         };
         let connected = match &self.config.tls {
-            None => endpoint.connect().await.map_err(|e| error_chain(&e)),
+            None => endpoint.connect().await.map_err(|e| crate::error_chain(&e)),
             Some(tls) => match super::tls::client_config(tls) {
                 Ok(config) => super::tls::connect(endpoint, addr, config).await,
                 Err(e) => Err(e),
@@ -212,19 +212,4 @@ impl SessionEnd {
             _ => SessionEnd::Lost(status.to_string()),
         }
     }
-}
-
-/// An error with its causes ("transport error" alone says nothing).
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let s = c.to_string();
-        if !text.contains(&s) {
-            text.push_str(": ");
-            text.push_str(&s);
-        }
-        cur = c.source();
-    }
-    text
 }

@@ -83,6 +83,8 @@ pub struct WorkerConfig {
     pub isolation: Arc<crate::isolation::Isolation>,
     /// TLS to the servers (`https://`); `None`: plain HTTP/2.
     pub tls: Option<WorkerTls>,
+    /// Where HTTP jobs may connect.
+    pub egress: crate::egress::Egress,
 }
 
 /// TLS settings of a worker's connections. Files are read at every connect,
@@ -114,6 +116,7 @@ impl WorkerConfig {
             executors: Vec::new(),
             isolation: Arc::default(),
             tls: None,
+            egress: crate::egress::Egress::with_defaults(),
         }
     }
 }
@@ -195,7 +198,8 @@ impl WorkerRuntime {
             draining: false,
         };
         let slots = Arc::new(tokio::sync::Semaphore::new(config.capacity.max(1) as usize));
-        let rt = Self { config: Arc::new(config), handlers, http: reqwest::Client::new(), inner: Arc::new(Mutex::new(inner)), slots };
+        let http = config.egress.client();
+        let rt = Self { config: Arc::new(config), handlers, http, inner: Arc::new(Mutex::new(inner)), slots };
         rt.load_spool();
         rt
     }
@@ -313,6 +317,7 @@ impl WorkerRuntime {
             executor,
             timeout: (a.timeout_ms > 0).then(|| Duration::from_millis(a.timeout_ms)),
             isolation: self.config.isolation.clone(),
+            egress: Arc::new(self.config.egress.clone()),
         };
         let rt = self.clone();
         let mut cancel_rx = cancel_rx;

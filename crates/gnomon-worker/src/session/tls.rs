@@ -126,5 +126,5 @@ pub(super) async fn connect(
             Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
         }
     });
-    endpoint.connect_with_connector(connector).await.map_err(|e| super::connect::error_chain(&e))
+    endpoint.connect_with_connector(connector).await.map_err(|e| crate::error_chain(&e))
 }
