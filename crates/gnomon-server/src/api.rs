@@ -122,10 +122,52 @@ pub fn router(state: ApiState) -> Router {
         .route("/ui", get(|| async { Html(crate::ui::PAGE) }))
         .route("/", get(|| async { axum::response::Redirect::temporary("/ui") }))
         .layer(axum::middleware::from_fn_with_state(state.hosts.clone(), crate::browser::guard))
+        .layer(axum::middleware::from_fn(json_errors))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server hit a bug handling this request").into_response()
         }))
         .with_state(state)
+}
+
+/// Every error answer is `{"error":{"code","message"}}`: the ones the
+/// framework makes itself (a method not allowed, a path segment that is not
+/// UTF-8, …) are rewritten to that form, keeping their status and headers.
+async fn json_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if content_type.starts_with("application/json") || content_type.starts_with("application/grpc") {
+        return response;
+    }
+    let code = match status {
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::REQUEST_TIMEOUT => "timeout",
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    };
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.map(|b| String::from_utf8_lossy(&b).trim().to_string()).unwrap_or_default();
+    let message = if !text.is_empty() {
+        text
+    } else if status == StatusCode::METHOD_NOT_ALLOWED {
+        let allow = parts.headers.get(header::ALLOW).and_then(|v| v.to_str().ok()).unwrap_or("");
+        format!("this method is not allowed here (allowed: {allow})")
+    } else {
+        status.canonical_reason().unwrap_or("error").to_string()
+    };
+    let mut out = ApiError::new(status, code, message).into_response();
+    for name in [header::ALLOW, header::WWW_AUTHENTICATE, header::RETRY_AFTER] {
+        if let Some(v) = parts.headers.get(&name) {
+            out.headers_mut().insert(name, v.clone());
+        }
+    }
+    out
 }
 
 /// The role a `/v1` call needs (paths as seen inside `/v1`), and what the
