@@ -151,7 +151,17 @@ impl LeaderRuntime {
                     |until: Millis| Box::new(Carry { schedule: compiled.schedule.clone(), after: created, until: until.min(now) });
                 if record.paused {
                     let until = record.paused_at.unwrap_or(cut);
-                    (created, (until > base).then(|| before_pause(until)), false)
+                    // Paused again after a resume: only the times between
+                    // the resume and this pause were due while active (the
+                    // ones before the resume fell in the earlier pause).
+                    match record.resumed_at.filter(|r| *r > base && *r <= until) {
+                        Some(resumed) => (
+                            created,
+                            Some(Box::new(Carry { schedule: compiled.schedule.clone(), after: resumed, until: until.min(now) })),
+                            false,
+                        ),
+                        None => (created, (until > base).then(|| before_pause(until)), false),
+                    }
                 } else if let Some(resumed) = record.resumed_at.filter(|r| *r > base) {
                     let paused = record.paused_at.filter(|p| *p > base && *p <= resumed);
                     (resumed.min(now), paused.map(before_pause), true)

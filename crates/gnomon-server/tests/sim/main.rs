@@ -268,8 +268,10 @@ fn sim_dir() -> std::path::PathBuf {
 /// Seeds that found defects: 24554, a job edited before its first fire
 /// and first seen by a leader after the edit (its times before the edit
 /// were dropped); 26023 and 34935, a job paused just after a time fell due
-/// and resumed before it fired (the resume forgot it).
-const FOUND: [u64; 3] = [24554, 26023, 34935];
+/// and resumed before it fired (the resume forgot it); 68301, a job paused,
+/// resumed and paused again, loaded by a new leader (it fired the times of
+/// the first pause).
+const FOUND: [u64; 4] = [24554, 26023, 34935, 68301];
 
 fn seeds(part: u64, parts: u64) -> Vec<u64> {
     if let Some(seed) = std::env::var("GNOMON_SIM_SEED").ok().and_then(|s| s.parse().ok()) {
