@@ -12,7 +12,6 @@
 use gnomon_proto::v1::{self, server_message, worker_message, worker_server};
 use gnomon_proto::PROTOCOL_VERSION;
 use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::leader::LeaderCommand;
@@ -21,11 +20,76 @@ use crate::node::NodeHandle;
 /// Longest accepted worker id.
 pub const MAX_WORKER_ID_LEN: usize = 128;
 
-/// What the leader actor sends down a session to its worker. Unbounded: what is queued is bounded
-/// by the worker's slots and queue (assignments) and its reports (acks), and
-/// a bounded queue that filled would drop a persisted assignment, leaving
-/// the run `assigned` to a live worker that never got it.
+/// What the leader actor sends down a session to its worker. The actor
+/// never blocks on a worker: this channel is drained at once by the
+/// session's forwarder into a bounded queue of [`MAX_QUEUED`] messages,
+/// and a worker that lets that queue fill (it stopped reading) has its
+/// session closed — it reconnects and reclaims its attempts, or its lease
+/// runs out, as after a lost connection. No message is dropped from a
+/// session that stays open.
 pub type Outbound = mpsc::UnboundedSender<Result<v1::ServerMessage, Status>>;
+
+/// Messages queued for one worker beyond which its session is closed.
+pub const MAX_QUEUED: usize = 65_536;
+
+/// The response stream of a session.
+pub type SessionStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<v1::ServerMessage, Status>> + Send>>;
+
+/// Moves what the actor sends into a bounded queue; closes the session (the
+/// stream ends at once, queued messages dropped) when the queue is full.
+fn bounded_stream(mut from_actor: mpsc::UnboundedReceiver<Result<v1::ServerMessage, Status>>, worker: String) -> SessionStream {
+    let (tx, rx) = mpsc::channel(MAX_QUEUED);
+    let (closed_tx, closed_rx) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        while let Some(m) = from_actor.recv().await {
+            match tx.try_send(m) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::warn!(worker = %worker, queued = MAX_QUEUED, "worker does not read its session; closing it");
+                    metrics::counter!("gnomon_sessions_overflowed_total").increment(1);
+                    let _ = closed_tx.send(());
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            }
+        }
+    });
+    Box::pin(Bounded { rx, closed: Some(closed_rx), done: false })
+}
+
+/// The queue's receiving end, ending at once when the forwarder closes it.
+struct Bounded {
+    rx: mpsc::Receiver<Result<v1::ServerMessage, Status>>,
+    /// `None` once the forwarder ended normally (a oneshot is polled to
+    /// completion only once).
+    closed: Option<oneshot::Receiver<()>>,
+    done: bool,
+}
+
+impl tokio_stream::Stream for Bounded {
+    type Item = Result<v1::ServerMessage, Status>;
+
+    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+        use std::future::Future;
+        use std::task::Poll;
+        if self.done {
+            return Poll::Ready(None);
+        }
+        // Overflow (the forwarder sent on `closed`): end now. A dropped
+        // sender without a send is the forwarder's normal end: drain.
+        if let Some(closed) = self.closed.as_mut() {
+            match std::pin::Pin::new(closed).poll(cx) {
+                Poll::Ready(Ok(())) => {
+                    self.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Err(_)) => self.closed = None,
+                Poll::Pending => {}
+            }
+        }
+        self.rx.poll_recv(cx)
+    }
+}
 
 #[derive(Clone)]
 pub struct WorkerService {
@@ -94,7 +158,7 @@ pub fn validate_hello(h: &v1::Hello) -> Result<(), Status> {
 
 #[tonic::async_trait]
 impl worker_server::Worker for WorkerService {
-    type SessionStream = UnboundedReceiverStream<Result<v1::ServerMessage, Status>>;
+    type SessionStream = SessionStream;
 
     async fn session(&self, request: Request<Streaming<v1::WorkerMessage>>) -> Result<Response<Self::SessionStream>, Status> {
         let mutual = request.extensions().get::<crate::listener::MutualTls>().is_some_and(|m| m.0);
@@ -120,8 +184,9 @@ impl worker_server::Worker for WorkerService {
         let Some(commands) = self.node.leader_commands() else {
             let address = self.node.leader_address().await.unwrap_or_default();
             let _ = tx.send(Ok(v1::ServerMessage { msg: Some(server_message::Msg::NotLeader(v1::NotLeader { leader_address: address })) }));
-            return Ok(Response::new(UnboundedReceiverStream::new(rx)));
+            return Ok(Response::new(bounded_stream(rx, hello.worker_id.clone())));
         };
+        let worker = hello.worker_id.clone();
         let (reply_tx, reply_rx) = oneshot::channel();
         commands
             .send(LeaderCommand::SessionOpen { hello: Box::new(hello), outbound: tx, reply: reply_tx })
@@ -142,12 +207,52 @@ impl worker_server::Worker for WorkerService {
             }
             let _ = commands.send(LeaderCommand::SessionClosed { session }).await;
         });
-        Ok(Response::new(UnboundedReceiverStream::new(rx)))
+        Ok(Response::new(bounded_stream(rx, worker)))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use tokio_stream::StreamExt;
+
+    #[allow(clippy::result_large_err)] // the stream item type is tonic's
+    fn ack(seq: u64) -> Result<v1::ServerMessage, Status> {
+        Ok(v1::ServerMessage { msg: Some(server_message::Msg::Ack(v1::Ack { heartbeat_seq: Some(seq), ..Default::default() })) })
+    }
+
+    #[tokio::test]
+    async fn a_session_passes_everything_in_order_while_it_is_read() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut stream = bounded_stream(rx, "w".into());
+        for i in 0..1000 {
+            tx.send(ack(i)).unwrap();
+        }
+        drop(tx);
+        let mut n = 0;
+        while let Some(m) = stream.next().await {
+            assert!(matches!(m.unwrap().msg, Some(server_message::Msg::Ack(a)) if a.heartbeat_seq == Some(n)));
+            n += 1;
+        }
+        assert_eq!(n, 1000);
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_stops_reading_has_its_session_closed() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut stream = bounded_stream(rx, "w".into());
+        for i in 0..(MAX_QUEUED as u64 + 10) {
+            tx.send(ack(i)).unwrap();
+        }
+        // The forwarder sees the queue full, closes the session: the actor's
+        // sends fail and the stream ends without delivering the backlog.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !tx.is_closed() {
+            assert!(tokio::time::Instant::now() < deadline, "the session was closed");
+            tokio::task::yield_now().await;
+        }
+        assert!(stream.next().await.is_none());
+    }
+
     use super::*;
 
     fn hello() -> v1::Hello {

@@ -154,6 +154,12 @@ impl LeaderRuntime {
         let now = self.clock.now_millis();
         match msg {
             worker_message::Msg::Heartbeat(hb) => {
+                // A session whose send side is closed (the worker stopped
+                // reading and was cut off) renews nothing: its lease runs
+                // out unless the worker reconnects.
+                if self.sessions.get(&worker).is_some_and(|s| s.tx.as_ref().is_some_and(|t| t.is_closed())) {
+                    return;
+                }
                 if let Some(s) = self.sessions.get_mut(&worker) {
                     s.lease_until = now + self.config.lease_ttl_ms;
                     s.last_heartbeat = now;
