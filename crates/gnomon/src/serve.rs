@@ -536,6 +536,18 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
     run_node(config, store, elector, addr, (auth, hosts, listen), worker).await
 }
 
+/// A store URL fit to print: whatever precedes an `@` (user and password)
+/// is replaced, with or without a scheme.
+fn without_credentials(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").map_or(("", url), |(s, r)| (s, r));
+    let rest = rest.rsplit_once('@').map_or(rest.to_string(), |(_, host)| format!("…@{host}"));
+    if scheme.is_empty() {
+        rest
+    } else {
+        format!("{scheme}://{rest}")
+    }
+}
+
 /// The store's kind from its URL, before connecting (for the election plan).
 fn store_kind(url: &str) -> anyhow::Result<&'static str> {
     let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
@@ -544,7 +556,7 @@ fn store_kind(url: &str) -> anyhow::Result<&'static str> {
         "mysql" | "mariadb" => "mysql",
         "postgres" | "postgresql" => "postgres",
         "etcd" => "etcd",
-        _ => bail!("--store {:?} must start with sqlite://, mysql://, postgres:// or etcd://", url.split("://").next().unwrap_or(url)),
+        _ => bail!("--store {:?} must start with sqlite://, mysql://, postgres:// or etcd://", without_credentials(url)),
     })
 }
 

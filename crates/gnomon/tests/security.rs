@@ -376,6 +376,12 @@ fn weak_tokens_and_bad_credentials_are_refused_at_start() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("auth.toml"), "{}", String::from_utf8_lossy(&out.stderr));
+    // A store URL that cannot be used is never printed with its password.
+    for url in ["admin:s3cretpw@db.example/gnomon", "ftp://admin:s3cretpw@db.example/gnomon", "etcd:/admin:s3cretpw@h:1"] {
+        let out = Command::new(BIN).args(["server", "--store", url]).env_remove("GNOMON_TOKEN").output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && !err.contains("s3cretpw") && (err.contains("db.example") || err.contains("h:1")), "{err}");
+    }
     let out = Command::new(BIN).args(["auth", "new", "x", "--role", "boss"]).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--role"));
     let mut child = Command::new(BIN).args(["auth", "hash"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();

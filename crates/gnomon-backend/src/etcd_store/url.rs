@@ -11,7 +11,10 @@ pub struct EtcdUrl {
 /// Parses `etcd://[user:pass@]h1:2379,h2:2379[/cluster][?ca=PATH[&cert=PATH&key=PATH]]`;
 /// `ca=` turns TLS on (`https://` to every member).
 pub fn parse_url(url: &str) -> Result<EtcdUrl, StoreError> {
-    let rest = url.strip_prefix("etcd://").ok_or_else(|| StoreError::InvalidUrl(format!("{url:?} does not start with etcd://")))?;
+    let rest = url.strip_prefix("etcd://").ok_or_else(|| {
+        let shown = url.rsplit_once('@').map_or(url.to_string(), |(_, host)| format!("…@{host}"));
+        StoreError::InvalidUrl(format!("{shown:?} does not start with etcd://"))
+    })?;
     let (rest, query) = match rest.split_once('?') {
         Some((r, q)) => (r, Some(q)),
         None => (rest, None),
