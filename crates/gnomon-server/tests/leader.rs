@@ -181,18 +181,7 @@ async fn an_assignment_a_live_worker_does_not_hold_is_ended_lost_and_retried() {
     let (rt, commands, _lost, _shut) = runtime_with_commands(store.clone(), fence, clock.clone());
     let task = tokio::spawn(rt.run());
 
-    let (out_tx, mut out) = mpsc::unbounded_channel();
-    let (reply, session) = oneshot::channel();
-    let hello = v1::Hello {
-        worker_id: "w1".into(),
-        capacity: 1,
-        executors: vec!["handler".into()],
-        handlers: vec!["noop".into()],
-        protocol_version: PROTOCOL_VERSION,
-        ..Default::default()
-    };
-    commands.send(LeaderCommand::SessionOpen { hello: Box::new(hello), outbound: out_tx, reply }).await.unwrap();
-    let session = session.await.unwrap().expect("welcomed");
+    let (mut out, session) = open_session(&commands, "w1").await;
     let (reply, ids) = oneshot::channel();
     commands.send(LeaderCommand::Trigger { namespace: "default".into(), name: "once".into(), count: 1, reply }).await.unwrap();
     let run = ids.await.unwrap().unwrap().remove(0);
@@ -395,18 +384,7 @@ async fn a_trigger_whose_write_landed_unseen_still_runs() {
     let store = faulty(&sqlite, &clock);
     let (rt, commands, _lost, _shut) = runtime_with_commands(store.clone(), fence, clock.clone());
     let task = tokio::spawn(rt.run());
-    let (out_tx, mut out) = mpsc::unbounded_channel();
-    let (reply, session) = oneshot::channel();
-    let hello = v1::Hello {
-        worker_id: "w1".into(),
-        capacity: 1,
-        executors: vec!["handler".into()],
-        handlers: vec!["noop".into()],
-        protocol_version: PROTOCOL_VERSION,
-        ..Default::default()
-    };
-    commands.send(LeaderCommand::SessionOpen { hello: Box::new(hello), outbound: out_tx, reply }).await.unwrap();
-    session.await.unwrap().expect("welcomed");
+    let (mut out, _session) = open_session(&commands, "w1").await;
 
     store.fail_next_writes_after_commit(1);
     let (reply, ids) = oneshot::channel();
