@@ -113,13 +113,15 @@ impl Isolation {
     /// user).
     pub fn make_workdir(&self, run_id: &str, attempt: u32) -> std::io::Result<PathBuf> {
         use std::os::unix::fs::DirBuilderExt;
-        let root = self.work_root.clone().unwrap_or_else(|| std::env::temp_dir().join("gnomon-work"));
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let root = self.work_root.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("gnomon-work-{uid}")));
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&root)?;
         // Run ids are letters, digits and '-'; anything else is replaced so
         // the name can never leave the root.
         let safe: String = run_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
-        let dir = root.join(format!("{safe}-a{attempt}"));
-        let _ = std::fs::remove_dir_all(&dir);
+        // A random suffix: never a directory another process made or left.
+        let dir = root.join(format!("{safe}-a{attempt}-{:08x}", rand::random::<u32>()));
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
         if let Some(u) = &self.run_as {
             std::os::unix::fs::chown(&dir, Some(u.uid), Some(u.gid))?;
