@@ -107,11 +107,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .layer(axum::middleware::from_fn_with_state(state.clone(), authorize));
-    let grpc = gnomon_proto::v1::worker_server::WorkerServer::new(crate::sessions::WorkerService {
-        node: state.node.clone(),
-        auth: state.auth.clone(),
-    })
-    .max_decoding_message_size(8 << 20);
+    let grpc =
+        gnomon_proto::v1::worker_server::WorkerServer::new(crate::sessions::WorkerService::new(state.node.clone(), state.auth.clone()))
+            .max_decoding_message_size(8 << 20);
     Router::new()
         .nest("/v1", v1)
         // The worker protocol (gRPC over HTTP/2) shares the listener.

@@ -9,6 +9,10 @@
 //! the actor is told, and the session's lease keeps running until the worker
 //! reconnects or it expires.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use gnomon_proto::v1::{self, server_message, worker_message, worker_server};
 use gnomon_proto::PROTOCOL_VERSION;
 use tokio::sync::{mpsc, oneshot};
@@ -95,6 +99,47 @@ impl tokio_stream::Stream for Bounded {
 pub struct WorkerService {
     pub node: NodeHandle,
     pub auth: crate::auth::Authenticator,
+    /// Which credential holds each worker id, and when its session last
+    /// spoke: another credential cannot take the id over while the lease
+    /// could still be running.
+    pub owners: Arc<Mutex<HashMap<String, (Arc<str>, Instant)>>>,
+}
+
+impl WorkerService {
+    pub fn new(node: NodeHandle, auth: crate::auth::Authenticator) -> Self {
+        Self { node, auth, owners: Arc::default() }
+    }
+
+    fn lease(&self) -> Duration {
+        Duration::from_millis(u64::try_from(self.node.config.leader.lease_ttl_ms).unwrap_or(10_000))
+    }
+
+    /// Binds `worker` to `credential`, unless another credential's session
+    /// with that id spoke within a lease.
+    #[allow(clippy::result_large_err)] // tonic::Status is what the service returns
+    fn claim(&self, worker: &str, credential: &Arc<str>) -> Result<(), Status> {
+        let lease = self.lease();
+        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((owner, seen)) = owners.get(worker) {
+            if owner != credential && seen.elapsed() < lease {
+                return Err(Status::permission_denied(format!(
+                    "worker id {worker:?} belongs to credential {owner:?} while its lease may still run; \
+                     a worker of credential {credential:?} needs an id of its own"
+                )));
+            }
+        }
+        if owners.len() > 100_000 {
+            owners.retain(|_, (_, seen)| seen.elapsed() < lease);
+        }
+        owners.insert(worker.to_string(), (credential.clone(), Instant::now()));
+        Ok(())
+    }
+
+    fn seen(&self, worker: &str) {
+        if let Some(entry) = self.owners.lock().unwrap_or_else(|p| p.into_inner()).get_mut(worker) {
+            entry.1 = Instant::now();
+        }
+    }
 }
 
 /// Checks a session's credential: a worker (or admin) credential, and a
@@ -179,6 +224,7 @@ impl worker_server::Worker for WorkerService {
         };
         validate_hello(&hello)?;
         authorize_worker(&principal, Some(&hello.worker_id))?;
+        self.claim(&hello.worker_id, &principal.name)?;
         tracing::info!(target: "gnomon::audit", credential = %principal.name, worker = %hello.worker_id, "worker session opened");
         let (tx, rx) = mpsc::unbounded_channel();
         let Some(commands) = self.node.leader_commands() else {
@@ -193,10 +239,15 @@ impl worker_server::Worker for WorkerService {
             .await
             .map_err(|_| Status::unavailable("leadership changed; reconnect"))?;
         let session = reply_rx.await.map_err(|_| Status::unavailable("leadership changed; reconnect"))??;
+        let me = self.clone();
+        let id = worker.clone();
         tokio::spawn(async move {
             loop {
                 match inbound.message().await {
                     Ok(Some(v1::WorkerMessage { msg: Some(msg) })) => {
+                        if matches!(msg, worker_message::Msg::Heartbeat(_)) {
+                            me.seen(&id);
+                        }
                         if commands.send(LeaderCommand::FromWorker { session: session.clone(), msg }).await.is_err() {
                             return;
                         }

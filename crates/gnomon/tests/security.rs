@@ -310,8 +310,9 @@ fn worker_credentials_open_only_worker_sessions_under_their_prefix() {
     let (worker, e1) = new_credential("pool-a", &["--role", "worker", "--worker-prefix", "pool-a-"]);
     let (viewer, e2) = new_credential("viewer-1", &["--role", "viewer"]);
     let (admin, e3) = new_credential("admin-1", &["--role", "admin"]);
+    let (other, e4) = new_credential("pool-any", &["--role", "worker"]);
     let file = dir.path().join("auth.toml");
-    std::fs::write(&file, [e1.as_str(), &e2, &e3].join("\n\n")).unwrap();
+    std::fs::write(&file, [e1.as_str(), &e2, &e3, &e4].join("\n\n")).unwrap();
     let (_server, addr) = dev(dir.path(), "dev", &["--auth-file", file.to_str().unwrap(), "--capacity", "1"]);
     let spawn_worker = |name: &str, id: &str, token: &str| {
         let log = dir.path().join(format!("{name}.log"));
@@ -339,6 +340,16 @@ fn worker_credentials_open_only_worker_sessions_under_their_prefix() {
     let (outside, outside_log) = spawn_worker("outside", "pool-b-1", &worker);
     let (wrong_role, wrong_log) = spawn_worker("wrong-role", "pool-a-2", &viewer);
     wait_until("pool-a-1 to connect", Duration::from_secs(30), || workers().contains(&"pool-a-1".to_string()));
+    // Another credential cannot take a worker's id while its lease may
+    // run, even once its heartbeats are late (frozen for 5 s: more than two
+    // heartbeat intervals, less than the 10 s lease).
+    good.signal(SIGSTOP);
+    std::thread::sleep(Duration::from_secs(5));
+    let (thief, thief_log) = spawn_worker("thief", "pool-a-1", &other);
+    wait_until("the takeover refusal", Duration::from_secs(30), || {
+        std::fs::read_to_string(&thief_log).unwrap_or_default().contains("belongs to credential")
+    });
+    good.signal(SIGCONT);
     wait_until("the refusals", Duration::from_secs(30), || {
         std::fs::read_to_string(&outside_log).unwrap_or_default().contains("may only open sessions for worker ids starting with")
             && std::fs::read_to_string(&wrong_log).unwrap_or_default().contains("needs the worker role")
@@ -353,7 +364,7 @@ fn worker_credentials_open_only_worker_sessions_under_their_prefix() {
     wait_until("the run to succeed", Duration::from_secs(60), || {
         req(&addr, "GET", &format!("/v1/runs/{id}"), &h, None).1["state"] == "succeeded"
     });
-    drop((good, outside, wrong_role));
+    drop((good, outside, wrong_role, thief));
 }
 
 #[test]
