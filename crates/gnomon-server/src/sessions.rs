@@ -102,8 +102,11 @@ pub struct WorkerService {
     /// Which credential holds each worker id, and when its session last
     /// spoke: another credential cannot take the id over while the lease
     /// could still be running.
-    pub owners: Arc<Mutex<HashMap<String, (Arc<str>, Instant)>>>,
+    pub owners: Arc<Mutex<Owners>>,
 }
+
+/// Worker id -> (credential name, when its session last spoke).
+pub type Owners = HashMap<String, (Arc<str>, Instant)>;
 
 impl WorkerService {
     pub fn new(node: NodeHandle, auth: crate::auth::Authenticator) -> Self {
