@@ -46,7 +46,7 @@ impl ApiState {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ApiError {
     status: StatusCode,
     code: &'static str,
@@ -641,10 +641,7 @@ async fn leader(State(state): State<ApiState>) -> ApiResult<impl IntoResponse> {
 const READY_CACHE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The last readiness check: when, and whether a leader is recorded (or why not).
-pub type ReadyCheck = Option<(std::time::Instant, Result<bool, ApiErrorParts>)>;
-
-#[derive(Clone)]
-pub struct ApiErrorParts(StatusCode, &'static str, String);
+pub type ReadyCheck = Option<(std::time::Instant, Result<bool, ApiError>)>;
 
 async fn readyz(State(state): State<ApiState>) -> Response {
     let cached = state.ready.lock().ok().and_then(|c| c.clone()).filter(|(at, _)| at.elapsed() < READY_CACHE).map(|(_, r)| r);
@@ -653,10 +650,7 @@ async fn readyz(State(state): State<ApiState>) -> Response {
         None => {
             let r = match state.node.store.leadership(SCOPE).await {
                 Ok(record) => Ok(record.is_some()),
-                Err(e) => {
-                    let e = ApiError::from(e);
-                    Err(ApiErrorParts(e.status, e.code, e.message))
-                }
+                Err(e) => Err(ApiError::from(e)),
             };
             if let Ok(mut c) = state.ready.lock() {
                 *c = Some((std::time::Instant::now(), r.clone()));
@@ -667,7 +661,7 @@ async fn readyz(State(state): State<ApiState>) -> Response {
     match result {
         Ok(true) => Json(json!({"status": "ready", "leading": state.node.leading_token().is_some()})).into_response(),
         Ok(false) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no_leader", "no leader has been elected yet").into_response(),
-        Err(ApiErrorParts(status, code, message)) => ApiError::new(status, code, message).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 

@@ -117,7 +117,7 @@ pub fn tls_config(files: &TlsFiles) -> Result<(Arc<rustls::ServerConfig>, tokio:
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let files = files.clone();
     let task = tokio::spawn(async move {
-        let stamp = |p: &Path| std::fs::metadata(p).ok().and_then(|m| Some((m.modified().ok()?, m.len())));
+        let stamp = crate::auth::file_stamp;
         let mut last = (stamp(&files.cert), stamp(&files.key));
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;

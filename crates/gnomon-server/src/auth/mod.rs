@@ -291,9 +291,7 @@ impl Authenticator {
         }
         let me = self.clone();
         Some(tokio::spawn(async move {
-            let stamp = |files: &[PathBuf]| -> Vec<Option<(std::time::SystemTime, u64)>> {
-                files.iter().map(|p| std::fs::metadata(p).ok().and_then(|m| Some((m.modified().ok()?, m.len())))).collect()
-            };
+            let stamp = |files: &[PathBuf]| -> Vec<_> { files.iter().map(|p| file_stamp(p)).collect() };
             let mut last = stamp(&files);
             loop {
                 tokio::time::sleep(every).await;
@@ -309,6 +307,12 @@ impl Authenticator {
             }
         }))
     }
+}
+
+/// What tells that a file changed: its modification time and length
+/// (`None` while it cannot be read). Used by the reloaders.
+pub(crate) fn file_stamp(path: &std::path::Path) -> Option<(std::time::SystemTime, u64)> {
+    std::fs::metadata(path).ok().and_then(|m| Some((m.modified().ok()?, m.len())))
 }
 
 fn admin(name: &str) -> Principal {
