@@ -102,23 +102,26 @@ pub struct ShellSpec {
     pub limits: Option<Limits>,
 }
 
-/// Resource limits of a shell job (setrlimit in the job's process, so they
-/// apply to it and to every process it starts).
+/// Resource limits of a shell job. Memory and processes are the attempt's
+/// cgroup limits (`memory.max`, `pids.max`, for all its processes together)
+/// where the worker runs attempts in cgroups, and setrlimit otherwise.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     /// CPU time, in seconds (`RLIMIT_CPU`): past it the process is killed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_seconds: Option<u64>,
-    /// Address space (`RLIMIT_AS`), e.g. `"512MiB"`, `"2GiB"` or bytes;
+    /// Memory (`memory.max` by cgroup, else address space `RLIMIT_AS`),
+    /// e.g. `"512MiB"`, `"2GiB"` or bytes;
     /// units are powers of 1024 (`K`, `M`, `G`, with or without `iB`/`B`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,
     /// Open file descriptors (`RLIMIT_NOFILE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_files: Option<u64>,
-    /// Processes of the user the job runs as (`RLIMIT_NPROC`; it counts all
-    /// of that user's processes, so it is meant for use with `--run-as`).
+    /// Processes of the attempt (`pids.max` by cgroup); without cgroups,
+    /// of the user the job runs as (`RLIMIT_NPROC` counts all of that
+    /// user's processes, so it is then meant for use with `--run-as`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<u64>,
 }

@@ -10,6 +10,7 @@ pub mod listener;
 pub mod metrics_setup;
 pub mod node;
 pub mod openapi;
+mod outbound;
 pub mod sessions;
 mod ui;
 

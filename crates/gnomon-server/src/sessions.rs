@@ -24,76 +24,7 @@ use crate::node::NodeHandle;
 /// Longest accepted worker id.
 pub const MAX_WORKER_ID_LEN: usize = 128;
 
-/// What the leader actor sends down a session to its worker. The actor
-/// never blocks on a worker: this channel is drained at once by the
-/// session's forwarder into a bounded queue of [`MAX_QUEUED`] messages,
-/// and a worker that lets that queue fill (it stopped reading) has its
-/// session closed — it reconnects and reclaims its attempts, or its lease
-/// runs out, as after a lost connection. No message is dropped from a
-/// session that stays open.
-pub type Outbound = mpsc::UnboundedSender<Result<v1::ServerMessage, Status>>;
-
-/// Messages queued for one worker beyond which its session is closed.
-pub const MAX_QUEUED: usize = 65_536;
-
-/// The response stream of a session.
-pub type SessionStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<v1::ServerMessage, Status>> + Send>>;
-
-/// Moves what the actor sends into a bounded queue; closes the session (the
-/// stream ends at once, queued messages dropped) when the queue is full.
-fn bounded_stream(mut from_actor: mpsc::UnboundedReceiver<Result<v1::ServerMessage, Status>>, worker: String) -> SessionStream {
-    let (tx, rx) = mpsc::channel(MAX_QUEUED);
-    let (closed_tx, closed_rx) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        while let Some(m) = from_actor.recv().await {
-            match tx.try_send(m) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    tracing::warn!(worker = %worker, queued = MAX_QUEUED, "worker does not read its session; closing it");
-                    metrics::counter!("gnomon_sessions_overflowed_total").increment(1);
-                    let _ = closed_tx.send(());
-                    return;
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => return,
-            }
-        }
-    });
-    Box::pin(Bounded { rx, closed: Some(closed_rx), done: false })
-}
-
-/// The queue's receiving end, ending at once when the forwarder closes it.
-struct Bounded {
-    rx: mpsc::Receiver<Result<v1::ServerMessage, Status>>,
-    /// `None` once the forwarder ended normally (a oneshot is polled to
-    /// completion only once).
-    closed: Option<oneshot::Receiver<()>>,
-    done: bool,
-}
-
-impl tokio_stream::Stream for Bounded {
-    type Item = Result<v1::ServerMessage, Status>;
-
-    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
-        use std::future::Future;
-        use std::task::Poll;
-        if self.done {
-            return Poll::Ready(None);
-        }
-        // Overflow (the forwarder sent on `closed`): end now. A dropped
-        // sender without a send is the forwarder's normal end: drain.
-        if let Some(closed) = self.closed.as_mut() {
-            match std::pin::Pin::new(closed).poll(cx) {
-                Poll::Ready(Ok(())) => {
-                    self.done = true;
-                    return Poll::Ready(None);
-                }
-                Poll::Ready(Err(_)) => self.closed = None,
-                Poll::Pending => {}
-            }
-        }
-        self.rx.poll_recv(cx)
-    }
-}
+pub use crate::outbound::{bounded_stream, Outbound, SessionStream, MAX_QUEUED};
 
 #[derive(Clone)]
 pub struct WorkerService {
@@ -267,46 +198,6 @@ impl worker_server::Worker for WorkerService {
 
 #[cfg(test)]
 mod tests {
-    use tokio_stream::StreamExt;
-
-    #[allow(clippy::result_large_err)] // the stream item type is tonic's
-    fn ack(seq: u64) -> Result<v1::ServerMessage, Status> {
-        Ok(v1::ServerMessage { msg: Some(server_message::Msg::Ack(v1::Ack { heartbeat_seq: Some(seq), ..Default::default() })) })
-    }
-
-    #[tokio::test]
-    async fn a_session_passes_everything_in_order_while_it_is_read() {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let mut stream = bounded_stream(rx, "w".into());
-        for i in 0..1000 {
-            tx.send(ack(i)).unwrap();
-        }
-        drop(tx);
-        let mut n = 0;
-        while let Some(m) = stream.next().await {
-            assert!(matches!(m.unwrap().msg, Some(server_message::Msg::Ack(a)) if a.heartbeat_seq == Some(n)));
-            n += 1;
-        }
-        assert_eq!(n, 1000);
-    }
-
-    #[tokio::test]
-    async fn a_worker_that_stops_reading_has_its_session_closed() {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let mut stream = bounded_stream(rx, "w".into());
-        for i in 0..(MAX_QUEUED as u64 + 10) {
-            tx.send(ack(i)).unwrap();
-        }
-        // The forwarder sees the queue full, closes the session: the actor's
-        // sends fail and the stream ends without delivering the backlog.
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !tx.is_closed() {
-            assert!(tokio::time::Instant::now() < deadline, "the session was closed");
-            tokio::task::yield_now().await;
-        }
-        assert!(stream.next().await.is_none());
-    }
-
     use super::*;
 
     fn hello() -> v1::Hello {

@@ -257,6 +257,24 @@ fn title(word: &str) -> String {
     }
 }
 
+/// Kills what is left in an attempt's cgroup and removes it (it waits for
+/// the kernel, so off the async threads).
+async fn end_cgroup(cg: Option<crate::cgroup::AttemptCgroup>) {
+    if let Some(cg) = cg {
+        let _ = tokio::task::spawn_blocking(move || cg.end()).await;
+    }
+}
+
+/// A cgroup name from a run id: letters, digits, `-`, `_`, `.` only.
+fn sanitize(s: &str) -> String {
+    s.chars().take(100).map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' }).collect()
+}
+
+fn next_cgroup_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 fn kill_group(pgid: i32) {
     if pgid > 0 {
         // SAFETY: killpg only sends a signal to a process group we created.
@@ -305,7 +323,23 @@ async fn spawn_shell(req: &ExecRequest, spec: &ShellSpec, workdir: Option<&std::
         }
         (None, None) => {}
     }
-    let limits = rlimits(spec.limits.as_ref());
+    // The attempt's own cgroup, when the worker has them: made before the
+    // fork, entered by the child before exec.
+    let cgroup = match &iso.cgroups {
+        None => None,
+        Some(cgs) => {
+            let l = spec.limits.as_ref();
+            let memory = l.and_then(|l| l.memory.as_deref()).and_then(|m| gnomon_core::spec::parse_bytes(m).ok());
+            let name = format!("{}-{}-{}", sanitize(&req.run_id), req.attempt, next_cgroup_id());
+            match cgs.attempt(&name, memory, l.and_then(|l| l.processes)) {
+                Ok(cg) => Some(cg),
+                Err(e) => return ExecOutcome::failed(format!("cannot create the attempt's cgroup under {}: {e}", cgs.base.display())),
+            }
+        }
+    };
+    let by_cgroup = iso.cgroups.as_ref().map_or((false, false), |c| (c.memory, c.pids));
+    let limits = rlimits(spec.limits.as_ref(), by_cgroup);
+    let cgroup_fd = cgroup.as_ref().map(|c| c.procs_fd());
     let run_as = iso.run_as.as_ref().map(|u| (u.uid, u.gid));
     // Limits, then the user switch, then: if the worker dies (SIGKILL,
     // OOM), its job's top process dies with it instead of running on beside
@@ -315,6 +349,9 @@ async fn spawn_shell(req: &ExecRequest, spec: &ShellSpec, workdir: Option<&std::
     // async-signal-safe; nothing else runs between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
+            if let Some(fd) = cgroup_fd {
+                crate::cgroup::enter_in_child(fd)?;
+            }
             apply_in_child(&limits, run_as)?;
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -325,7 +362,8 @@ async fn spawn_shell(req: &ExecRequest, spec: &ShellSpec, workdir: Option<&std::
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            return ExecOutcome { state: AttemptState::Failed, exit_code: None, output: format!("cannot start {:?}: {e}", spec.command) }
+            end_cgroup(cgroup).await;
+            return ExecOutcome { state: AttemptState::Failed, exit_code: None, output: format!("cannot start {:?}: {e}", spec.command) };
         }
     };
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0);
@@ -351,9 +389,12 @@ async fn spawn_shell(req: &ExecRequest, spec: &ShellSpec, workdir: Option<&std::
         _ = sleep_opt(req.timeout) => (AttemptState::TimedOut, None),
         _ = wait_cancel(cancel) => (AttemptState::Cancelled, None),
     };
-    // Whatever ended the attempt, nothing of its process group outlives it.
+    // Whatever ended the attempt, nothing of its process group — nor of its
+    // cgroup, which also holds what left the group — outlives it.
     kill_group(pgid);
     let _ = child.wait().await;
+    let oom = cgroup.as_ref().is_some_and(|c| c.oom_killed());
+    end_cgroup(cgroup).await;
     for r in readers {
         let _ = tokio::time::timeout(Duration::from_secs(5), r).await;
     }
@@ -365,6 +406,9 @@ async fn spawn_shell(req: &ExecRequest, spec: &ShellSpec, workdir: Option<&std::
         )),
         AttemptState::Cancelled => text.push_str("\n[gnomon: cancelled; process group killed]"),
         _ => {}
+    }
+    if oom {
+        text.push_str("\n[gnomon: the attempt reached its memory limit; the kernel killed a process]");
     }
     ExecOutcome { state, exit_code, output: text }
 }
@@ -442,7 +486,7 @@ mod tests {
     async fn a_job_gets_a_clean_environment_and_a_private_directory_of_its_own() {
         std::env::set_var("GNOMON_TOKEN", "the-workers-own-credential");
         let root = tempfile::tempdir().unwrap();
-        let iso = Arc::new(Isolation { work_root: Some(root.path().to_path_buf()), run_as: None });
+        let iso = Arc::new(Isolation { work_root: Some(root.path().to_path_buf()), run_as: None, cgroups: None });
         let mut r = req(shell("sh", &["-c", "env; echo cwd=$(pwd); touch here"]), None);
         r.isolation = iso.clone();
         let out = execute(&r, &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
@@ -490,7 +534,7 @@ mod tests {
         let user = crate::isolation::RunAs::lookup("nobody").unwrap();
         let root = tempfile::tempdir().unwrap();
         let mut r = req(shell("sh", &["-c", "id -u; echo $HOME $USER; touch x && echo wrote"]), None);
-        r.isolation = Arc::new(Isolation { work_root: Some(root.path().to_path_buf()), run_as: Some(user.clone()) });
+        r.isolation = Arc::new(Isolation { work_root: Some(root.path().to_path_buf()), run_as: Some(user.clone()), cgroups: None });
         let out = execute(&r, &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
         assert_eq!(out.state, AttemptState::Succeeded, "{}", out.output);
         assert!(
@@ -515,16 +559,46 @@ mod tests {
         let pid: i32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
         let _ = std::fs::remove_file(&marker);
         // The grandchild `sleep 60` is gone too (allow a moment for reaping).
-        let mut alive = true;
+        assert!(gone(pid).await, "background child {pid} survived the timeout");
+    }
+
+    /// Waits (bounded) for `pid` to be gone; false if it is still alive.
+    async fn gone(pid: i32) -> bool {
         for _ in 0..50 {
             // SAFETY: signal 0 only checks for existence.
-            alive = unsafe { libc::kill(pid, 0) } == 0 && !is_zombie(pid);
-            if !alive {
-                break;
+            if unsafe { libc::kill(pid, 0) } != 0 || is_zombie(pid) {
+                return true;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert!(!alive, "background child {pid} survived the timeout");
+        false
+    }
+
+    #[tokio::test]
+    async fn with_cgroups_nothing_an_attempt_started_outlives_it_even_outside_its_process_group() {
+        let cgroups = match crate::cgroup::Cgroups::shared(crate::cgroup::Mode::Auto) {
+            Ok(Some(c)) => c,
+            other => {
+                eprintln!("no usable cgroup v2 here ({other:?}); the setrlimit path is what runs");
+                return;
+            }
+        };
+        let root = tempfile::tempdir().unwrap();
+        let marker = root.path().join("escaped");
+        // `setsid` puts the sleeper in a session and group of its own: the
+        // process-group kill cannot reach it; the cgroup's kill does.
+        let script = format!("setsid sleep 300 > /dev/null 2>&1 & echo $! > {}; cat /proc/self/cgroup", marker.display());
+        let mut r = req(shell("sh", &["-c", &script]), None);
+        r.isolation = Arc::new(Isolation { work_root: Some(root.path().to_path_buf()), run_as: None, cgroups: Some(cgroups.clone()) });
+        let out = execute(&r, &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
+        assert_eq!(out.state, AttemptState::Succeeded, "{}", out.output);
+        let rel = cgroups.base.file_name().unwrap().to_string_lossy().to_string();
+        assert!(out.output.contains(&format!("/gnomon-jobs/{rel}/job1-1000-2-")), "the job ran in its attempt's cgroup: {}", out.output);
+        let pid: i32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
+        assert!(gone(pid).await, "the escaped process {pid} survived its attempt");
+        // The attempt's cgroup is removed.
+        let left: Vec<_> = std::fs::read_dir(&cgroups.base).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(!left.iter().any(|n| n.to_string_lossy().starts_with("job1-1000-2-")), "{left:?}");
     }
 
     fn is_zombie(pid: i32) -> bool {

@@ -3,7 +3,8 @@
 //!   the worker, then the job's `env`, then the attempt's `GNOMON_*`;
 //! - a fresh working directory per attempt (0700) under the worker's data
 //!   dir, removed when the attempt ends unless the job keeps it;
-//! - resource limits (setrlimit) from the job's `limits`;
+//! - its own cgroup when the machine allows (see `cgroup`), and resource
+//!   limits from the job's `limits` (by cgroup, or setrlimit);
 //! - optionally another user (`--run-as`), when the worker runs as root.
 
 use std::ffi::CString;
@@ -77,6 +78,8 @@ pub struct Isolation {
     /// Where per-attempt working directories go (`None`: the system temp dir).
     pub work_root: Option<PathBuf>,
     pub run_as: Option<RunAs>,
+    /// Where attempts get their own cgroup (`None`: not on this machine).
+    pub cgroups: Option<crate::cgroup::Cgroups>,
 }
 
 impl Isolation {
@@ -142,20 +145,21 @@ impl Isolation {
     }
 }
 
-/// The rlimits to set, as `(resource, value)`.
-pub fn rlimits(limits: Option<&Limits>) -> Vec<(libc::__rlimit_resource_t, u64)> {
+/// The rlimits to set, as `(resource, value)`: memory and processes only
+/// when no cgroup enforces them (`by_cgroup`: memory, processes).
+pub fn rlimits(limits: Option<&Limits>, by_cgroup: (bool, bool)) -> Vec<(libc::__rlimit_resource_t, u64)> {
     let Some(l) = limits else { return Vec::new() };
     let mut v = Vec::new();
     if let Some(n) = l.cpu_seconds {
         v.push((libc::RLIMIT_CPU, n));
     }
-    if let Some(m) = l.memory.as_deref().and_then(|m| gnomon_core::spec::parse_bytes(m).ok()) {
+    if let Some(m) = l.memory.as_deref().and_then(|m| gnomon_core::spec::parse_bytes(m).ok()).filter(|_| !by_cgroup.0) {
         v.push((libc::RLIMIT_AS, m));
     }
     if let Some(n) = l.open_files {
         v.push((libc::RLIMIT_NOFILE, n));
     }
-    if let Some(n) = l.processes {
+    if let Some(n) = l.processes.filter(|_| !by_cgroup.1) {
         v.push((libc::RLIMIT_NPROC, n));
     }
     v
@@ -211,7 +215,7 @@ mod tests {
     fn workdirs_are_private_and_stay_under_the_root() {
         use std::os::unix::fs::PermissionsExt;
         let root = tempfile::tempdir().unwrap();
-        let iso = Isolation { work_root: Some(root.path().to_path_buf()), run_as: None };
+        let iso = Isolation { work_root: Some(root.path().to_path_buf()), run_as: None, cgroups: None };
         let d = iso.make_workdir("../../etc/x", 2).unwrap();
         assert!(d.starts_with(root.path()), "{}", d.display());
         assert_eq!(std::fs::metadata(&d).unwrap().permissions().mode() & 0o777, 0o700);
@@ -222,7 +226,8 @@ mod tests {
     #[test]
     fn limits_map_to_rlimits() {
         let l = Limits { cpu_seconds: Some(5), memory: Some("64MiB".into()), open_files: Some(64), processes: None };
-        assert_eq!(rlimits(Some(&l)), vec![(libc::RLIMIT_CPU, 5), (libc::RLIMIT_AS, 64 << 20), (libc::RLIMIT_NOFILE, 64)]);
-        assert!(rlimits(None).is_empty());
+        assert_eq!(rlimits(Some(&l), (false, false)), vec![(libc::RLIMIT_CPU, 5), (libc::RLIMIT_AS, 64 << 20), (libc::RLIMIT_NOFILE, 64)]);
+        assert_eq!(rlimits(Some(&l), (true, true)), vec![(libc::RLIMIT_CPU, 5), (libc::RLIMIT_NOFILE, 64)]);
+        assert!(rlimits(None, (false, false)).is_empty());
     }
 }

@@ -8,6 +8,7 @@
 //! `gnomon dev`'s embedded worker and Rust programs with their own handlers
 //! (see `examples/custom_handler.rs`) all run it.
 
+pub mod cgroup;
 pub mod egress;
 pub mod executor;
 pub mod isolation;

@@ -223,6 +223,13 @@ pub struct WorkerArgs {
     /// that user's groups dropped to its primary group and its HOME).
     #[arg(long, value_name = "USER")]
     run_as: Option<String>,
+    /// Run each shell attempt in its own cgroup v2 (auto: when this
+    /// process may create them, with a note at start when not; off;
+    /// required: refuse to start without). In a cgroup, ending an attempt
+    /// kills everything it started, and its memory and processes limits
+    /// cover all its processes together.
+    #[arg(long, default_value = "auto", value_name = "MODE")]
+    cgroups: gnomon_worker::cgroup::Mode,
     /// An address range HTTP jobs may not reach (repeatable), on top of
     /// the link-local ones (cloud metadata), which are denied by default.
     #[arg(long = "deny-cidr", value_name = "CIDR")]
@@ -414,13 +421,22 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<DirLock> {
     Ok(DirLock { _file: file })
 }
 
+/// The embedded worker's cgroups: when this process may create them.
+fn embedded_cgroups() -> Option<gnomon_worker::cgroup::Cgroups> {
+    gnomon_worker::cgroup::Cgroups::shared(gnomon_worker::cgroup::Mode::Auto).ok().flatten()
+}
+
 pub async fn dev(args: DevArgs, token: Option<String>, ca: Option<PathBuf>) -> anyhow::Result<()> {
     init_tracing();
     let addr = parse_listen(&args.listen)?;
     let node_id = args.node_id.unwrap_or_else(|| "dev".to_string());
     check_capacity(args.capacity)?;
     let mut worker = embedded_worker(&node_id, args.capacity, Some(args.data_dir.join("worker-spool")));
-    worker.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: Some(args.data_dir.join("worker-work")), run_as: None });
+    worker.isolation = Arc::new(gnomon_worker::isolation::Isolation {
+        work_root: Some(args.data_dir.join("worker-work")),
+        run_as: None,
+        cgroups: embedded_cgroups(),
+    });
     let auth = args.access.authenticator(token.as_deref(), Some(&mut worker))?;
     let listen = args.access.listen_config()?;
     gnomon_server::auth::check_listen(&addr, auth.enabled(), listen.tls.is_some(), args.insecure).map_err(|e| anyhow!(e))?;
@@ -567,6 +583,7 @@ fn embedded_worker(node_id: &str, capacity: u32, spool_dir: Option<PathBuf>) -> 
     w.prefetch = gnomon_worker::session::default_prefetch(capacity);
     w.spool_dir = spool_dir;
     w.drain_timeout = std::time::Duration::from_secs(5);
+    w.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: None, run_as: None, cgroups: embedded_cgroups() });
     w
 }
 
@@ -690,7 +707,8 @@ pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>, ca: 
         None => None,
         Some(u) => Some(gnomon_worker::isolation::RunAs::lookup(u).map_err(|e| anyhow!(e))?),
     };
-    config.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: Some(args.data_dir.join("work")), run_as });
+    let cgroups = gnomon_worker::cgroup::Cgroups::shared(args.cgroups).map_err(|e| anyhow!(e))?;
+    config.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: Some(args.data_dir.join("work")), run_as, cgroups });
     let mut egress =
         if args.allow_link_local { gnomon_worker::egress::Egress::default() } else { gnomon_worker::egress::Egress::with_defaults() };
     for c in &args.deny_cidrs {
