@@ -4,14 +4,9 @@
 //! Store and election are separate seams and can be combined; fencing works
 //! across any pair because the *store* checks the token of every leader write.
 
-pub mod conformance;
 pub mod election;
 #[cfg(feature = "etcd")]
 pub mod etcd;
-#[cfg(feature = "etcd")]
-pub mod etcd_store;
-pub mod local;
-mod migrate;
 pub mod model;
 #[cfg(feature = "mysql")]
 pub mod mysql;
@@ -21,10 +16,10 @@ pub mod postgres;
 mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
-#[cfg(feature = "sqlite")]
-mod sqlite_write;
-#[cfg(all(feature = "mysql", feature = "postgres"))]
-pub mod testdb;
+/// The conformance suites every backend passes, and throwaway test
+/// databases (`test-util` feature).
+#[cfg(feature = "test-util")]
+pub mod testing;
 
 pub use model::*;
 
@@ -383,7 +378,7 @@ pub async fn open_store_with(url: &str, options: &StoreOptions) -> Result<std::s
         #[cfg(not(feature = "postgres"))]
         "postgres" | "postgresql" => Err(StoreError::NotCompiled(scheme.to_string())),
         #[cfg(feature = "etcd")]
-        "etcd" => Ok(std::sync::Arc::new(etcd_store::EtcdStore::open(url).await?)),
+        "etcd" => Ok(std::sync::Arc::new(etcd::EtcdStore::open(url).await?)),
         #[cfg(not(feature = "etcd"))]
         "etcd" => Err(StoreError::NotCompiled(scheme.to_string())),
         other => Err(StoreError::InvalidUrl(format!("unknown store scheme {other:?}"))),

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use gnomon_backend::conformance::{job_spec, store_suite};
-use gnomon_backend::testdb::etcd_endpoints;
+use gnomon_backend::testing::conformance::{job_spec, store_suite};
+use gnomon_backend::testing::testdb::etcd_endpoints;
 use gnomon_backend::{open_store, Elector, Store, StoreError};
 
 fn url(cluster: &str) -> String {
@@ -32,7 +32,7 @@ async fn elector_suite_passes_with_the_etcd_store() {
     let endpoints = gnomon_backend::etcd::parse_endpoints(&etcd_endpoints()).unwrap();
     let config = ElectionConfig { ttl: std::time::Duration::from_secs(3), ..Default::default() };
     let a = Arc::new(EtcdElector::new(endpoints.clone(), &cluster, store.clone(), config.clone()));
-    gnomon_backend::conformance::elector_suite(store.clone(), a.clone()).await;
+    gnomon_backend::testing::conformance::elector_suite(store.clone(), a.clone()).await;
     // A term whose election key is gone is fenced at once, even before a
     // newer term fences the store.
     let me = gnomon_backend::LeaderInfo { holder: "x".into(), address: "x:1".into(), backend: String::new() };

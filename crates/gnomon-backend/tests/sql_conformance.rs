@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use gnomon_backend::conformance::{elector_suite, store_suite};
-use gnomon_backend::local::LocalElector;
-use gnomon_backend::testdb::{with_database, Server, TestDb};
+use gnomon_backend::election::LocalElector;
+use gnomon_backend::testing::conformance::{elector_suite, store_suite};
+use gnomon_backend::testing::testdb::{with_database, Server, TestDb};
 use gnomon_backend::{open_store, open_store_with, Store, StoreError, StoreOptions};
 
 async fn suites_pass_on(server: Server) {

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gnomon_backend::testdb::{etcd_endpoints, Server as Db, TestDb};
+use gnomon_backend::testing::testdb::{etcd_endpoints, Server as Db, TestDb};
 use gnomon_backend::{RunFilter, Store};
 
 extern "C" {

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gnomon_backend::testdb::{Server, TestDb};
+use gnomon_backend::testing::testdb::{Server, TestDb};
 use gnomon_backend::{AttemptChange, Fence, LeaderInfo, NewRun, Precondition, Store, Transition};
 use gnomon_core::spec::parse_job_json;
 use gnomon_core::{AttemptState, RunState};
@@ -147,7 +147,7 @@ async fn bench(name: &str, url: &str) {
     let mut handlers = HandlerRegistry::with_builtins();
     handlers.register("count", Arc::new(Counting(count.clone())));
     let config = NodeConfig { node_id: "bench".into(), advertise: "127.0.0.1:0".into(), leader: LeaderConfig::default() };
-    let elector = Arc::new(gnomon_backend::local::LocalElector::new(store.clone()));
+    let elector = Arc::new(gnomon_backend::election::LocalElector::new(store.clone()));
     let node = Node::new(config, store.clone(), elector, Arc::new(gnomon_core::SystemClock));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -205,7 +205,7 @@ async fn main() {
         // with fsync on all three members), under a cluster name of its own,
         // removed afterwards.
         let cluster = format!("bench-{:08x}", rand::random::<u32>());
-        let endpoints = gnomon_backend::testdb::etcd_endpoints();
+        let endpoints = gnomon_backend::testing::testdb::etcd_endpoints();
         bench("etcd", &format!("etcd://{endpoints}/{cluster}")).await;
         let list = gnomon_backend::etcd::parse_endpoints(&endpoints).expect("endpoints");
         if let Ok(mut c) = etcd_client::Client::connect(&list, None).await {

@@ -59,7 +59,7 @@ async fn main() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr = format!("127.0.0.1:{port}");
     let cluster = format!("killbench-{:08x}", rand::random::<u32>());
-    let endpoints = gnomon_backend::testdb::etcd_endpoints();
+    let endpoints = gnomon_backend::testing::testdb::etcd_endpoints();
     let store = format!("etcd://{endpoints}/{cluster}");
     let _server = Killed(
         Command::new(&bin)

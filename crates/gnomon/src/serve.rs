@@ -8,9 +8,9 @@ use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use std::time::Duration;
 
+use gnomon_backend::election::LocalElector;
 use gnomon_backend::election::{lock_elector_for, plan_election, ElectionConfig, ElectionKind, ElectionPlan, Fallback, FallbackElector};
 use gnomon_backend::etcd::EtcdElector;
-use gnomon_backend::local::LocalElector;
 use gnomon_backend::{open_store, open_store_with, Elector};
 use gnomon_server::api::{router, ApiState};
 use gnomon_server::auth::{AuthConfig, Authenticator, Principal, Role};
@@ -480,7 +480,7 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
     // writes compare the term's election key) on the store's endpoints
     // unless --etcd names others.
     let etcd_store = match store_kind {
-        "etcd" => Some(gnomon_backend::etcd_store::parse_url(&args.store.store).map_err(|e| anyhow!("--store: {e}"))?),
+        "etcd" => Some(gnomon_backend::etcd::parse_url(&args.store.store).map_err(|e| anyhow!("--store: {e}"))?),
         _ => None,
     };
     if (args.etcd_ca.is_some() || args.etcd_cert.is_some() || args.etcd_key.is_some()) && args.etcd.is_none() {

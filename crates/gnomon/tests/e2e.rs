@@ -31,17 +31,17 @@ enum Backend {
 struct TestStore {
     backend: Backend,
     url: Option<String>,
-    db: Option<gnomon_backend::testdb::TestDb>,
+    db: Option<gnomon_backend::testing::testdb::TestDb>,
 }
 
 impl TestStore {
     fn new(backend: Backend) -> TestStore {
-        use gnomon_backend::testdb::{Server, TestDb};
+        use gnomon_backend::testing::testdb::{Server, TestDb};
         let server = match backend {
             Backend::Dev => return TestStore { backend, url: None, db: None },
             Backend::Etcd => {
                 let cluster = format!("e2e-{:08x}", rand::random::<u32>());
-                let url = format!("etcd://{}/{cluster}", gnomon_backend::testdb::etcd_endpoints());
+                let url = format!("etcd://{}/{cluster}", gnomon_backend::testing::testdb::etcd_endpoints());
                 return TestStore { backend, url: Some(url), db: None };
             }
             Backend::MySql => Server::MySql,
@@ -61,7 +61,7 @@ impl Drop for TestStore {
         }
         // The etcd store's keys live in the shared test cluster: remove them.
         if let Some(url) = self.url.as_deref().filter(|u| u.starts_with("etcd://")) {
-            if let Ok(u) = gnomon_backend::etcd_store::parse_url(url) {
+            if let Ok(u) = gnomon_backend::etcd::parse_url(url) {
                 rt.block_on(async {
                     if let Ok(mut c) = etcd_client::Client::connect(u.target.urls(), None).await {
                         let _ = c.delete(format!("/gnomon/{}/", u.cluster), Some(etcd_client::DeleteOptions::new().with_prefix())).await;

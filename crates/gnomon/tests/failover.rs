@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gnomon_backend::testdb::{etcd_endpoints, Server as Db, TestDb};
+use gnomon_backend::testing::testdb::{etcd_endpoints, Server as Db, TestDb};
 use gnomon_backend::{RunFilter, Store};
 use serde_json::{json, Value};
 

@@ -34,10 +34,11 @@ use std::collections::HashMap;
 
 use gnomon_core::{Millis, RunState};
 
-use crate::migrate::Migration;
+use crate::sql::migrate::Migration;
 use crate::{AttemptChange, StoreError, Transition};
 
 pub(crate) mod api;
+pub(crate) mod migrate;
 pub(crate) mod store;
 pub(crate) mod writes;
 
@@ -67,7 +68,7 @@ pub(crate) struct Dialect {
     pub begin: Option<&'static str>,
     /// Rows per multi-row `CASE` update (long, to save round trips). SQLite
     /// compiles a `CASE` with n branches in O(n²); its leader writes do not
-    /// take this path (see [`crate::sqlite_write`]).
+    /// take this path (see [`crate::sqlite::write`]).
     pub case_chunk: usize,
     /// Turns an INSERT into insert-or-ignore; `{key}` is a column of the table.
     pub ignore_suffix: &'static str,
@@ -228,7 +229,7 @@ pub(crate) fn latest_advances(advances: &[crate::JobAdvance]) -> Vec<(&str, Mill
 }
 
 /// Leader writes done in-process rather than by the shared SQL path: only
-/// SQLite has them ([`crate::sqlite_write`]); `None` means "not here".
+/// SQLite has them ([`crate::sqlite::write`]); `None` means "not here".
 #[async_trait::async_trait]
 pub(crate) trait NativeWrites {
     async fn native_turn_write(

@@ -46,11 +46,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::*;
 
+mod election;
 mod records;
 mod retention;
 mod sessions;
 mod url;
 mod writes;
+
+pub use election::*;
 
 use records::*;
 use sessions::{watch_job_writes, EtcdSessions};

@@ -8,12 +8,14 @@
 //! statement time limit (`max_statement_time` on MariaDB,
 //! `max_execution_time` on MySQL, which bounds reads only).
 
+pub mod lock;
+
 use std::str::FromStr;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Executor, MySqlPool};
 
-use crate::migrate::Migration;
+use crate::sql::migrate::Migration;
 use crate::sql::{explain_open_error, redact, Dialect};
 use crate::StoreOptions;
 

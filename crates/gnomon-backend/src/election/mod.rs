@@ -24,8 +24,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{oneshot, watch};
 
-use crate::local::LocalElector;
+pub mod local;
+
 use crate::{ElectionError, Elector, Fence, LeaderInfo, Leadership, Store};
+pub use local::LocalElector;
 
 /// Counts one election event in `gnomon_leader_election_total`.
 pub fn count_election(backend: &'static str, result: &'static str) {
@@ -306,184 +308,6 @@ pub(crate) fn fnv1a(s: &str) -> u64 {
     h
 }
 
-#[cfg(feature = "mysql")]
-pub mod mysql_lock {
-    //! `GET_LOCK` on a dedicated MySQL/MariaDB connection.
-    use super::*;
-    use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
-    use sqlx::{ConnectOptions, Executor};
-    use std::str::FromStr;
-
-    #[derive(Debug)]
-    pub struct MySqlLock {
-        options: MySqlConnectOptions,
-        ttl: Duration,
-    }
-
-    impl MySqlLock {
-        pub fn new(url: &str, ttl: Duration) -> Result<Self, ElectionError> {
-            let options = MySqlConnectOptions::from_str(url)
-                .map_err(|e| ElectionError::Refused(format!("invalid MySQL URL {}: {e}", crate::sql::redact(url))))?
-                .log_statements(tracing::log::LevelFilter::Trace);
-            Ok(Self { options, ttl })
-        }
-    }
-
-    struct Session {
-        conn: MySqlConnection,
-        name: String,
-    }
-
-    #[async_trait]
-    impl LockConnector for MySqlLock {
-        fn backend(&self) -> &'static str {
-            "mysql"
-        }
-
-        async fn connect(&self, scope: &str) -> Result<Box<dyn LockSession>, String> {
-            let mut conn = self.options.connect().await.map_err(|e| e.to_string())?;
-            // A leader that stops talking (paused, cut off) is disconnected
-            // by the server after the TTL, which releases its lock.
-            let ttl = self.ttl.as_secs().max(1);
-            let set = format!("SET SESSION wait_timeout = {ttl}, SESSION interactive_timeout = {ttl}, SESSION net_write_timeout = {ttl}");
-            conn.execute(set.as_str()).await.map_err(|e| e.to_string())?;
-            let db: Option<String> = sqlx::query_scalar("SELECT DATABASE()").fetch_one(&mut conn).await.map_err(|e| e.to_string())?;
-            // Lock names are server-wide: include the database. At most 64 characters.
-            let mut name = format!("gnomon/{}/{scope}", db.unwrap_or_default());
-            if name.len() > 64 {
-                name = format!("gnomon/{:016x}", fnv1a(&name));
-            }
-            Ok(Box::new(Session { conn, name }))
-        }
-    }
-
-    #[async_trait]
-    impl LockSession for Session {
-        async fn acquire(&mut self, wait: Duration) -> Result<bool, String> {
-            // 1: taken; 0: timed out; NULL: error (e.g. the thread was killed).
-            let got: i64 = sqlx::query_scalar("SELECT CAST(COALESCE(GET_LOCK(?, ?), -1) AS SIGNED)")
-                .bind(&self.name)
-                .bind(wait.as_secs() as i64)
-                .fetch_one(&mut self.conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            match got {
-                1 => Ok(true),
-                0 => Ok(false),
-                _ => Err("GET_LOCK returned NULL".into()),
-            }
-        }
-
-        async fn holds(&mut self) -> Result<bool, String> {
-            let held: i64 = sqlx::query_scalar("SELECT CAST(COALESCE(IS_USED_LOCK(?) = CONNECTION_ID(), 0) AS SIGNED)")
-                .bind(&self.name)
-                .fetch_one(&mut self.conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(held == 1)
-        }
-
-        async fn release(&mut self) -> Result<(), String> {
-            sqlx::query("SELECT RELEASE_LOCK(?)").bind(&self.name).execute(&mut self.conn).await.map_err(|e| e.to_string())?;
-            Ok(())
-        }
-    }
-}
-
-#[cfg(feature = "postgres")]
-pub mod postgres_lock {
-    //! `pg_try_advisory_lock` on a dedicated PostgreSQL connection.
-    use super::*;
-    use sqlx::postgres::{PgConnectOptions, PgConnection};
-    use sqlx::{ConnectOptions, Executor};
-    use std::str::FromStr;
-
-    #[derive(Debug)]
-    pub struct PgLock {
-        options: PgConnectOptions,
-        ttl: Duration,
-    }
-
-    impl PgLock {
-        pub fn new(url: &str, ttl: Duration) -> Result<Self, ElectionError> {
-            let options = PgConnectOptions::from_str(url)
-                .map_err(|e| ElectionError::Refused(format!("invalid PostgreSQL URL {}: {e}", crate::sql::redact(url))))?
-                .log_statements(tracing::log::LevelFilter::Trace);
-            Ok(Self { options, ttl })
-        }
-    }
-
-    struct Session {
-        conn: PgConnection,
-        key: i64,
-    }
-
-    /// How often a waiting candidate retries `pg_try_advisory_lock`.
-    const POLL: Duration = Duration::from_millis(200);
-
-    #[async_trait]
-    impl LockConnector for PgLock {
-        fn backend(&self) -> &'static str {
-            "postgres"
-        }
-
-        async fn connect(&self, scope: &str) -> Result<Box<dyn LockSession>, String> {
-            let mut conn = self.options.connect().await.map_err(|e| e.to_string())?;
-            let ttl_ms = self.ttl.as_millis().max(1000);
-            let ttl_s = self.ttl.as_secs().max(1);
-            // TCP keepalives bound a hold across a dead network path; the
-            // idle-session timeout (PostgreSQL 14+) bounds it for a leader
-            // that is alive but silent (paused, or behind a black hole).
-            let set = format!(
-                "SET tcp_keepalives_idle = 1; SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = {ttl_s}; SET statement_timeout = {ttl_ms}"
-            );
-            conn.execute(set.as_str()).await.map_err(|e| e.to_string())?;
-            let idle = format!("SET idle_session_timeout = {ttl_ms}");
-            if let Err(e) = conn.execute(idle.as_str()).await {
-                tracing::warn!(error = %e, "PostgreSQL before 14 has no idle_session_timeout: a paused leader holds the advisory lock until its TCP connection dies");
-            }
-            Ok(Box::new(Session { conn, key: fnv1a(&format!("gnomon/{scope}")) as i64 }))
-        }
-    }
-
-    #[async_trait]
-    impl LockSession for Session {
-        async fn acquire(&mut self, wait: Duration) -> Result<bool, String> {
-            let deadline = tokio::time::Instant::now() + wait;
-            loop {
-                let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-                    .bind(self.key)
-                    .fetch_one(&mut self.conn)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if got {
-                    return Ok(true);
-                }
-                if tokio::time::Instant::now() + POLL > deadline {
-                    return Ok(false);
-                }
-                tokio::time::sleep(POLL).await;
-            }
-        }
-
-        async fn holds(&mut self) -> Result<bool, String> {
-            sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted \
-                 AND classid = (($1::bigint >> 32) & 4294967295)::bigint::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1)",
-            )
-            .bind(self.key)
-            .fetch_one(&mut self.conn)
-            .await
-            .map_err(|e| e.to_string())
-        }
-
-        async fn release(&mut self) -> Result<(), String> {
-            sqlx::query("SELECT pg_advisory_unlock($1)").bind(self.key).execute(&mut self.conn).await.map_err(|e| e.to_string())?;
-            Ok(())
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -512,14 +336,14 @@ pub async fn lock_elector_for(url: &str, store: Arc<dyn Store>, config: Election
     let connector: Arc<dyn LockConnector> = if url.starts_with("mysql://") || url.starts_with("mariadb://") {
         #[cfg(feature = "mysql")]
         {
-            Arc::new(mysql_lock::MySqlLock::new(url, config.ttl)?)
+            Arc::new(crate::mysql::lock::MySqlLock::new(url, config.ttl)?)
         }
         #[cfg(not(feature = "mysql"))]
         return Err(ElectionError::Refused("the mysql backend is not compiled into this build".into()));
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         #[cfg(feature = "postgres")]
         {
-            Arc::new(postgres_lock::PgLock::new(url, config.ttl)?)
+            Arc::new(crate::postgres::lock::PgLock::new(url, config.ttl)?)
         }
         #[cfg(not(feature = "postgres"))]
         return Err(ElectionError::Refused("the postgres backend is not compiled into this build".into()));

@@ -1,4 +1,4 @@
-//! etcd: the election (this module) and, later, the store.
+//! The etcd election (the store is in `super`).
 //!
 //! # Key layout
 //! Everything lives under `/gnomon/<cluster>/`:

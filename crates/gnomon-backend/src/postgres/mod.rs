@@ -6,12 +6,14 @@
 //! `sslrootcert=…`); `statement_timeout` and `lock_timeout` are set on every
 //! connection from [`StoreOptions`].
 
+pub mod lock;
+
 use std::str::FromStr;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 
-use crate::migrate::Migration;
+use crate::sql::migrate::Migration;
 use crate::sql::{explain_open_error, redact, Dialect};
 use crate::StoreOptions;
 

@@ -7,7 +7,9 @@
 //! sqlx and the shared queries of [`crate::sql`] (without `FOR UPDATE`,
 //! which that lock makes moot). The leader's writes (fires, transitions and
 //! both in one turn) run in one call on a kept `rusqlite` connection, see
-//! [`crate::sqlite_write`]. Both writer connections are used under one lock.
+//! [`crate::sqlite::write`]. Both writer connections are used under one lock.
+
+pub(crate) mod write;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -17,7 +19,7 @@ use std::sync::Arc;
 
 use sqlx::{SqliteConnection, SqlitePool};
 
-use crate::migrate::Migration;
+use crate::sql::migrate::Migration;
 use crate::sql::Dialect;
 use crate::StoreError;
 
@@ -177,7 +179,7 @@ struct Checkpointer(tokio::task::JoinHandle<()>);
 struct Writer {
     conn: SqliteConnection,
     checked: std::time::Instant,
-    /// The leader's writes ([`crate::sqlite_write`]); `None` while a write
+    /// The leader's writes ([`crate::sqlite::write`]); `None` while a write
     /// has it on a blocking thread, or after one panicked (reopened then).
     native: Option<rusqlite::Connection>,
 }
@@ -259,7 +261,7 @@ impl SqliteStore {
             }
         });
         let store = Self::connect(url, options, Some(checkpointer)).await?;
-        let native = crate::sqlite_write::open(store.options.get_filename())?;
+        let native = crate::sqlite::write::open(store.options.get_filename())?;
         store.writer.lock().await.native = Some(native);
         Ok(store)
     }
@@ -282,7 +284,7 @@ impl SqliteStore {
 #[async_trait::async_trait]
 impl crate::sql::NativeWrites for SqliteStore {
     /// A leader write (fire, transitions or both) in one call on a blocking
-    /// thread, on the kept `rusqlite` connection: see [`crate::sqlite_write`].
+    /// thread, on the kept `rusqlite` connection: see [`crate::sqlite::write`].
     async fn native_turn_write(
         &self,
         fence: &crate::Fence,
@@ -296,7 +298,7 @@ impl crate::sql::NativeWrites for SqliteStore {
         let mut w = self.writer.lock().await;
         let conn = match w.native.take() {
             Some(c) => c,
-            None => match crate::sqlite_write::open(self.options.get_filename()) {
+            None => match crate::sqlite::write::open(self.options.get_filename()) {
                 Ok(c) => c,
                 Err(e) => return Some(Err(e)),
             },
@@ -307,7 +309,7 @@ impl crate::sql::NativeWrites for SqliteStore {
         let (fence, runs, advances, transitions) = (fence.clone(), runs.to_vec(), advances.to_vec(), transitions.to_vec());
         let done = tokio::task::spawn_blocking(move || {
             let mut conn = conn;
-            let result = crate::sqlite_write::turn_write(&mut conn, &fence, &runs, &advances, &transitions);
+            let result = crate::sqlite::write::turn_write(&mut conn, &fence, &runs, &advances, &transitions);
             (conn, result)
         })
         .await;
@@ -342,7 +344,7 @@ mod tests {
     async fn conformance_suite_passes_on_sqlite() {
         let (_dir, url) = open_temp().await;
         let url2 = url.clone();
-        crate::conformance::store_suite(move || {
+        crate::testing::conformance::store_suite(move || {
             let url = url2.clone();
             async move { Arc::new(SqliteStore::open(&url).await.unwrap()) as Arc<dyn Store> }
         })
@@ -354,7 +356,7 @@ mod tests {
     async fn elector_suite_passes_on_local() {
         let (_dir, url) = open_temp().await;
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&url).await.unwrap());
-        crate::conformance::elector_suite(store.clone(), Arc::new(crate::local::LocalElector::new(store))).await;
+        crate::testing::conformance::elector_suite(store.clone(), Arc::new(crate::election::local::LocalElector::new(store))).await;
     }
 
     #[tokio::test]
