@@ -12,6 +12,8 @@ pub mod model;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "raft")]
+pub mod raft;
 #[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
 mod sql;
 #[cfg(feature = "sqlite")]
@@ -28,7 +30,7 @@ use gnomon_core::spec::JobSpec;
 use gnomon_core::Millis;
 
 /// Errors of the store. Each says whether retrying may help.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum StoreError {
     /// A leader write carried a token that is no longer the scope's current one.
     #[error("fenced: token {token} is not the current token {current} of scope {scope:?}")]
@@ -66,7 +68,7 @@ impl StoreError {
 }
 
 /// Precondition of a job write (in the manner of restate's metadata store).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Precondition {
     None,
     DoesNotExist,
@@ -74,7 +76,7 @@ pub enum Precondition {
 }
 
 /// What [`Store::fire_and_transition`] wrote.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct TurnWrite {
     /// Per new run, as [`Store::fire`] answers.
     pub fired: Vec<FireOutcome>,

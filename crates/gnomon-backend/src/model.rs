@@ -2,17 +2,17 @@
 
 use gnomon_core::spec::JobSpec;
 use gnomon_core::{AttemptState, Millis, RunState};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The token a leader's writes carry.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Fence {
     pub scope: String,
     pub token: u64,
 }
 
 /// Who leads, as recorded with the fence.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct LeaderInfo {
     pub holder: String,
     pub address: String,
@@ -29,7 +29,7 @@ pub struct LeadershipRecord {
     pub since: Millis,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     /// Internal identity; a job deleted and created again gets a new uid.
     pub uid: String,
@@ -99,7 +99,7 @@ pub struct LiveAttempt {
     pub worker: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewRun {
     pub job_uid: String,
     pub namespace: String,
@@ -123,13 +123,13 @@ impl NewRun {
 }
 
 /// Moves a job's `last_scheduled_at` forward (never backwards).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobAdvance {
     pub job_uid: String,
     pub last_scheduled_at: Millis,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FireOutcome {
     Created,
     /// A run for that `(job, scheduled_at)` already existed; nothing changed.
@@ -138,7 +138,7 @@ pub enum FireOutcome {
 
 /// A compare-and-swap on a run's `(state, attempt)`, with the attempt record
 /// change that goes with it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Transition {
     pub run_id: String,
     pub from: RunState,
@@ -151,7 +151,7 @@ pub struct Transition {
     pub at: Millis,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum AttemptChange {
     /// A new attempt was assigned to a worker under a token.
     Assign { attempt: u32, worker: String, token: u64 },
@@ -164,7 +164,7 @@ pub enum AttemptChange {
     End { attempt: u32, state: AttemptState, exit_code: Option<i32>, output: String, started_at: Option<Millis> },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CancelOutcome {
     /// The run had not started and is now `cancelled`.
     Cancelled,

@@ -9,5 +9,10 @@ pub mod v1 {
     tonic::include_proto!("gnomon.worker.v1");
 }
 
+/// `gnomon.raft.v1`: what the members of a `raft://` cluster say to each other.
+pub mod raft {
+    tonic::include_proto!("gnomon.raft.v1");
+}
+
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = v1::ProtocolVersion::ProtocolVersion1 as u32;

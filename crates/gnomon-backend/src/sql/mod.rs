@@ -44,6 +44,13 @@ pub(crate) mod writes;
 
 pub(crate) use store::sql_store;
 
+tokio::task_local! {
+    /// The uid a job created in this task gets, when the caller chose it: a
+    /// replicated store applies a job's creation on every member with the
+    /// uid its proposer drew.
+    pub(crate) static CHOSEN_UID: String;
+}
+
 /// Rows per multi-row statement (well under both databases' bind limits).
 /// Multi-row statements are built per batch and run with
 /// `persistent(false)`: each batch size is a different SQL text, and caching

@@ -27,7 +27,7 @@ macro_rules! sql_store {
             i64::try_from(v).unwrap_or(i64::MAX)
         }
         fn new_uid() -> String {
-            format!("{:016x}", rand::random::<u64>())
+            $crate::sql::CHOSEN_UID.try_with(|u| u.clone()).unwrap_or_else(|_| format!("{:016x}", rand::random::<u64>()))
         }
 
         /// A text column. MySQL reports columns with a `_bin` collation (used

@@ -1,0 +1,415 @@
+//! The embedded Raft store and elector (`raft://`): three (or five) gnomon
+//! servers replicate the store among themselves, with no database and no
+//! etcd.
+//!
+//! - `log.rs`: the Raft log, vote and commit index (SQLite, fsynced).
+//! - `state.rs`: the state machine, the embedded SQLite store written only by
+//!   applying committed entries; snapshots are copies of it.
+//! - `network.rs`: the `gnomon.raft.v1` service and its client.
+//! - `elector.rs`: the scheduling leader is the Raft leader.
+//!
+//! A store write is one log entry ([`types::Command`]); a member that does
+//! not lead forwards it to the one that does. A read is linearizable: the
+//! leader confirms its leadership with a quorum (read index) and the member
+//! serving the read waits until it has applied up to that index.
+//!
+//! Fencing is the store's: a fenced write applies only if its token is the
+//! scope's latest fence, checked by the state machine when the entry is
+//! applied. The elector's tokens are `term << 20 | n` — the Raft term, and a
+//! count of the fences in that term (a scheduler that resigns and campaigns
+//! again within one term gets a higher one) — so a scheduler of a later
+//! Raft term always fences above every earlier one. A leader of an old term
+//! commits nothing (Raft), and an entry it appended that a later leader
+//! commits still meets the fence check when applied.
+
+mod elector;
+mod log;
+mod network;
+mod state;
+pub mod types;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gnomon_core::spec::JobSpec;
+use gnomon_core::Millis;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ServerState};
+use serde::{Deserialize, Serialize};
+
+pub use elector::RaftElector;
+pub use network::{Connect, Service};
+use network::{Factory, Net, Rpc};
+use state::Current;
+use types::{Applied, Command, NodeId, Raft, Reply};
+
+use crate::*;
+
+/// Bits of a token below the term.
+const TERM_SHIFT: u32 = 20;
+
+/// The token of the `n`th fence of `term`.
+pub fn term_token(term: u64, n: u64) -> u64 {
+    (term << TERM_SHIFT) | n
+}
+
+/// The Raft term a token belongs to.
+pub fn token_term(token: u64) -> u64 {
+    token >> TERM_SHIFT
+}
+
+/// How one member runs.
+#[derive(Clone)]
+pub struct RaftConfig {
+    pub id: NodeId,
+    /// Where the log, snapshots and the state database live.
+    pub dir: PathBuf,
+    /// Every voter's id and address (`host:port` of its gnomon listener).
+    pub peers: BTreeMap<NodeId, String>,
+    /// The credential sent to the other members.
+    pub token: Option<String>,
+    /// How to open a channel to a member (TLS); plain HTTP/2 when `None`.
+    pub connect: Option<Connect>,
+    pub heartbeat: Duration,
+    /// A follower that hears nothing from its leader for a time in this
+    /// range starts an election; the leader's lease is the upper bound.
+    pub election_timeout: (Duration, Duration),
+    /// Entries between snapshots (and kept after one, for slow followers).
+    pub snapshot_every: u64,
+}
+
+impl RaftConfig {
+    pub fn new(id: NodeId, dir: PathBuf, peers: BTreeMap<NodeId, String>) -> RaftConfig {
+        RaftConfig {
+            id,
+            dir,
+            peers,
+            token: None,
+            connect: None,
+            heartbeat: Duration::from_millis(250),
+            election_timeout: (Duration::from_millis(1000), Duration::from_millis(1500)),
+            snapshot_every: 5000,
+        }
+    }
+}
+
+/// A write sent to the leader by another member.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Forwarded {
+    pub from: NodeId,
+    pub command: Command,
+}
+
+/// One member of the cluster: its Raft node, its copy of the state, and
+/// its links to the others.
+pub struct Member {
+    pub id: NodeId,
+    pub raft: Raft,
+    current: Arc<Current>,
+    net: Arc<Net>,
+    /// Schedulers on this member waiting to lead (see `elector.rs`).
+    campaigners: AtomicUsize,
+    /// Terms a scheduler here leads (non-zero while one does).
+    leading: AtomicUsize,
+    config: RaftConfig,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member").field("id", &self.id).finish()
+    }
+}
+
+/// How long a write or a read barrier may take before it is reported
+/// unavailable (its outcome unknown, for a write).
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("raft: {e}"))
+}
+
+impl Member {
+    /// Starts this member (it joins the cluster its log knows, if any).
+    pub async fn start(config: RaftConfig) -> Result<Arc<Member>, StoreError> {
+        let bad = |e: std::io::Error| StoreError::Backend(format!("cannot create the raft directory {}: {e}", config.dir.display()));
+        std::fs::create_dir_all(&config.dir).map_err(bad)?;
+        let log = log::LogStore::open(&config.dir.join("log.db")).map_err(StoreError::Backend)?;
+        let sm = state::StateMachine::open(&config.dir).await?;
+        let current = sm.current.clone();
+        let raft_config = openraft::Config {
+            cluster_name: "gnomon".into(),
+            heartbeat_interval: config.heartbeat.as_millis() as u64,
+            election_timeout_min: config.election_timeout.0.as_millis() as u64,
+            election_timeout_max: config.election_timeout.1.as_millis() as u64,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            max_in_snapshot_log_to_keep: config.snapshot_every / 5,
+            install_snapshot_timeout: 30_000,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| StoreError::InvalidUrl(format!("raft settings: {e}")))?;
+        let net = Arc::new(Net::new(config.connect.clone(), config.token.clone()));
+        let raft = Raft::new(config.id, Arc::new(raft_config), Factory { net: net.clone() }, log, sm)
+            .await
+            .map_err(|e| StoreError::Backend(format!("cannot start raft member {}: {e}", config.id)))?;
+        let member =
+            Arc::new(Member { id: config.id, raft, current, net, campaigners: AtomicUsize::new(0), leading: AtomicUsize::new(0), config });
+        elector::spawn_steward(&member);
+        Ok(member)
+    }
+
+    /// Makes the configured peers a new cluster, once: refused when this
+    /// member already has a log (it belongs to a cluster).
+    pub async fn bootstrap(&self) -> Result<(), StoreError> {
+        let members: BTreeMap<NodeId, BasicNode> = self.config.peers.iter().map(|(id, a)| (*id, BasicNode::new(a))).collect();
+        self.raft.initialize(members).await.map_err(|e| StoreError::Backend(format!("cannot bootstrap the raft cluster: {e}")))
+    }
+
+    /// The `gnomon.raft.v1` service of this member, to mount on the listener.
+    pub fn service(self: &Arc<Self>) -> Service {
+        Service { member: self.clone() }
+    }
+
+    /// Cuts (or restores) this member's links to `peer` (fault injection).
+    pub fn set_cut(&self, peer: NodeId, cut: bool) {
+        self.net.set_cut(peer, cut);
+    }
+
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+
+    fn leader(&self) -> Option<(NodeId, String)> {
+        let m = self.raft.metrics().borrow().clone();
+        let id = m.current_leader?;
+        let node = m.membership_config.membership().get_node(&id).cloned()?;
+        Some((id, node.addr))
+    }
+
+    fn is_leader(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.state == ServerState::Leader && m.current_leader == Some(self.id)
+    }
+
+    /// Proposes `command` on this member; `Err` when it does not lead.
+    pub(crate) async fn propose_here(&self, command: Command) -> Result<Applied, String> {
+        match tokio::time::timeout(CALL_TIMEOUT, self.raft.client_write(command)).await {
+            Err(_) => Err(format!("member {} did not commit the write within {CALL_TIMEOUT:?}", self.id)),
+            Ok(Ok(r)) => Ok(r.data),
+            Ok(Err(e)) => Err(e.to_string()),
+        }
+    }
+
+    /// Proposes `command` where it can be committed: here if this member
+    /// leads, else at the leader. An error is an unknown outcome.
+    async fn propose(&self, command: Command) -> Result<Reply, StoreError> {
+        let deadline = tokio::time::Instant::now() + CALL_TIMEOUT;
+        loop {
+            let attempt = match tokio::time::timeout_at(deadline, self.raft.client_write(command.clone())).await {
+                Err(_) => return Err(unavailable(format!("the write was not committed within {CALL_TIMEOUT:?}; its outcome is unknown"))),
+                Ok(r) => r,
+            };
+            match attempt {
+                Ok(r) => return r.data,
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                    if let (Some(id), Some(node)) = (f.leader_id, f.leader_node) {
+                        let msg = Forwarded { from: self.id, command: command.clone() };
+                        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                        let r: Result<Applied, String> =
+                            self.net.call(id, &node.addr, Rpc::Forward, &msg, left).await.map_err(unavailable)?;
+                        return match r {
+                            Ok(applied) => Ok(applied?),
+                            Err(e) => Err(unavailable(format!("the leader {id} refused the write: {e}"))),
+                        };
+                    }
+                    // No leader known: wait for one a little, then retry.
+                    if tokio::time::Instant::now() + Duration::from_millis(100) >= deadline {
+                        return Err(unavailable("no leader: this member cannot reach a quorum of the cluster; writes are refused"));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(unavailable(e)),
+            }
+        }
+    }
+
+    /// Waits until this member has applied everything committed before the
+    /// call (read index, confirmed by the leader with a quorum).
+    async fn read_barrier(&self) -> Result<(), StoreError> {
+        let index = if self.is_leader() {
+            match tokio::time::timeout(CALL_TIMEOUT, self.raft.get_read_log_id()).await {
+                Err(_) => return Err(unavailable("the leader could not confirm its leadership with a quorum")),
+                Ok(Err(e)) => return Err(unavailable(e)),
+                Ok(Ok((read, _))) => read.map(|l| l.index),
+            }
+        } else {
+            let Some((id, addr)) = self.leader() else {
+                return Err(unavailable("no leader: this member cannot reach a quorum of the cluster"));
+            };
+            let r: Result<Option<u64>, String> =
+                self.net.call(id, &addr, Rpc::ReadIndex, &self.id, CALL_TIMEOUT).await.map_err(unavailable)?;
+            r.map_err(unavailable)?
+        };
+        if let Some(i) = index {
+            self.raft
+                .wait(Some(CALL_TIMEOUT))
+                .applied_index_at_least(Some(i), "read index")
+                .await
+                .map_err(|e| unavailable(format!("this member did not catch up with the leader: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Asked by a leader that resigns: starts an election here if a
+    /// scheduler here waits to lead.
+    pub(crate) async fn take_over(&self) -> bool {
+        self.campaigners.load(Ordering::SeqCst) > 0
+    }
+}
+
+/// The store over one member.
+#[derive(Debug, Clone)]
+pub struct RaftStore {
+    pub member: Arc<Member>,
+}
+
+impl RaftStore {
+    async fn read(&self) -> Result<Arc<crate::sqlite::SqliteStore>, StoreError> {
+        self.member.read_barrier().await?;
+        Ok(self.member.current.store())
+    }
+}
+
+#[async_trait]
+impl Store for RaftStore {
+    fn backend(&self) -> &'static str {
+        "raft"
+    }
+
+    async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
+        let uid = format!("{:016x}", rand::random::<u64>());
+        match self.member.propose(Command::PutJob { spec: Box::new(spec.clone()), precondition, now, uid }).await? {
+            Reply::Job(j) => Ok(*j),
+            r => Err(r.unexpected()),
+        }
+    }
+
+    async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError> {
+        let c = Command::SetJobPaused { namespace: namespace.into(), name: name.into(), paused, now };
+        match self.member.propose(c).await? {
+            Reply::Job(j) => Ok(*j),
+            r => Err(r.unexpected()),
+        }
+    }
+
+    async fn delete_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError> {
+        let c = Command::DeleteJob { namespace: namespace.into(), name: name.into(), precondition };
+        match self.member.propose(c).await? {
+            Reply::Done => Ok(()),
+            r => Err(r.unexpected()),
+        }
+    }
+
+    async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<JobRecord>, StoreError> {
+        self.read().await?.get_job(namespace, name).await
+    }
+
+    async fn list_jobs(&self, namespace: Option<&str>) -> Result<Vec<JobRecord>, StoreError> {
+        self.read().await?.list_jobs(namespace).await
+    }
+
+    async fn job_changes(&self, since: u64) -> Result<JobChanges, StoreError> {
+        self.read().await?.job_changes(since).await
+    }
+
+    async fn job_heads(&self) -> Result<JobHeads, StoreError> {
+        self.read().await?.job_heads().await
+    }
+
+    async fn jobs_by_uid(&self, uids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
+        self.read().await?.jobs_by_uid(uids).await
+    }
+
+    async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {
+        match self.member.propose(Command::NextEpoch { scope: scope.into() }).await? {
+            Reply::Epoch(n) => Ok(n),
+            r => Err(r.unexpected()),
+        }
+    }
+
+    async fn fence(&self, fence: &Fence, holder: &LeaderInfo, now: Millis) -> Result<(), StoreError> {
+        match self.member.propose(Command::Fence { fence: fence.clone(), holder: holder.clone(), now }).await? {
+            Reply::Done => Ok(()),
+            r => Err(r.unexpected()),
+        }
+    }
+
+    async fn leadership(&self, scope: &str) -> Result<Option<LeadershipRecord>, StoreError> {
+        self.read().await?.leadership(scope).await
+    }
+
+    async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
+        let c = Command::Fire { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec() };
+        match self.member.propose(c).await? {
+            Reply::Fired(v) => Ok(v),
+            r => Err(r.unexpected()),
+        }
+    }
+
+    async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
+        let c = Command::Transition { fence: fence.clone(), transitions: transitions.to_vec() };
+        match self.member.propose(c).await? {
+            Reply::Transitioned(v) => Ok(v),
+            r => Err(r.unexpected()),
+        }
+    }
+
+    async fn fire_and_transition(
+        &self,
+        fence: &Fence,
+        runs: &[NewRun],
+        advances: &[JobAdvance],
+        transitions: &[Transition],
+    ) -> Result<TurnWrite, StoreError> {
+        let c = Command::Turn { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec(), transitions: transitions.to_vec() };
+        match self.member.propose(c).await? {
+            Reply::Turn(t) => Ok(t),
+            r => Err(r.unexpected()),
+        }
+    }
+
+    async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
+        match self.member.propose(Command::RequestCancel { run_id: run_id.into(), now }).await? {
+            Reply::Cancel(c) => Ok(c),
+            r => Err(r.unexpected()),
+        }
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError> {
+        self.read().await?.get_run(run_id).await
+    }
+
+    async fn list_runs(&self, filter: &RunFilter, limit: u32, cursor: Option<i64>) -> Result<RunPage, StoreError> {
+        self.read().await?.list_runs(filter, limit, cursor).await
+    }
+
+    async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        self.read().await?.open_runs().await
+    }
+
+    async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError> {
+        self.read().await?.cancel_requests().await
+    }
+
+    async fn live_attempts(&self) -> Result<Vec<LiveAttempt>, StoreError> {
+        self.read().await?.live_attempts().await
+    }
+
+    async fn size_bytes(&self) -> Option<u64> {
+        self.member.current.store().size_bytes().await
+    }
+}

@@ -1,0 +1,300 @@
+//! Members talking to each other: the `gnomon.raft.v1` gRPC service (server
+//! side, mounted on the gnomon listener) and the client Raft uses to reach
+//! the other members, plus the calls a member makes to its leader
+//! (forwarded writes, read index, hand-over).
+
+// The error types are tonic's and openraft's.
+#![allow(clippy::result_large_err)]
+
+use std::collections::{HashMap, HashSet};
+use std::io::Cursor;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gnomon_proto::raft::raft_client::RaftClient;
+use gnomon_proto::raft::raft_server;
+use gnomon_proto::raft::Payload;
+use openraft::error::{Fatal, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
+use openraft::{BasicNode, OptionalSend, Snapshot};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tonic::transport::Channel;
+
+use super::types::{NodeId, SnapshotMeta, TypeConfig, Vote};
+use super::Member;
+
+/// Opens a channel to a member's address (`host:port`): plain HTTP/2 by
+/// default; the server passes one that speaks TLS when it has a CA.
+pub type Connect = Arc<dyn Fn(&str) -> Result<Channel, String> + Send + Sync>;
+
+/// What every client of one member shares.
+pub struct Net {
+    connect: Connect,
+    /// Sent as `authorization: Bearer …` when set.
+    token: Option<String>,
+    channels: Mutex<HashMap<String, Channel>>,
+    /// Members this one neither sends to nor hears from (fault injection:
+    /// a network partition in tests).
+    cut: Mutex<HashSet<NodeId>>,
+}
+
+/// A failed call to another member.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("member {0} is cut off")]
+    Cut(NodeId),
+    #[error("cannot reach {addr}: {why}")]
+    Unreachable { addr: String, why: String },
+    #[error("{addr} answered {why}")]
+    Status { addr: String, why: String },
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("a message could not be encoded or decoded: {0}")]
+    Codec(String),
+}
+
+impl Net {
+    pub fn new(connect: Option<Connect>, token: Option<String>) -> Net {
+        let connect = connect.unwrap_or_else(|| {
+            Arc::new(|addr: &str| {
+                Channel::from_shared(format!("http://{addr}"))
+                    .map(|e| e.connect_timeout(Duration::from_secs(2)).tcp_nodelay(true).connect_lazy())
+                    .map_err(|e| e.to_string())
+            })
+        });
+        Net { connect, token, channels: Mutex::new(HashMap::new()), cut: Mutex::new(HashSet::new()) }
+    }
+
+    /// Cuts (or restores) the link to `peer` in both directions.
+    pub fn set_cut(&self, peer: NodeId, cut: bool) {
+        let mut c = self.cut.lock().unwrap_or_else(|e| e.into_inner());
+        if cut {
+            c.insert(peer);
+        } else {
+            c.remove(&peer);
+        }
+    }
+
+    pub fn is_cut(&self, peer: NodeId) -> bool {
+        self.cut.lock().unwrap_or_else(|e| e.into_inner()).contains(&peer)
+    }
+
+    fn channel(&self, addr: &str) -> Result<Channel, CallError> {
+        let mut chans = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = chans.get(addr) {
+            return Ok(c.clone());
+        }
+        let c = (self.connect)(addr).map_err(|why| CallError::Unreachable { addr: addr.to_string(), why })?;
+        chans.insert(addr.to_string(), c.clone());
+        Ok(c)
+    }
+
+    /// Calls `rpc` on the member `target` at `addr` with `req` as JSON.
+    pub async fn call<Q: Serialize, A: DeserializeOwned>(
+        &self,
+        target: NodeId,
+        addr: &str,
+        rpc: Rpc,
+        req: &Q,
+        timeout: Duration,
+    ) -> Result<A, CallError> {
+        if self.is_cut(target) {
+            return Err(CallError::Cut(target));
+        }
+        let json = serde_json::to_vec(req).map_err(|e| CallError::Codec(e.to_string()))?;
+        let mut request = tonic::Request::new(Payload { json });
+        request.set_timeout(timeout);
+        if let Some(t) = &self.token {
+            let v = format!("Bearer {t}").parse().map_err(|_| CallError::Codec("the token is not a valid header value".into()))?;
+            request.metadata_mut().insert("authorization", v);
+        }
+        let mut client = RaftClient::new(self.channel(addr)?).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX);
+        let call = async {
+            match rpc {
+                Rpc::AppendEntries => client.append_entries(request).await,
+                Rpc::Vote => client.vote(request).await,
+                Rpc::InstallSnapshot => client.install_snapshot(request).await,
+                Rpc::Forward => client.forward(request).await,
+                Rpc::ReadIndex => client.read_index(request).await,
+                Rpc::TakeOver => client.take_over(request).await,
+            }
+        };
+        let answer = match tokio::time::timeout(timeout, call).await {
+            Err(_) => return Err(CallError::Timeout(timeout)),
+            Ok(Err(s)) if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown) => {
+                return Err(CallError::Unreachable { addr: addr.to_string(), why: s.message().to_string() })
+            }
+            Ok(Err(s)) if s.code() == tonic::Code::DeadlineExceeded => return Err(CallError::Timeout(timeout)),
+            Ok(Err(s)) => return Err(CallError::Status { addr: addr.to_string(), why: format!("{:?}: {}", s.code(), s.message()) }),
+            Ok(Ok(a)) => a.into_inner(),
+        };
+        serde_json::from_slice(&answer.json).map_err(|e| CallError::Codec(e.to_string()))
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Rpc {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+    Forward,
+    ReadIndex,
+    TakeOver,
+}
+
+/// A whole snapshot on the wire.
+#[derive(Serialize, Deserialize)]
+struct SnapshotMessage {
+    vote: Vote,
+    meta: SnapshotMeta,
+    data: Vec<u8>,
+}
+
+/// Makes Raft's clients to the other members.
+#[derive(Clone)]
+pub struct Factory {
+    pub net: Arc<Net>,
+}
+
+pub struct Client {
+    net: Arc<Net>,
+    target: NodeId,
+    addr: String,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Factory {
+    type Network = Client;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Client {
+        Client { net: self.net.clone(), target, addr: node.addr.clone() }
+    }
+}
+
+fn rpc_error<E: std::error::Error>(target: NodeId, e: CallError) -> RPCError<NodeId, BasicNode, E> {
+    match e {
+        CallError::Timeout(_) | CallError::Cut(_) | CallError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+        _ => {
+            let _ = target;
+            RPCError::Network(NetworkError::new(&e))
+        }
+    }
+}
+
+impl Client {
+    async fn raft_call<Q: Serialize, A: DeserializeOwned, E: std::error::Error + DeserializeOwned>(
+        &self,
+        rpc: Rpc,
+        req: &Q,
+        option: &RPCOption,
+    ) -> Result<A, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>> {
+        let r: Result<A, RaftError<NodeId, E>> =
+            self.net.call(self.target, &self.addr, rpc, req, option.hard_ttl()).await.map_err(|e| rpc_error(self.target, e))?;
+        r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Client {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.raft_call(Rpc::AppendEntries, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.raft_call(Rpc::Vote, &rpc, &option).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot<TypeConfig>,
+        _cancel: impl std::future::Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>> {
+        let msg = SnapshotMessage { vote, meta: snapshot.meta, data: snapshot.snapshot.into_inner() };
+        let r: Result<SnapshotResponse<NodeId>, Fatal<NodeId>> =
+            self.net.call(self.target, &self.addr, Rpc::InstallSnapshot, &msg, option.hard_ttl()).await.map_err(|e| match e {
+                CallError::Timeout(_) | CallError::Cut(_) | CallError::Unreachable { .. } => {
+                    StreamingError::Unreachable(Unreachable::new(&e))
+                }
+                _ => StreamingError::Network(NetworkError::new(&e)),
+            })?;
+        r.map_err(|e| StreamingError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+/// The `gnomon.raft.v1` service of one member.
+#[derive(Clone)]
+pub struct Service {
+    pub member: Arc<Member>,
+}
+
+fn decode<T: DeserializeOwned>(p: &Payload) -> Result<T, tonic::Status> {
+    serde_json::from_slice(&p.json).map_err(|e| tonic::Status::invalid_argument(format!("not a raft message of this version: {e}")))
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<tonic::Response<Payload>, tonic::Status> {
+    serde_json::to_vec(v).map(|json| tonic::Response::new(Payload { json })).map_err(|e| tonic::Status::internal(e.to_string()))
+}
+
+impl Service {
+    /// Refuses a message from a member this one is cut off from.
+    fn heard(&self, from: Option<NodeId>) -> Result<(), tonic::Status> {
+        match from {
+            Some(id) if self.member.net.is_cut(id) => Err(tonic::Status::unavailable(format!("member {id} is cut off"))),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl raft_server::Raft for Service {
+    async fn append_entries(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
+        let req: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
+        self.heard(Some(req.vote.leader_id().voted_for().unwrap_or_default()))?;
+        encode(&self.member.raft.append_entries(req).await)
+    }
+
+    async fn vote(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
+        let req: VoteRequest<NodeId> = decode(request.get_ref())?;
+        self.heard(req.vote.leader_id().voted_for())?;
+        encode(&self.member.raft.vote(req).await)
+    }
+
+    async fn install_snapshot(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
+        let msg: SnapshotMessage = decode(request.get_ref())?;
+        self.heard(msg.vote.leader_id().voted_for())?;
+        let snapshot = Snapshot { meta: msg.meta, snapshot: Box::new(Cursor::new(msg.data)) };
+        encode(&self.member.raft.install_full_snapshot(msg.vote, snapshot).await)
+    }
+
+    async fn forward(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
+        let msg: super::Forwarded = decode(request.get_ref())?;
+        self.heard(Some(msg.from))?;
+        encode(&self.member.propose_here(msg.command).await)
+    }
+
+    async fn read_index(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
+        let from: NodeId = decode(request.get_ref())?;
+        self.heard(Some(from))?;
+        let r: Result<Option<u64>, String> = match self.member.raft.get_read_log_id().await {
+            Ok((read, _)) => Ok(read.map(|l| l.index)),
+            Err(e) => Err(e.to_string()),
+        };
+        encode(&r)
+    }
+
+    async fn take_over(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
+        let from: NodeId = decode(request.get_ref())?;
+        self.heard(Some(from))?;
+        encode(&self.member.take_over().await)
+    }
+}

@@ -1,0 +1,271 @@
+//! The replicated state machine: the embedded SQLite store, written only by
+//! applying committed log entries, in log order, on every member.
+//!
+//! Every write the store has (job writes, fences, fires, transitions) is a
+//! [`Command`] in the log; applying it calls the same SQLite store method a
+//! single server would call, with the times and the new job's uid the
+//! proposer put in the command, so every member computes the same state and
+//! the same [`Applied`] answer. The SQLite semantics — fencing by token,
+//! fire uniqueness, CAS transitions — are those of the `sqlite` store,
+//! tested by the same suites.
+//!
+//! The database is a cache of the log: a member starts from its latest
+//! snapshot (a copy of the database made with `VACUUM INTO`, kept on disk
+//! with its meta) and Raft re-applies the committed entries after it. So a
+//! crash between applying an entry and recording that it was applied can
+//! never apply an entry twice. Installing a snapshot from the leader opens
+//! the received copy as a new database file and swaps it in.
+
+// The error types are tonic's and openraft's.
+#![allow(clippy::result_large_err)]
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+
+use super::types::{Applied, Command, Entry, LogId, Reply, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::sqlite::SqliteStore;
+use crate::{Store, StoreError};
+
+/// The database that reads are served from; swapped when a snapshot is
+/// installed.
+#[derive(Debug)]
+pub struct Current {
+    store: RwLock<Arc<SqliteStore>>,
+    path: RwLock<PathBuf>,
+}
+
+impl Current {
+    pub fn store(&self) -> Arc<SqliteStore> {
+        self.store.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.path.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+pub struct StateMachine {
+    dir: PathBuf,
+    pub current: Arc<Current>,
+    generation: u64,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    snapshot: Option<(SnapshotMeta, Arc<Vec<u8>>)>,
+}
+
+fn sm_err(e: impl std::fmt::Display) -> StorageError {
+    super::types::err::write_state_machine(e)
+}
+
+fn snap_err(e: impl std::fmt::Display) -> StorageError {
+    super::types::err::write_snapshot(e)
+}
+
+/// Writes `data` to `path` durably (temporary file, fsync, rename).
+fn write_durably(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+fn remove_db(path: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+impl StateMachine {
+    /// Opens the member's state: the latest snapshot, or an empty database.
+    pub async fn open(dir: &Path) -> Result<StateMachine, StoreError> {
+        let bad = |e: std::io::Error| StoreError::Backend(format!("cannot prepare the raft state in {}: {e}", dir.display()));
+        // Databases of an earlier run are caches of the log: start afresh.
+        for e in std::fs::read_dir(dir).map_err(bad)?.flatten() {
+            if e.file_name().to_string_lossy().starts_with("state-") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let meta_path = dir.join("snapshot.json");
+        let snapshot = match std::fs::read(&meta_path) {
+            Ok(m) => {
+                let meta: SnapshotMeta =
+                    serde_json::from_slice(&m).map_err(|e| StoreError::Corrupt(format!("{}: {e}", meta_path.display())))?;
+                let data = std::fs::read(dir.join("snapshot.db")).map_err(bad)?;
+                Some((meta, Arc::new(data)))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(bad(e)),
+        };
+        let path = dir.join("state-1.db");
+        if let Some((_, data)) = &snapshot {
+            std::fs::write(&path, data.as_slice()).map_err(bad)?;
+        }
+        let store = SqliteStore::open(&format!("sqlite://{}", path.display())).await?;
+        let (last_applied, membership) = match &snapshot {
+            Some((m, _)) => (m.last_log_id, m.last_membership.clone()),
+            None => (None, StoredMembership::default()),
+        };
+        Ok(StateMachine {
+            dir: dir.to_path_buf(),
+            current: Arc::new(Current { store: RwLock::new(Arc::new(store)), path: RwLock::new(path) }),
+            generation: 1,
+            last_applied,
+            membership,
+            snapshot,
+        })
+    }
+
+    async fn exec(&self, cmd: Command) -> Applied {
+        let store = self.current.store();
+        Ok(match cmd {
+            Command::PutJob { spec, precondition, now, uid } => {
+                Reply::Job(Box::new(crate::sql::CHOSEN_UID.scope(uid, store.put_job(&spec, precondition, now)).await?))
+            }
+            Command::SetJobPaused { namespace, name, paused, now } => {
+                Reply::Job(Box::new(store.set_job_paused(&namespace, &name, paused, now).await?))
+            }
+            Command::DeleteJob { namespace, name, precondition } => {
+                store.delete_job(&namespace, &name, precondition).await?;
+                Reply::Done
+            }
+            Command::NextEpoch { scope } => Reply::Epoch(store.next_epoch(&scope).await?),
+            Command::Fence { fence, holder, now } => {
+                store.fence(&fence, &holder, now).await?;
+                Reply::Done
+            }
+            Command::Fire { fence, runs, advances } => Reply::Fired(store.fire(&fence, &runs, &advances).await?),
+            Command::Transition { fence, transitions } => Reply::Transitioned(store.transition(&fence, &transitions).await?),
+            Command::Turn { fence, runs, advances, transitions } => {
+                Reply::Turn(store.fire_and_transition(&fence, &runs, &advances, &transitions).await?)
+            }
+            Command::RequestCancel { run_id, now } => Reply::Cancel(store.request_cancel(&run_id, now).await?),
+        })
+    }
+
+    /// A consistent copy of the database as of `last_applied`.
+    fn copy_database(&self) -> Result<Vec<u8>, StorageError> {
+        let tmp = self.dir.join("snapshot-building.db");
+        let _ = std::fs::remove_file(&tmp);
+        let conn = rusqlite::Connection::open(self.current.path()).map_err(snap_err)?;
+        conn.execute("VACUUM INTO ?1", [tmp.display().to_string()]).map_err(snap_err)?;
+        drop(conn);
+        let data = std::fs::read(&tmp).map_err(snap_err)?;
+        let _ = std::fs::remove_file(&tmp);
+        Ok(data)
+    }
+
+    fn keep_snapshot(&mut self, meta: SnapshotMeta, data: Arc<Vec<u8>>) -> Result<(), StorageError> {
+        write_durably(&self.dir.join("snapshot.db"), &data).map_err(snap_err)?;
+        write_durably(&self.dir.join("snapshot.json"), &serde_json::to_vec(&meta).map_err(snap_err)?).map_err(snap_err)?;
+        self.snapshot = Some((meta, data));
+        Ok(())
+    }
+}
+
+/// Hands Raft the snapshot made when it asked for a builder.
+pub struct Builder {
+    snapshot: Option<Snapshot<TypeConfig>>,
+    error: Option<String>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for Builder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        match self.snapshot.take() {
+            Some(s) => Ok(s),
+            None => Err(snap_err(self.error.take().unwrap_or_else(|| "the snapshot was already taken".into()))),
+        }
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = Builder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut out = Vec::new();
+        for e in entries {
+            let applied = match e.payload {
+                EntryPayload::Blank => Ok(Reply::None),
+                EntryPayload::Normal(cmd) => {
+                    let r = self.exec(cmd).await;
+                    // An unavailable local database is not an answer: the
+                    // member cannot go on without applying the entry.
+                    if let Err(StoreError::Unavailable(m)) = &r {
+                        return Err(sm_err(format!("applying entry {}: {m}", e.log_id)));
+                    }
+                    r
+                }
+                EntryPayload::Membership(m) => {
+                    self.membership = StoredMembership::new(Some(e.log_id), m);
+                    Ok(Reply::None)
+                }
+            };
+            self.last_applied = Some(e.log_id);
+            out.push(applied);
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Builder {
+        // Made here, while no entry is being applied, so the copy is exactly
+        // the state as of `last_applied`.
+        let made = self.copy_database().and_then(|data| {
+            let id = self.last_applied.map(|l| format!("{}-{}", l.leader_id.term, l.index)).unwrap_or_else(|| "empty".into());
+            let meta = SnapshotMeta { last_log_id: self.last_applied, last_membership: self.membership.clone(), snapshot_id: id };
+            let data = Arc::new(data);
+            self.keep_snapshot(meta.clone(), data.clone())?;
+            Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data.as_ref().clone())) })
+        });
+        match made {
+            Ok(s) => Builder { snapshot: Some(s), error: None },
+            Err(e) => Builder { snapshot: None, error: Some(e.to_string()) },
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<Cursor<Vec<u8>>>) -> Result<(), StorageError> {
+        let data = Arc::new(snapshot.into_inner());
+        self.generation += 1;
+        let path = self.dir.join(format!("state-{}.db", self.generation));
+        remove_db(&path);
+        std::fs::write(&path, data.as_slice()).map_err(snap_err)?;
+        // Opened on a thread of its own: the open's future is not `Send`
+        // in the form this trait method needs (sqlx's executor lifetimes).
+        let url = format!("sqlite://{}", path.display());
+        let handle = tokio::runtime::Handle::current();
+        let store =
+            tokio::task::spawn_blocking(move || handle.block_on(SqliteStore::open(&url))).await.map_err(snap_err)?.map_err(snap_err)?;
+        let old = {
+            *self.current.store.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(store);
+            std::mem::replace(&mut *self.current.path.write().unwrap_or_else(|e| e.into_inner()), path)
+        };
+        remove_db(&old);
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.keep_snapshot(meta.clone(), data)
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        Ok(self.snapshot.as_ref().map(|(m, d)| Snapshot { meta: m.clone(), snapshot: Box::new(Cursor::new(d.as_ref().clone())) }))
+    }
+}
