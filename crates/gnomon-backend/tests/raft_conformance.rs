@@ -18,10 +18,32 @@ use gnomon_proto::raft::raft_server::RaftServer;
 
 struct Cluster {
     members: Vec<Arc<Member>>,
-    _dirs: Vec<tempfile::TempDir>,
+    peers: BTreeMap<u64, String>,
+    servers: Vec<tokio::task::JoinHandle<()>>,
+    dirs: Vec<tempfile::TempDir>,
+}
+
+fn config(id: u64, dir: &std::path::Path, peers: &BTreeMap<u64, String>, snapshot_every: u64) -> RaftConfig {
+    let mut c = RaftConfig::new(id, dir.to_path_buf(), peers.clone());
+    c.snapshot_every = snapshot_every;
+    c
+}
+
+fn serve(member: &Arc<Member>, l: tokio::net::TcpListener) -> tokio::task::JoinHandle<()> {
+    let svc = RaftServer::new(member.service()).max_decoding_message_size(usize::MAX);
+    tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(svc)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l))
+            .await;
+    })
 }
 
 async fn cluster() -> Cluster {
+    cluster_with(5000).await
+}
+
+async fn cluster_with(snapshot_every: u64) -> Cluster {
     let mut listeners = Vec::new();
     let mut peers = BTreeMap::new();
     for id in 1..=3u64 {
@@ -29,20 +51,11 @@ async fn cluster() -> Cluster {
         peers.insert(id, l.local_addr().expect("addr").to_string());
         listeners.push(l);
     }
-    let mut members = Vec::new();
-    let mut dirs = Vec::new();
+    let (mut members, mut dirs, mut servers) = (Vec::new(), Vec::new(), Vec::new());
     for (i, l) in listeners.into_iter().enumerate() {
-        let id = i as u64 + 1;
         let dir = tempfile::tempdir().expect("tempdir");
-        let member = Member::start(RaftConfig::new(id, dir.path().to_path_buf(), peers.clone())).await.expect("member starts");
-        let svc = RaftServer::new(member.service()).max_decoding_message_size(usize::MAX);
-        tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(svc)
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l))
-                .await
-                .expect("serve");
-        });
+        let member = Member::start(config(i as u64 + 1, dir.path(), &peers, snapshot_every)).await.expect("member starts");
+        servers.push(serve(&member, l));
         members.push(member);
         dirs.push(dir);
     }
@@ -50,7 +63,7 @@ async fn cluster() -> Cluster {
     // Refused over a cluster that exists.
     assert!(members[0].bootstrap().await.is_err(), "a second bootstrap is refused");
     wait_leader(&members).await;
-    Cluster { members, _dirs: dirs }
+    Cluster { members, peers, servers, dirs }
 }
 
 async fn wait_leader(members: &[Arc<Member>]) -> u64 {
@@ -137,8 +150,111 @@ async fn raft_elector_passes_the_elector_suites() {
     let leader = wait_leader(&cluster.members).await as usize - 1;
     let order = vec![leader, (leader + 1) % 3, (leader + 2) % 3];
     let fx = RaftFixture { cluster, order, next: AtomicUsize::new(0) };
+    let _ = (&fx.cluster.peers, &fx.cluster.servers, &fx.cluster.dirs);
     contested_elector_suite(&fx).await;
     for m in &fx.cluster.members {
+        m.shutdown().await;
+    }
+}
+
+async fn job_names(m: &Arc<Member>) -> Vec<String> {
+    try_job_names(m).await.expect("list")
+}
+
+/// `None` while the member cannot serve a linearizable read (no leader yet).
+async fn try_job_names(m: &Arc<Member>) -> Option<Vec<String>> {
+    let s = RaftStore { member: m.clone() };
+    let mut names: Vec<String> = s.list_jobs(None).await.ok()?.into_iter().map(|j| format!("{}@{}", j.name, j.version)).collect();
+    names.sort();
+    Some(names)
+}
+
+async fn put_jobs(store: &RaftStore, prefix: &str, n: usize) {
+    for i in 0..n {
+        let spec = gnomon_backend::testing::conformance::job_spec(&format!("{prefix}-{i}"));
+        store.put_job(&spec, gnomon_backend::Precondition::None, 1_000 + i as i64).await.expect("put");
+    }
+}
+
+/// A member cut off while the others wrote (and compacted their logs past
+/// what it has) catches up by snapshot; a member restarted from its
+/// directory comes back with everything (its snapshot, then the log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn members_catch_up_by_snapshot_and_restart_from_their_directory() {
+    let mut c = cluster_with(40).await;
+    let leader = wait_leader(&c.members).await;
+    let lagging = (1..=3).find(|id| *id != leader).expect("a follower");
+    for m in &c.members {
+        if m.id == lagging {
+            for other in 1..=3 {
+                m.set_cut(other, other != lagging);
+            }
+        } else {
+            m.set_cut(lagging, true);
+        }
+    }
+    let on_leader = RaftStore { member: c.members[leader as usize - 1].clone() };
+    put_jobs(&on_leader, "while-cut", 150).await;
+    // The leader's log no longer holds the start: the lagging member needs
+    // the snapshot.
+    let purged = c.members[leader as usize - 1].raft.metrics().borrow().purged;
+    assert!(purged.is_some_and(|p| p.index > 10), "the leader compacted its log: {purged:?}");
+    for m in &c.members {
+        for other in 1..=3 {
+            m.set_cut(other, false);
+        }
+    }
+    let want = job_names(&c.members[leader as usize - 1]).await;
+    assert_eq!(want.len(), 150);
+    let lag = c.members[lagging as usize - 1].clone();
+    let mut caught_up = false;
+    for _ in 0..100 {
+        if lag.raft.metrics().borrow().snapshot.is_some() && try_job_names(&lag).await.as_ref() == Some(&want) {
+            caught_up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(caught_up, "the cut-off member caught up by snapshot");
+
+    // Restart a follower from its directory while the others write on.
+    let restart = (1..=3).find(|id| *id != leader).expect("a follower");
+    let i = restart as usize - 1;
+    c.members[i].shutdown().await;
+    c.servers[i].abort();
+    put_jobs(&on_leader, "while-down", 30).await;
+    let addr = c.peers[&restart].clone();
+    let mut listener = None;
+    for _ in 0..50 {
+        match tokio::net::TcpListener::bind(&addr).await {
+            Ok(l) => {
+                listener = Some(l);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let member = Member::start(config(restart, c.dirs[i].path(), &c.peers, 40)).await.expect("restarts");
+    c.servers[i] = serve(&member, listener.expect("the address is free again"));
+    c.members[i] = member.clone();
+    let want = job_names(&c.members[leader as usize - 1]).await;
+    assert_eq!(want.len(), 180);
+    let mut back = false;
+    for _ in 0..100 {
+        if try_job_names(&member).await.as_ref() == Some(&want) {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if !back {
+        for m in &c.members {
+            eprintln!("{}", m.raft.metrics().borrow().clone());
+        }
+        eprintln!("{:?}", try_job_names(&member).await.map(|v| v.len()));
+    }
+    assert!(back, "the restarted member has every job");
+    for m in &c.members {
         m.shutdown().await;
     }
 }

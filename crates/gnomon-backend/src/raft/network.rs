@@ -124,7 +124,10 @@ impl Net {
         let answer = match tokio::time::timeout(timeout, call).await {
             Err(_) => return Err(CallError::Timeout(timeout)),
             Ok(Err(s)) if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown) => {
-                return Err(CallError::Unreachable { addr: addr.to_string(), why: s.message().to_string() })
+                // The next call opens a new connection (the member may have
+                // restarted at the same address).
+                self.channels.lock().unwrap_or_else(|e| e.into_inner()).remove(addr);
+                return Err(CallError::Unreachable { addr: addr.to_string(), why: s.message().to_string() });
             }
             Ok(Err(s)) if s.code() == tonic::Code::DeadlineExceeded => return Err(CallError::Timeout(timeout)),
             Ok(Err(s)) => return Err(CallError::Status { addr: addr.to_string(), why: format!("{:?}: {}", s.code(), s.message()) }),
@@ -241,6 +244,15 @@ fn decode<T: DeserializeOwned>(p: &Payload) -> Result<T, tonic::Status> {
     serde_json::from_slice(&p.json).map_err(|e| tonic::Status::invalid_argument(format!("not a raft message of this version: {e}")))
 }
 
+/// A stopped member answers unavailable (not a Raft error), so callers
+/// reconnect and find its successor at the same address.
+fn stopped<T, E: std::error::Error>(r: Result<T, RaftError<NodeId, E>>) -> Result<Result<T, RaftError<NodeId, E>>, tonic::Status> {
+    match r {
+        Err(RaftError::Fatal(f)) => Err(tonic::Status::unavailable(format!("this member stopped: {f}"))),
+        r => Ok(r),
+    }
+}
+
 fn encode<T: Serialize>(v: &T) -> Result<tonic::Response<Payload>, tonic::Status> {
     serde_json::to_vec(v).map(|json| tonic::Response::new(Payload { json })).map_err(|e| tonic::Status::internal(e.to_string()))
 }
@@ -260,20 +272,23 @@ impl raft_server::Raft for Service {
     async fn append_entries(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
         let req: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
         self.heard(Some(req.vote.leader_id().voted_for().unwrap_or_default()))?;
-        encode(&self.member.raft.append_entries(req).await)
+        encode(&stopped(self.member.raft.append_entries(req).await)?)
     }
 
     async fn vote(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
         let req: VoteRequest<NodeId> = decode(request.get_ref())?;
         self.heard(req.vote.leader_id().voted_for())?;
-        encode(&self.member.raft.vote(req).await)
+        encode(&stopped(self.member.raft.vote(req).await)?)
     }
 
     async fn install_snapshot(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
         let msg: SnapshotMessage = decode(request.get_ref())?;
         self.heard(msg.vote.leader_id().voted_for())?;
         let snapshot = Snapshot { meta: msg.meta, snapshot: Box::new(Cursor::new(msg.data)) };
-        encode(&self.member.raft.install_full_snapshot(msg.vote, snapshot).await)
+        match self.member.raft.install_full_snapshot(msg.vote, snapshot).await {
+            Err(e) => Err(tonic::Status::unavailable(format!("this member stopped: {e}"))),
+            ok => encode(&ok),
+        }
     }
 
     async fn forward(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
