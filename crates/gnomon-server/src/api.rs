@@ -37,12 +37,21 @@ pub struct ApiState {
     pub hosts: Arc<HostPolicy>,
     /// The last readiness answer (reused for a second).
     pub ready: Arc<std::sync::Mutex<ReadyCheck>>,
+    /// The `gnomon.raft.v1` service, on a member of a `raft://` cluster.
+    pub raft: Option<gnomon_backend::raft::Service>,
 }
 
 impl ApiState {
     /// A state with one admin token (or none) and the default host policy.
     pub fn new(node: NodeHandle, metrics: Option<metrics_exporter_prometheus::PrometheusHandle>, token: Option<&str>) -> Self {
-        Self { node, metrics, auth: Authenticator::with_token(token), hosts: Arc::new(HostPolicy::default()), ready: Arc::default() }
+        Self {
+            node,
+            metrics,
+            auth: Authenticator::with_token(token),
+            hosts: Arc::new(HostPolicy::default()),
+            ready: Arc::default(),
+            raft: None,
+        }
     }
 }
 
@@ -110,11 +119,30 @@ pub fn router(state: ApiState) -> Router {
     let grpc =
         gnomon_proto::v1::worker_server::WorkerServer::new(crate::sessions::WorkerService::new(state.node.clone(), state.auth.clone()))
             .max_decoding_message_size(8 << 20);
-    Router::new()
+    let mut app = Router::new()
         .nest("/v1", v1)
         // The worker protocol (gRPC over HTTP/2) shares the listener.
-        .route_service("/gnomon.worker.v1.Worker/Session", grpc)
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route_service("/gnomon.worker.v1.Worker/Session", grpc);
+    if let Some(svc) = state.raft.clone() {
+        // So do the members of a raft cluster, with an admin credential.
+        let auth = state.auth.clone();
+        let server = gnomon_proto::raft::raft_server::RaftServer::new(svc).max_decoding_message_size(usize::MAX);
+        #[allow(clippy::result_large_err)] // tonic's interceptor signature
+        let raft = tonic::service::interceptor::InterceptedService::new(server, move |req: tonic::Request<()>| {
+            let given = req.metadata().get("authorization").map(|v| v.to_str().unwrap_or(""));
+            match auth.authenticate(given) {
+                Ok(p) if p.role == crate::auth::Role::Admin => Ok(req),
+                Ok(p) => Err(tonic::Status::permission_denied(format!(
+                    "credential {:?} ({}) may not speak for a raft member; members use an admin credential",
+                    p.name,
+                    p.role.as_str()
+                ))),
+                Err(d) => Err(tonic::Status::unauthenticated(d.to_string())),
+            }
+        });
+        app = app.route_service("/gnomon.raft.v1.Raft/{method}", raft);
+    }
+    app.route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text).route_layer(axum::middleware::from_fn_with_state(state.clone(), authorize)))
         .route("/ui", get(|| async { Html(crate::ui::PAGE) }))

@@ -92,7 +92,8 @@ fn refuse(request: &Request, status: StatusCode, code: &'static str, message: St
 /// The middleware: runs before authentication, on every route but the
 /// worker protocol's.
 pub async fn guard(State(policy): State<Arc<HostPolicy>>, request: Request, next: Next) -> Response {
-    if request.uri().path().starts_with("/gnomon.worker.v1.Worker/") {
+    let path = request.uri().path();
+    if path.starts_with("/gnomon.worker.v1.Worker/") || path.starts_with("/gnomon.raft.v1.Raft/") {
         return next.run(request).await;
     }
     match check(&policy, &request) {

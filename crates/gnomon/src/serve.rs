@@ -370,6 +370,8 @@ pub struct ServerArgs {
     access: AccessArgs,
     #[command(flatten)]
     leader: LeaderArgs,
+    #[command(flatten)]
+    raft: crate::raft_member::RaftArgs,
 }
 
 fn init_tracing() {
@@ -448,7 +450,7 @@ pub async fn dev(args: DevArgs, token: Option<String>, ca: Option<PathBuf>) -> a
     let store = open_store(&url).await.with_context(|| format!("opening store {url}"))?;
     let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
     let config = args.leader.node_config(node_id, addr.to_string(), "10s")?;
-    run_node(config, store, elector, addr, (auth, hosts, listen), Some(worker)).await
+    run_node(config, store, elector, addr, (auth, hosts, listen), Some(worker), None).await
 }
 
 pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>) -> anyhow::Result<()> {
@@ -462,14 +464,43 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
     let auth = args.access.authenticator(token.as_deref(), worker.as_mut())?;
     let listen = args.access.listen_config()?;
     gnomon_server::auth::check_listen(&addr, auth.enabled(), listen.tls.is_some(), args.insecure).map_err(|e| anyhow!(e))?;
-    let advertise = args.advertise.clone().unwrap_or_else(|| addr.to_string());
+    let store_kind = store_kind(&args.store.store)?;
+    // A raft member is reached at its --raft-peers address.
+    let raft_addr = match (store_kind, &args.raft.raft_peers, args.raft.raft_id) {
+        ("raft", Some(p), Some(id)) => crate::raft_member::parse_peers(p)?.get(&id).cloned(),
+        _ => None,
+    };
+    let advertise = args.advertise.clone().or(raft_addr).unwrap_or_else(|| addr.to_string());
     let hosts = args.access.hosts(&advertise)?;
     if let Some(w) = worker.as_mut() {
         w.tls = args.access.embedded_worker_tls(ca.as_deref());
     }
+    if store_kind == "raft" {
+        if !matches!(args.election.as_str(), "auto" | "raft") {
+            bail!("--store raft:// elects with raft itself; leave --election at auto");
+        }
+        if auth.enabled() && token.is_none() {
+            bail!("a raft member needs --token or GNOMON_TOKEN: the admin credential it presents to the other members");
+        }
+        let dir = crate::raft_member::raft_dir(&args.store.store)?;
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let _lock = lock_data_dir(&dir)?;
+        let member =
+            crate::raft_member::start(&args.store.store, &args.raft, token.as_deref(), listen.tls.is_some(), ca.as_deref()).await?;
+        let store: Arc<dyn gnomon_backend::Store> = Arc::new(gnomon_backend::raft::RaftStore { member: member.clone() });
+        let elector: Arc<dyn Elector> = Arc::new(gnomon_backend::raft::RaftElector::new(member.clone()));
+        tracing::info!(backend = "raft", member = member.id, "election backend");
+        let config = args.leader.node_config(node_id, advertise, "10s")?;
+        let raft = Some(member.service());
+        let r = run_node(config, store, elector, addr, (auth, hosts, listen), worker, raft).await;
+        member.shutdown().await;
+        return r;
+    }
+    if args.raft != crate::raft_member::RaftArgs::default() {
+        bail!("--raft-id, --raft-peers and --raft-bootstrap go with --store raft://DIR");
+    }
     let kind: ElectionKind = args.election.parse().map_err(|e: String| anyhow!(e))?;
     let fallback: Fallback = args.election_fallback.parse().map_err(|e: String| anyhow!(e))?;
-    let store_kind = store_kind(&args.store.store)?;
     let plan = plan_election(kind, args.etcd.is_some(), store_kind, fallback, args.single_server).map_err(|e| anyhow!(e))?;
     let ttl = gnomon_core::duration::parse_duration(&args.election_ttl).map_err(|e| anyhow!("--election-ttl: {e}"))?;
     if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&ttl) {
@@ -549,7 +580,7 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
     };
     tracing::info!(backend = elector.backend(), "election backend");
     let config = args.leader.node_config(node_id, advertise, if store_kind == "etcd" { "15s" } else { "10s" })?;
-    run_node(config, store, elector, addr, (auth, hosts, listen), worker).await
+    run_node(config, store, elector, addr, (auth, hosts, listen), worker, None).await
 }
 
 /// A store URL fit to print: whatever precedes an `@` (user and password)
@@ -572,7 +603,8 @@ fn store_kind(url: &str) -> anyhow::Result<&'static str> {
         "mysql" | "mariadb" => "mysql",
         "postgres" | "postgresql" => "postgres",
         "etcd" => "etcd",
-        _ => bail!("--store {:?} must start with sqlite://, mysql://, postgres:// or etcd://", without_credentials(url)),
+        "raft" => "raft",
+        _ => bail!("--store {:?} must start with sqlite://, mysql://, postgres://, etcd:// or raft://", without_credentials(url)),
     })
 }
 
@@ -594,12 +626,13 @@ async fn run_node(
     addr: SocketAddr,
     (auth, hosts, listen): (Authenticator, HostPolicy, ListenConfig),
     embedded_worker: Option<WorkerConfig>,
+    raft: Option<gnomon_backend::raft::Service>,
 ) -> anyhow::Result<()> {
     let metrics = gnomon_server::metrics_setup::install();
     let resign_first = elector.backend() != "local";
     let node = Node::new(config, store, elector, Arc::new(gnomon_core::SystemClock));
     let _reloader = auth.spawn_reloader(Duration::from_secs(1));
-    let state = ApiState { node: node.handle.clone(), metrics, auth, hosts: Arc::new(hosts), ready: Arc::default() };
+    let state = ApiState { node: node.handle.clone(), metrics, auth, hosts: Arc::new(hosts), ready: Arc::default(), raft };
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
     let scheme = if listen.tls.is_some() { "https" } else { "http" };

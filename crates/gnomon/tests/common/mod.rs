@@ -37,13 +37,19 @@ pub fn kill(pid: i32, sig: i32) {
 
 /// A tiny HTTP/1.1 client (no curl needed): method, path, optional JSON body.
 pub fn http(addr: &str, method: &str, path: &str, body: Option<&[u8]>) -> std::io::Result<(u16, Value)> {
+    http_as(None, addr, method, path, body)
+}
+
+/// [`http`] with a bearer token.
+pub fn http_as(token: Option<&str>, addr: &str, method: &str, path: &str, body: Option<&[u8]>) -> std::io::Result<(u16, Value)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let body = body.unwrap_or(b"");
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     )?;
     s.write_all(body)?;

@@ -1,0 +1,127 @@
+//! `gnomon server --store raft://DIR`: this server is a member of an
+//! embedded Raft cluster that replicates the store.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context};
+use clap::Args;
+use gnomon_backend::raft::{Member, RaftConfig};
+
+/// The flags of a `raft://` member.
+#[derive(Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct RaftArgs {
+    /// This member's id in the cluster (with --store raft://DIR).
+    #[arg(long, value_name = "N")]
+    pub raft_id: Option<u64>,
+    /// Every voting member, `ID=HOST:PORT` separated by commas (this one
+    /// included): the address is the member's gnomon listener.
+    #[arg(long, value_name = "ID=HOST:PORT,…")]
+    pub raft_peers: Option<String>,
+    /// Make the --raft-peers a new cluster if this member has no data yet
+    /// (give it on one member, the first time; a member that already
+    /// belongs to a cluster ignores it).
+    #[arg(long)]
+    pub raft_bootstrap: bool,
+}
+
+/// The directory of a `raft://DIR` store URL.
+pub fn raft_dir(url: &str) -> anyhow::Result<PathBuf> {
+    let path = url.strip_prefix("raft://").ok_or_else(|| anyhow!("not a raft:// store URL"))?;
+    if path.is_empty() || path.contains('?') {
+        bail!("--store raft://DIR takes a directory, e.g. raft:///var/lib/gnomon/raft");
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// Parses `1=h1:7400,2=h2:7400,3=h3:7400`.
+pub fn parse_peers(list: &str) -> anyhow::Result<BTreeMap<u64, String>> {
+    let mut peers = BTreeMap::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (id, addr) = item.split_once('=').ok_or_else(|| anyhow!("--raft-peers: {item:?} is not ID=HOST:PORT"))?;
+        let id: u64 =
+            id.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| anyhow!("--raft-peers: {id:?} is not a member id (1 or more)"))?;
+        let addr = addr.trim();
+        let port = addr.rsplit_once(':').and_then(|(h, p)| (!h.is_empty()).then_some(p)).and_then(|p| p.parse::<u16>().ok());
+        if port.is_none_or(|p| p == 0) {
+            bail!("--raft-peers: {addr:?} (member {id}) is not HOST:PORT");
+        }
+        if peers.insert(id, addr.to_string()).is_some() {
+            bail!("--raft-peers: member {id} is listed twice");
+        }
+    }
+    if peers.is_empty() {
+        bail!("--raft-peers lists no member");
+    }
+    Ok(peers)
+}
+
+/// How this member reaches the others: HTTPS when the listener has TLS
+/// (trusting `ca`, else the web roots).
+fn connect(tls: bool, ca: Option<&Path>) -> anyhow::Result<Option<gnomon_backend::raft::Connect>> {
+    if !tls {
+        return Ok(None);
+    }
+    let mut config = tonic::transport::ClientTlsConfig::new().with_enabled_roots();
+    if let Some(ca) = ca {
+        let pem = std::fs::read(ca).with_context(|| format!("reading --ca {}", ca.display()))?;
+        config = config.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+    }
+    Ok(Some(Arc::new(move |addr: &str| {
+        tonic::transport::Channel::from_shared(format!("https://{addr}"))
+            .map_err(|e| e.to_string())?
+            .tls_config(config.clone())
+            .map(|e| e.connect_timeout(std::time::Duration::from_secs(2)).tcp_nodelay(true).connect_lazy())
+            .map_err(|e| e.to_string())
+    })))
+}
+
+/// Starts this member (and bootstraps the cluster when asked and new).
+pub async fn start(url: &str, args: &RaftArgs, token: Option<&str>, tls: bool, ca: Option<&Path>) -> anyhow::Result<Arc<Member>> {
+    let dir = raft_dir(url)?;
+    let id = args.raft_id.ok_or_else(|| anyhow!("--store raft:// needs --raft-id (this member's id)"))?;
+    let peers = parse_peers(args.raft_peers.as_deref().ok_or_else(|| anyhow!("--store raft:// needs --raft-peers"))?)?;
+    if !peers.contains_key(&id) {
+        bail!("--raft-peers does not list this member's id {id}");
+    }
+    let mut config = RaftConfig::new(id, dir, peers);
+    config.token = token.map(str::to_string);
+    config.connect = connect(tls, ca)?;
+    let member = Member::start(config).await.map_err(|e| anyhow!("cannot start the raft member: {e}"))?;
+    if args.raft_bootstrap {
+        if member.raft.is_initialized().await.unwrap_or(true) {
+            tracing::info!("this member already belongs to a raft cluster; --raft-bootstrap is ignored");
+        } else {
+            member.bootstrap().await.map_err(|e| anyhow!("{e}"))?;
+            tracing::info!("bootstrapped a new raft cluster");
+        }
+    }
+    Ok(member)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_parse_and_bad_ones_are_explained() {
+        let p = parse_peers("1=h1:7400, 2=h2:7401,3=[::1]:7402").unwrap();
+        assert_eq!(p.len(), 3);
+        assert_eq!(p[&3], "[::1]:7402");
+        for (bad, says) in [
+            ("1=h1", "HOST:PORT"),
+            ("0=h:1", "member id"),
+            ("x=h:1", "member id"),
+            ("1=h:1,1=h:2", "twice"),
+            ("", "no member"),
+            ("1=:80", "HOST:PORT"),
+            ("1=h:0", "HOST:PORT"),
+        ] {
+            let e = parse_peers(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+        assert!(raft_dir("raft://").is_err());
+        assert_eq!(raft_dir("raft:///var/lib/g").unwrap(), PathBuf::from("/var/lib/g"));
+    }
+}

@@ -1,0 +1,254 @@
+//! The embedded Raft store at process level: three `gnomon server --store
+//! raft://…` members on loopback, each with an embedded worker, and a job
+//! that fires every second with `fire_all` (every missed second caught up).
+//! The leader is SIGKILLed, then the next one is SIGSTOPped past the
+//! election timeout and resumed, then the killed member restarts from its
+//! directory. The whole history must show every second fired exactly once,
+//! and every run end; the stopped leader must come back as a follower.
+//!
+//! Bounds are generous (shared, noisy machines); failover times are
+//! measured by the benchmarks, not asserted here.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+mod common;
+use common::*;
+
+/// The admin credential of every member (raft traffic presents it too).
+const TOKEN: &str = "raft-test-admin-credential-0123456789";
+
+fn http(addr: &str, method: &str, path: &str, body: Option<&[u8]>) -> std::io::Result<(u16, Value)> {
+    http_as(Some(TOKEN), addr, method, path, body)
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    ports: Vec<u16>,
+    procs: Vec<Option<Proc>>,
+}
+
+impl Cluster {
+    fn peers(&self) -> String {
+        self.ports.iter().enumerate().map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",")
+    }
+
+    fn addr(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.ports[i])
+    }
+
+    fn start(&mut self, i: usize) {
+        let mut args: Vec<String> = vec![
+            "server".into(),
+            "--store".into(),
+            format!("raft://{}", self.dir.path().join(format!("m{}", i + 1)).display()),
+            "--raft-id".into(),
+            (i + 1).to_string(),
+            "--raft-peers".into(),
+            self.peers(),
+            "--listen".into(),
+            self.addr(i),
+            "--node-id".into(),
+            format!("n{}", i + 1),
+            "--capacity".into(),
+            "4".into(),
+            "--misfire-grace".into(),
+            "1h".into(),
+            "--token".into(),
+            TOKEN.into(),
+        ];
+        if i == 0 {
+            args.push("--raft-bootstrap".into());
+        }
+        self.procs[i] = Some(Proc::spawn(self.dir.path(), &format!("m{}", i + 1), &args));
+    }
+
+    /// The member that leads, as the live ones agree (index into `procs`).
+    fn leader(&self) -> Option<usize> {
+        let mut seen = None;
+        for i in 0..3 {
+            if self.procs[i].is_none() {
+                continue;
+            }
+            if let Ok((200, v)) = http(&self.addr(i), "GET", "/v1/leader", None) {
+                if v["is_self"] == json!(true) {
+                    seen = Some(i);
+                }
+            }
+        }
+        seen
+    }
+
+    fn any_live(&self) -> usize {
+        (0..3).find(|i| self.procs[*i].is_some()).expect("a live member")
+    }
+
+    fn runs(&self, at: usize) -> Vec<Value> {
+        match http(&self.addr(at), "GET", "/v1/runs?job=tick&limit=1000", None) {
+            Ok((200, v)) => v["runs"].as_array().cloned().unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+fn scheduled(r: &Value) -> i64 {
+    r["id"].as_str().and_then(|id| id.rsplit('-').next()).and_then(|t| t.parse().ok()).expect("a scheduled run id")
+}
+
+#[test]
+fn raft_cluster_survives_kill_pause_and_restart_without_duplicates_or_gaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = vec![free_port(), free_port(), free_port()];
+    let mut c = Cluster { dir, ports, procs: vec![None, None, None] };
+    for i in 0..3 {
+        c.start(i);
+    }
+    wait_until("a leader", Duration::from_secs(30), || c.leader().is_some());
+    let job = json!({"name": "tick", "schedule": {"every": "1s"}, "misfire": "fire_all",
+                     "executor": {"shell": {"command": "true"}}});
+    // Created through a member that does not lead: the write is forwarded.
+    let leader = c.leader().unwrap();
+    let follower = (leader + 1) % 3;
+    let (status, body) = http(&c.addr(follower), "POST", "/v1/jobs", Some(job.to_string().as_bytes())).unwrap();
+    assert_eq!(status, 201, "{body}");
+    // Without the credential, nothing is read.
+    assert_eq!(http_as(None, &c.addr(follower), "GET", "/v1/jobs", None).unwrap().0, 401);
+    wait_until("three runs", Duration::from_secs(30), || c.runs(follower).len() >= 3);
+
+    // SIGKILL the leader: another takes over.
+    let first = c.leader().expect("a leader");
+    c.procs[first].take().unwrap().signal(SIGKILL);
+    wait_until("a new leader after SIGKILL", Duration::from_secs(30), || c.leader().is_some_and(|l| l != first));
+    let at = c.any_live();
+    let before = c.runs(at).len();
+    wait_until("fires after the failover", Duration::from_secs(30), || c.runs(at).len() >= before + 3);
+
+    // SIGSTOP the new leader past the election timeout: the last one takes
+    // over; resumed, the stopped one is a follower.
+    let second = c.leader().expect("a leader");
+    let paused = c.procs[second].as_ref().unwrap().pid();
+    kill(paused, SIGSTOP);
+    let third = (0..3).find(|i| *i != second && c.procs[*i].is_some()).unwrap();
+    // With one member killed and one paused, no quorum: nothing fires and
+    // writes are refused until the killed member is back.
+    c.start(first);
+    let third_addr = c.addr(third);
+    let paused_holder = json!(format!("n{}", second + 1));
+    wait_until(
+        "a leader other than the paused one",
+        Duration::from_secs(60),
+        || matches!(http(&third_addr, "GET", "/v1/leader", None), Ok((200, v)) if v["holder"] != paused_holder && v["holder"].is_string()),
+    );
+    kill(paused, SIGCONT);
+    wait_until(
+        "the resumed member to follow",
+        Duration::from_secs(30),
+        || matches!(http(&c.addr(second), "GET", "/v1/leader", None), Ok((200, v)) if v["is_self"] == json!(false) && v["holder"].is_string()),
+    );
+    // The restarted member has the job (its data dir and the log).
+    wait_until("the restarted member to serve the job", Duration::from_secs(30), || {
+        matches!(http(&c.addr(first), "GET", "/v1/jobs/tick", None), Ok((200, _)))
+    });
+    let at = c.any_live();
+    let before = c.runs(at).len();
+    wait_until("fires after the pause", Duration::from_secs(30), || c.runs(at).len() >= before + 3);
+
+    // Every run ends; then the history: each second exactly once, no gaps.
+    std::thread::sleep(Duration::from_secs(2));
+    let mut runs = Vec::new();
+    wait_until("every run to end", Duration::from_secs(60), || {
+        runs = c.runs(at);
+        let newest = runs.iter().map(scheduled).max().unwrap_or(0);
+        // The newest seconds may still run; everything 5 s older has ended.
+        runs.iter().filter(|r| scheduled(r) < newest - 5000).all(|r| matches!(r["state"].as_str(), Some("succeeded" | "skipped")))
+    });
+    let times: Vec<i64> = runs.iter().map(scheduled).collect();
+    let unique: BTreeSet<i64> = times.iter().copied().collect();
+    assert_eq!(unique.len(), times.len(), "a second fired twice: {times:?}");
+    let (lo, hi) = (*unique.first().unwrap(), *unique.last().unwrap());
+    let missing: Vec<i64> = (0..=(hi - lo) / 1000).map(|k| lo + k * 1000).filter(|t| !unique.contains(t)).collect();
+    assert!(missing.is_empty(), "seconds never fired: {missing:?} (history {lo}..={hi})");
+    assert!(unique.len() >= 9, "{} runs", unique.len());
+    // The members agree.
+    for i in 0..3 {
+        let mine: BTreeSet<i64> = c.runs(i).iter().map(scheduled).filter(|t| *t <= hi).collect();
+        assert_eq!(mine, unique, "member {} differs", i + 1);
+    }
+}
+
+#[test]
+fn raft_flags_are_checked_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let mut p = Proc::spawn(dir.path(), "bad", &args.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let status = p.wait_exit(Duration::from_secs(30)).expect("exits");
+        assert!(!status.success());
+        p.log()
+    };
+    let store = format!("raft://{}", dir.path().join("m").display());
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let log = run(&["server", "--store", &store, "--listen", &listen]);
+    assert!(log.contains("needs --raft-id"), "{log}");
+    let log = run(&["server", "--store", &store, "--listen", &listen, "--raft-id", "4", "--raft-peers", "1=127.0.0.1:1,2=127.0.0.1:2"]);
+    assert!(log.contains("does not list this member's id 4"), "{log}");
+    let log = run(&["server", "--store", &store, "--listen", &listen, "--raft-id", "1", "--raft-peers", "1=nohost"]);
+    assert!(log.contains("is not HOST:PORT"), "{log}");
+    let sqlite = format!("sqlite://{}", dir.path().join("x.db").display());
+    let log = run(&["server", "--store", &sqlite, "--listen", &listen, "--raft-id", "1"]);
+    assert!(log.contains("go with --store raft://"), "{log}");
+}
+
+/// Raft traffic needs the admin credential like the API: a caller without
+/// one, or with another, is refused before the member reads the message.
+#[test]
+fn raft_traffic_needs_an_admin_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let args: Vec<String> = [
+        "server",
+        "--store",
+        &format!("raft://{}", dir.path().join("m1").display()),
+        "--raft-id",
+        "1",
+        "--raft-peers",
+        &format!("1={addr}"),
+        "--raft-bootstrap",
+        "--listen",
+        &addr,
+        "--token",
+        TOKEN,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let _member = Proc::spawn(dir.path(), "m1", &args);
+    wait_until(
+        "the member to lead",
+        Duration::from_secs(30),
+        || matches!(http(&addr, "GET", "/v1/leader", None), Ok((200, v)) if v["is_self"] == json!(true)),
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+        for token in [None, Some("not-the-admin-credential-at-all")] {
+            let mut client = gnomon_proto::raft::raft_client::RaftClient::new(channel.clone());
+            let mut req = tonic::Request::new(gnomon_proto::raft::Payload { json: b"1".to_vec() });
+            if let Some(t) = token {
+                req.metadata_mut().insert("authorization", format!("Bearer {t}").parse().unwrap());
+            }
+            let e = client.read_index(req).await.expect_err("refused");
+            assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+        }
+        // With the credential the same call is answered (this member leads).
+        let mut client = gnomon_proto::raft::raft_client::RaftClient::new(channel);
+        let mut req = tonic::Request::new(gnomon_proto::raft::Payload { json: b"1".to_vec() });
+        req.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        let answer = client.read_index(req).await.expect("answered").into_inner();
+        let v: Value = serde_json::from_slice(&answer.json).unwrap();
+        assert!(v.get("Ok").is_some(), "{v}");
+    });
+}
