@@ -77,6 +77,18 @@ fn connect(tls: bool, ca: Option<&Path>) -> anyhow::Result<Option<gnomon_backend
     })))
 }
 
+/// The admin credential this member presents to the others: `--token`, or
+/// the contents of `--token-file`.
+pub fn own_credential(token: Option<&str>, token_file: Option<&Path>) -> anyhow::Result<Option<String>> {
+    Ok(match (token, token_file) {
+        (Some(t), _) => Some(t.to_string()),
+        (None, Some(f)) => {
+            Some(std::fs::read_to_string(f).with_context(|| format!("reading --token-file {}", f.display()))?.trim().to_string())
+        }
+        (None, None) => None,
+    })
+}
+
 /// Starts this member (and bootstraps the cluster when asked and new).
 pub async fn start(url: &str, args: &RaftArgs, token: Option<&str>, tls: bool, ca: Option<&Path>) -> anyhow::Result<Arc<Member>> {
     let dir = raft_dir(url)?;

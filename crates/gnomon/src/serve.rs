@@ -479,14 +479,14 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
         if !matches!(args.election.as_str(), "auto" | "raft") {
             bail!("--store raft:// elects with raft itself; leave --election at auto");
         }
-        if auth.enabled() && token.is_none() {
-            bail!("a raft member needs --token or GNOMON_TOKEN: the admin credential it presents to the other members");
+        let own = crate::raft_member::own_credential(token.as_deref(), args.access.token_file.as_deref())?;
+        if auth.enabled() && own.is_none() {
+            bail!("a raft member needs --token or --token-file: the admin credential it presents to the other members");
         }
         let dir = crate::raft_member::raft_dir(&args.store.store)?;
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let _lock = lock_data_dir(&dir)?;
-        let member =
-            crate::raft_member::start(&args.store.store, &args.raft, token.as_deref(), listen.tls.is_some(), ca.as_deref()).await?;
+        let member = crate::raft_member::start(&args.store.store, &args.raft, own.as_deref(), listen.tls.is_some(), ca.as_deref()).await?;
         let store: Arc<dyn gnomon_backend::Store> = Arc::new(gnomon_backend::raft::RaftStore { member: member.clone() });
         let elector: Arc<dyn Elector> = Arc::new(gnomon_backend::raft::RaftElector::new(member.clone()));
         tracing::info!(backend = "raft", member = member.id, "election backend");
