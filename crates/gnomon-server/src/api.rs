@@ -66,7 +66,7 @@ impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self { status, code, message: message.into() }
     }
-    fn bad(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 }
@@ -99,7 +99,7 @@ impl From<StoreError> for ApiError {
     }
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 pub fn router(state: ApiState) -> Router {
     let v1 = Router::new()
@@ -114,6 +114,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/workers", get(list_workers))
         .route("/leader", get(leader))
         .route("/openapi.json", get(openapi))
+        .merge(crate::cluster_api::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .layer(axum::middleware::from_fn_with_state(state.clone(), authorize));
     let grpc =
@@ -212,6 +213,9 @@ fn required_role(method: &axum::http::Method, path: &str) -> (Role, &'static str
     if path.starts_with("/runs/") && path.ends_with("/cancel") {
         return (Role::Operator, "cancelling a run");
     }
+    if path.starts_with("/cluster") {
+        return (Role::Admin, "changing the cluster's members");
+    }
     (Role::Admin, "creating, updating or deleting a job")
 }
 
@@ -266,7 +270,7 @@ async fn authorize(State(state): State<ApiState>, mut request: Request, next: Ne
 }
 
 /// The caller, as [`authorize`] left it (fails closed if it is missing).
-fn caller(req: &Request) -> ApiResult<Principal> {
+pub(crate) fn caller(req: &Request) -> ApiResult<Principal> {
     req.extensions()
         .get::<Principal>()
         .cloned()
@@ -304,7 +308,7 @@ fn query<T: serde::de::DeserializeOwned>(raw: Option<&str>) -> ApiResult<T> {
     serde_urlencoded::from_str(raw.unwrap_or("")).map_err(|e| ApiError::bad("invalid_query", e.to_string()))
 }
 
-async fn read_body(body: Body) -> ApiResult<Vec<u8>> {
+pub(crate) async fn read_body(body: Body) -> ApiResult<Vec<u8>> {
     axum::body::to_bytes(body, MAX_BODY_BYTES).await.map(|b| b.to_vec()).map_err(|_| {
         ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", format!("request body is larger than {MAX_BODY_BYTES} bytes"))
     })
@@ -646,10 +650,28 @@ async fn list_workers(State(state): State<ApiState>) -> impl IntoResponse {
     Json(json!({"workers": workers}))
 }
 
+/// A raft member that cannot serve: its state, said plainly.
+fn degraded(st: &gnomon_backend::raft::Status, why: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "degraded",
+        format!(
+            "this member of the raft cluster is {} in term {} and {}: it serves no reads and takes no writes ({why})",
+            st.state,
+            st.term,
+            if st.leader.is_some() { "cannot confirm reads with the leader" } else { "knows no leader" }
+        ),
+    )
+}
+
 async fn leader(State(state): State<ApiState>) -> ApiResult<impl IntoResponse> {
-    let record = state.node.store.leadership(SCOPE).await?;
+    let raft = state.raft.as_ref().map(|s| s.member.status());
+    let record = match state.node.store.leadership(SCOPE).await {
+        Ok(r) => r,
+        Err(e) => return Err(raft.as_ref().map_or_else(|| ApiError::from(e.clone()), |st| degraded(st, &e))),
+    };
     let me = state.node.leading_token();
-    Ok(Json(match record {
+    let mut answer = match record {
         Some(r) => json!({
             "scope": r.scope, "backend": r.backend, "holder": r.holder, "token": r.token,
             "address": r.address, "since": format_millis(r.since),
@@ -661,7 +683,11 @@ async fn leader(State(state): State<ApiState>) -> ApiResult<impl IntoResponse> {
             json!({"scope": SCOPE, "backend": state.node.elector_backend, "holder": null, "token": null, "address": null, "since": null, "is_self": false,
                    "answered_by": state.node.config.node_id})
         }
-    }))
+    };
+    if let Some(st) = raft {
+        answer["raft"] = serde_json::to_value(st).unwrap_or(Value::Null);
+    }
+    Ok(Json(answer))
 }
 
 /// How long a readiness answer is reused: `/readyz` needs no credential,
@@ -672,6 +698,9 @@ const READY_CACHE: std::time::Duration = std::time::Duration::from_secs(1);
 pub type ReadyCheck = Option<(std::time::Instant, Result<bool, ApiError>)>;
 
 async fn readyz(State(state): State<ApiState>) -> Response {
+    if let Some(st) = state.raft.as_ref().map(|s| s.member.status()).filter(|st| st.degraded) {
+        return degraded(&st, "no leader").into_response();
+    }
     let cached = state.ready.lock().ok().and_then(|c| c.clone()).filter(|(at, _)| at.elapsed() < READY_CACHE).map(|(_, r)| r);
     let result = match cached {
         Some(r) => r,
@@ -689,7 +718,10 @@ async fn readyz(State(state): State<ApiState>) -> Response {
     match result {
         Ok(true) => Json(json!({"status": "ready", "leading": state.node.leading_token().is_some()})).into_response(),
         Ok(false) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no_leader", "no leader has been elected yet").into_response(),
-        Err(e) => e.into_response(),
+        Err(e) => match state.raft.as_ref().map(|s| s.member.status()) {
+            Some(st) => degraded(&st, &e.message).into_response(),
+            None => e.into_response(),
+        },
     }
 }
 

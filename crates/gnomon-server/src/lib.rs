@@ -5,6 +5,7 @@
 pub mod api;
 pub mod auth;
 pub mod browser;
+mod cluster_api;
 pub mod leader;
 pub mod listener;
 pub mod metrics_setup;

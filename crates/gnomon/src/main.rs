@@ -68,9 +68,29 @@ enum Command {
     Worker(WorkerCommand),
     /// Show who leads.
     Leader,
+    /// The members of a raft:// cluster: status, learners, promotion, removal.
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
     /// Make credentials for --auth-file.
     #[command(subcommand)]
     Auth(auth_cmd::AuthCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCmd {
+    /// Every member, its role (voter or learner) and how far it has the log.
+    Status,
+    /// Add a member that receives the log but does not vote (answers once
+    /// it has caught up); start it first with its own --raft-id.
+    AddLearner {
+        id: u64,
+        /// HOST:PORT of the new member's gnomon listener.
+        address: String,
+    },
+    /// Make a learner a voter.
+    Promote { id: u64 },
+    /// Remove a voter or a learner from the cluster.
+    Remove { id: u64 },
 }
 
 #[derive(Subcommand, Debug)]
@@ -211,6 +231,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Command::Run(cmd) => runs(&c, cmd, out).await,
                 Command::Worker(WorkerCommand { cmd: Some(WorkerCmd::List), .. }) => table::workers(&c.get("/v1/workers", &[]).await?, out),
                 Command::Leader => table::leader(&c.get("/v1/leader", &[]).await?, out),
+                Command::Cluster(cmd) => {
+                    let v = match cmd {
+                        ClusterCmd::Status => c.get("/v1/cluster", &[]).await?,
+                        ClusterCmd::AddLearner { id, address } => {
+                            c.send("POST", "/v1/cluster/learners", &[], Some(serde_json::json!({"id": id, "address": address}))).await?
+                        }
+                        ClusterCmd::Promote { id } => c.send("POST", &format!("/v1/cluster/members/{id}/promote"), &[], None).await?,
+                        ClusterCmd::Remove { id } => {
+                            c.send("DELETE", &format!("/v1/cluster/members/{id}"), &[], None).await?["status"].take()
+                        }
+                    };
+                    table::cluster(&v, out)
+                }
                 Command::Dev(_)
                 | Command::Server(_)
                 | Command::Migrate(_)

@@ -159,6 +159,26 @@ pub fn workers(v: &Value, out: Output) -> anyhow::Result<()> {
     Ok(())
 }
 
+pub fn cluster(v: &Value, out: Output) -> anyhow::Result<()> {
+    if out == Output::Json {
+        return json(v);
+    }
+    println!(
+        "this member: {}  state: {}  term: {}  leader: {}  applied: {}",
+        s(&v["this"]),
+        s(&v["state"]),
+        s(&v["term"]),
+        s(&v["leader"]),
+        s(&v["applied"])
+    );
+    let rows = v["members"]
+        .as_array()
+        .map(|ms| ms.iter().map(|m| vec![s(&m["id"]), s(&m["address"]), s(&m["role"]), s(&m["matched"])]).collect())
+        .unwrap_or_default();
+    print_table(&["id", "address", "role", "matched"], rows);
+    Ok(())
+}
+
 pub fn leader(v: &Value, out: Output) -> anyhow::Result<()> {
     if out == Output::Json {
         return json(v);

@@ -31,8 +31,9 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// The three founding members.
     fn peers(&self) -> String {
-        self.ports.iter().enumerate().map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",")
+        self.ports.iter().take(3).enumerate().map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",")
     }
 
     fn addr(&self, i: usize) -> String {
@@ -40,6 +41,7 @@ impl Cluster {
     }
 
     fn start(&mut self, i: usize) {
+        let peers = if i < 3 { self.peers() } else { format!("{}={}", i + 1, self.addr(i)) };
         let mut args: Vec<String> = vec![
             "server".into(),
             "--store".into(),
@@ -47,7 +49,7 @@ impl Cluster {
             "--raft-id".into(),
             (i + 1).to_string(),
             "--raft-peers".into(),
-            self.peers(),
+            peers,
             "--listen".into(),
             self.addr(i),
             "--node-id".into(),
@@ -68,7 +70,7 @@ impl Cluster {
     /// The member that leads, as the live ones agree (index into `procs`).
     fn leader(&self) -> Option<usize> {
         let mut seen = None;
-        for i in 0..3 {
+        for i in 0..self.procs.len() {
             if self.procs[i].is_none() {
                 continue;
             }
@@ -82,7 +84,7 @@ impl Cluster {
     }
 
     fn any_live(&self) -> usize {
-        (0..3).find(|i| self.procs[*i].is_some()).expect("a live member")
+        (0..self.procs.len()).find(|i| self.procs[*i].is_some()).expect("a live member")
     }
 
     fn runs(&self, at: usize) -> Vec<Value> {
@@ -91,6 +93,17 @@ impl Cluster {
             _ => Vec::new(),
         }
     }
+}
+
+/// Every second between the first and last run fired exactly once.
+fn check_history(runs: &[Value]) -> (i64, i64) {
+    let times: Vec<i64> = runs.iter().map(scheduled).collect();
+    let unique: BTreeSet<i64> = times.iter().copied().collect();
+    assert_eq!(unique.len(), times.len(), "a second fired twice: {times:?}");
+    let (lo, hi) = (*unique.first().unwrap(), *unique.last().unwrap());
+    let missing: Vec<i64> = (0..=(hi - lo) / 1000).map(|k| lo + k * 1000).filter(|t| !unique.contains(t)).collect();
+    assert!(missing.is_empty(), "seconds never fired: {missing:?} (history {lo}..={hi})");
+    (lo, hi)
 }
 
 fn scheduled(r: &Value) -> i64 {
@@ -131,8 +144,20 @@ fn raft_cluster_survives_kill_pause_and_restart_without_duplicates_or_gaps() {
     let paused = c.procs[second].as_ref().unwrap().pid();
     kill(paused, SIGSTOP);
     let third = (0..3).find(|i| *i != second && c.procs[*i].is_some()).unwrap();
-    // With one member killed and one paused, no quorum: nothing fires and
-    // writes are refused until the killed member is back.
+    // With one member killed and one paused, no quorum: the last one says
+    // it is degraded, and refuses reads and writes, until the killed
+    // member is back.
+    let alone = c.addr(third);
+    wait_until(
+        "the member without a quorum to say it is degraded",
+        Duration::from_secs(30),
+        || matches!(http(&alone, "GET", "/readyz", None), Ok((503, v)) if v["error"]["code"] == json!("degraded")),
+    );
+    let (status, v) = http(&alone, "GET", "/v1/leader", None).unwrap();
+    assert_eq!((status, v["error"]["code"].clone()), (503, json!("degraded")), "{v}");
+    let other = json!({"name": "other", "schedule": {"every": "1h"}, "executor": {"shell": {"command": "true"}}}).to_string();
+    let (status, v) = http(&alone, "POST", "/v1/jobs", Some(other.as_bytes())).unwrap();
+    assert_eq!(status, 503, "{v}");
     c.start(first);
     let third_addr = c.addr(third);
     let paused_holder = json!(format!("n{}", second + 1));
@@ -164,12 +189,8 @@ fn raft_cluster_survives_kill_pause_and_restart_without_duplicates_or_gaps() {
         // The newest seconds may still run; everything 5 s older has ended.
         runs.iter().filter(|r| scheduled(r) < newest - 5000).all(|r| matches!(r["state"].as_str(), Some("succeeded" | "skipped")))
     });
-    let times: Vec<i64> = runs.iter().map(scheduled).collect();
-    let unique: BTreeSet<i64> = times.iter().copied().collect();
-    assert_eq!(unique.len(), times.len(), "a second fired twice: {times:?}");
-    let (lo, hi) = (*unique.first().unwrap(), *unique.last().unwrap());
-    let missing: Vec<i64> = (0..=(hi - lo) / 1000).map(|k| lo + k * 1000).filter(|t| !unique.contains(t)).collect();
-    assert!(missing.is_empty(), "seconds never fired: {missing:?} (history {lo}..={hi})");
+    let (_, hi) = check_history(&runs);
+    let unique: BTreeSet<i64> = runs.iter().map(scheduled).collect();
     assert!(unique.len() >= 9, "{} runs", unique.len());
     // The members agree.
     for i in 0..3 {
@@ -251,4 +272,79 @@ fn raft_traffic_needs_an_admin_credential() {
         let v: Value = serde_json::from_slice(&answer.json).unwrap();
         assert!(v.get("Ok").is_some(), "{v}");
     });
+}
+
+/// A fourth member joins as a learner (it catches up and serves reads),
+/// is promoted to voter, and the leader is removed; scheduling goes on with
+/// every second fired once. Bad membership requests change nothing.
+#[test]
+fn members_are_added_promoted_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = vec![free_port(), free_port(), free_port(), free_port()];
+    let mut c = Cluster { dir, ports, procs: vec![None, None, None, None] };
+    for i in 0..3 {
+        c.start(i);
+    }
+    wait_until("a leader", Duration::from_secs(30), || c.leader().is_some());
+    let job = json!({"name": "tick", "schedule": {"every": "1s"}, "misfire": "fire_all",
+                     "executor": {"shell": {"command": "true"}}});
+    let leader = c.leader().unwrap();
+    let follower = (leader + 1) % 3;
+    assert_eq!(http(&c.addr(follower), "POST", "/v1/jobs", Some(job.to_string().as_bytes())).unwrap().0, 201);
+    wait_until("three runs", Duration::from_secs(30), || c.runs(follower).len() >= 3);
+
+    // Refused, and nothing changes.
+    let bad = [
+        ("POST", "/v1/cluster/learners", Some(json!({"id": 4, "address": "nohost"})), 400),
+        ("POST", "/v1/cluster/learners", Some(json!({"id": 0, "address": "127.0.0.1:1"})), 400),
+        ("POST", "/v1/cluster/learners", Some(json!({"id": 4, "address": "127.0.0.1:1", "role": "x"})), 400),
+        ("POST", "/v1/cluster/members/9/promote", None, 409),
+        ("POST", "/v1/cluster/members/x/promote", None, 400),
+        ("DELETE", "/v1/cluster/members/9", None, 409),
+    ];
+    for (method, path, body, want) in bad {
+        let body = body.map(|b| b.to_string());
+        let (status, v) = http(&c.addr(follower), method, path, body.as_deref().map(str::as_bytes)).unwrap();
+        assert_eq!(status, want, "{method} {path}: {v}");
+        assert!(v["error"]["code"].is_string(), "{v}");
+    }
+    let (_, st) = http(&c.addr(follower), "GET", "/v1/cluster", None).unwrap();
+    assert_eq!(st["members"].as_array().map(Vec::len), Some(3), "{st}");
+
+    // A fourth member starts on its own and is added as a learner through
+    // a follower (forwarded to the leader); it then serves linearizable reads.
+    c.start(3);
+    let add = json!({"id": 4, "address": c.addr(3)}).to_string();
+    let (status, st) = http(&c.addr(follower), "POST", "/v1/cluster/learners", Some(add.as_bytes())).unwrap();
+    assert_eq!(status, 200, "{st}");
+    let role =
+        |st: &Value, id: u64| st["members"].as_array().and_then(|ms| ms.iter().find(|m| m["id"] == json!(id)).map(|m| m["role"].clone()));
+    assert_eq!(role(&st, 4), Some(json!("learner")), "{st}");
+    wait_until("the learner to serve the job", Duration::from_secs(30), || {
+        matches!(http(&c.addr(3), "GET", "/v1/jobs/tick", None), Ok((200, _)))
+    });
+
+    // Promoted, it votes; then the leader is removed and stopped.
+    let (status, st) = http(&c.addr(follower), "POST", "/v1/cluster/members/4/promote", None).unwrap();
+    assert_eq!(status, 200, "{st}");
+    assert_eq!(role(&st, 4), Some(json!("voter")), "{st}");
+    let leader = c.leader().expect("a leader");
+    let survivor = (0..4).find(|i| *i != leader).unwrap();
+    let (status, v) = http(&c.addr(survivor), "DELETE", &format!("/v1/cluster/members/{}", leader + 1), None).unwrap();
+    assert_eq!(status, 200, "{v}");
+    wait_until("a leader among the remaining members", Duration::from_secs(30), || {
+        matches!(http(&c.addr(survivor), "GET", "/v1/cluster", None), Ok((200, v))
+            if v["leader"].as_u64().is_some_and(|l| l != leader as u64 + 1)
+            && v["members"].as_array().is_some_and(|ms| ms.len() == 3 && ms.iter().all(|m| m["role"] == json!("voter"))))
+    });
+    c.procs[leader].take().unwrap().signal(SIGTERM);
+    let before = c.runs(survivor).len();
+    wait_until("fires after the removal", Duration::from_secs(30), || c.runs(survivor).len() >= before + 3);
+    std::thread::sleep(Duration::from_secs(2));
+    let (_, hi) = check_history(&c.runs(survivor));
+    for i in (0..4).filter(|i| *i != leader) {
+        let mine: BTreeSet<i64> = c.runs(i).iter().map(scheduled).filter(|t| *t <= hi).collect();
+        let all: BTreeSet<i64> = c.runs(survivor).iter().map(scheduled).filter(|t| *t <= hi).collect();
+        assert_eq!(mine, all, "member {} differs", i + 1);
+    }
 }

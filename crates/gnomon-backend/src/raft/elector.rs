@@ -173,9 +173,15 @@ pub(super) fn spawn_steward(member: &Arc<Member>) {
             if !m.is_leader() || m.leading.load(Ordering::SeqCst) > 0 || m.campaigners.load(Ordering::SeqCst) > 0 {
                 continue;
             }
-            let term = m.raft.metrics().borrow().current_term;
+            let (term, voters) = {
+                let x = m.raft.metrics().borrow().clone();
+                let ms = x.membership_config.membership();
+                let voters: Vec<(u64, String)> =
+                    ms.voter_ids().filter(|id| *id != m.id).filter_map(|id| ms.get_node(&id).map(|n| (id, n.addr.clone()))).collect();
+                (x.current_term, voters)
+            };
             let mut wanted = false;
-            for (id, addr) in m.config.peers.iter().filter(|(id, _)| **id != m.id) {
+            for (id, addr) in voters.iter() {
                 if let Ok(true) = m.net.call::<_, bool>(*id, addr, Rpc::TakeOver, &m.id, Duration::from_secs(1)).await {
                     tracing::info!(to = id, "raft: no scheduler leads here; stepping aside for a member where one waits");
                     wanted = true;

@@ -24,6 +24,7 @@
 
 mod elector;
 mod log;
+mod membership;
 mod network;
 mod state;
 pub mod types;
@@ -42,6 +43,7 @@ use openraft::{BasicNode, ServerState};
 use serde::{Deserialize, Serialize};
 
 pub use elector::RaftElector;
+pub use membership::{valid_address, Change, ChangeError, MemberStatus, Status};
 pub use network::{Connect, Service};
 use network::{Factory, Net, Rpc};
 use state::Current;
@@ -126,7 +128,7 @@ impl std::fmt::Debug for Member {
 
 /// How long a write or a read barrier may take before it is reported
 /// unavailable (its outcome unknown, for a write).
-const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("raft: {e}"))
@@ -183,14 +185,14 @@ impl Member {
         let _ = self.raft.shutdown().await;
     }
 
-    fn leader(&self) -> Option<(NodeId, String)> {
+    pub(crate) fn leader(&self) -> Option<(NodeId, String)> {
         let m = self.raft.metrics().borrow().clone();
         let id = m.current_leader?;
         let node = m.membership_config.membership().get_node(&id).cloned()?;
         Some((id, node.addr))
     }
 
-    fn is_leader(&self) -> bool {
+    pub(crate) fn is_leader(&self) -> bool {
         let m = self.raft.metrics().borrow().clone();
         m.state == ServerState::Leader && m.current_leader == Some(self.id)
     }

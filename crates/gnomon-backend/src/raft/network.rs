@@ -119,6 +119,7 @@ impl Net {
                 Rpc::Forward => client.forward(request).await,
                 Rpc::ReadIndex => client.read_index(request).await,
                 Rpc::TakeOver => client.take_over(request).await,
+                Rpc::Membership => client.membership(request).await,
             }
         };
         let answer = match tokio::time::timeout(timeout, call).await {
@@ -145,6 +146,7 @@ pub enum Rpc {
     Forward,
     ReadIndex,
     TakeOver,
+    Membership,
 }
 
 /// A whole snapshot on the wire.
@@ -305,6 +307,11 @@ impl raft_server::Raft for Service {
             Err(e) => Err(e.to_string()),
         };
         encode(&r)
+    }
+
+    async fn membership(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
+        let change: super::Change = decode(request.get_ref())?;
+        encode(&self.member.change_here(change).await)
     }
 
     async fn take_over(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {

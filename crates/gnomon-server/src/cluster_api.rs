@@ -1,0 +1,100 @@
+//! `/v1/cluster`: the members of a `raft://` cluster — status for viewers,
+//! membership changes (learners, promotion, removal) for unrestricted
+//! admins. On other stores there is no cluster to manage (404).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use gnomon_backend::raft::{Change, ChangeError, Member};
+use serde_json::{json, Value};
+
+use crate::api::{ApiError, ApiResult, ApiState};
+
+pub fn routes() -> Router<ApiState> {
+    Router::new()
+        .route("/cluster", get(status))
+        .route("/cluster/learners", post(add_learner))
+        .route("/cluster/members/{id}/promote", post(promote))
+        .route("/cluster/members/{id}", delete(remove))
+}
+
+fn member(state: &ApiState) -> ApiResult<Arc<Member>> {
+    state.raft.as_ref().map(|s| s.member.clone()).ok_or_else(|| {
+        ApiError::new(StatusCode::NOT_FOUND, "not_raft", "this server's store is not raft://; it has no cluster members to manage")
+    })
+}
+
+/// Membership changes reshape the whole cluster: only an admin credential
+/// that is not limited to namespaces may make them.
+fn unrestricted(req: &Request) -> ApiResult<()> {
+    let p = crate::api::caller(req)?;
+    if p.namespaces.is_some() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("credential {:?} is limited to namespaces; changing the cluster's members needs an unrestricted admin", p.name),
+        ));
+    }
+    Ok(())
+}
+
+fn member_id(raw: &str) -> ApiResult<u64> {
+    raw.parse::<u64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_member", format!("{raw:?} is not a member id (1 or more)")))
+}
+
+fn change_error(e: ChangeError) -> ApiError {
+    match e {
+        ChangeError::Refused(m) => ApiError::new(StatusCode::CONFLICT, "membership_refused", m),
+        ChangeError::Unavailable(m) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", m),
+    }
+}
+
+async fn status(State(state): State<ApiState>) -> ApiResult<Json<Value>> {
+    let m = member(&state)?;
+    Ok(Json(serde_json::to_value(m.status()).unwrap_or(Value::Null)))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewLearner {
+    id: u64,
+    address: String,
+}
+
+async fn add_learner(State(state): State<ApiState>, req: Request) -> ApiResult<Json<Value>> {
+    unrestricted(&req)?;
+    let m = member(&state)?;
+    let bytes = crate::api::read_body(req.into_body()).await?;
+    let body: NewLearner = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad("invalid_json", format!("a learner is {{\"id\": N, \"address\": \"HOST:PORT\"}}: {e}")))?;
+    if body.id == 0 {
+        return Err(ApiError::bad("invalid_member", "\"id\" must be a member id (1 or more)"));
+    }
+    if !gnomon_backend::raft::valid_address(&body.address) {
+        return Err(ApiError::bad("invalid_address", "\"address\" must be HOST:PORT of the member's gnomon listener"));
+    }
+    m.change_membership(Change::AddLearner { id: body.id, addr: body.address }).await.map_err(change_error)?;
+    Ok(Json(serde_json::to_value(m.status()).unwrap_or(Value::Null)))
+}
+
+async fn promote(State(state): State<ApiState>, Path(id): Path<String>, req: Request) -> ApiResult<Json<Value>> {
+    unrestricted(&req)?;
+    let m = member(&state)?;
+    let id = member_id(&id)?;
+    m.change_membership(Change::Promote { id }).await.map_err(change_error)?;
+    Ok(Json(serde_json::to_value(m.status()).unwrap_or(Value::Null)))
+}
+
+async fn remove(State(state): State<ApiState>, Path(id): Path<String>, req: Request) -> ApiResult<Json<Value>> {
+    unrestricted(&req)?;
+    let m = member(&state)?;
+    let id = member_id(&id)?;
+    m.change_membership(Change::Remove { id }).await.map_err(change_error)?;
+    Ok(Json(json!({"removed": id, "status": m.status()})))
+}
