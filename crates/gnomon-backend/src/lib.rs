@@ -203,7 +203,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// `keep_per_job` of each job or fired before `before`, at most `max`
     /// of them; returns how many. Open runs are never deleted, and fire
     /// uniqueness holds because a job's `last_scheduled_at` only moves
-    /// forward. Stores meant for history (the SQL ones) keep everything.
+    /// forward. Every store prunes; this default (nothing) is for test stores.
     async fn prune(&self, _fence: &Fence, _keep_per_job: usize, _before: Millis, _max: usize) -> Result<u64, StoreError> {
         Ok(0)
     }

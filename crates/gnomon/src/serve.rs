@@ -155,11 +155,11 @@ pub struct LeaderArgs {
     /// fires are deferred (90 %).
     #[arg(long, default_value_t = 10_000)]
     max_pending: usize,
-    /// Retention on the etcd store (SQL stores keep all history): terminal
-    /// runs kept per job…
+    /// Retention (every store): terminal runs kept per job, with the
+    /// newest first…
     #[arg(long, default_value_t = 1000)]
     retain_runs: usize,
-    /// …and for how long.
+    /// …and for how long after they fired.
     #[arg(long, default_value = "7d")]
     retain_for: String,
 }

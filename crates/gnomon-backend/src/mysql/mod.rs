@@ -88,6 +88,8 @@ const DIALECT: Dialect = Dialect {
     migrate_lock: "SELECT GET_LOCK('gnomon_migrate', 60)",
     migrate_unlock: "SELECT RELEASE_LOCK('gnomon_migrate')",
     migrations: MIGRATIONS,
+    size_query:
+        "SELECT CAST(COALESCE(SUM(data_length + index_length), 0) AS SIGNED) FROM information_schema.tables WHERE table_schema = DATABASE()",
     // JSON_TABLE's column collations and its optimiser support differ
     // between MariaDB and MySQL 8; the CASE statements work on both.
 };

@@ -391,6 +391,13 @@ impl Store for RaftStore {
         }
     }
 
+    async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
+        match self.member.propose(Command::Prune { fence: fence.clone(), keep_per_job, before, max }).await? {
+            Reply::Pruned(n) => Ok(n),
+            r => Err(r.unexpected()),
+        }
+    }
+
     async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError> {
         self.read().await?.get_run(run_id).await
     }

@@ -149,6 +149,7 @@ impl StateMachine {
                 Reply::Turn(store.fire_and_transition(&fence, &runs, &advances, &transitions).await?)
             }
             Command::RequestCancel { run_id, now } => Reply::Cancel(store.request_cancel(&run_id, now).await?),
+            Command::Prune { fence, keep_per_job, before, max } => Reply::Pruned(store.prune(&fence, keep_per_job, before, max).await?),
         })
     }
 

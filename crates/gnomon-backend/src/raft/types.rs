@@ -81,6 +81,13 @@ pub enum Command {
         run_id: String,
         now: Millis,
     },
+    /// Retention, with the cut-off time the leader computed.
+    Prune {
+        fence: Fence,
+        keep_per_job: usize,
+        before: Millis,
+        max: usize,
+    },
 }
 
 /// What applying a command gave (the same on every member).
@@ -97,6 +104,7 @@ pub enum Reply {
     Transitioned(Vec<bool>),
     Turn(TurnWrite),
     Cancel(CancelOutcome),
+    Pruned(u64),
 }
 
 impl Reply {

@@ -443,6 +443,46 @@ macro_rules! sql_api {
                     .map_err(db_err)?;
                 rows.iter().map(run_from_row).collect()
             }
+
+            async fn size_bytes(&self) -> Option<u64> {
+                let n: Option<i64> = sqlx::query_scalar(D.size_query).fetch_one(&self.pool).await.ok();
+                n.and_then(|n| u64::try_from(n).ok())
+            }
+
+            async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
+                let terminal: Vec<String> =
+                    gnomon_core::run::ALL_RUN_STATES.iter().filter(|s| s.is_terminal()).map(|s| format!("'{}'", s.as_str())).collect();
+                let mut w = self.writer_conn().await?;
+                let mut tx = Self::begin_write(&mut w).await?;
+                Self::check_fence(&mut tx, fence).await?;
+                // Every run of a job counts towards the newest N; only
+                // terminal ones are deleted.
+                let rows = sqlx::query(&D.q(&format!(
+                    "SELECT id FROM (SELECT id, state, fired_at, ROW_NUMBER() OVER (PARTITION BY job_uid ORDER BY scheduled_at DESC, seq DESC) AS rn \
+                     FROM runs) ranked WHERE state IN ({}) AND (rn > ? OR fired_at < ?) LIMIT ?",
+                    terminal.join(", ")
+                )))
+                .bind(i64::try_from(keep_per_job).unwrap_or(i64::MAX))
+                .bind(before)
+                .bind(i64::try_from(max).unwrap_or(i64::MAX))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_err)?;
+                let ids = rows.iter().map(|r| text(r, "id")).collect::<Result<Vec<String>, StoreError>>()?;
+                for chunk in ids.chunks(CHUNK) {
+                    for table in ["attempts WHERE run_id", "runs WHERE id"] {
+                        let mut qb = sqlx::QueryBuilder::<$db>::new(format!("DELETE FROM {table} IN ("));
+                        let mut sep = qb.separated(", ");
+                        for id in chunk {
+                            sep.push_bind(id.as_str());
+                        }
+                        qb.push(")");
+                        qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?;
+                    }
+                }
+                tx.commit().await.map_err(db_err)?;
+                Ok(ids.len() as u64)
+            }
         }
     };
 }

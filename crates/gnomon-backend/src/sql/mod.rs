@@ -85,6 +85,8 @@ pub(crate) struct Dialect {
     pub migrate_lock: &'static str,
     pub migrate_unlock: &'static str,
     pub migrations: &'static [Migration],
+    /// The database's size in bytes, one BIGINT (`gnomon_store_size_bytes`).
+    pub size_query: &'static str,
 }
 
 impl Dialect {
@@ -334,6 +336,7 @@ mod tests {
             migrate_lock: "",
             migrate_unlock: "",
             migrations: &[],
+            size_query: "",
         };
         assert_eq!(d.q("a = ? AND b = ? FOR UPDATE"), "a = $1 AND b = $2 FOR UPDATE");
         let d = Dialect { numbered: false, for_update: "", ..d };

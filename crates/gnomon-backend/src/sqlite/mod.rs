@@ -144,6 +144,7 @@ const DIALECT: Dialect = Dialect {
     migrate_lock: "SELECT 1",
     migrate_unlock: "SELECT 1",
     migrations: MIGRATIONS,
+    size_query: "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
 };
 
 #[derive(Debug, Clone)]

@@ -75,6 +75,7 @@ where
     a_large_turn_write_mixes_new_existing_and_folded_runs(a.as_ref()).await;
     pagination_is_stable_under_inserts(a.as_ref()).await;
     cancel_requests(a.as_ref()).await;
+    retention_deletes_only_old_terminal_runs(a.as_ref()).await;
 }
 
 async fn jobs_and_preconditions(s: &dyn Store) {
@@ -566,6 +567,41 @@ async fn cancel_requests(s: &dyn Store) {
 }
 
 /// Runs every elector test against `elector`, which must be backed by `store`.
+/// Retention: terminal runs beyond the newest N of a job, or fired before a
+/// time, are deleted with their attempts; open runs never are; a stale
+/// term may not prune. Runs at the end of the suite: prune is store-wide.
+async fn retention_deletes_only_old_terminal_runs(s: &dyn Store) {
+    let name = unique("kept");
+    let job = s.put_job(&job_spec(&name), Precondition::DoesNotExist, 1).await.expect("put");
+    let fence = lead(s, &unique("retention")).await;
+    // 10 runs: 8 terminal (skipped), the newest 2 pending.
+    let runs: Vec<NewRun> = (0..10)
+        .map(|i| NewRun { state: if i < 8 { RunState::Skipped } else { RunState::Pending }, ..new_run(&job, 1_000_000 + 1000 * i) })
+        .collect();
+    s.fire(&fence, &runs, &[]).await.expect("fire");
+    let mine = || async {
+        let page = s.list_runs(&RunFilter { job: Some(name.clone()), ..Default::default() }, 100, None).await.expect("list");
+        page.runs.iter().map(|r| r.scheduled_at - 1_000_000).collect::<Vec<i64>>()
+    };
+    // Keep the newest 3 per job: 7 terminal runs go, the open ones stay.
+    assert!(s.prune(&fence, 3, 0, 10_000).await.expect("prune") >= 7);
+    assert_eq!(mine().await, vec![9000, 8000, 7000], "the newest three runs are kept");
+    assert!(s.get_run(&runs[0].id()).await.expect("get").is_none(), "a pruned run is gone");
+    // By age: everything terminal fired before the kept terminal run's
+    // fire time (1_007_001) and a millisecond.
+    s.prune(&fence, 1000, 1_007_002, 10_000).await.expect("prune by age");
+    assert_eq!(mine().await, vec![9000, 8000], "only the open runs are left");
+    // Even with nothing to keep, open runs stay.
+    s.prune(&fence, 0, i64::MAX, 10_000).await.expect("prune all");
+    assert_eq!(mine().await, vec![9000, 8000], "open runs are never pruned");
+    // The size is reported, and the SQL stores' is that of their database.
+    assert!(s.size_bytes().await.unwrap_or(0) > 0, "{} reports its size", s.backend());
+    // A stale term may not prune.
+    let newer = Fence { scope: fence.scope.clone(), token: fence.token + 1 };
+    s.fence(&newer, &LeaderInfo::default(), 2).await.expect("newer term");
+    assert!(matches!(s.prune(&fence, 0, i64::MAX, 10).await, Err(StoreError::Fenced { .. })), "a stale term's prune is fenced");
+}
+
 pub async fn elector_suite(store: Arc<dyn Store>, elector: Arc<dyn Elector>) {
     let scope = unique("scope");
     let me = LeaderInfo { holder: "node-a".into(), address: "127.0.0.1:7400".into(), backend: String::new() };
