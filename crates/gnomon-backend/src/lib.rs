@@ -222,6 +222,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// A signal on every job write, where the backend can push one (an etcd
     /// watch): the leader reads `job_changes` at once instead of at its next
     /// poll. `None`: the leader polls (at most a second late).
+    /// A view of this store whose reads answer from this replica's copy
+    /// as it is, without confirming it is current (raft: no read index), for
+    /// clients that ask for stale reads; `None` where reads have no such
+    /// choice.
+    fn stale_reads(&self) -> Option<std::sync::Arc<dyn Store>> {
+        None
+    }
+
     fn job_change_signal(&self) -> Option<tokio::sync::mpsc::Receiver<()>> {
         None
     }

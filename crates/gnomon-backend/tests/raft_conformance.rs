@@ -86,14 +86,14 @@ async fn raft_store_passes_the_store_suite_across_members() {
     let members = c.members.clone();
     store_suite(|| {
         let m = members[next.fetch_add(1, Ordering::SeqCst) % members.len()].clone();
-        async move { Arc::new(RaftStore { member: m }) as Arc<dyn Store> }
+        async move { Arc::new(RaftStore::new(m)) as Arc<dyn Store> }
     })
     .await;
     // Every member applied the same history: the same jobs everywhere.
     let lists: Vec<Vec<String>> = {
         let mut v = Vec::new();
         for m in &c.members {
-            let s = RaftStore { member: m.clone() };
+            let s = RaftStore::new(m.clone());
             let mut names: Vec<String> =
                 s.list_jobs(None).await.expect("list").into_iter().map(|j| format!("{}@{}", j.uid, j.version)).collect();
             names.sort();
@@ -119,7 +119,7 @@ impl ElectorFixture for RaftFixture {
     fn store(&self) -> Arc<dyn Store> {
         // On the first candidate's member, which the sever never cuts (it
         // resigns before, and leadership moves to where a scheduler waits).
-        Arc::new(RaftStore { member: self.cluster.members[self.order[0]].clone() })
+        Arc::new(RaftStore::new(self.cluster.members[self.order[0]].clone()))
     }
     async fn candidate(&self) -> Arc<dyn Elector> {
         let i = self.order[self.next.fetch_add(1, Ordering::SeqCst) % 3];
@@ -163,7 +163,7 @@ async fn job_names(m: &Arc<Member>) -> Vec<String> {
 
 /// `None` while the member cannot serve a linearizable read (no leader yet).
 async fn try_job_names(m: &Arc<Member>) -> Option<Vec<String>> {
-    let s = RaftStore { member: m.clone() };
+    let s = RaftStore::new(m.clone());
     let mut names: Vec<String> = s.list_jobs(None).await.ok()?.into_iter().map(|j| format!("{}@{}", j.name, j.version)).collect();
     names.sort();
     Some(names)
@@ -193,7 +193,7 @@ async fn members_catch_up_by_snapshot_and_restart_from_their_directory() {
             m.set_cut(lagging, true);
         }
     }
-    let on_leader = RaftStore { member: c.members[leader as usize - 1].clone() };
+    let on_leader = RaftStore::new(c.members[leader as usize - 1].clone());
     put_jobs(&on_leader, "while-cut", 150).await;
     // The leader's log no longer holds the start: the lagging member needs
     // the snapshot.

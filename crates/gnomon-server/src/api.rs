@@ -295,6 +295,25 @@ fn check_ns(p: &Principal, namespace: &str) -> ApiResult<()> {
 struct NsQuery {
     namespace: Option<String>,
     version: Option<u64>,
+    stale: Option<bool>,
+}
+
+/// The store reads go to: with `stale=true`, this replica's copy as it is
+/// (on a raft member: no read index, so it answers even without a quorum).
+fn reader(state: &ApiState, stale: Option<bool>) -> Arc<dyn gnomon_backend::Store> {
+    match stale {
+        Some(true) => state.node.store.stale_reads().unwrap_or_else(|| state.node.store.clone()),
+        _ => state.node.store.clone(),
+    }
+}
+
+/// Marks an answer read with `stale=true`.
+fn marked(stale: Option<bool>, resp: impl IntoResponse) -> Response {
+    let mut resp = resp.into_response();
+    if stale == Some(true) {
+        resp.headers_mut().insert("gnomon-read", axum::http::HeaderValue::from_static("stale"));
+    }
+    resp
 }
 
 impl NsQuery {
@@ -406,23 +425,26 @@ async fn list_jobs(State(state): State<ApiState>, req: Request) -> ApiResult<imp
     #[serde(deny_unknown_fields)]
     struct Q {
         namespace: Option<String>,
+        stale: Option<bool>,
     }
     let p = caller(&req)?;
     let q: Q = query(req.uri().query())?;
     if let Some(ns) = &q.namespace {
         check_ns(&p, ns)?;
     }
-    let mut jobs = state.node.store.list_jobs(q.namespace.as_deref()).await?;
+    let mut jobs = reader(&state, q.stale).list_jobs(q.namespace.as_deref()).await?;
     jobs.retain(|j| p.sees(&j.namespace));
     let items: Vec<Value> = jobs.iter().map(|j| job_json(j, next_fire(&state, j))).collect();
-    Ok(Json(json!({"jobs": items})))
+    Ok(marked(q.stale, Json(json!({"jobs": items}))))
 }
 
 async fn load_job(state: &ApiState, ns: &str, name: &str) -> ApiResult<JobRecord> {
+    load_job_from(state.node.store.as_ref(), ns, name).await
+}
+
+async fn load_job_from(store: &dyn gnomon_backend::Store, ns: &str, name: &str) -> ApiResult<JobRecord> {
     check_name(name)?;
-    state
-        .node
-        .store
+    store
         .get_job(ns, name)
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("job {ns}/{name} does not exist")))
@@ -431,8 +453,8 @@ async fn load_job(state: &ApiState, ns: &str, name: &str) -> ApiResult<JobRecord
 async fn get_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     let q: NsQuery = query(req.uri().query())?;
     check_ns(&caller(&req)?, q.namespace())?;
-    let job = load_job(&state, q.namespace(), &name).await?;
-    Ok(Json(job_json(&job, next_fire(&state, &job))))
+    let job = load_job_from(reader(&state, q.stale).as_ref(), q.namespace(), &name).await?;
+    Ok(marked(q.stale, Json(job_json(&job, next_fire(&state, &job)))))
 }
 
 async fn delete_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
@@ -559,6 +581,7 @@ async fn list_runs(State(state): State<ApiState>, req: Request) -> ApiResult<imp
         state: Option<String>,
         limit: Option<u64>,
         cursor: Option<String>,
+        stale: Option<bool>,
     }
     let p = caller(&req)?;
     let mut q: Q = query(req.uri().query())?;
@@ -586,15 +609,19 @@ async fn list_runs(State(state): State<ApiState>, req: Request) -> ApiResult<imp
         Some(c) => Some(c.parse::<i64>().map_err(|_| ApiError::bad("invalid_query", format!("cursor: {c:?} is not a cursor")))?),
     };
     let filter = RunFilter { namespace: q.namespace.clone(), job: q.job.clone(), state: run_state };
-    let page = state.node.store.list_runs(&filter, u32::try_from(limit).unwrap_or(1000), cursor).await?;
+    let page = reader(&state, q.stale).list_runs(&filter, u32::try_from(limit).unwrap_or(1000), cursor).await?;
     let runs: Vec<Value> = page.runs.iter().map(|r| run_json(r, None, false)).collect();
-    Ok(Json(json!({"runs": runs, "next_cursor": page.next_cursor.map(|c| c.to_string())})))
+    Ok(marked(q.stale, Json(json!({"runs": runs, "next_cursor": page.next_cursor.map(|c| c.to_string())}))))
 }
 
 /// A run the caller may see (one in another namespace does not exist for it).
 async fn load_run(state: &ApiState, p: &Principal, id: &str) -> ApiResult<RunDetail> {
+    load_run_from(state.node.store.as_ref(), p, id).await
+}
+
+async fn load_run_from(store: &dyn gnomon_backend::Store, p: &Principal, id: &str) -> ApiResult<RunDetail> {
     let missing = || ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run {id} does not exist"));
-    let detail = state.node.store.get_run(id).await?.ok_or_else(missing)?;
+    let detail = store.get_run(id).await?.ok_or_else(missing)?;
     if !p.sees(&detail.run.namespace) {
         return Err(missing());
     }
@@ -605,15 +632,22 @@ async fn get_run(
     State(state): State<ApiState>,
     Extension(p): Extension<Principal>,
     Path(id): Path<String>,
+    uri: axum::http::Uri,
 ) -> ApiResult<impl IntoResponse> {
-    let detail = load_run(&state, &p, &id).await?;
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Q {
+        stale: Option<bool>,
+    }
+    let q: Q = query(uri.query())?;
+    let detail = load_run_from(reader(&state, q.stale).as_ref(), &p, &id).await?;
     let mut v = run_json(&detail.run, Some(&detail), true);
     if detail.run.state == RunState::Pending {
         if let Some(why) = state.node.waiting_reason(&detail.run.job_uid) {
             v["waiting_for"] = json!(why);
         }
     }
-    Ok(Json(v))
+    Ok(marked(q.stale, Json(v)))
 }
 
 async fn cancel_run(
@@ -664,9 +698,15 @@ fn degraded(st: &gnomon_backend::raft::Status, why: impl std::fmt::Display) -> A
     )
 }
 
-async fn leader(State(state): State<ApiState>) -> ApiResult<impl IntoResponse> {
+async fn leader(State(state): State<ApiState>, uri: axum::http::Uri) -> ApiResult<impl IntoResponse> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Q {
+        stale: Option<bool>,
+    }
+    let q: Q = query(uri.query())?;
     let raft = state.raft.as_ref().map(|s| s.member.status());
-    let record = match state.node.store.leadership(SCOPE).await {
+    let record = match reader(&state, q.stale).leadership(SCOPE).await {
         Ok(r) => r,
         Err(e) => return Err(raft.as_ref().map_or_else(|| ApiError::from(e.clone()), |st| degraded(st, &e))),
     };
@@ -687,7 +727,7 @@ async fn leader(State(state): State<ApiState>) -> ApiResult<impl IntoResponse> {
     if let Some(st) = raft {
         answer["raft"] = serde_json::to_value(st).unwrap_or(Value::Null);
     }
-    Ok(Json(answer))
+    Ok(marked(q.stale, Json(answer)))
 }
 
 /// How long a readiness answer is reused: `/readyz` needs no credential,

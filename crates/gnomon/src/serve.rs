@@ -487,7 +487,7 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let _lock = lock_data_dir(&dir)?;
         let member = crate::raft_member::start(&args.store.store, &args.raft, own.as_deref(), listen.tls.is_some(), ca.as_deref()).await?;
-        let store: Arc<dyn gnomon_backend::Store> = Arc::new(gnomon_backend::raft::RaftStore { member: member.clone() });
+        let store: Arc<dyn gnomon_backend::Store> = Arc::new(gnomon_backend::raft::RaftStore::new(member.clone()));
         let elector: Arc<dyn Elector> = Arc::new(gnomon_backend::raft::RaftElector::new(member.clone()));
         tracing::info!(backend = "raft", member = member.id, "election backend");
         let config = args.leader.node_config(node_id, advertise, "10s")?;

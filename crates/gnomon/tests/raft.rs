@@ -158,6 +158,13 @@ fn raft_cluster_survives_kill_pause_and_restart_without_duplicates_or_gaps() {
     let other = json!({"name": "other", "schedule": {"every": "1h"}, "executor": {"shell": {"command": "true"}}}).to_string();
     let (status, v) = http(&alone, "POST", "/v1/jobs", Some(other.as_bytes())).unwrap();
     assert_eq!(status, 503, "{v}");
+    // Reads are refused unless the client accepts a stale answer.
+    let (status, v) = http(&alone, "GET", "/v1/jobs/tick", None).unwrap();
+    assert_eq!(status, 503, "{v}");
+    let (status, v) = http(&alone, "GET", "/v1/jobs/tick?stale=true", None).unwrap();
+    assert_eq!((status, v["name"].clone()), (200, json!("tick")), "{v}");
+    let (status, v) = http(&alone, "GET", "/v1/runs?job=tick&stale=true", None).unwrap();
+    assert!(status == 200 && v["runs"].as_array().is_some_and(|r| !r.is_empty()), "{status} {v}");
     c.start(first);
     let third_addr = c.addr(third);
     let paused_holder = json!(format!("n{}", second + 1));

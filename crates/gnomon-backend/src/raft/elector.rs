@@ -64,7 +64,7 @@ impl Elector for RaftElector {
         let m = &self.member;
         m.campaigners.fetch_add(1, Ordering::SeqCst);
         let _waiting = Waiting(m);
-        let store = RaftStore { member: m.clone() };
+        let store = RaftStore::new(m.clone());
         let mut metrics = m.raft.metrics();
         loop {
             // Wait to lead.

@@ -277,11 +277,19 @@ impl Member {
 #[derive(Debug, Clone)]
 pub struct RaftStore {
     pub member: Arc<Member>,
+    /// Reads from this member's copy as it is, without the read index.
+    stale: bool,
 }
 
 impl RaftStore {
+    pub fn new(member: Arc<Member>) -> RaftStore {
+        RaftStore { member, stale: false }
+    }
+
     async fn read(&self) -> Result<Arc<crate::sqlite::SqliteStore>, StoreError> {
-        self.member.read_barrier().await?;
+        if !self.stale {
+            self.member.read_barrier().await?;
+        }
         Ok(self.member.current.store())
     }
 }
@@ -420,5 +428,9 @@ impl Store for RaftStore {
 
     async fn size_bytes(&self) -> Option<u64> {
         self.member.current.store().size_bytes().await
+    }
+
+    fn stale_reads(&self) -> Option<Arc<dyn Store>> {
+        Some(Arc::new(RaftStore { member: self.member.clone(), stale: true }))
     }
 }
