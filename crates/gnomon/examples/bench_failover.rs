@@ -7,9 +7,10 @@
 //! run fired by the new term), p50 and max, and from the signal to the new
 //! term's fence. The signal is sent 100 ms before a scheduled second, so the
 //! new leader owns that fire and the figure is not the schedule's phase.
-//! Asserts nothing.
+//! `raft`: three members of the embedded Raft store (no database), observed
+//! through their API. Asserts nothing.
 //!
-//! Usage: bench_failover BIN [--kills N] [--ttl 5s] [etcd|mysql|postgres ...]
+//! Usage: bench_failover BIN [--kills N] [--ttl 5s] [etcd|mysql|postgres|etcd-store|raft ...]
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -73,7 +74,10 @@ impl Drop for Replica {
 
 struct Bench {
     bin: String,
-    store: Arc<dyn Store>,
+    /// The shared store, read directly; `None` for raft (read through the API).
+    store: Option<Arc<dyn Store>>,
+    addrs: Vec<String>,
+    http: reqwest::Client,
     replicas: Vec<Replica>,
     _worker: Replica,
     _dir: tempfile::TempDir,
@@ -82,23 +86,33 @@ struct Bench {
 impl Bench {
     async fn start(bin: &str, backend: &str, url: &str, ttl: &str) -> Bench {
         let dir = tempfile::tempdir().unwrap();
-        let store = gnomon_backend::open_store(url).await.expect("store");
+        let store = match backend {
+            "raft" => None,
+            _ => Some(gnomon_backend::open_store(url).await.expect("store")),
+        };
         let cluster = format!("bench-{}", now_ms());
         let mut replicas = Vec::new();
-        let mut addrs = Vec::new();
-        for i in 1..=3 {
-            let addr = format!("127.0.0.1:{}", free_port());
-            let mut args: Vec<String> = ["server", "--listen", &addr, "--node-id", &format!("s{i}"), "--store", url, "--election-ttl", ttl]
+        let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+        let peers: Vec<String> = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+        for (i, addr) in addrs.iter().enumerate().map(|(i, a)| (i + 1, a)) {
+            let member_store = format!("raft://{}", dir.path().join(format!("m{i}")).display());
+            let url = if backend == "raft" { member_store.as_str() } else { url };
+            let mut args: Vec<String> = ["server", "--listen", addr, "--node-id", &format!("s{i}"), "--store", url, "--election-ttl", ttl]
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
             if backend == "etcd" {
                 args.extend(["--etcd".into(), etcd_endpoints(), "--cluster".into(), cluster.clone()]);
             }
+            if backend == "raft" {
+                args.extend(["--raft-id".into(), i.to_string(), "--raft-peers".into(), peers.join(",")]);
+                if i == 1 {
+                    args.push("--raft-bootstrap".into());
+                }
+            }
             let mut r = Replica { id: format!("s{i}"), args, child: None };
             r.start(bin);
             replicas.push(r);
-            addrs.push(addr);
         }
         let wdir = dir.path().join("w");
         let mut worker = Replica {
@@ -110,8 +124,8 @@ impl Bench {
             child: None,
         };
         worker.start(bin);
-        let b = Bench { bin: bin.into(), store, replicas, _worker: worker, _dir: dir };
         let http = reqwest::Client::new();
+        let b = Bench { bin: bin.into(), store, addrs: addrs.clone(), http: http.clone(), replicas, _worker: worker, _dir: dir };
         let job = r#"{"name":"tick","schedule":{"every":"1s"},"misfire":"fire_once","executor":{"handler":{"name":"noop"}}}"#;
         for _ in 0..600 {
             let mut ok = false;
@@ -131,11 +145,54 @@ impl Bench {
         b
     }
 
+    /// (holder, token, since) of the scheduler's leadership.
+    async fn leadership(&self) -> Option<(String, u64, i64)> {
+        if let Some(store) = &self.store {
+            return store.leadership("scheduler").await.ok().flatten().map(|l| (l.holder, l.token, l.since));
+        }
+        for (i, a) in self.addrs.iter().enumerate() {
+            if self.replicas[i].child.is_none() {
+                continue;
+            }
+            let Ok(r) = self.http.get(format!("http://{a}/v1/leader")).send().await else { continue };
+            let Ok(v) = r.json::<serde_json::Value>().await else { continue };
+            if let (Some(h), Some(t), Some(since)) = (v["holder"].as_str(), v["token"].as_u64(), v["since"].as_str().and_then(ms)) {
+                return Some((h.to_string(), t, since));
+            }
+        }
+        None
+    }
+
+    /// (fired_at, scheduled_at) of the newest `n` runs of the job.
+    async fn runs(&self, n: u32) -> Vec<(i64, i64)> {
+        if let Some(store) = &self.store {
+            let filter = RunFilter { job: Some("tick".into()), ..Default::default() };
+            return match store.list_runs(&filter, n, None).await {
+                Ok(p) => p.runs.iter().map(|r| (r.fired_at, r.scheduled_at)).collect(),
+                Err(_) => Vec::new(),
+            };
+        }
+        for (i, a) in self.addrs.iter().enumerate() {
+            if self.replicas[i].child.is_none() {
+                continue;
+            }
+            let Ok(r) = self.http.get(format!("http://{a}/v1/runs?job=tick&limit={n}")).send().await else { continue };
+            let Ok(v) = r.json::<serde_json::Value>().await else { continue };
+            if let Some(runs) = v["runs"].as_array() {
+                return runs
+                    .iter()
+                    .filter_map(|r| Some((r["fired_at"].as_str().and_then(ms)?, r["scheduled_at"].as_str().and_then(ms)?)))
+                    .collect();
+            }
+        }
+        Vec::new()
+    }
+
     async fn leader(&self) -> (usize, u64) {
         loop {
-            if let Ok(Some(l)) = self.store.leadership("scheduler").await {
-                if let Some(i) = self.replicas.iter().position(|r| r.id == l.holder && r.child.is_some()) {
-                    return (i, l.token);
+            if let Some((holder, token, _)) = self.leadership().await {
+                if let Some(i) = self.replicas.iter().position(|r| r.id == holder && r.child.is_some()) {
+                    return (i, token);
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -144,11 +201,7 @@ impl Bench {
 
     /// (fired_at, scheduled_at) of the newest run.
     async fn last_fire(&self) -> (i64, i64) {
-        let filter = RunFilter { job: Some("tick".into()), ..Default::default() };
-        match self.store.list_runs(&filter, 5, None).await {
-            Ok(p) => p.runs.iter().map(|r| (r.fired_at, r.scheduled_at)).max().unwrap_or((0, 0)),
-            Err(_) => (0, 0),
-        }
+        self.runs(5).await.into_iter().max().unwrap_or((0, 0))
     }
 
     /// One failover: signal the leader; ms from the signal to the first fire of the new term.
@@ -177,9 +230,9 @@ impl Bench {
         self.replicas[old].signal(sig);
         let deadline = Instant::now() + Duration::from_secs(60);
         let since = loop {
-            if let Ok(Some(l)) = self.store.leadership("scheduler").await {
-                if l.token > token {
-                    break l.since;
+            if let Some((_, t, since)) = self.leadership().await {
+                if t > token {
+                    break since;
                 }
             }
             if Instant::now() > deadline {
@@ -188,11 +241,8 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
         let took = loop {
-            let filter = RunFilter { job: Some("tick".into()), ..Default::default() };
-            if let Ok(p) = self.store.list_runs(&filter, 20, None).await {
-                if let Some(first) = p.runs.iter().filter(|r| r.fired_at >= since).map(|r| r.fired_at).min() {
-                    break first - t0;
-                }
+            if let Some(first) = self.runs(20).await.iter().filter(|r| r.0 >= since).map(|r| r.0).min() {
+                break first - t0;
             }
             if Instant::now() > deadline {
                 return None;
@@ -204,6 +254,11 @@ impl Bench {
         tokio::time::sleep(Duration::from_secs(2)).await;
         Some((since - t0, took))
     }
+}
+
+/// Milliseconds since the epoch of an RFC 3339 time.
+fn ms(t: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(t).ok().map(|d| d.timestamp_millis())
 }
 
 fn summary(mut v: Vec<i64>) -> String {
@@ -227,24 +282,25 @@ async fn main() {
         match a.as_str() {
             "--kills" => kills = it.next().and_then(|n| n.parse().ok()).expect("--kills N"),
             "--ttl" => ttl = it.next().expect("--ttl 5s"),
-            b @ ("etcd" | "mysql" | "postgres" | "etcd-store") => backends.push(b.to_string()),
+            b @ ("etcd" | "mysql" | "postgres" | "etcd-store" | "raft") => backends.push(b.to_string()),
             other => panic!("unknown argument {other:?}"),
         }
     }
     if backends.is_empty() {
-        backends = vec!["etcd".into(), "mysql".into(), "postgres".into(), "etcd-store".into()];
+        backends = vec!["etcd".into(), "mysql".into(), "postgres".into(), "etcd-store".into(), "raft".into()];
     }
     println!("failover: leader signalled -> first fire by the new leader; election TTL {ttl}, {kills} kills per signal");
     for backend in backends {
         // etcd-store: the etcd store with the election in its cluster.
         let db = match backend.as_str() {
-            "etcd-store" => None,
+            "etcd-store" | "raft" => None,
             "mysql" => Some(TestDb::create(Db::MySql).await.unwrap_or_else(|e| panic!("{e}"))),
             _ => Some(TestDb::create(Db::Postgres).await.unwrap_or_else(|e| panic!("{e}"))),
         };
-        let url = match &db {
-            Some(db) => db.url.clone(),
-            None => format!("etcd://{}/bench-failover-{}", etcd_endpoints(), now_ms()),
+        let url = match (&db, backend.as_str()) {
+            (Some(db), _) => db.url.clone(),
+            (None, "raft") => String::new(),
+            (None, _) => format!("etcd://{}/bench-failover-{}", etcd_endpoints(), now_ms()),
         };
         let mut b = Bench::start(&bin, &backend, &url, &ttl).await;
         for (name, sig) in [("SIGKILL", SIGKILL), ("SIGTERM", SIGTERM)] {
@@ -261,6 +317,7 @@ async fn main() {
             let label = match backend.as_str() {
                 "etcd" => "etcd election (postgres store)".to_string(),
                 "etcd-store" => "etcd store + etcd election".to_string(),
+                "raft" => "raft store (3 members)".to_string(),
                 other => format!("{other} lock"),
             };
             println!("{label:32} {name}: first fire {}", summary(times));

@@ -24,6 +24,11 @@ pub struct RaftArgs {
     /// belongs to a cluster ignores it).
     #[arg(long)]
     pub raft_bootstrap: bool,
+    /// A follower that hears nothing from its leader for this long (up to
+    /// 1.5× this, at random) stands for election; heartbeats go out at a
+    /// fifth of it. Every member of a cluster should use the same value.
+    #[arg(long, value_name = "DURATION")]
+    pub raft_election_timeout: Option<String>,
 }
 
 /// The directory of a `raft://DIR` store URL.
@@ -98,6 +103,14 @@ pub async fn start(url: &str, args: &RaftArgs, token: Option<&str>, tls: bool, c
         bail!("--raft-peers does not list this member's id {id}");
     }
     let mut config = RaftConfig::new(id, dir, peers);
+    if let Some(t) = &args.raft_election_timeout {
+        let t = gnomon_core::duration::parse_duration(t).map_err(|e| anyhow!("--raft-election-timeout: {e}"))?;
+        if !(std::time::Duration::from_millis(200)..=std::time::Duration::from_secs(60)).contains(&t) {
+            bail!("--raft-election-timeout must be between 200ms and 60s");
+        }
+        config.election_timeout = (t, t.mul_f64(1.5));
+        config.heartbeat = t / 5;
+    }
     config.token = token.map(str::to_string);
     config.connect = connect(tls, ca)?;
     let member = Member::start(config).await.map_err(|e| anyhow!("cannot start the raft member: {e}"))?;

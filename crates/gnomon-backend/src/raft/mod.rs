@@ -92,8 +92,8 @@ impl RaftConfig {
             peers,
             token: None,
             connect: None,
-            heartbeat: Duration::from_millis(250),
-            election_timeout: (Duration::from_millis(1000), Duration::from_millis(1500)),
+            heartbeat: Duration::from_millis(150),
+            election_timeout: (Duration::from_millis(750), Duration::from_millis(1125)),
             snapshot_every: 5000,
         }
     }
