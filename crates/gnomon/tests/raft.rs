@@ -28,12 +28,17 @@ struct Cluster {
     dir: tempfile::TempDir,
     ports: Vec<u16>,
     procs: Vec<Option<Proc>>,
+    /// The addresses members reach each other at (proxies), if not `ports`.
+    peer_addrs: Option<Vec<String>>,
 }
 
 impl Cluster {
     /// The three founding members.
     fn peers(&self) -> String {
-        self.ports.iter().take(3).enumerate().map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",")
+        match &self.peer_addrs {
+            Some(a) => a.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(","),
+            None => self.ports.iter().take(3).enumerate().map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(","),
+        }
     }
 
     fn addr(&self, i: usize) -> String {
@@ -114,7 +119,7 @@ fn scheduled(r: &Value) -> i64 {
 fn raft_cluster_survives_kill_pause_and_restart_without_duplicates_or_gaps() {
     let dir = tempfile::tempdir().unwrap();
     let ports = vec![free_port(), free_port(), free_port()];
-    let mut c = Cluster { dir, ports, procs: vec![None, None, None] };
+    let mut c = Cluster { dir, ports, procs: vec![None, None, None], peer_addrs: None };
     for i in 0..3 {
         c.start(i);
     }
@@ -288,7 +293,7 @@ fn raft_traffic_needs_an_admin_credential() {
 fn members_are_added_promoted_and_removed() {
     let dir = tempfile::tempdir().unwrap();
     let ports = vec![free_port(), free_port(), free_port(), free_port()];
-    let mut c = Cluster { dir, ports, procs: vec![None, None, None, None] };
+    let mut c = Cluster { dir, ports, procs: vec![None, None, None, None], peer_addrs: None };
     for i in 0..3 {
         c.start(i);
     }
@@ -354,4 +359,55 @@ fn members_are_added_promoted_and_removed() {
         let all: BTreeSet<i64> = c.runs(survivor).iter().map(scheduled).filter(|t| *t <= hi).collect();
         assert_eq!(mine, all, "member {} differs", i + 1);
     }
+}
+
+/// A member cut off from the others (every connection to it goes through a
+/// proxy the test cuts) says it is degraded and refuses writes, while the
+/// other two go on firing; back, it catches up, and the history has every
+/// second once.
+#[test]
+fn a_cut_off_member_refuses_writes_while_the_majority_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = vec![free_port(), free_port(), free_port()];
+    let proxies: Vec<Proxy> = ports.iter().map(|p| Proxy::start(format!("127.0.0.1:{p}"))).collect();
+    let mut c = Cluster { dir, ports, procs: vec![None, None, None], peer_addrs: Some(proxies.iter().map(Proxy::addr).collect()) };
+    for i in 0..3 {
+        c.start(i);
+    }
+    wait_until("a leader", Duration::from_secs(30), || c.leader().is_some());
+    let job = json!({"name": "tick", "schedule": {"every": "1s"}, "misfire": "fire_all",
+                     "executor": {"shell": {"command": "true"}}});
+    let leader = c.leader().unwrap();
+    assert_eq!(http(&c.addr(leader), "POST", "/v1/jobs", Some(job.to_string().as_bytes())).unwrap().0, 201);
+    wait_until("three runs", Duration::from_secs(30), || c.runs(leader).len() >= 3);
+
+    // Cut a follower off: nothing reaches it.
+    let leader = c.leader().unwrap();
+    let cut = (leader + 1) % 3;
+    proxies[cut].cut();
+    let addr = c.addr(cut);
+    wait_until(
+        "the cut-off member to say it is degraded",
+        Duration::from_secs(30),
+        || matches!(http(&addr, "GET", "/readyz", None), Ok((503, v)) if v["error"]["code"] == json!("degraded")),
+    );
+    let other = json!({"name": "other", "schedule": {"every": "1h"}, "executor": {"shell": {"command": "true"}}}).to_string();
+    let (status, v) = http(&addr, "POST", "/v1/jobs", Some(other.as_bytes())).unwrap();
+    assert_eq!(status, 503, "{v}");
+    let on = (0..3).find(|i| *i != cut).unwrap();
+    let before = c.runs(on).len();
+    wait_until("fires by the majority", Duration::from_secs(30), || c.runs(on).len() >= before + 3);
+
+    // Back: it catches up and agrees.
+    proxies[cut].restore();
+    wait_until("the member to be ready again", Duration::from_secs(60), || matches!(http(&addr, "GET", "/readyz", None), Ok((200, _))));
+    let before = c.runs(on).len();
+    wait_until("fires after the cut", Duration::from_secs(30), || c.runs(on).len() >= before + 2);
+    std::thread::sleep(Duration::from_secs(2));
+    let (_, hi) = check_history(&c.runs(on));
+    wait_until("the member to have the same history", Duration::from_secs(30), || {
+        let mine: BTreeSet<i64> = c.runs(cut).iter().map(scheduled).filter(|t| *t <= hi).collect();
+        let all: BTreeSet<i64> = c.runs(on).iter().map(scheduled).filter(|t| *t <= hi).collect();
+        mine == all
+    });
 }
