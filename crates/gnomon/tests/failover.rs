@@ -116,6 +116,10 @@ impl Ha {
                 ELECTION_TTL.into(),
                 "--store-connect-timeout".into(),
                 "2s".into(),
+                // The checks read the whole history (a 2,000-run burst of
+                // one job among it): keep every run.
+                "--retain-runs".into(),
+                "1000000".into(),
             ];
             let etcd_proxies = || -> (Vec<Proxy>, String) {
                 let members: Vec<Proxy> =
