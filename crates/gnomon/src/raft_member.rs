@@ -29,6 +29,10 @@ pub struct RaftArgs {
     /// fifth of it. Every member of a cluster should use the same value.
     #[arg(long, value_name = "DURATION")]
     pub raft_election_timeout: Option<String>,
+    /// Log entries between snapshots (default 5,000); a member that falls
+    /// further behind than the entries kept after one is sent a snapshot.
+    #[arg(long, value_name = "N")]
+    pub raft_snapshot_every: Option<u64>,
 }
 
 /// The directory of a `raft://DIR` store URL.
@@ -110,6 +114,12 @@ pub async fn start(url: &str, args: &RaftArgs, token: Option<&str>, tls: bool, c
         }
         config.election_timeout = (t, t.mul_f64(1.5));
         config.heartbeat = t / 5;
+    }
+    if let Some(n) = args.raft_snapshot_every {
+        if !(10..=10_000_000).contains(&n) {
+            bail!("--raft-snapshot-every must be between 10 and 10000000");
+        }
+        config.snapshot_every = n;
     }
     config.token = token.map(str::to_string);
     config.connect = connect(tls, ca)?;
