@@ -327,6 +327,19 @@ fn members_are_added_promoted_and_removed() {
     }
     let (_, st) = http(&c.addr(follower), "GET", "/v1/cluster", None).unwrap();
     assert_eq!(st["members"].as_array().map(Vec::len), Some(3), "{st}");
+    // The CLI shows the same.
+    let out = std::process::Command::new(BIN)
+        .args(["--server", &format!("http://{}", c.addr(follower)), "--token", TOKEN, "cluster", "status"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.matches("voter").count() == 3, "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let out = std::process::Command::new(BIN)
+        .args(["--server", &format!("http://{}", c.addr(follower)), "--token", TOKEN, "cluster", "promote", "9"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "promoting an unknown member fails");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not in the cluster"), "{}", String::from_utf8_lossy(&out.stderr));
 
     // Enough writes that the others snapshot and compact their logs.
     let at_leader = c.addr(c.leader().expect("a leader"));
