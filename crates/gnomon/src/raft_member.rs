@@ -52,8 +52,7 @@ pub fn parse_peers(list: &str) -> anyhow::Result<BTreeMap<u64, String>> {
         let id: u64 =
             id.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| anyhow!("--raft-peers: {id:?} is not a member id (1 or more)"))?;
         let addr = addr.trim();
-        let port = addr.rsplit_once(':').and_then(|(h, p)| (!h.is_empty()).then_some(p)).and_then(|p| p.parse::<u16>().ok());
-        if port.is_none_or(|p| p == 0) {
+        if !gnomon_backend::raft::valid_address(addr) {
             bail!("--raft-peers: {addr:?} (member {id}) is not HOST:PORT");
         }
         if peers.insert(id, addr.to_string()).is_some() {

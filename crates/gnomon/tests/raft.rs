@@ -32,7 +32,24 @@ struct Cluster {
     peer_addrs: Option<Vec<String>>,
 }
 
+/// The job every test fires: every second, every missed second caught up.
+fn tick_job() -> String {
+    json!({"name": "tick", "schedule": {"every": "1s"}, "misfire": "fire_all", "executor": {"shell": {"command": "true"}}}).to_string()
+}
+
 impl Cluster {
+    /// Starts the three founding members on `ports` (more are for members
+    /// that join later) and waits for a leader.
+    fn launch(ports: Vec<u16>, peer_addrs: Option<Vec<String>>) -> Cluster {
+        let procs = ports.iter().map(|_| None).collect();
+        let mut c = Cluster { dir: tempfile::tempdir().unwrap(), ports, procs, peer_addrs };
+        for i in 0..3 {
+            c.start(i);
+        }
+        wait_until("a leader", Duration::from_secs(30), || c.leader().is_some());
+        c
+    }
+
     /// The three founding members.
     fn peers(&self) -> String {
         match &self.peer_addrs {
@@ -122,19 +139,13 @@ fn scheduled(r: &Value) -> i64 {
 
 #[test]
 fn raft_cluster_survives_kill_pause_and_restart_without_duplicates_or_gaps() {
-    let dir = tempfile::tempdir().unwrap();
     let ports = vec![free_port(), free_port(), free_port()];
-    let mut c = Cluster { dir, ports, procs: vec![None, None, None], peer_addrs: None };
-    for i in 0..3 {
-        c.start(i);
-    }
-    wait_until("a leader", Duration::from_secs(30), || c.leader().is_some());
-    let job = json!({"name": "tick", "schedule": {"every": "1s"}, "misfire": "fire_all",
-                     "executor": {"shell": {"command": "true"}}});
+    let mut c = Cluster::launch(ports, None);
+    let job = tick_job();
     // Created through a member that does not lead: the write is forwarded.
     let leader = c.leader().unwrap();
     let follower = (leader + 1) % 3;
-    let (status, body) = http(&c.addr(follower), "POST", "/v1/jobs", Some(job.to_string().as_bytes())).unwrap();
+    let (status, body) = http(&c.addr(follower), "POST", "/v1/jobs", Some(job.as_bytes())).unwrap();
     assert_eq!(status, 201, "{body}");
     // Without the credential, nothing is read.
     assert_eq!(http_as(None, &c.addr(follower), "GET", "/v1/jobs", None).unwrap().0, 401);
@@ -296,18 +307,12 @@ fn raft_traffic_needs_an_admin_credential() {
 /// every second fired once. Bad membership requests change nothing.
 #[test]
 fn members_are_added_promoted_and_removed() {
-    let dir = tempfile::tempdir().unwrap();
     let ports = vec![free_port(), free_port(), free_port(), free_port()];
-    let mut c = Cluster { dir, ports, procs: vec![None, None, None, None], peer_addrs: None };
-    for i in 0..3 {
-        c.start(i);
-    }
-    wait_until("a leader", Duration::from_secs(30), || c.leader().is_some());
-    let job = json!({"name": "tick", "schedule": {"every": "1s"}, "misfire": "fire_all",
-                     "executor": {"shell": {"command": "true"}}});
+    let mut c = Cluster::launch(ports, None);
+    let job = tick_job();
     let leader = c.leader().unwrap();
     let follower = (leader + 1) % 3;
-    assert_eq!(http(&c.addr(follower), "POST", "/v1/jobs", Some(job.to_string().as_bytes())).unwrap().0, 201);
+    assert_eq!(http(&c.addr(follower), "POST", "/v1/jobs", Some(job.as_bytes())).unwrap().0, 201);
     wait_until("three runs", Duration::from_secs(30), || c.runs(follower).len() >= 3);
 
     // Refused, and nothing changes.
@@ -408,18 +413,12 @@ fn members_are_added_promoted_and_removed() {
 /// second once.
 #[test]
 fn a_cut_off_member_refuses_writes_while_the_majority_goes_on() {
-    let dir = tempfile::tempdir().unwrap();
     let ports = vec![free_port(), free_port(), free_port()];
     let proxies: Vec<Proxy> = ports.iter().map(|p| Proxy::start(format!("127.0.0.1:{p}"))).collect();
-    let mut c = Cluster { dir, ports, procs: vec![None, None, None], peer_addrs: Some(proxies.iter().map(Proxy::addr).collect()) };
-    for i in 0..3 {
-        c.start(i);
-    }
-    wait_until("a leader", Duration::from_secs(30), || c.leader().is_some());
-    let job = json!({"name": "tick", "schedule": {"every": "1s"}, "misfire": "fire_all",
-                     "executor": {"shell": {"command": "true"}}});
+    let c = Cluster::launch(ports, Some(proxies.iter().map(Proxy::addr).collect()));
+    let job = tick_job();
     let leader = c.leader().unwrap();
-    assert_eq!(http(&c.addr(leader), "POST", "/v1/jobs", Some(job.to_string().as_bytes())).unwrap().0, 201);
+    assert_eq!(http(&c.addr(leader), "POST", "/v1/jobs", Some(job.as_bytes())).unwrap().0, 201);
     wait_until("three runs", Duration::from_secs(30), || c.runs(leader).len() >= 3);
 
     // Cut a follower off: nothing reaches it.

@@ -273,6 +273,16 @@ impl Member {
     }
 }
 
+/// Proposes a command and takes the value out of the reply it must give.
+macro_rules! proposed {
+    ($self:ident, $command:expr, $reply:pat => $value:expr) => {
+        match $self.member.propose($command).await? {
+            $reply => Ok($value),
+            r => Err(r.unexpected()),
+        }
+    };
+}
+
 /// The store over one member.
 #[derive(Debug, Clone)]
 pub struct RaftStore {
@@ -302,26 +312,15 @@ impl Store for RaftStore {
 
     async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
         let uid = format!("{:016x}", rand::random::<u64>());
-        match self.member.propose(Command::PutJob { spec: Box::new(spec.clone()), precondition, now, uid }).await? {
-            Reply::Job(j) => Ok(*j),
-            r => Err(r.unexpected()),
-        }
+        proposed!(self, Command::PutJob { spec: Box::new(spec.clone()), precondition, now, uid }, Reply::Job(j) => *j)
     }
 
     async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError> {
-        let c = Command::SetJobPaused { namespace: namespace.into(), name: name.into(), paused, now };
-        match self.member.propose(c).await? {
-            Reply::Job(j) => Ok(*j),
-            r => Err(r.unexpected()),
-        }
+        proposed!(self, Command::SetJobPaused { namespace: namespace.into(), name: name.into(), paused, now }, Reply::Job(j) => *j)
     }
 
     async fn delete_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError> {
-        let c = Command::DeleteJob { namespace: namespace.into(), name: name.into(), precondition };
-        match self.member.propose(c).await? {
-            Reply::Done => Ok(()),
-            r => Err(r.unexpected()),
-        }
+        proposed!(self, Command::DeleteJob { namespace: namespace.into(), name: name.into(), precondition }, Reply::Done => ())
     }
 
     async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<JobRecord>, StoreError> {
@@ -345,17 +344,11 @@ impl Store for RaftStore {
     }
 
     async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {
-        match self.member.propose(Command::NextEpoch { scope: scope.into() }).await? {
-            Reply::Epoch(n) => Ok(n),
-            r => Err(r.unexpected()),
-        }
+        proposed!(self, Command::NextEpoch { scope: scope.into() }, Reply::Epoch(n) => n)
     }
 
     async fn fence(&self, fence: &Fence, holder: &LeaderInfo, now: Millis) -> Result<(), StoreError> {
-        match self.member.propose(Command::Fence { fence: fence.clone(), holder: holder.clone(), now }).await? {
-            Reply::Done => Ok(()),
-            r => Err(r.unexpected()),
-        }
+        proposed!(self, Command::Fence { fence: fence.clone(), holder: holder.clone(), now }, Reply::Done => ())
     }
 
     async fn leadership(&self, scope: &str) -> Result<Option<LeadershipRecord>, StoreError> {
@@ -363,19 +356,11 @@ impl Store for RaftStore {
     }
 
     async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
-        let c = Command::Fire { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec() };
-        match self.member.propose(c).await? {
-            Reply::Fired(v) => Ok(v),
-            r => Err(r.unexpected()),
-        }
+        proposed!(self, Command::Fire { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec() }, Reply::Fired(v) => v)
     }
 
     async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
-        let c = Command::Transition { fence: fence.clone(), transitions: transitions.to_vec() };
-        match self.member.propose(c).await? {
-            Reply::Transitioned(v) => Ok(v),
-            r => Err(r.unexpected()),
-        }
+        proposed!(self, Command::Transition { fence: fence.clone(), transitions: transitions.to_vec() }, Reply::Transitioned(v) => v)
     }
 
     async fn fire_and_transition(
@@ -385,25 +370,15 @@ impl Store for RaftStore {
         advances: &[JobAdvance],
         transitions: &[Transition],
     ) -> Result<TurnWrite, StoreError> {
-        let c = Command::Turn { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec(), transitions: transitions.to_vec() };
-        match self.member.propose(c).await? {
-            Reply::Turn(t) => Ok(t),
-            r => Err(r.unexpected()),
-        }
+        proposed!(self, Command::Turn { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec(), transitions: transitions.to_vec() }, Reply::Turn(t) => t)
     }
 
     async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
-        match self.member.propose(Command::RequestCancel { run_id: run_id.into(), now }).await? {
-            Reply::Cancel(c) => Ok(c),
-            r => Err(r.unexpected()),
-        }
+        proposed!(self, Command::RequestCancel { run_id: run_id.into(), now }, Reply::Cancel(c) => c)
     }
 
     async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
-        match self.member.propose(Command::Prune { fence: fence.clone(), keep_per_job, before, max }).await? {
-            Reply::Pruned(n) => Ok(n),
-            r => Err(r.unexpected()),
-        }
+        proposed!(self, Command::Prune { fence: fence.clone(), keep_per_job, before, max }, Reply::Pruned(n) => n)
     }
 
     async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError> {

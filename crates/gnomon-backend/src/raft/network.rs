@@ -55,6 +55,13 @@ pub enum CallError {
     Codec(String),
 }
 
+impl CallError {
+    /// The member could not be reached (Raft backs off and retries).
+    fn unreachable(&self) -> bool {
+        matches!(self, CallError::Timeout(_) | CallError::Cut(_) | CallError::Unreachable { .. })
+    }
+}
+
 impl Net {
     pub fn new(connect: Option<Connect>, token: Option<String>) -> Net {
         let connect = connect.unwrap_or_else(|| {
@@ -177,13 +184,11 @@ impl RaftNetworkFactory<TypeConfig> for Factory {
     }
 }
 
-fn rpc_error<E: std::error::Error>(target: NodeId, e: CallError) -> RPCError<NodeId, BasicNode, E> {
-    match e {
-        CallError::Timeout(_) | CallError::Cut(_) | CallError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
-        _ => {
-            let _ = target;
-            RPCError::Network(NetworkError::new(&e))
-        }
+fn rpc_error<E: std::error::Error>(e: CallError) -> RPCError<NodeId, BasicNode, E> {
+    if e.unreachable() {
+        RPCError::Unreachable(Unreachable::new(&e))
+    } else {
+        RPCError::Network(NetworkError::new(&e))
     }
 }
 
@@ -195,7 +200,7 @@ impl Client {
         option: &RPCOption,
     ) -> Result<A, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>> {
         let r: Result<A, RaftError<NodeId, E>> =
-            self.net.call(self.target, &self.addr, rpc, req, option.hard_ttl()).await.map_err(|e| rpc_error(self.target, e))?;
+            self.net.call(self.target, &self.addr, rpc, req, option.hard_ttl()).await.map_err(rpc_error)?;
         r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }

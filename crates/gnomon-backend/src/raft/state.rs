@@ -35,22 +35,19 @@ use crate::{Store, StoreError};
 #[derive(Debug)]
 pub struct Current {
     store: RwLock<Arc<SqliteStore>>,
-    path: RwLock<PathBuf>,
 }
 
 impl Current {
     pub fn store(&self) -> Arc<SqliteStore> {
         self.store.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
-
-    pub fn path(&self) -> PathBuf {
-        self.path.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
 }
 
 pub struct StateMachine {
     dir: PathBuf,
     pub current: Arc<Current>,
+    /// The file of the current database (only the state machine swaps it).
+    path: PathBuf,
     generation: u64,
     last_applied: Option<LogId>,
     membership: StoredMembership,
@@ -117,7 +114,8 @@ impl StateMachine {
         };
         Ok(StateMachine {
             dir: dir.to_path_buf(),
-            current: Arc::new(Current { store: RwLock::new(Arc::new(store)), path: RwLock::new(path) }),
+            current: Arc::new(Current { store: RwLock::new(Arc::new(store)) }),
+            path,
             generation: 1,
             last_applied,
             membership,
@@ -157,7 +155,7 @@ impl StateMachine {
     fn copy_database(&self) -> Result<Vec<u8>, StorageError> {
         let tmp = self.dir.join("snapshot-building.db");
         let _ = std::fs::remove_file(&tmp);
-        let conn = rusqlite::Connection::open(self.current.path()).map_err(snap_err)?;
+        let conn = rusqlite::Connection::open(&self.path).map_err(snap_err)?;
         conn.execute("VACUUM INTO ?1", [tmp.display().to_string()]).map_err(snap_err)?;
         drop(conn);
         let data = std::fs::read(&tmp).map_err(snap_err)?;
@@ -256,10 +254,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let handle = tokio::runtime::Handle::current();
         let store =
             tokio::task::spawn_blocking(move || handle.block_on(SqliteStore::open(&url))).await.map_err(snap_err)?.map_err(snap_err)?;
-        let old = {
-            *self.current.store.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(store);
-            std::mem::replace(&mut *self.current.path.write().unwrap_or_else(|e| e.into_inner()), path)
-        };
+        *self.current.store.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(store);
+        let old = std::mem::replace(&mut self.path, path);
         remove_db(&old);
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
