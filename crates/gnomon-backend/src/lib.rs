@@ -104,9 +104,11 @@ pub struct TurnWrite {
 /// - **Preconditions** on job writes are checked atomically with the write.
 /// - **Pagination** of runs is newest first and stable under concurrent
 ///   inserts: a cursor never yields a run twice or skips an older one.
+/// - **Leader time** only moves forward: `advance_leader_time` is fenced and
+///   takes the maximum; `fence` leaves it as it is.
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
-    /// `sqlite`, `mysql`, `postgres` or `etcd`.
+    /// `sqlite`, `mysql`, `postgres`, `etcd` or `raft`.
     fn backend(&self) -> &'static str;
 
     // --- jobs (any replica writes these directly) ---
@@ -147,6 +149,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// stored one; fails with [`StoreError::StaleToken`] otherwise.
     async fn fence(&self, fence: &Fence, holder: &LeaderInfo, now: Millis) -> Result<(), StoreError>;
     async fn leadership(&self, scope: &str) -> Result<Option<LeadershipRecord>, StoreError>;
+    /// Raises the scope's committed leader time to `at` if `fence` is the
+    /// current token (never lowers it) and returns the committed time;
+    /// [`StoreError::Fenced`] otherwise. The leader writes its clock here
+    /// every half second; a new leader's clock starts at or above it.
+    async fn advance_leader_time(&self, fence: &Fence, at: Millis) -> Result<Millis, StoreError>;
 
     // --- leader writes (token-checked) ---
     async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError>;
@@ -219,9 +226,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// A signal on every job write, where the backend can push one (an etcd
-    /// watch): the leader reads `job_changes` at once instead of at its next
-    /// poll. `None`: the leader polls (at most a second late).
     /// A view of this store whose reads answer from this replica's copy
     /// as it is, without confirming it is current (raft: no read index), for
     /// clients that ask for stale reads; `None` where reads have no such
@@ -230,6 +234,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// A signal on every job write, where the backend can push one (an etcd
+    /// watch): the leader reads `job_changes` at once instead of at its next
+    /// poll. `None`: the leader polls (at most a second late).
     fn job_change_signal(&self) -> Option<tokio::sync::mpsc::Receiver<()>> {
         None
     }

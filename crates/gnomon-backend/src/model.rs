@@ -27,6 +27,10 @@ pub struct LeadershipRecord {
     pub address: String,
     pub backend: String,
     pub since: Millis,
+    /// The committed leader time: the highest time a leader of the scope
+    /// has written with [`crate::Store::advance_leader_time`] (0: none yet).
+    /// A new leader's clock never runs below it.
+    pub leader_time: Millis,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -715,6 +715,7 @@ async fn leader(State(state): State<ApiState>, uri: axum::http::Uri) -> ApiResul
         Some(r) => json!({
             "scope": r.scope, "backend": r.backend, "holder": r.holder, "token": r.token,
             "address": r.address, "since": format_millis(r.since),
+            "leader_time": (r.leader_time > 0).then(|| format_millis(r.leader_time)),
             "is_self": me == Some(r.token) && r.holder == state.node.config.node_id,
             "answered_by": state.node.config.node_id,
             "backpressure": state.node.pressure(),
@@ -724,6 +725,9 @@ async fn leader(State(state): State<ApiState>, uri: axum::http::Uri) -> ApiResul
                    "answered_by": state.node.config.node_id})
         }
     };
+    let clock = state.node.clock_status();
+    answer["clock"] =
+        json!({"skew_ms": clock.skew_ms, "verdict": clock.verdict, "stepped_down_at": clock.stepped_down_at.map(format_millis)});
     if let Some(st) = raft {
         answer["raft"] = serde_json::to_value(st).unwrap_or(Value::Null);
     }

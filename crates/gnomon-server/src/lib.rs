@@ -7,6 +7,7 @@ pub mod auth;
 pub mod browser;
 mod cluster_api;
 pub mod leader;
+pub mod leader_time;
 pub mod listener;
 pub mod metrics_setup;
 pub mod node;

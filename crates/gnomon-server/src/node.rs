@@ -1,14 +1,15 @@
 //! A server node: campaigns for leadership and runs the leader loops while it
 //! leads. Shared state for the API lives in [`NodeHandle`].
 
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use gnomon_backend::{Elector, Fence, LeaderInfo, Store};
 use gnomon_core::Clock;
 use tokio::sync::{mpsc, watch};
 
 use crate::leader::{LeaderCommand, LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime, PressureInfo, WorkerInfo, WorkersView};
+use crate::leader_time::{self, ClockStatus, Keeper, LeaderClock, SharedStatus, SkewLimits, SkewMeter, Verdict};
 
 pub const SCOPE: &str = "scheduler";
 
@@ -18,6 +19,8 @@ pub struct NodeConfig {
     /// The address workers and clients should use to reach this node.
     pub advertise: String,
     pub leader: LeaderConfig,
+    /// How far this node's clock may be from the leader time.
+    pub clock: SkewLimits,
 }
 
 /// What the API needs to know about this node.
@@ -28,6 +31,7 @@ pub struct NodeHandle {
     pub elector_backend: &'static str,
     pub elector: Arc<dyn Elector>,
     pub clock: Arc<dyn Clock>,
+    clock_status: SharedStatus,
     state: Arc<RwLock<NodeState>>,
 }
 
@@ -78,6 +82,11 @@ impl NodeHandle {
         }
     }
 
+    /// This node's clock as measured against the leader time.
+    pub fn clock_status(&self) -> ClockStatus {
+        self.clock_status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// The worker sessions of the current term (empty on a follower).
     pub fn workers(&self) -> Vec<WorkerInfo> {
         let view = self.read().workers.clone();
@@ -114,8 +123,15 @@ pub struct Node {
 
 impl Node {
     pub fn new(config: NodeConfig, store: Arc<dyn Store>, elector: Arc<dyn Elector>, clock: Arc<dyn Clock>) -> Self {
-        let handle =
-            NodeHandle { config, store, elector_backend: elector.backend(), elector: elector.clone(), clock, state: Arc::default() };
+        let handle = NodeHandle {
+            config,
+            store,
+            elector_backend: elector.backend(),
+            elector: elector.clone(),
+            clock,
+            clock_status: SharedStatus::default(),
+            state: Arc::default(),
+        };
         Self { handle, elector }
     }
 
@@ -128,6 +144,20 @@ impl Node {
             backend: backend.to_string(),
         };
         metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(0.0);
+        let limits = self.handle.config.clock;
+        let meter = Arc::new(Mutex::new(SkewMeter::default()));
+        let observer = {
+            let h = self.handle.clone();
+            tokio::spawn(leader_time::observe(
+                h.store.clone(),
+                SCOPE,
+                h.clock.clone(),
+                meter.clone(),
+                h.clock_status.clone(),
+                limits,
+                move || h.leading_token().is_some(),
+            ))
+        };
         while !*shutdown.borrow() {
             let leadership = tokio::select! {
                 r = self.elector.campaign(SCOPE, &me) => r,
@@ -145,6 +175,26 @@ impl Node {
                     continue;
                 }
             };
+            // The term starts from the committed leader time, and not at all
+            // if this node's clock is too far from it.
+            let Some(committed) = self.committed_leader_time().await else {
+                tracing::warn!("cannot read the committed leader time; giving the term back");
+                let _ = self.elector.resign(&leadership).await;
+                self.hold_off(Duration::from_secs(1), &mut shutdown).await;
+                continue;
+            };
+            let wall = self.handle.clock.now_millis();
+            let estimate = meter.lock().unwrap_or_else(|p| p.into_inner()).estimate(Instant::now());
+            let start_skew = leader_time::takeover_skew(committed, wall, estimate);
+            if leader_time::report(&self.handle.clock_status, start_skew, limits, "new leader") == Some(Verdict::StepDown) {
+                leader_time::stepped_down(&self.handle.clock_status, start_skew.unwrap_or(0), limits, wall, "taking over");
+                metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => "refused").increment(1);
+                if let Err(e) = self.elector.resign(&leadership).await {
+                    tracing::warn!(error = %e, "resign failed");
+                }
+                self.hold_off(leader_time::HOLD_OFF, &mut shutdown).await;
+                continue;
+            }
             metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => "acquired").increment(1);
             metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(1.0);
             tracing::info!(token = leadership.token, backend, "leading scope {SCOPE}");
@@ -155,24 +205,47 @@ impl Node {
                 st.term = Some((leadership.token, cmd_tx));
                 st.workers = view.clone();
             }
+            let fence = Fence { scope: SCOPE.into(), token: leadership.token };
+            let clock = Arc::new(LeaderClock::new(self.handle.clock.clone(), committed, start_skew, limits));
+            // The term ends when the elector says so or the keeper does.
+            let (step_tx, step_rx) = watch::channel(false);
+            let forward = tokio::spawn({
+                let (mut lost, step_tx) = (leadership.lost.clone(), step_tx.clone());
+                async move {
+                    if lost.wait_for(|l| *l).await.is_ok() {
+                        let _ = step_tx.send(true);
+                    }
+                }
+            });
+            let stepped_before = self.handle.clock_status().stepped_down_at;
+            let keeper = tokio::spawn(
+                Keeper {
+                    store: self.handle.store.clone(),
+                    fence: fence.clone(),
+                    clock: clock.clone(),
+                    skew_known: start_skew.is_some(),
+                    limits,
+                    status: self.handle.clock_status.clone(),
+                    step_down: step_tx,
+                }
+                .run(),
+            );
             let runtime = LeaderRuntime::new(LeaderParts {
                 store: self.handle.store.clone(),
-                fence: Fence { scope: SCOPE.into(), token: leadership.token },
-                clock: self.handle.clock.clone(),
+                fence: fence.clone(),
+                clock: clock.clone(),
                 config: self.handle.config.leader.clone(),
                 commands: cmd_rx,
-                lost: leadership.lost.clone(),
+                lost: step_rx,
                 shutdown: shutdown.clone(),
                 view,
             });
-            let retention = tokio::spawn(retention_loop(
-                self.handle.store.clone(),
-                Fence { scope: SCOPE.into(), token: leadership.token },
-                self.handle.config.leader.clone(),
-                self.handle.clock.clone(),
-            ));
+            let retention = tokio::spawn(retention_loop(self.handle.store.clone(), fence, self.handle.config.leader.clone(), clock));
             let exit = runtime.run().await;
             retention.abort();
+            keeper.abort();
+            forward.abort();
+            let clock_fault = self.handle.clock_status().stepped_down_at != stepped_before;
             {
                 let mut st = self.handle.write();
                 st.term = None;
@@ -192,10 +265,30 @@ impl Node {
             if exit == LeaderExit::Shutdown {
                 break;
             }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = shutdown.changed() => {}
+            let pause = if clock_fault { leader_time::HOLD_OFF } else { Duration::from_secs(1) };
+            self.hold_off(pause, &mut shutdown).await;
+        }
+        observer.abort();
+    }
+
+    /// The committed leader time (0 if none yet), or `None` if the store
+    /// cannot say right now.
+    async fn committed_leader_time(&self) -> Option<gnomon_core::Millis> {
+        for _ in 0..3 {
+            match self.handle.store.leadership(SCOPE).await {
+                Ok(r) => return Some(r.map_or(0, |r| r.leader_time)),
+                Err(e) => tracing::debug!(error = %e, "reading the leader time failed"),
             }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        None
+    }
+
+    /// Waits `pause` before the next campaign, or until shutdown.
+    async fn hold_off(&self, pause: Duration, shutdown: &mut watch::Receiver<bool>) {
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shutdown.changed() => {}
         }
     }
 }

@@ -111,7 +111,11 @@ pub fn document() -> Value {
                     "id": {"type": "string"}, "labels": {"type": "object"}, "capacity": {"type": "integer"}, "load": {"type": "integer"},
                     "state": {"type": "string"}, "lease_expires_at": {"type": ["string", "null"]}}}}}},
                 "Leader": {"type": "object", "properties": {"scope": {"type": "string"}, "backend": {"type": "string"}, "holder": {"type": ["string", "null"]},
-                    "token": {"type": ["integer", "null"]}, "address": {"type": ["string", "null"]}, "since": {"type": ["string", "null"]}, "is_self": {"type": "boolean"}}},
+                    "token": {"type": ["integer", "null"]}, "address": {"type": ["string", "null"]}, "since": {"type": ["string", "null"]}, "is_self": {"type": "boolean"},
+                    "leader_time": {"type": ["string", "null"], "description": "the committed leader time"},
+                    "clock": {"type": "object", "description": "this server's clock against the leader time",
+                        "properties": {"skew_ms": {"type": ["integer", "null"]}, "verdict": {"type": ["string", "null"], "enum": ["ok", "warn", "step_down", null]},
+                            "stepped_down_at": {"type": ["string", "null"]}}}}},
             }
         }
     })

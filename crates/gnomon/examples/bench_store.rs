@@ -146,7 +146,8 @@ async fn bench(name: &str, url: &str) {
     let count = Arc::new(AtomicUsize::new(0));
     let mut handlers = HandlerRegistry::with_builtins();
     handlers.register("count", Arc::new(Counting(count.clone())));
-    let config = NodeConfig { node_id: "bench".into(), advertise: "127.0.0.1:0".into(), leader: LeaderConfig::default() };
+    let config =
+        NodeConfig { node_id: "bench".into(), advertise: "127.0.0.1:0".into(), leader: LeaderConfig::default(), clock: Default::default() };
     let elector = Arc::new(gnomon_backend::election::LocalElector::new(store.clone()));
     let node = Node::new(config, store.clone(), elector, Arc::new(gnomon_core::SystemClock));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

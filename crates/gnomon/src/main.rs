@@ -2,6 +2,7 @@
 
 mod auth_cmd;
 mod client;
+mod leader_args;
 mod raft_member;
 mod serve;
 mod table;

@@ -8,6 +8,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use std::time::Duration;
 
+use crate::leader_args::LeaderArgs;
 use gnomon_backend::election::LocalElector;
 use gnomon_backend::election::{lock_elector_for, plan_election, ElectionConfig, ElectionKind, ElectionPlan, Fallback, FallbackElector};
 use gnomon_backend::etcd::EtcdElector;
@@ -15,7 +16,6 @@ use gnomon_backend::{open_store, open_store_with, Elector};
 use gnomon_server::api::{router, ApiState};
 use gnomon_server::auth::{AuthConfig, Authenticator, Principal, Role};
 use gnomon_server::browser::HostPolicy;
-use gnomon_server::leader::LeaderConfig;
 use gnomon_server::listener::{ListenConfig, TlsFiles};
 use gnomon_server::{Node, NodeConfig};
 use gnomon_worker::{HandlerRegistry, WorkerConfig, WorkerRuntime, WorkerTls};
@@ -138,57 +138,6 @@ impl AccessArgs {
     fn hosts(&self, advertise: &str) -> anyhow::Result<HostPolicy> {
         let names = self.allowed_hosts.iter().cloned().chain(gnomon_server::browser::advertised_host(advertise));
         HostPolicy::new(names).map_err(|e| anyhow!(e))
-    }
-}
-
-/// The leader's flags, shared by `dev` and `server`.
-#[derive(Args, Debug)]
-pub struct LeaderArgs {
-    /// How late a scheduled time may be reached and still count as on time.
-    #[arg(long, default_value = "1s")]
-    misfire_grace: String,
-    /// Worker session lease: a worker silent for this long loses its
-    /// attempts (default 10s; 15s on the etcd store).
-    #[arg(long)]
-    lease_ttl: Option<String>,
-    /// Backpressure: pending runs at which dispatch is paced (70 %) and new
-    /// fires are deferred (90 %).
-    #[arg(long, default_value_t = 10_000)]
-    max_pending: usize,
-    /// Retention (every store): terminal runs kept per job, with the
-    /// newest first…
-    #[arg(long, default_value_t = 1000)]
-    retain_runs: usize,
-    /// …and for how long after they fired.
-    #[arg(long, default_value = "7d")]
-    retain_for: String,
-}
-
-impl LeaderArgs {
-    fn node_config(&self, node_id: String, advertise: String, default_lease: &str) -> anyhow::Result<NodeConfig> {
-        if self.max_pending == 0 {
-            bail!("--max-pending must be at least 1");
-        }
-        let grace = gnomon_core::duration::parse_duration(&self.misfire_grace).map_err(|e| anyhow!("--misfire-grace: {e}"))?;
-        let ttl = gnomon_core::duration::parse_duration(self.lease_ttl.as_deref().unwrap_or(default_lease))
-            .map_err(|e| anyhow!("--lease-ttl: {e}"))?;
-        let retain = gnomon_core::duration::parse_duration(&self.retain_for).map_err(|e| anyhow!("--retain-for: {e}"))?;
-        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        if !(1_000..=600_000).contains(&ttl_ms) {
-            bail!("--lease-ttl must be between 1s and 10m");
-        }
-        Ok(NodeConfig {
-            node_id,
-            advertise,
-            leader: LeaderConfig {
-                misfire_grace_ms: i64::try_from(grace.as_millis()).unwrap_or(1000),
-                lease_ttl_ms: ttl_ms,
-                heartbeat_ms: (ttl_ms / 5).max(200),
-                backpressure: gnomon_core::backpressure::BackpressureConfig { max_pending: self.max_pending, ..Default::default() },
-                retain_runs: self.retain_runs,
-                retain_ms: i64::try_from(retain.as_millis()).unwrap_or(i64::MAX),
-            },
-        })
     }
 }
 

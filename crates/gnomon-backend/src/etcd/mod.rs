@@ -19,6 +19,7 @@
 //! | `P/epochs/<scope>` | the scope's epoch counter (token source for lock-less electors) |
 //! | `P/fence/<scope>` | the scope's current fencing token |
 //! | `P/leadership/<scope>` | who holds that token (holder, address, backend, since, election key) |
+//! | `P/clock/<scope>` | the committed leader time (milliseconds; only ever raised, fenced) |
 //! | `P/election/<scope>/…` | etcd's election keys (the etcd elector) |
 //!
 //! # Invariants
@@ -46,6 +47,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::*;
 
+mod clock;
 mod election;
 mod records;
 mod retention;
@@ -583,7 +585,12 @@ impl Store for EtcdStore {
             address: l.address,
             backend: l.backend,
             since: l.since,
+            leader_time: self.read_leader_time(scope).await?.0,
         }))
+    }
+
+    async fn advance_leader_time(&self, fence: &Fence, at: Millis) -> Result<Millis, StoreError> {
+        self.advance_clock(fence, at).await
     }
 
     async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {

@@ -74,6 +74,8 @@ const MIGRATIONS: &[Migration] = &[
         version: 4,
         statements: &["ALTER TABLE jobs ADD COLUMN schedule_changed_at BIGINT NULL, ADD COLUMN previous_schedule TEXT NULL"],
     },
+    // The committed leader time (see the SQLite migration 6).
+    Migration { version: 5, statements: &["ALTER TABLE leadership ADD COLUMN leader_time BIGINT NOT NULL DEFAULT 0"] },
 ];
 
 const DIALECT: Dialect = Dialect {

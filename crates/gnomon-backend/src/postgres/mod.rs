@@ -69,6 +69,8 @@ const MIGRATIONS: &[Migration] = &[
             "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS schedule_changed_at BIGINT, ADD COLUMN IF NOT EXISTS previous_schedule TEXT",
         ],
     },
+    // The committed leader time (see the SQLite migration 6).
+    Migration { version: 5, statements: &["ALTER TABLE leadership ADD COLUMN IF NOT EXISTS leader_time BIGINT NOT NULL DEFAULT 0"] },
 ];
 
 const DIALECT: Dialect = Dialect {

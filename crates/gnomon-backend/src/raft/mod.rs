@@ -355,6 +355,10 @@ impl Store for RaftStore {
         self.read().await?.leadership(scope).await
     }
 
+    async fn advance_leader_time(&self, fence: &Fence, at: Millis) -> Result<Millis, StoreError> {
+        proposed!(self, Command::LeaderTime { fence: fence.clone(), at }, Reply::LeaderTime(t) => t)
+    }
+
     async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
         proposed!(self, Command::Fire { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec() }, Reply::Fired(v) => v)
     }

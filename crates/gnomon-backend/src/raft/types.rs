@@ -88,6 +88,11 @@ pub enum Command {
         before: Millis,
         max: usize,
     },
+    /// The leader's clock, committed (the leader time never runs backwards).
+    LeaderTime {
+        fence: Fence,
+        at: Millis,
+    },
 }
 
 /// What applying a command gave (the same on every member).
@@ -105,6 +110,7 @@ pub enum Reply {
     Turn(TurnWrite),
     Cancel(CancelOutcome),
     Pruned(u64),
+    LeaderTime(Millis),
 }
 
 impl Reply {

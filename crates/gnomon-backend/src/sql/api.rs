@@ -299,9 +299,29 @@ macro_rules! sql_api {
                         address: text(&r, "address")?,
                         backend: text(&r, "backend")?,
                         since: r.try_get("since").map_err(db_err)?,
+                        leader_time: r.try_get("leader_time").map_err(db_err)?,
                     })
                 })
                 .transpose()
+            }
+
+            async fn advance_leader_time(&self, fence: &Fence, at: Millis) -> Result<Millis, StoreError> {
+                let mut w = self.writer_conn().await?;
+                let mut tx = Self::begin_write(&mut w).await?;
+                Self::check_fence(&mut tx, fence).await?;
+                sqlx::query(&D.q(&format!("UPDATE leadership SET leader_time = {}(leader_time, ?) WHERE scope = ?", D.greatest)))
+                    .bind(at)
+                    .bind(&fence.scope)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_err)?;
+                let committed: i64 = sqlx::query_scalar(&D.q("SELECT leader_time FROM leadership WHERE scope = ?"))
+                    .bind(&fence.scope)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db_err)?;
+                tx.commit().await.map_err(db_err)?;
+                Ok(committed)
             }
 
             async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {

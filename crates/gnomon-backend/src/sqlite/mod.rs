@@ -128,6 +128,8 @@ const MIGRATIONS: &[Migration] = &[
          ALTER TABLE jobs ADD COLUMN previous_schedule TEXT;
          COMMIT;"],
     },
+    // The committed leader time: a new leader's clock never runs below it.
+    Migration { version: 6, statements: &["ALTER TABLE leadership ADD COLUMN leader_time INTEGER NOT NULL DEFAULT 0"] },
 ];
 
 const DIALECT: Dialect = Dialect {

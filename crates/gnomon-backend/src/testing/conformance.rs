@@ -75,6 +75,7 @@ where
     a_large_turn_write_mixes_new_existing_and_folded_runs(a.as_ref()).await;
     pagination_is_stable_under_inserts(a.as_ref()).await;
     cancel_requests(a.as_ref()).await;
+    leader_time_only_moves_forward(a.as_ref(), b.as_ref()).await;
     retention_deletes_only_old_terminal_runs(a.as_ref()).await;
 }
 
@@ -566,7 +567,26 @@ async fn cancel_requests(s: &dyn Store) {
     assert!(matches!(s.request_cancel("no-such-run", 5).await, Err(StoreError::NotFound(_))));
 }
 
-/// Runs every elector test against `elector`, which must be backed by `store`.
+/// The committed leader time: fenced, never lowered, kept by a new term's
+/// `fence`, and seen by every handle.
+async fn leader_time_only_moves_forward(a: &dyn Store, b: &dyn Store) {
+    let scope = unique("clock");
+    let old = lead(a, &scope).await;
+    assert_eq!(a.leadership(&scope).await.expect("read").expect("record").leader_time, 0, "no leader time yet");
+    assert_eq!(a.advance_leader_time(&old, 5_000).await.expect("advance"), 5_000);
+    assert_eq!(a.advance_leader_time(&old, 4_000).await.expect("lower"), 5_000, "a lower time leaves it as it is");
+    assert_eq!(b.leadership(&scope).await.expect("read").expect("record").leader_time, 5_000, "every handle sees it");
+    let new = lead(b, &scope).await;
+    assert_eq!(b.leadership(&scope).await.expect("read").expect("record").leader_time, 5_000, "a new term keeps it");
+    assert!(
+        matches!(a.advance_leader_time(&old, 9_000).await, Err(StoreError::Fenced { .. })),
+        "a deposed leader may not move the leader time"
+    );
+    assert!(matches!(a.advance_leader_time(&old, 1_000).await, Err(StoreError::Fenced { .. })), "nor read it back as if it led");
+    assert_eq!(b.advance_leader_time(&new, 6_000).await.expect("advance"), 6_000);
+    assert_eq!(a.leadership(&scope).await.expect("read").expect("record").leader_time, 6_000);
+}
+
 /// Retention: terminal runs beyond the newest N of a job, or fired before a
 /// time, are deleted with their attempts; open runs never are; a stale
 /// term may not prune. Runs at the end of the suite: prune is store-wide.
@@ -602,6 +622,7 @@ async fn retention_deletes_only_old_terminal_runs(s: &dyn Store) {
     assert!(matches!(s.prune(&fence, 0, i64::MAX, 10).await, Err(StoreError::Fenced { .. })), "a stale term's prune is fenced");
 }
 
+/// Runs every elector test against `elector`, which must be backed by `store`.
 pub async fn elector_suite(store: Arc<dyn Store>, elector: Arc<dyn Elector>) {
     let scope = unique("scope");
     let me = LeaderInfo { holder: "node-a".into(), address: "127.0.0.1:7400".into(), backend: String::new() };

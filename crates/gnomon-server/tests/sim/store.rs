@@ -202,6 +202,9 @@ impl Store for FaultyStore {
     async fn leadership(&self, scope: &str) -> Result<Option<LeadershipRecord>, StoreError> {
         self.inner.leadership(scope).await
     }
+    async fn advance_leader_time(&self, fence: &Fence, at: Millis) -> Result<Millis, StoreError> {
+        self.write(fence, self.inner.advance_leader_time(fence, at)).await
+    }
     async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
         self.write(fence, self.inner.fire(fence, runs, advances)).await
     }

@@ -1,0 +1,234 @@
+//! Leader time across real nodes with skewed clocks: each node's wall clock
+//! is the system clock plus an offset the test sets (and steps). The nodes
+//! share one SQLite store and hand leadership over with an in-process
+//! elector that fences every term through the store, as the real ones do.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use gnomon_backend::sqlite::SqliteStore;
+use gnomon_backend::{ElectionError, Elector, Fence, LeaderInfo, Leadership, Precondition, RunFilter, Store};
+use gnomon_core::spec::parse_job_json;
+use gnomon_core::{Clock, Millis, SystemClock};
+use gnomon_server::leader::LeaderConfig;
+use gnomon_server::leader_time::{SkewLimits, Verdict};
+use gnomon_server::{Node, NodeConfig, NodeHandle};
+use tokio::sync::{watch, OwnedMutexGuard};
+
+/// The system clock plus an offset.
+#[derive(Debug, Default)]
+struct SkewedClock(AtomicI64);
+
+impl SkewedClock {
+    fn set(&self, offset_ms: i64) {
+        self.0.store(offset_ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for SkewedClock {
+    fn now_millis(&self) -> Millis {
+        SystemClock.now_millis() + self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The terms a [`BatonElector`] has handed out: the baton and the `lost` signal.
+type Held = Arc<Mutex<HashMap<u64, (OwnedMutexGuard<()>, watch::Sender<bool>)>>>;
+
+/// One baton: a campaign waits for it, takes a token from the store's epoch
+/// and fences it; `resign` hands the baton on.
+#[derive(Debug, Clone)]
+struct BatonElector {
+    store: Arc<dyn Store>,
+    baton: Arc<tokio::sync::Mutex<()>>,
+    held: Held,
+}
+
+#[async_trait]
+impl Elector for BatonElector {
+    fn backend(&self) -> &'static str {
+        "baton"
+    }
+    async fn campaign(&self, scope: &str, me: &LeaderInfo) -> Result<Leadership, ElectionError> {
+        let guard = self.baton.clone().lock_owned().await;
+        let token = self.store.next_epoch(scope).await.map_err(|e| ElectionError::Unavailable(e.to_string()))?;
+        let fence = Fence { scope: scope.into(), token };
+        self.store.fence(&fence, me, 0).await.map_err(|e| ElectionError::Unavailable(e.to_string()))?;
+        let (tx, rx) = watch::channel(false);
+        self.held.lock().unwrap().insert(token, (guard, tx));
+        Ok(Leadership { scope: scope.into(), token, lost: rx })
+    }
+    async fn resign(&self, leadership: &Leadership) -> Result<(), ElectionError> {
+        if let Some((_, tx)) = self.held.lock().unwrap().remove(&leadership.token) {
+            let _ = tx.send(true);
+        }
+        Ok(())
+    }
+}
+
+struct Cluster {
+    _dir: tempfile::TempDir,
+    store: Arc<dyn Store>,
+    elector: BatonElector,
+}
+
+struct Running {
+    handle: NodeHandle,
+    clock: Arc<SkewedClock>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+    }
+}
+
+impl Cluster {
+    async fn new() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("g.db").display());
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&url).await.unwrap());
+        let spec = parse_job_json(br#"{"name":"tick","schedule":{"every":"1s"},"executor":{"handler":{"name":"noop"}}}"#)
+            .unwrap()
+            .compile()
+            .unwrap()
+            .spec;
+        store.put_job(&spec, Precondition::DoesNotExist, SystemClock.now_millis()).await.unwrap();
+        let elector = BatonElector { store: store.clone(), baton: Arc::default(), held: Arc::default() };
+        Cluster { _dir: dir, store, elector }
+    }
+
+    fn start(&self, name: &str, offset_ms: i64) -> Running {
+        let clock = Arc::new(SkewedClock::default());
+        clock.set(offset_ms);
+        let config = NodeConfig {
+            node_id: name.into(),
+            advertise: format!("{name}:0"),
+            leader: LeaderConfig::default(),
+            clock: SkewLimits { warn: Duration::from_secs(1), step_down: Duration::from_secs(5) },
+        };
+        let node = Node::new(config, self.store.clone(), Arc::new(self.elector.clone()), clock.clone());
+        let handle = node.handle.clone();
+        let (stop, rx) = watch::channel(false);
+        let task = tokio::spawn(node.run(rx));
+        Running { handle, clock, stop, task }
+    }
+
+    async fn leader_time(&self) -> Millis {
+        self.store.leadership("scheduler").await.unwrap().map_or(0, |r| r.leader_time)
+    }
+
+    /// (scheduled_at, fired_at) of every run of the job.
+    async fn runs(&self) -> Vec<(Millis, Millis)> {
+        let filter = RunFilter { job: Some("tick".into()), ..Default::default() };
+        let page = self.store.list_runs(&filter, 1000, None).await.unwrap();
+        page.runs.iter().map(|r| (r.scheduled_at, r.fired_at)).collect()
+    }
+}
+
+/// Waits (generously: real processes share this machine) until `f` holds.
+async fn until<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A leader that commits its clock: the committed time moves, and is never
+/// ahead of that leader's clock.
+async fn first_leader(c: &Cluster) -> Running {
+    let a = c.start("a", 0);
+    until("a leads and commits its clock", || async { a.handle.leading_token().is_some() && c.leader_time().await > 0 }).await;
+    until("a fires", || async { !c.runs().await.is_empty() }).await;
+    a
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_far_behind_the_committed_time_does_not_lead() {
+    let c = Cluster::new().await;
+    let a = first_leader(&c).await;
+    a.stop().await;
+    let committed = c.leader_time().await;
+    let fired = c.runs().await.len();
+    let b = c.start("b", -30_000);
+    until("b refuses the term", || async { b.handle.clock_status().stepped_down_at.is_some() }).await;
+    let st = b.handle.clock_status();
+    assert_eq!(st.verdict, Some(Verdict::StepDown));
+    assert!(st.skew_ms.unwrap() < -25_000, "b knows it is about 30 s behind: {st:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(b.handle.leading_token().is_none(), "b does not lead");
+    assert_eq!(c.runs().await.len(), fired, "b fired nothing");
+    assert_eq!(c.leader_time().await, committed, "and the leader time did not move back");
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_a_little_behind_leads_from_the_committed_time_and_says_so() {
+    let c = Cluster::new().await;
+    let a = first_leader(&c).await;
+    a.stop().await;
+    let committed = c.leader_time().await;
+    let before: Vec<Millis> = c.runs().await.iter().map(|r| r.0).collect();
+    let b = c.start("b", -2_500);
+    until("b leads and fires", || async { b.handle.leading_token().is_some() && c.runs().await.iter().any(|r| !before.contains(&r.0)) })
+        .await;
+    let st = b.handle.clock_status();
+    assert_eq!(st.verdict, Some(Verdict::Warn), "b warns: {st:?}");
+    assert!(st.skew_ms.unwrap() <= -1_000, "about 2.5 s behind, less the handover: {st:?}");
+    for (at, fired_at) in c.runs().await.into_iter().filter(|r| !before.contains(&r.0)) {
+        assert!(fired_at >= committed, "b's run of {at} fired at {fired_at}, below the committed time {committed}");
+    }
+    let mut instants: Vec<Millis> = c.runs().await.iter().map(|r| r.0).collect();
+    let n = instants.len();
+    instants.dedup();
+    assert_eq!(instants.len(), n, "no instant fired twice");
+    until("b commits its clock", || async { c.leader_time().await > committed }).await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_clock_steps_ahead_steps_down_without_firing_early() {
+    let c = Cluster::new().await;
+    let a = first_leader(&c).await;
+    a.clock.set(60_000);
+    until("a steps down", || async { a.handle.leading_token().is_none() }).await;
+    let st = a.handle.clock_status();
+    assert!(st.stepped_down_at.is_some() && st.skew_ms.unwrap() > 50_000, "{st:?}");
+    let now = SystemClock.now_millis();
+    let latest = c.runs().await.iter().map(|r| r.0).max().unwrap();
+    assert!(latest <= now + 1_000, "nothing fired at the stepped time: latest instant {latest}, now {now}");
+    assert!(c.leader_time().await <= now + 1_000, "nor was the stepped time committed");
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_ahead_of_the_leader_knows_it_and_leaves_the_term_to_another() {
+    let c = Cluster::new().await;
+    let a = first_leader(&c).await;
+    let d = c.start("d", 30_000);
+    until("d measures its skew as a standby", || async { d.handle.clock_status().verdict == Some(Verdict::StepDown) }).await;
+    let st = d.handle.clock_status();
+    assert!((28_000..31_500).contains(&st.skew_ms.unwrap()), "d is about 30 s ahead: {st:?}");
+    a.stop().await;
+    until("d refuses the term", || async { d.handle.clock_status().stepped_down_at.is_some() }).await;
+    let now = SystemClock.now_millis();
+    assert!(c.runs().await.iter().all(|r| r.0 <= now + 1_000), "d fired nothing ahead of time");
+    // A node with a good clock takes the term d left.
+    let e = c.start("e", 0);
+    until("e leads", || async { e.handle.leading_token().is_some() }).await;
+    assert!(d.handle.leading_token().is_none());
+    let now = SystemClock.now_millis();
+    assert!(c.runs().await.iter().all(|r| r.0 <= now + 1_000), "no instant fired ahead of time");
+    e.stop().await;
+    d.stop().await;
+}
