@@ -208,6 +208,21 @@ fn raft_cluster_survives_kill_pause_and_restart_without_duplicates_or_gaps() {
     let before = c.runs(at).len();
     wait_until("fires after the pause", Duration::from_secs(30), || c.runs(at).len() >= before + 3);
 
+    // SIGTERM the leader: it hands Raft leadership to a member where a
+    // scheduler waits (no election timeout to sit out), then exits; it
+    // comes back from its data dir as a follower.
+    let fourth = c.leader().expect("a leader");
+    let mut stopping = c.procs[fourth].take().unwrap();
+    stopping.signal(SIGTERM);
+    wait_until("a new leader after SIGTERM", Duration::from_secs(30), || c.leader().is_some_and(|l| l != fourth));
+    assert!(stopping.wait_exit(Duration::from_secs(30)).is_some(), "the SIGTERMed member exits");
+    assert!(stopping.log().contains("handing leadership to a member where one waits"), "it handed over:\n{}", stopping.log());
+    drop(stopping);
+    c.start(fourth);
+    let at = c.any_live();
+    let before = c.runs(at).len();
+    wait_until("fires after the hand-over", Duration::from_secs(30), || c.runs(at).len() >= before + 3);
+
     // Every run ends; then the history: each second exactly once, no gaps.
     std::thread::sleep(Duration::from_secs(2));
     let mut runs = Vec::new();

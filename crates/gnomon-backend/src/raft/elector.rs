@@ -9,9 +9,10 @@
 //! a later term exists.
 //!
 //! Leadership goes where a scheduler waits: a Raft leader with no scheduler
-//! that wants to lead (it resigned, or none runs there) steps aside — it
-//! stops sending heartbeats and does not stand for election — when another
-//! member has one waiting, which then wins the election that follows.
+//! that wants to lead (it resigned, or none runs there) hands over — the
+//! member with a waiting scheduler stands for election at once, and this
+//! one stops sending heartbeats and does not stand — so a SIGTERM moves the
+//! scheduler in well under an election timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -115,6 +116,19 @@ impl Elector for RaftElector {
         if let Some(tx) = tx {
             let _ = tx.send(true);
         }
+        // Hand Raft leadership over now (a shutdown, a clock too far off)
+        // rather than at the steward's next round. The term's watch may
+        // not have counted itself out yet: wait for it briefly.
+        let m = &self.member;
+        let _ = tokio::time::timeout(Duration::from_millis(500), async {
+            while m.leading.load(Ordering::SeqCst) > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        if m.leading.load(Ordering::SeqCst) == 0 && m.campaigners.load(Ordering::SeqCst) == 0 {
+            m.hand_over().await;
+        }
         Ok(())
     }
 }
@@ -170,46 +184,64 @@ pub(super) fn spawn_steward(member: &Arc<Member>) {
         loop {
             every.tick().await;
             let Some(m) = weak.upgrade() else { return };
-            if !m.is_leader() || m.leading.load(Ordering::SeqCst) > 0 || m.campaigners.load(Ordering::SeqCst) > 0 {
+            if m.leading.load(Ordering::SeqCst) > 0 || m.campaigners.load(Ordering::SeqCst) > 0 {
                 continue;
             }
-            let (term, voters) = {
-                let x = m.raft.metrics().borrow().clone();
-                let ms = x.membership_config.membership();
-                let voters: Vec<(u64, String)> =
-                    ms.voter_ids().filter(|id| *id != m.id).filter_map(|id| ms.get_node(&id).map(|n| (id, n.addr.clone()))).collect();
-                (x.current_term, voters)
-            };
-            let mut wanted = false;
-            for (id, addr) in voters.iter() {
-                if let Ok(true) = m.net.call::<_, bool>(*id, addr, Rpc::TakeOver, &m.id, Duration::from_secs(1)).await {
-                    tracing::info!(to = id, "raft: no scheduler leads here; stepping aside for a member where one waits");
-                    wanted = true;
-                    break;
-                }
-            }
-            if !wanted {
-                continue;
-            }
-            // Stop renewing the followers' lease and do not stand again
-            // until another member leads (or nobody did for a while).
-            m.raft.runtime_config().heartbeat(false);
-            m.raft.runtime_config().elect(false);
-            let mut metrics = m.raft.metrics();
-            let _ = tokio::time::timeout(m.config.election_timeout.1 * 6, async {
-                loop {
-                    let now = metrics.borrow_and_update().clone();
-                    if now.current_term > term && now.current_leader.is_some() {
-                        return;
-                    }
-                    if metrics.changed().await.is_err() {
-                        return;
-                    }
-                }
-            })
-            .await;
-            m.raft.runtime_config().heartbeat(true);
-            m.raft.runtime_config().elect(true);
+            m.hand_over().await;
         }
     });
+}
+
+impl Member {
+    /// If this member leads Raft: asks each other voter whether a scheduler
+    /// waits there (`TakeOver`, with this member's last log index); at the
+    /// first yes, that voter stands for election as soon as it has this
+    /// member's log, and this member stops renewing the followers' lease
+    /// and does not stand until another member leads (or six election
+    /// timeouts passed). This member's own vote is no longer leased (a Raft
+    /// leader's vote is timed when it was won), so it grants the new term
+    /// at once and, with three voters, the election needs no timeout.
+    /// Returns whether another member took over.
+    pub(crate) async fn hand_over(&self) -> bool {
+        if !self.is_leader() {
+            return false;
+        }
+        let (term, last, voters) = {
+            let x = self.raft.metrics().borrow().clone();
+            let ms = x.membership_config.membership();
+            let voters: Vec<(u64, String)> =
+                ms.voter_ids().filter(|id| *id != self.id).filter_map(|id| ms.get_node(&id).map(|n| (id, n.addr.clone()))).collect();
+            (x.current_term, x.last_log_index, voters)
+        };
+        let mut wanted = false;
+        for (id, addr) in voters.iter() {
+            if let Ok(true) = self.net.call::<_, bool>(*id, addr, Rpc::TakeOver, &(self.id, last), Duration::from_secs(1)).await {
+                tracing::info!(to = id, "raft: no scheduler leads here; handing leadership to a member where one waits");
+                wanted = true;
+                break;
+            }
+        }
+        if !wanted {
+            return false;
+        }
+        self.raft.runtime_config().heartbeat(false);
+        self.raft.runtime_config().elect(false);
+        let mut metrics = self.raft.metrics();
+        let moved = tokio::time::timeout(self.config.election_timeout.1 * 6, async {
+            loop {
+                let now = metrics.borrow_and_update().clone();
+                if now.current_term > term && now.current_leader.is_some_and(|l| l != self.id) {
+                    return true;
+                }
+                if metrics.changed().await.is_err() {
+                    return false;
+                }
+            }
+        })
+        .await
+        .unwrap_or(false);
+        self.raft.runtime_config().heartbeat(true);
+        self.raft.runtime_config().elect(true);
+        moved
+    }
 }

@@ -266,10 +266,24 @@ impl Member {
         Ok(())
     }
 
-    /// Asked by a leader that resigns: starts an election here if a
-    /// scheduler here waits to lead.
-    pub(crate) async fn take_over(&self) -> bool {
-        self.campaigners.load(Ordering::SeqCst) > 0
+    /// Asked by a leader that hands over (its last log index): if a
+    /// scheduler here waits to lead, stands for election as soon as this
+    /// member has that much of the log (a voter grants only a candidate
+    /// whose log is as long as its own), within a second.
+    pub(crate) async fn take_over(&self, leader_last: Option<u64>) -> bool {
+        if self.campaigners.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        let raft = self.raft.clone();
+        tokio::spawn(async move {
+            let mut metrics = raft.metrics();
+            let caught_up = metrics.wait_for(|m| m.last_log_index >= leader_last);
+            let _ = tokio::time::timeout(Duration::from_secs(1), caught_up).await;
+            if let Err(e) = raft.trigger().elect().await {
+                tracing::debug!(error = %e, "raft: standing for election failed");
+            }
+        });
+        true
     }
 }
 

@@ -320,8 +320,8 @@ impl raft_server::Raft for Service {
     }
 
     async fn take_over(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
-        let from: NodeId = decode(request.get_ref())?;
+        let (from, last): (NodeId, Option<u64>) = decode(request.get_ref())?;
         self.heard(Some(from))?;
-        encode(&self.member.take_over().await)
+        encode(&self.member.take_over(last).await)
     }
 }
