@@ -1,6 +1,7 @@
 //! The Raft log, the vote and the commit index of one member, durable in a
 //! SQLite file of their own (`log.db`): WAL, `synchronous=FULL`, so an
-//! append is on disk (fsynced) before Raft is told it is. Entries are JSON.
+//! append is on disk (fsynced) before Raft is told it is. Entries are
+//! postcard (compact binary) behind a marker byte; JSON ones still read.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -11,7 +12,7 @@ use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::types::{err, Entry, LogId, StorageError, TypeConfig, Vote};
+use super::types::{err, from_bytes, to_binary, Entry, LogId, StorageError, TypeConfig, Vote};
 
 /// The log of one member. Clones share the connection (the log reader Raft
 /// asks for is one).
@@ -60,7 +61,7 @@ impl LogStore {
 }
 
 fn decode(b: &[u8]) -> rusqlite::Result<Entry> {
-    serde_json::from_slice(b).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+    from_bytes(b).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(e))))
 }
 
 fn bounds(range: &impl RangeBounds<u64>) -> (i64, i64) {
@@ -135,7 +136,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let rows: Vec<(i64, Vec<u8>)> = entries
             .into_iter()
-            .map(|e| serde_json::to_vec(&e).map(|b| (e.log_id.index as i64, b)))
+            .map(|e| to_binary(&e).map(|b| (e.log_id.index as i64, b)))
             .collect::<Result<_, _>>()
             .map_err(err::write_logs)?;
         let r = self

@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tonic::transport::Channel;
 
-use super::types::{NodeId, SnapshotMeta, TypeConfig, Vote};
+use super::types::{from_bytes, to_binary, NodeId, SnapshotMeta, TypeConfig, Vote};
 use super::Member;
 
 /// Opens a channel to a member's address (`host:port`): plain HTTP/2 by
@@ -110,7 +110,12 @@ impl Net {
         if self.is_cut(target) {
             return Err(CallError::Cut(target));
         }
-        let json = serde_json::to_vec(req).map_err(|e| CallError::Codec(e.to_string()))?;
+        // Replication (the bulk of the traffic) goes in binary; the rest,
+        // which carries job specs and errors, in JSON.
+        let json = match rpc {
+            Rpc::AppendEntries => to_binary(req).map_err(CallError::Codec)?,
+            _ => serde_json::to_vec(req).map_err(|e| CallError::Codec(e.to_string()))?,
+        };
         let mut request = tonic::Request::new(Payload { json });
         request.set_timeout(timeout);
         if let Some(t) = &self.token {
@@ -248,7 +253,7 @@ pub struct Service {
 }
 
 fn decode<T: DeserializeOwned>(p: &Payload) -> Result<T, tonic::Status> {
-    serde_json::from_slice(&p.json).map_err(|e| tonic::Status::invalid_argument(format!("not a raft message of this version: {e}")))
+    from_bytes(&p.json).map_err(|e| tonic::Status::invalid_argument(format!("not a raft message of this version: {e}")))
 }
 
 /// A stopped member answers unavailable (not a Raft error), so callers

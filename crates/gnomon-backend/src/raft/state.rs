@@ -107,7 +107,7 @@ impl StateMachine {
         if let Some((_, data)) = &snapshot {
             std::fs::write(&path, data.as_slice()).map_err(bad)?;
         }
-        let store = SqliteStore::open(&format!("sqlite://{}", path.display())).await?;
+        let store = SqliteStore::open_cache(&format!("sqlite://{}", path.display())).await?;
         let (last_applied, membership) = match &snapshot {
             Some((m, _)) => (m.last_log_id, m.last_membership.clone()),
             None => (None, StoredMembership::default()),
@@ -254,7 +254,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let url = format!("sqlite://{}", path.display());
         let handle = tokio::runtime::Handle::current();
         let store =
-            tokio::task::spawn_blocking(move || handle.block_on(SqliteStore::open(&url))).await.map_err(snap_err)?.map_err(snap_err)?;
+            tokio::task::spawn_blocking(move || handle.block_on(SqliteStore::open_cache(&url))).await.map_err(snap_err)?.map_err(snap_err)?;
         *self.current.store.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(store);
         let old = std::mem::replace(&mut self.path, path);
         remove_db(&old);

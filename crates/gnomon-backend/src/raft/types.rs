@@ -36,6 +36,7 @@ pub type StoredMembership = openraft::StoredMembership<NodeId, openraft::BasicNo
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Command {
     PutJob {
+        #[serde(with = "spec_field")]
         spec: Box<JobSpec>,
         precondition: Precondition,
         now: Millis,
@@ -120,6 +121,52 @@ impl Reply {
 }
 
 /// Storage errors from anything displayable.
+/// A job spec inside a command: itself in a human-readable format (JSON),
+/// its JSON text in a binary one (the spec has optional fields and free
+/// JSON values, which need a self-describing format).
+mod spec_field {
+    use gnomon_core::spec::JobSpec;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(spec: &JobSpec, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            spec.serialize(s)
+        } else {
+            serde_json::to_string(spec).map_err(serde::ser::Error::custom)?.serialize(s)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Box<JobSpec>, D::Error> {
+        if d.is_human_readable() {
+            JobSpec::deserialize(d).map(Box::new)
+        } else {
+            let text = String::deserialize(d)?;
+            serde_json::from_str(&text).map(Box::new).map_err(serde::de::Error::custom)
+        }
+    }
+}
+
+/// The first byte of a binary (postcard) message or log entry; JSON never
+/// starts with it, so entries and messages in JSON still read.
+const BINARY: u8 = 0;
+
+/// `v` in the compact binary form.
+pub fn to_binary<T: Serialize>(v: &T) -> Result<Vec<u8>, String> {
+    let mut out = postcard::to_allocvec(&(BINARY, v)).map_err(|e| e.to_string())?;
+    // postcard writes the tuple's first element as the byte itself.
+    debug_assert_eq!(out.first(), Some(&BINARY));
+    out.shrink_to_fit();
+    Ok(out)
+}
+
+/// Reads what [`to_binary`] or JSON wrote.
+pub fn from_bytes<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, String> {
+    match b.split_first() {
+        Some((&BINARY, rest)) => postcard::from_bytes(rest).map_err(|e| e.to_string()),
+        _ => serde_json::from_slice(b).map_err(|e| e.to_string()),
+    }
+}
+
 pub mod err {
     use openraft::{AnyError, StorageIOError};
 
@@ -151,5 +198,70 @@ pub mod err {
 
     pub fn write_snapshot(e: impl std::fmt::Display) -> StorageError {
         StorageIOError::<NodeId>::write_snapshot(None, any(e)).into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AttemptChange;
+    use gnomon_core::spec::parse_job_json;
+    use gnomon_core::{AttemptState, RunState};
+
+    fn entry(cmd: Command) -> Entry {
+        Entry { log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(3, 1), 42), payload: openraft::EntryPayload::Normal(cmd) }
+    }
+
+    #[test]
+    fn entries_round_trip_in_binary_and_json_ones_still_read() {
+        let json = br#"{"name":"j","schedule":{"cron":"0 * * * * *","timezone":"Europe/Paris"},
+            "executor":{"handler":{"name":"noop","payload":{"k":[1,null,"x"],"n":{"deep":true}}}}}"#;
+        let spec = parse_job_json(json).unwrap().compile().unwrap().spec;
+        let put = entry(Command::PutJob { spec: Box::new(spec.clone()), precondition: Precondition::DoesNotExist, now: 7, uid: "u1".into() });
+        let turn = entry(Command::Turn {
+            fence: Fence { scope: "scheduler".into(), token: 9 << 20 },
+            runs: vec![],
+            advances: vec![],
+            transitions: vec![Transition {
+                run_id: "u1-1000".into(),
+                from: RunState::Running,
+                from_attempt: 1,
+                to: RunState::Succeeded,
+                to_attempt: 1,
+                reason: None,
+                next_attempt_at: None,
+                attempt: Some(AttemptChange::End {
+                    attempt: 1,
+                    state: AttemptState::Succeeded,
+                    exit_code: Some(0),
+                    output: "ok\n".into(),
+                    started_at: Some(900),
+                }),
+                at: 1000,
+            }],
+        });
+        for e in [put, turn] {
+            let bin = to_binary(&e).unwrap();
+            let json = serde_json::to_vec(&e).unwrap();
+            assert!(bin.len() < json.len(), "binary is smaller: {} vs {}", bin.len(), json.len());
+            for bytes in [&bin, &json] {
+                let back: Entry = from_bytes(bytes).unwrap();
+                assert_eq!(serde_json::to_value(&back).unwrap(), serde_json::to_value(&e).unwrap());
+            }
+        }
+        match from_bytes::<Entry>(&to_binary(&entry(Command::PutJob {
+            spec: Box::new(spec.clone()),
+            precondition: Precondition::None,
+            now: 1,
+            uid: "u".into(),
+        }))
+        .unwrap())
+        .unwrap()
+        .payload
+        {
+            openraft::EntryPayload::Normal(Command::PutJob { spec: back, .. }) => assert_eq!(*back, spec, "the spec survives exactly"),
+            other => panic!("{other:?}"),
+        }
+        assert!(from_bytes::<Entry>(&[0, 255, 255]).is_err(), "garbage is an error, not a panic");
     }
 }

@@ -162,6 +162,8 @@ pub struct SqliteStore {
     writer: Arc<tokio::sync::Mutex<Writer>>,
     /// To reopen the writer connection.
     options: SqliteConnectOptions,
+    /// Commits are fsynced (`synchronous=FULL`; `OFF` for a cache).
+    durable: bool,
     /// The background checkpointer, stopped with the last handle.
     _checkpointer: Arc<Checkpointer>,
 }
@@ -208,6 +210,7 @@ impl SqliteStore {
         url: &str,
         options: SqliteConnectOptions,
         checkpointer: Option<tokio::task::JoinHandle<()>>,
+        durable: bool,
     ) -> Result<Self, StoreError> {
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
@@ -221,6 +224,7 @@ impl SqliteStore {
             pool,
             writer: Arc::new(tokio::sync::Mutex::new(Writer { conn: writer, checked: std::time::Instant::now(), native: None })),
             options,
+            durable,
             _checkpointer: Arc::new(Checkpointer(checkpointer.unwrap_or_else(|| tokio::spawn(async {})))),
         })
     }
@@ -228,6 +232,18 @@ impl SqliteStore {
     /// Opens (creating if needed) the database at `sqlite://PATH` and applies
     /// migrations.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
+        Self::open_with(url, true).await
+    }
+
+    /// As [`SqliteStore::open`], without an fsync per commit
+    /// (`synchronous=OFF`): for a database that is a cache of something
+    /// durable and is rebuilt from it after a crash (the raft state
+    /// machine, rebuilt from its snapshot and log).
+    pub async fn open_cache(url: &str) -> Result<Self, StoreError> {
+        Self::open_with(url, false).await
+    }
+
+    async fn open_with(url: &str, durable: bool) -> Result<Self, StoreError> {
         if url.contains(":memory:") {
             // Each connection would have a database of its own.
             return Err(StoreError::InvalidUrl(format!("{url}: an in-memory SQLite store is not supported; give a file path")));
@@ -236,7 +252,7 @@ impl SqliteStore {
             .map_err(|e| StoreError::InvalidUrl(format!("{url}: {e}")))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
+            .synchronous(if durable { SqliteSynchronous::Full } else { SqliteSynchronous::Off })
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
             .pragma("wal_autocheckpoint", "0");
@@ -244,7 +260,7 @@ impl SqliteStore {
         // that loaded the schema before a migration changed it would report
         // a `SELECT *` with the old columns while SQLite returns the new ones
         // (sqlx keeps the column list of its first prepare).
-        let migrating = Self::connect(url, options.clone(), None).await?;
+        let migrating = Self::connect(url, options.clone(), None, durable).await?;
         migrating.migrate().await?;
         migrating.pool.close().await;
         drop(migrating);
@@ -263,8 +279,8 @@ impl SqliteStore {
                 }
             }
         });
-        let store = Self::connect(url, options, Some(checkpointer)).await?;
-        let native = crate::sqlite::write::open(store.options.get_filename())?;
+        let store = Self::connect(url, options, Some(checkpointer), durable).await?;
+        let native = crate::sqlite::write::open(store.options.get_filename(), durable)?;
         store.writer.lock().await.native = Some(native);
         Ok(store)
     }
@@ -301,7 +317,7 @@ impl crate::sql::NativeWrites for SqliteStore {
         let mut w = self.writer.lock().await;
         let conn = match w.native.take() {
             Some(c) => c,
-            None => match crate::sqlite::write::open(self.options.get_filename()) {
+            None => match crate::sqlite::write::open(self.options.get_filename(), self.durable) {
                 Ok(c) => c,
                 Err(e) => return Some(Err(e)),
             },

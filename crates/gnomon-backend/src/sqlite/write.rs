@@ -30,11 +30,11 @@ use crate::StoreError;
 
 /// Opens the writer connection on a database that sqlx has opened and
 /// migrated (WAL is a property of the file; the rest is per connection).
-pub(crate) fn open(path: &Path) -> Result<Connection, StoreError> {
+pub(crate) fn open(path: &Path, durable: bool) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
     conn.busy_timeout(Duration::from_secs(10)).map_err(err)?;
     conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
-    conn.pragma_update(None, "synchronous", "FULL").map_err(err)?;
+    conn.pragma_update(None, "synchronous", if durable { "FULL" } else { "OFF" }).map_err(err)?;
     conn.pragma_update(None, "foreign_keys", "ON").map_err(err)?;
     // Checkpoints run in the background, never inside a leader commit.
     conn.pragma_update(None, "wal_autocheckpoint", 0).map_err(err)?;
