@@ -253,8 +253,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // in the form this trait method needs (sqlx's executor lifetimes).
         let url = format!("sqlite://{}", path.display());
         let handle = tokio::runtime::Handle::current();
-        let store =
-            tokio::task::spawn_blocking(move || handle.block_on(SqliteStore::open_cache(&url))).await.map_err(snap_err)?.map_err(snap_err)?;
+        let store = tokio::task::spawn_blocking(move || handle.block_on(SqliteStore::open_cache(&url)))
+            .await
+            .map_err(snap_err)?
+            .map_err(snap_err)?;
         *self.current.store.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(store);
         let old = std::mem::replace(&mut self.path, path);
         remove_db(&old);

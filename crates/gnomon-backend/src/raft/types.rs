@@ -217,7 +217,8 @@ mod tests {
         let json = br#"{"name":"j","schedule":{"cron":"0 * * * * *","timezone":"Europe/Paris"},
             "executor":{"handler":{"name":"noop","payload":{"k":[1,null,"x"],"n":{"deep":true}}}}}"#;
         let spec = parse_job_json(json).unwrap().compile().unwrap().spec;
-        let put = entry(Command::PutJob { spec: Box::new(spec.clone()), precondition: Precondition::DoesNotExist, now: 7, uid: "u1".into() });
+        let put =
+            entry(Command::PutJob { spec: Box::new(spec.clone()), precondition: Precondition::DoesNotExist, now: 7, uid: "u1".into() });
         let turn = entry(Command::Turn {
             fence: Fence { scope: "scheduler".into(), token: 9 << 20 },
             runs: vec![],
@@ -249,13 +250,10 @@ mod tests {
                 assert_eq!(serde_json::to_value(&back).unwrap(), serde_json::to_value(&e).unwrap());
             }
         }
-        match from_bytes::<Entry>(&to_binary(&entry(Command::PutJob {
-            spec: Box::new(spec.clone()),
-            precondition: Precondition::None,
-            now: 1,
-            uid: "u".into(),
-        }))
-        .unwrap())
+        match from_bytes::<Entry>(
+            &to_binary(&entry(Command::PutJob { spec: Box::new(spec.clone()), precondition: Precondition::None, now: 1, uid: "u".into() }))
+                .unwrap(),
+        )
         .unwrap()
         .payload
         {
