@@ -33,8 +33,13 @@ struct Cluster {
 }
 
 /// The job every test fires: every second, every missed second caught up.
+/// A job every second. An attempt whose worker goes down with its member
+/// (killed, or stopping with a result it could not hand on) is `lost` and
+/// retried, as a user would configure it: the checks are on fires.
 fn tick_job() -> String {
-    json!({"name": "tick", "schedule": {"every": "1s"}, "misfire": "fire_all", "executor": {"shell": {"command": "true"}}}).to_string()
+    json!({"name": "tick", "schedule": {"every": "1s"}, "misfire": "fire_all", "executor": {"shell": {"command": "true"}},
+           "retry": {"max_attempts": 5, "backoff": {"initial": "100ms", "max": "1s"}}})
+    .to_string()
 }
 
 impl Cluster {
@@ -226,12 +231,31 @@ fn raft_cluster_survives_kill_pause_and_restart_without_duplicates_or_gaps() {
     // Every run ends; then the history: each second exactly once, no gaps.
     std::thread::sleep(Duration::from_secs(2));
     let mut runs = Vec::new();
-    wait_until("every run to end", Duration::from_secs(60), || {
-        runs = c.runs(at);
+    let open = |runs: &[Value]| -> Vec<Value> {
         let newest = runs.iter().map(scheduled).max().unwrap_or(0);
         // The newest seconds may still run; everything 5 s older has ended.
-        runs.iter().filter(|r| scheduled(r) < newest - 5000).all(|r| matches!(r["state"].as_str(), Some("succeeded" | "skipped")))
-    });
+        runs.iter()
+            .filter(|r| scheduled(r) < newest - 5000 && !matches!(r["state"].as_str(), Some("succeeded" | "skipped")))
+            .cloned()
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        runs = c.runs(at);
+        let left = open(&runs);
+        if left.is_empty() {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let details: Vec<Value> = left
+                .iter()
+                .map(|r| http(&c.addr(at), "GET", &format!("/v1/runs/{}", r["id"].as_str().unwrap()), None).unwrap().1)
+                .collect();
+            let logs: Vec<String> = c.procs.iter().flatten().map(|p| p.log()).collect();
+            panic!("runs did not end: {details:#?}\nlogs:\n{}", logs.join("\n-----\n"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let (_, hi) = check_history(&runs);
     let unique: BTreeSet<i64> = runs.iter().map(scheduled).collect();
     assert!(unique.len() >= 9, "{} runs", unique.len());
