@@ -230,7 +230,6 @@ fn raft_cluster_survives_kill_pause_and_restart_without_duplicates_or_gaps() {
 
     // Every run ends; then the history: each second exactly once, no gaps.
     std::thread::sleep(Duration::from_secs(2));
-    let mut runs = Vec::new();
     let open = |runs: &[Value]| -> Vec<Value> {
         let newest = runs.iter().map(scheduled).max().unwrap_or(0);
         // The newest seconds may still run; everything 5 s older has ended.
@@ -240,11 +239,11 @@ fn raft_cluster_survives_kill_pause_and_restart_without_duplicates_or_gaps() {
             .collect()
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        runs = c.runs(at);
+    let runs = loop {
+        let runs = c.runs(at);
         let left = open(&runs);
         if left.is_empty() {
-            break;
+            break runs;
         }
         if std::time::Instant::now() > deadline {
             let details: Vec<Value> = left
@@ -255,7 +254,7 @@ fn raft_cluster_survives_kill_pause_and_restart_without_duplicates_or_gaps() {
             panic!("runs did not end: {details:#?}\nlogs:\n{}", logs.join("\n-----\n"));
         }
         std::thread::sleep(Duration::from_millis(200));
-    }
+    };
     let (_, hi) = check_history(&runs);
     let unique: BTreeSet<i64> = runs.iter().map(scheduled).collect();
     assert!(unique.len() >= 9, "{} runs", unique.len());
