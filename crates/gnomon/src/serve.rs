@@ -382,6 +382,8 @@ pub async fn dev(args: DevArgs, token: Option<String>, ca: Option<PathBuf>) -> a
     let addr = parse_listen(&args.listen)?;
     let node_id = args.node_id.unwrap_or_else(|| "dev".to_string());
     check_capacity(args.capacity)?;
+    // Every flag is checked before anything is created or opened.
+    let config = args.leader.node_config(node_id.clone(), addr.to_string(), "10s")?;
     let mut worker = embedded_worker(&node_id, args.capacity, Some(args.data_dir.join("worker-spool")));
     worker.isolation = Arc::new(gnomon_worker::isolation::Isolation {
         work_root: Some(args.data_dir.join("worker-work")),
@@ -398,7 +400,6 @@ pub async fn dev(args: DevArgs, token: Option<String>, ca: Option<PathBuf>) -> a
     let url = format!("sqlite://{}", db.display());
     let store = open_store(&url).await.with_context(|| format!("opening store {url}"))?;
     let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
-    let config = args.leader.node_config(node_id, addr.to_string(), "10s")?;
     run_node(config, store, elector, addr, (auth, hosts, listen), Some(worker), None).await
 }
 
@@ -420,6 +421,7 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
         _ => None,
     };
     let advertise = args.advertise.clone().or(raft_addr).unwrap_or_else(|| addr.to_string());
+    let config = args.leader.node_config(node_id.clone(), advertise.clone(), if store_kind == "etcd" { "15s" } else { "10s" })?;
     let hosts = args.access.hosts(&advertise)?;
     if let Some(w) = worker.as_mut() {
         w.tls = args.access.embedded_worker_tls(ca.as_deref());
@@ -439,7 +441,6 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
         let store: Arc<dyn gnomon_backend::Store> = Arc::new(gnomon_backend::raft::RaftStore::new(member.clone()));
         let elector: Arc<dyn Elector> = Arc::new(gnomon_backend::raft::RaftElector::new(member.clone()));
         tracing::info!(backend = "raft", member = member.id, "election backend");
-        let config = args.leader.node_config(node_id, advertise, "10s")?;
         let raft = Some(member.service());
         let r = run_node(config, store, elector, addr, (auth, hosts, listen), worker, raft).await;
         member.shutdown().await;
@@ -528,7 +529,6 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
         }
     };
     tracing::info!(backend = elector.backend(), "election backend");
-    let config = args.leader.node_config(node_id, advertise, if store_kind == "etcd" { "15s" } else { "10s" })?;
     run_node(config, store, elector, addr, (auth, hosts, listen), worker, None).await
 }
 

@@ -414,3 +414,35 @@ fn migrate_command_applies_migrations_and_explains_failures() {
     let out = Command::new(BIN).args(["migrate", "--store", "oracle://x"]).env_remove("GNOMON_STORE").output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("unknown store scheme"));
 }
+
+/// Leader flags are checked before anything is created or opened: a bad
+/// value exits non-zero with the flag's name, and no data dir or store
+/// appears.
+#[test]
+fn bad_leader_flags_are_refused_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let cases: [(&[&str], &str); 4] = [
+        (&["--max-clock-skew", "0s"], "--max-clock-skew"),
+        (&["--max-clock-skew", "3s", "--clock-skew-step-down", "1s"], "--clock-skew-step-down"),
+        (&["--clock-skew-step-down", "soon"], "--clock-skew-step-down"),
+        (&["--lease-ttl", "100ms"], "--lease-ttl"),
+    ];
+    for (flags, named) in cases {
+        let data = dir.path().join("dev");
+        let mut args = vec!["dev", "--listen", &listen, "--data-dir", data.to_str().unwrap()];
+        args.extend_from_slice(flags);
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(named), "{flags:?}: {err}");
+        assert!(!data.exists(), "{flags:?} created the data dir");
+        let store = dir.path().join("s.db");
+        let url = format!("sqlite://{}", store.display());
+        let mut args = vec!["server", "--listen", &listen, "--store", &url];
+        args.extend_from_slice(flags);
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(named), "{flags:?}: {err}");
+        assert!(!store.exists(), "{flags:?} created the store");
+    }
+}
