@@ -142,3 +142,8 @@ ensure_chromium() {
   # The browser-safety test drives a real headless Chromium.
   need_apt chromium chromium
 }
+
+ensure_faketime() {
+  # The clock-skew test runs a raft member under libfaketime.
+  need_apt faketime faketime
+}

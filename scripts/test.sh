@@ -12,6 +12,8 @@ ensure_postgres
 ensure_etcd
 # The browser-safety test drives a headless Chromium.
 ensure_chromium
+# The clock-skew test runs a server under libfaketime.
+ensure_faketime
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"

@@ -237,6 +237,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// A signal on every job write, where the backend can push one (an etcd
     /// watch): the leader reads `job_changes` at once instead of at its next
     /// poll. `None`: the leader polls (at most a second late).
+    /// Where the store's members see each other's clocks (raft: measured on
+    /// replication): this leader's clock minus the members' median, in ms,
+    /// when a majority answered lately. `None` elsewhere.
+    fn cluster_clock_skew(&self) -> Option<i64> {
+        None
+    }
+
     fn job_change_signal(&self) -> Option<tokio::sync::mpsc::Receiver<()>> {
         None
     }

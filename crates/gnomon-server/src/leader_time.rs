@@ -303,10 +303,15 @@ impl Keeper {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let (stepped, skew) = (self.clock.stepped(), self.clock.skew());
-            // Without a skew to start from, only a step is news.
+            let (stepped, own) = (self.clock.stepped(), self.clock.skew());
+            // Without a skew to start from, only a step is news; where the
+            // store measures the members' clocks (raft), the cluster's
+            // median is the reference, so even a first leader whose clock
+            // was wrong from the start is found out.
             let known = self.skew_known || stepped.unsigned_abs() > self.limits.warn.as_millis() as u64;
-            let verdict = report(&self.status, known.then_some(skew), self.limits, "leader");
+            let skew = self.store.cluster_clock_skew().or(known.then_some(own));
+            let verdict = report(&self.status, skew, self.limits, "leader");
+            let skew = skew.unwrap_or(own);
             if verdict == Some(Verdict::StepDown) || self.clock.tripped() {
                 stepped_down(&self.status, skew, self.limits, self.clock.now_millis(), "while leading");
                 let _ = self.step_down.send(true);

@@ -185,7 +185,9 @@ impl Node {
             };
             let wall = self.handle.clock.now_millis();
             let estimate = meter.lock().unwrap_or_else(|p| p.into_inner()).estimate(Instant::now());
-            let start_skew = leader_time::takeover_skew(committed, wall, estimate);
+            // Where the store measures the members' clocks (raft), their
+            // median is the better reference, and it already holds here.
+            let start_skew = self.handle.store.cluster_clock_skew().or_else(|| leader_time::takeover_skew(committed, wall, estimate));
             if leader_time::report(&self.handle.clock_status, start_skew, limits, "new leader") == Some(Verdict::StepDown) {
                 leader_time::stepped_down(&self.handle.clock_status, start_skew.unwrap_or(0), limits, wall, "taking over");
                 metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => "refused").increment(1);

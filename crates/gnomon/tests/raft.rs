@@ -10,6 +10,7 @@
 //! measured by the benchmarks, not asserted here.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -30,6 +31,8 @@ struct Cluster {
     procs: Vec<Option<Proc>>,
     /// The addresses members reach each other at (proxies), if not `ports`.
     peer_addrs: Option<Vec<String>>,
+    /// Extra environment of a member (a skewed clock), by index.
+    env: Vec<(usize, String, String)>,
 }
 
 /// The job every test fires: every second, every missed second caught up.
@@ -46,8 +49,12 @@ impl Cluster {
     /// Starts the three founding members on `ports` (more are for members
     /// that join later) and waits for a leader.
     fn launch(ports: Vec<u16>, peer_addrs: Option<Vec<String>>) -> Cluster {
+        Cluster::launch_with(ports, peer_addrs, Vec::new())
+    }
+
+    fn launch_with(ports: Vec<u16>, peer_addrs: Option<Vec<String>>, env: Vec<(usize, String, String)>) -> Cluster {
         let procs = ports.iter().map(|_| None).collect();
-        let mut c = Cluster { dir: tempfile::tempdir().unwrap(), ports, procs, peer_addrs };
+        let mut c = Cluster { dir: tempfile::tempdir().unwrap(), ports, procs, peer_addrs, env };
         for i in 0..3 {
             c.start(i);
         }
@@ -95,7 +102,8 @@ impl Cluster {
         if i == 0 {
             args.push("--raft-bootstrap".into());
         }
-        self.procs[i] = Some(Proc::spawn(self.dir.path(), &format!("m{}", i + 1), &args));
+        let env: Vec<(String, String)> = self.env.iter().filter(|(m, _, _)| *m == i).map(|(_, k, v)| (k.clone(), v.clone())).collect();
+        self.procs[i] = Some(Proc::spawn_env(self.dir.path(), &format!("m{}", i + 1), &args, &env));
     }
 
     /// The member that leads, as the live ones agree (index into `procs`).
@@ -265,6 +273,57 @@ fn raft_cluster_survives_kill_pause_and_restart_without_duplicates_or_gaps() {
     }
 }
 
+/// libfaketime, which `scripts/test.sh` installs (Debian's `faketime`).
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// A member whose wall clock is 30 s ahead (libfaketime; its monotonic
+/// clock is true) never schedules: if it is the first leader, the other
+/// members' clocks outvote it and it steps down; later it measures its
+/// skew as a standby and, when Raft makes it leader again, gives the term
+/// to a member with a good clock. No instant is ever fired ahead of time.
+#[test]
+fn a_member_whose_clock_is_ahead_never_fires_early() {
+    assert!(Path::new(LIBFAKETIME).exists(), "{LIBFAKETIME} is missing: install Debian's faketime (scripts/test.sh does)");
+    let skewed = vec![
+        (0, "LD_PRELOAD".to_string(), LIBFAKETIME.to_string()),
+        (0, "FAKETIME".to_string(), "+30s".to_string()),
+        (0, "DONT_FAKE_MONOTONIC".to_string(), "1".to_string()),
+    ];
+    let mut c = Cluster::launch_with(vec![free_port(), free_port(), free_port()], None, skewed);
+    let holder = |c: &Cluster, at: usize| match http(&c.addr(at), "GET", "/v1/leader", None) {
+        Ok((200, v)) => v["holder"].as_str().map(str::to_string),
+        _ => None,
+    };
+    wait_until("a scheduler on a member with a good clock", Duration::from_secs(60), || holder(&c, 1).is_some_and(|h| h != "n1"));
+    let (status, body) = http(&c.addr(1), "POST", "/v1/jobs", Some(tick_job().as_bytes())).unwrap();
+    assert_eq!(status, 201, "{body}");
+    wait_until("three runs", Duration::from_secs(30), || c.runs(1).len() >= 3);
+    wait_until(
+        "the skewed member to know it is ahead",
+        Duration::from_secs(30),
+        || matches!(http(&c.addr(0), "GET", "/v1/leader", None), Ok((200, v)) if v["clock"]["skew_ms"].as_i64().is_some_and(|s| s > 25_000)),
+    );
+    // Kill the scheduling member: Raft may elect the skewed one, whose
+    // scheduler then refuses the term and hands it on.
+    let first = c.leader().expect("a leader");
+    assert_ne!(first, 0);
+    c.procs[first].take().unwrap().signal(SIGKILL);
+    let other = 3 - first;
+    wait_until("the remaining good member to schedule", Duration::from_secs(60), || {
+        holder(&c, other).is_some_and(|h| h == format!("n{}", other + 1))
+    });
+    let before = c.runs(other).len();
+    wait_until("fires after the failover", Duration::from_secs(30), || c.runs(other).len() >= before + 3);
+    let runs = c.runs(other);
+    let now = now_ms();
+    assert!(runs.iter().all(|r| scheduled(r) <= now + 1_000), "an instant fired ahead of time: {runs:#?}");
+    check_history(&runs);
+}
+
 #[test]
 fn raft_flags_are_checked_at_start() {
     let dir = tempfile::tempdir().unwrap();
@@ -323,7 +382,7 @@ fn raft_traffic_needs_an_admin_credential() {
         let channel = tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
         for token in [None, Some("not-the-admin-credential-at-all")] {
             let mut client = gnomon_proto::raft::raft_client::RaftClient::new(channel.clone());
-            let mut req = tonic::Request::new(gnomon_proto::raft::Payload { json: b"1".to_vec() });
+            let mut req = tonic::Request::new(gnomon_proto::raft::Payload { json: b"1".to_vec(), wall_ms: 0 });
             if let Some(t) = token {
                 req.metadata_mut().insert("authorization", format!("Bearer {t}").parse().unwrap());
             }
@@ -332,7 +391,7 @@ fn raft_traffic_needs_an_admin_credential() {
         }
         // With the credential the same call is answered (this member leads).
         let mut client = gnomon_proto::raft::raft_client::RaftClient::new(channel);
-        let mut req = tonic::Request::new(gnomon_proto::raft::Payload { json: b"1".to_vec() });
+        let mut req = tonic::Request::new(gnomon_proto::raft::Payload { json: b"1".to_vec(), wall_ms: 0 });
         req.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
         let answer = client.read_index(req).await.expect("answered").into_inner();
         let v: Value = serde_json::from_slice(&answer.json).unwrap();

@@ -38,6 +38,9 @@ pub struct Net {
     /// Members this one neither sends to nor hears from (fault injection:
     /// a network partition in tests).
     cut: Mutex<HashSet<NodeId>>,
+    /// Each member's clock minus this one's (ms), measured on replication
+    /// round trips, and when.
+    offsets: Mutex<HashMap<NodeId, (i64, std::time::Instant)>>,
 }
 
 /// A failed call to another member.
@@ -71,7 +74,7 @@ impl Net {
                     .map_err(|e| e.to_string())
             })
         });
-        Net { connect, token, channels: Mutex::new(HashMap::new()), cut: Mutex::new(HashSet::new()) }
+        Net { connect, token, channels: Mutex::new(HashMap::new()), cut: Mutex::new(HashSet::new()), offsets: Mutex::default() }
     }
 
     /// Cuts (or restores) the link to `peer` in both directions.
@@ -116,7 +119,8 @@ impl Net {
             Rpc::AppendEntries => to_binary(req).map_err(CallError::Codec)?,
             _ => serde_json::to_vec(req).map_err(|e| CallError::Codec(e.to_string()))?,
         };
-        let mut request = tonic::Request::new(Payload { json });
+        let mut request = tonic::Request::new(Payload { json, wall_ms: 0 });
+        let sent = wall_ms();
         request.set_timeout(timeout);
         if let Some(t) = &self.token {
             let v = format!("Bearer {t}").parse().map_err(|_| CallError::Codec("the token is not a valid header value".into()))?;
@@ -146,6 +150,14 @@ impl Net {
             Ok(Err(s)) => return Err(CallError::Status { addr: addr.to_string(), why: format!("{:?}: {}", s.code(), s.message()) }),
             Ok(Ok(a)) => a.into_inner(),
         };
+        if matches!(rpc, Rpc::AppendEntries) && answer.wall_ms > 0 {
+            let back = wall_ms();
+            // A round trip this short bounds the error by half of it.
+            if back - sent <= MAX_CLOCK_RTT_MS {
+                let offset = answer.wall_ms - (sent + back) / 2;
+                self.offsets.lock().unwrap_or_else(|e| e.into_inner()).insert(target, (offset, std::time::Instant::now()));
+            }
+        }
         serde_json::from_slice(&answer.json).map_err(|e| CallError::Codec(e.to_string()))
     }
 }
@@ -266,7 +278,54 @@ fn stopped<T, E: std::error::Error>(r: Result<T, RaftError<NodeId, E>>) -> Resul
 }
 
 fn encode<T: Serialize>(v: &T) -> Result<tonic::Response<Payload>, tonic::Status> {
-    serde_json::to_vec(v).map(|json| tonic::Response::new(Payload { json })).map_err(|e| tonic::Status::internal(e.to_string()))
+    serde_json::to_vec(v)
+        .map(|json| tonic::Response::new(Payload { json, wall_ms: wall_ms() }))
+        .map_err(|e| tonic::Status::internal(e.to_string()))
+}
+
+/// This member's wall clock, Unix ms.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// Clock readings from round trips longer than this are not used.
+const MAX_CLOCK_RTT_MS: i64 = 100;
+/// Clock offsets older than this are not used.
+const CLOCK_FRESH: Duration = Duration::from_secs(3);
+
+impl Net {
+    /// The fresh clock offsets (member's clock minus this one's, ms) of
+    /// `members`.
+    pub fn clock_offsets(&self, members: &[NodeId]) -> Vec<i64> {
+        let offsets = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
+        members.iter().filter_map(|m| offsets.get(m).filter(|(_, at)| at.elapsed() <= CLOCK_FRESH).map(|(o, _)| *o)).collect()
+    }
+}
+
+/// This member's clock minus the median of the cluster's (itself
+/// included), from the other members' offsets: only with at least three
+/// clocks that are a majority of `voters`. Of two middle values the one
+/// nearer this member's clock counts, so it is judged off only when it is
+/// the odd one out.
+pub fn skew_from_offsets(offsets: &[i64], voters: usize) -> Option<i64> {
+    let clocks = offsets.len() + 1;
+    if clocks < 3 || clocks <= voters / 2 {
+        return None;
+    }
+    let mut all: Vec<i64> = offsets.to_vec();
+    all.push(0);
+    all.sort_unstable();
+    let mid = if clocks % 2 == 1 {
+        all[clocks / 2]
+    } else {
+        let (a, b) = (all[clocks / 2 - 1], all[clocks / 2]);
+        if a.abs() <= b.abs() {
+            a
+        } else {
+            b
+        }
+    };
+    Some(-mid)
 }
 
 impl Service {
@@ -328,5 +387,20 @@ impl raft_server::Raft for Service {
         let (from, last): (NodeId, Option<u64>) = decode(request.get_ref())?;
         self.heard(Some(from))?;
         encode(&self.member.take_over(last).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::skew_from_offsets;
+
+    #[test]
+    fn a_member_is_off_only_when_it_is_the_odd_one_out() {
+        assert_eq!(skew_from_offsets(&[-30_000, -30_050], 3), Some(30_000), "both others are 30 s behind: this one is ahead");
+        assert_eq!(skew_from_offsets(&[30_000, 5], 3), Some(-5), "one other is off: this one is fine");
+        assert_eq!(skew_from_offsets(&[-20], 3), None, "two clocks decide nothing");
+        assert_eq!(skew_from_offsets(&[-9_000, -9_000, 40], 5), Some(0), "of two middle values, the nearer");
+        assert_eq!(skew_from_offsets(&[-9_000, -9_000, -9_100, 40], 5), Some(9_000));
+        assert_eq!(skew_from_offsets(&[-9_000, -9_000], 7), None, "not a majority of seven");
     }
 }

@@ -98,9 +98,15 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(dir: &Path, name: &str, args: &[String]) -> Proc {
+        Proc::spawn_env(dir, name, args, &[])
+    }
+
+    /// As [`Proc::spawn`], with more environment variables.
+    pub fn spawn_env(dir: &Path, name: &str, args: &[String], env: &[(String, String)]) -> Proc {
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
         let child = Command::new(BIN)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .args(args)
             .env_remove("GNOMON_TOKEN")
             .env_remove("GNOMON_STORE")
