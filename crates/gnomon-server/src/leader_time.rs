@@ -146,11 +146,6 @@ impl SkewMeter {
         }
     }
 
-    /// Forgets the readings (a clock step makes them wrong).
-    pub fn clear(&mut self) {
-        self.samples.clear();
-    }
-
     /// The least `wall − committed` of the fresh readings (an upper bound
     /// of the skew, close to it), if there are enough of them.
     pub fn estimate(&self, now: Instant) -> Option<i64> {

@@ -153,13 +153,19 @@ async fn first_leader(c: &Cluster) -> Running {
     a
 }
 
+/// A cluster whose first leader led, committed its clock and stopped: the
+/// committed time and the runs it fired.
+async fn after_first_leader() -> (Cluster, Millis, Vec<(Millis, Millis)>) {
+    let c = Cluster::new().await;
+    first_leader(&c).await.stop().await;
+    let (committed, runs) = (c.leader_time().await, c.runs().await);
+    (c, committed, runs)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_far_behind_the_committed_time_does_not_lead() {
-    let c = Cluster::new().await;
-    let a = first_leader(&c).await;
-    a.stop().await;
-    let committed = c.leader_time().await;
-    let fired = c.runs().await.len();
+    let (c, committed, runs) = after_first_leader().await;
+    let fired = runs.len();
     let b = c.start("b", -30_000);
     until("b refuses the term", || async { b.handle.clock_status().stepped_down_at.is_some() }).await;
     let st = b.handle.clock_status();
@@ -174,11 +180,8 @@ async fn a_node_far_behind_the_committed_time_does_not_lead() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_a_little_behind_leads_from_the_committed_time_and_says_so() {
-    let c = Cluster::new().await;
-    let a = first_leader(&c).await;
-    a.stop().await;
-    let committed = c.leader_time().await;
-    let before: Vec<Millis> = c.runs().await.iter().map(|r| r.0).collect();
+    let (c, committed, runs) = after_first_leader().await;
+    let before: Vec<Millis> = runs.iter().map(|r| r.0).collect();
     let b = c.start("b", -2_500);
     until("b leads and fires", || async { b.handle.leading_token().is_some() && c.runs().await.iter().any(|r| !before.contains(&r.0)) })
         .await;

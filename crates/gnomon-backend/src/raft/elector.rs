@@ -24,7 +24,7 @@ use openraft::ServerState;
 use tokio::sync::watch;
 
 use super::network::Rpc;
-use super::{term_token, token_term, Member, RaftStore};
+use super::{term_token, token_term, wall_ms, Member, RaftStore};
 use crate::election::count_election;
 use crate::{ElectionError, Elector, Fence, LeaderInfo, Leadership, Store, StoreError};
 
@@ -49,10 +49,6 @@ impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.campaigners.fetch_sub(1, Ordering::SeqCst);
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 #[async_trait]
@@ -93,7 +89,7 @@ impl Elector for RaftElector {
             }
             let token = term_token(term, n);
             let fence = Fence { scope: scope.to_string(), token };
-            match store.fence(&fence, me, now_ms()).await {
+            match store.fence(&fence, me, wall_ms()).await {
                 Ok(()) => {}
                 Err(StoreError::Fenced { .. } | StoreError::StaleToken { .. }) => continue,
                 Err(e) => {
@@ -117,17 +113,10 @@ impl Elector for RaftElector {
             let _ = tx.send(true);
         }
         // Hand Raft leadership over now (a shutdown, a clock too far off)
-        // rather than at the steward's next round. The term's watch may
-        // not have counted itself out yet: wait for it briefly.
-        let m = &self.member;
-        let _ = tokio::time::timeout(Duration::from_millis(500), async {
-            while m.leading.load(Ordering::SeqCst) > 0 {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .await;
-        if m.leading.load(Ordering::SeqCst) == 0 && m.campaigners.load(Ordering::SeqCst) == 0 {
-            m.hand_over().await;
+        // rather than at the steward's next round, unless a scheduler here
+        // already stands again.
+        if self.member.campaigners.load(Ordering::SeqCst) == 0 {
+            self.member.hand_over().await;
         }
         Ok(())
     }

@@ -54,6 +54,11 @@ use crate::*;
 /// Bits of a token below the term.
 const TERM_SHIFT: u32 = 20;
 
+/// This member's wall clock, Unix ms.
+pub(crate) fn wall_ms() -> Millis {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
 /// The token of the `n`th fence of `term`.
 pub fn term_token(term: u64, n: u64) -> u64 {
     (term << TERM_SHIFT) | n

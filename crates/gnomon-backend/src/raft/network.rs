@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use tonic::transport::Channel;
 
 use super::types::{from_bytes, to_binary, NodeId, SnapshotMeta, TypeConfig, Vote};
-use super::Member;
+use super::{wall_ms, Member};
 
 /// Opens a channel to a member's address (`host:port`): plain HTTP/2 by
 /// default; the server passes one that speaks TLS when it has a CA.
@@ -75,6 +75,13 @@ impl Net {
             })
         });
         Net { connect, token, channels: Mutex::new(HashMap::new()), cut: Mutex::new(HashSet::new()), offsets: Mutex::default() }
+    }
+
+    /// The fresh clock offsets (member's clock minus this one's, ms) of
+    /// `members`.
+    pub fn clock_offsets(&self, members: &[NodeId]) -> Vec<i64> {
+        let offsets = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
+        members.iter().filter_map(|m| offsets.get(m).filter(|(_, at)| at.elapsed() <= CLOCK_FRESH).map(|(o, _)| *o)).collect()
     }
 
     /// Cuts (or restores) the link to `peer` in both directions.
@@ -283,24 +290,10 @@ fn encode<T: Serialize>(v: &T) -> Result<tonic::Response<Payload>, tonic::Status
         .map_err(|e| tonic::Status::internal(e.to_string()))
 }
 
-/// This member's wall clock, Unix ms.
-fn wall_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
-
 /// Clock readings from round trips longer than this are not used.
 const MAX_CLOCK_RTT_MS: i64 = 100;
 /// Clock offsets older than this are not used.
 const CLOCK_FRESH: Duration = Duration::from_secs(3);
-
-impl Net {
-    /// The fresh clock offsets (member's clock minus this one's, ms) of
-    /// `members`.
-    pub fn clock_offsets(&self, members: &[NodeId]) -> Vec<i64> {
-        let offsets = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
-        members.iter().filter_map(|m| offsets.get(m).filter(|(_, at)| at.elapsed() <= CLOCK_FRESH).map(|(o, _)| *o)).collect()
-    }
-}
 
 /// This member's clock minus the median of the cluster's (itself
 /// included), from the other members' offsets: only with at least three
