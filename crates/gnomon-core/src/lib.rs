@@ -8,6 +8,7 @@ pub mod clock;
 pub mod duration;
 pub mod error;
 pub mod policy;
+pub mod preview;
 pub mod retry;
 pub mod routing;
 pub mod run;

@@ -103,6 +103,17 @@ impl CronSchedule {
         Ok(schedule)
     }
 
+    /// Whether it runs on absolute time through DST changes (see the
+    /// module's DST policy).
+    pub fn is_frequent(&self) -> bool {
+        self.frequent
+    }
+
+    /// Whether a local wall-clock time matches the expression itself.
+    pub fn matches_wall_time(&self, naive: NaiveDateTime) -> bool {
+        self.cron.is_time_matching(&Utc.from_utc_datetime(&naive)).unwrap_or(false)
+    }
+
     /// The next fire instant strictly after `after_ms`, per the DST policy.
     pub fn next_after(&self, after_ms: Millis) -> Option<Millis> {
         if self.frequent {

@@ -20,6 +20,7 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 /// A job as users write it (and as it is stored, normalised). Unknown fields
 /// are rejected so a typo never silently changes behaviour.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
     pub name: String,
@@ -43,13 +44,16 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteSpec>,
     /// Read-only metadata that the API adds (version, timestamps). Accepted
-    /// and ignored on write so `job get -o json | job apply -f -` works.
-    #[serde(default, skip_serializing)]
+    /// and ignored on write so `job get -o json | job apply -f -` works;
+    /// a compiled spec never holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub status: Option<serde_json::Value>,
 }
 
 /// Exactly one of `cron`, `every` or `at`, or none of them (manual only).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -63,6 +67,7 @@ pub struct ScheduleSpec {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Executor {
     Shell(ShellSpec),
@@ -83,6 +88,7 @@ impl Executor {
 /// An argv vector: `command` is executed directly with `args`; there is no
 /// shell interpolation unless the user writes `sh -c`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ShellSpec {
     pub command: String,
@@ -106,6 +112,7 @@ pub struct ShellSpec {
 /// cgroup limits (`memory.max`, `pids.max`, for all its processes together)
 /// where the worker runs attempts in cgroups, and setrlimit otherwise.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     /// CPU time, in seconds (`RLIMIT_CPU`): past it the process is killed.
@@ -145,6 +152,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct HttpSpec {
     #[serde(default = "default_method")]
@@ -164,14 +172,17 @@ fn default_method() -> String {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct HandlerSpec {
     pub name: String,
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub payload: serde_json::Value,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RetrySpec {
     #[serde(default = "one")]
@@ -185,6 +196,7 @@ fn one() -> u32 {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BackoffSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,6 +210,7 @@ pub struct BackoffSpec {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OverlapPolicy {
     /// Runs may overlap freely.
@@ -212,6 +225,7 @@ pub enum OverlapPolicy {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum MisfirePolicy {
     /// Missed times are recorded `skipped`.
@@ -224,6 +238,7 @@ pub enum MisfirePolicy {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RouteStrategy {
     #[default]
@@ -233,6 +248,7 @@ pub enum RouteStrategy {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RouteSpec {
     #[serde(default)]

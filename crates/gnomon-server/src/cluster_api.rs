@@ -8,10 +8,10 @@ use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use gnomon_api::{ClusterStatus, NewLearner, Removed};
 use gnomon_backend::raft::{Change, ChangeError, Member};
-use serde_json::{json, Value};
 
-use crate::api::{ApiError, ApiResult, ApiState};
+use crate::api::{cluster_view, ApiError, ApiResult, ApiState};
 
 pub fn routes() -> Router<ApiState> {
     Router::new()
@@ -55,19 +55,17 @@ fn change_error(e: ChangeError) -> ApiError {
     }
 }
 
-async fn status(State(state): State<ApiState>) -> ApiResult<Json<Value>> {
+#[utoipa::path(get, path = "/v1/cluster", tag = "cluster", summary = "The members of a raft:// cluster",
+    responses((status = 200, body = ClusterStatus), (status = "4XX", body = gnomon_api::ErrorBody)))]
+pub(crate) async fn status(State(state): State<ApiState>) -> ApiResult<Json<ClusterStatus>> {
     let m = member(&state)?;
-    Ok(Json(serde_json::to_value(m.status()).unwrap_or(Value::Null)))
+    Ok(Json(cluster_view(m.status())))
 }
 
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewLearner {
-    id: u64,
-    address: String,
-}
-
-async fn add_learner(State(state): State<ApiState>, req: Request) -> ApiResult<Json<Value>> {
+#[utoipa::path(post, path = "/v1/cluster/learners", tag = "cluster", summary = "Add a learner; answers once it has caught up",
+    request_body = NewLearner,
+    responses((status = 200, body = ClusterStatus), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+pub(crate) async fn add_learner(State(state): State<ApiState>, req: Request) -> ApiResult<Json<ClusterStatus>> {
     unrestricted(&req)?;
     let m = member(&state)?;
     let bytes = crate::api::read_body(req.into_body()).await?;
@@ -80,21 +78,27 @@ async fn add_learner(State(state): State<ApiState>, req: Request) -> ApiResult<J
         return Err(ApiError::bad("invalid_address", "\"address\" must be HOST:PORT of the member's gnomon listener"));
     }
     m.change_membership(Change::AddLearner { id: body.id, addr: body.address }).await.map_err(change_error)?;
-    Ok(Json(serde_json::to_value(m.status()).unwrap_or(Value::Null)))
+    Ok(Json(cluster_view(m.status())))
 }
 
-async fn promote(State(state): State<ApiState>, Path(id): Path<String>, req: Request) -> ApiResult<Json<Value>> {
+#[utoipa::path(post, path = "/v1/cluster/members/{id}/promote", tag = "cluster", summary = "Make a learner a voter",
+    params(("id" = u64, Path)),
+    responses((status = 200, body = ClusterStatus), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+pub(crate) async fn promote(State(state): State<ApiState>, Path(id): Path<String>, req: Request) -> ApiResult<Json<ClusterStatus>> {
     unrestricted(&req)?;
     let m = member(&state)?;
     let id = member_id(&id)?;
     m.change_membership(Change::Promote { id }).await.map_err(change_error)?;
-    Ok(Json(serde_json::to_value(m.status()).unwrap_or(Value::Null)))
+    Ok(Json(cluster_view(m.status())))
 }
 
-async fn remove(State(state): State<ApiState>, Path(id): Path<String>, req: Request) -> ApiResult<Json<Value>> {
+#[utoipa::path(delete, path = "/v1/cluster/members/{id}", tag = "cluster", summary = "Remove a member",
+    params(("id" = u64, Path)),
+    responses((status = 200, body = Removed), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+pub(crate) async fn remove(State(state): State<ApiState>, Path(id): Path<String>, req: Request) -> ApiResult<Json<Removed>> {
     unrestricted(&req)?;
     let m = member(&state)?;
     let id = member_id(&id)?;
     m.change_membership(Change::Remove { id }).await.map_err(change_error)?;
-    Ok(Json(json!({"removed": id, "status": m.status()})))
+    Ok(Json(Removed { removed: id, status: cluster_view(m.status()) }))
 }

@@ -163,6 +163,16 @@ pub enum Verdict {
     StepDown,
 }
 
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Warn => "warn",
+            Verdict::StepDown => "step_down",
+        }
+    }
+}
+
 /// Judges a skew (this clock − the leader's, ms) against the limits.
 pub fn judge(skew: i64, limits: SkewLimits) -> Verdict {
     let off = skew.unsigned_abs();

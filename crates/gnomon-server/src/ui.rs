@@ -1,4 +1,7 @@
-//! A single-page UI: jobs and recent runs, refreshed every 2 s.
+//! The web console and the API viewer, embedded in the binary.
+
+/// The API viewer at `/docs`: renders `/v1/openapi.json`, no network beyond this server.
+pub const DOCS: &str = include_str!("../assets/docs.html");
 
 pub const PAGE: &str = r#"<!doctype html>
 <html><head><meta charset="utf-8"><title>gnomon</title>

@@ -1,7 +1,10 @@
 //! A small typed REST client for the CLI.
 
 use anyhow::{anyhow, Context};
-use serde_json::Value;
+use gnomon_api::ErrorBody;
+pub use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 pub struct Client {
     base: String,
@@ -38,35 +41,52 @@ impl Client {
         Ok(Self { base, http, token: token.map(str::to_string) })
     }
 
-    pub async fn get(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
-        self.send("GET", path, query, None).await
+    /// `GET path?query`, read as `T`.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<T> {
+        self.call(Method::GET, path, query, None::<&()>).await
     }
 
-    pub async fn send(&self, method: &str, path: &str, query: &[(&str, String)], body: Option<Value>) -> anyhow::Result<Value> {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).context("method")?;
+    /// A call whose answer is read as `T`.
+    pub async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&(impl Serialize + ?Sized)>,
+    ) -> anyhow::Result<T> {
+        let text = self.raw(method, path, query, body).await?;
+        serde_json::from_str(&text).with_context(|| format!("the server's answer is not what this client expects: {text}"))
+    }
+
+    /// A call whose answer has no body.
+    pub async fn call_empty(&self, method: Method, path: &str, query: &[(&str, String)]) -> anyhow::Result<()> {
+        self.raw(method, path, query, None::<&()>).await.map(|_| ())
+    }
+
+    async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&(impl Serialize + ?Sized)>,
+    ) -> anyhow::Result<String> {
         let url = format!("{}{path}", self.base);
         let mut req = self.http.request(method, &url).query(query);
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
         if let Some(b) = body {
-            req = req.json(&b);
+            req = req.json(b);
         }
         let resp = req.send().await.map_err(|e| anyhow!("cannot reach gnomon at {}: {e}", self.base))?;
         let status = resp.status();
         let text = resp.text().await.unwrap_or_default();
         if status.is_success() {
-            if text.is_empty() {
-                return Ok(Value::Null);
-            }
-            return serde_json::from_str(&text).with_context(|| format!("server answered with non-JSON: {text}"));
+            return Ok(text);
         }
-        let parsed: Option<Value> = serde_json::from_str(&text).ok();
-        match parsed.as_ref().and_then(|v| v.get("error")) {
-            Some(e) => {
-                Err(anyhow!("{} ({}): {}", e["code"].as_str().unwrap_or("error"), status.as_u16(), e["message"].as_str().unwrap_or("")))
-            }
-            None => Err(anyhow!("HTTP {}: {}", status.as_u16(), text.trim())),
+        match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(e) => Err(anyhow!("{} ({}): {}", e.error.code, status.as_u16(), e.error.message)),
+            Err(_) => Err(anyhow!("HTTP {}: {}", status.as_u16(), text.trim())),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 mod auth_cmd;
 mod client;
+mod commands;
 mod leader_args;
 mod raft_member;
 mod serve;
@@ -9,7 +10,6 @@ mod table;
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// jemalloc instead of glibc malloc: with many threads glibc keeps one arena
@@ -108,7 +108,17 @@ enum JobCmd {
         namespace: Option<String>,
     },
     Get(NameArg),
-    Trigger(NameArg),
+    /// Trigger manual runs now.
+    Trigger {
+        #[command(flatten)]
+        job: NameArg,
+        /// How many runs to create (1 to 10,000).
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
+    /// The next fire times of a job's schedule, or of a schedule given here,
+    /// with daylight-saving changes marked.
+    Preview(PreviewArgs),
     Pause(NameArg),
     Resume(NameArg),
     Delete(NameArg),
@@ -119,6 +129,29 @@ struct NameArg {
     name: String,
     #[arg(long)]
     namespace: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct PreviewArgs {
+    /// A job whose schedule to preview (or give --cron, --every or --at).
+    #[arg(conflicts_with_all = ["cron", "every", "at"])]
+    name: Option<String>,
+    #[arg(long)]
+    namespace: Option<String>,
+    #[arg(long, group = "sched")]
+    cron: Option<String>,
+    #[arg(long, requires = "cron")]
+    timezone: Option<String>,
+    #[arg(long, group = "sched")]
+    every: Option<String>,
+    #[arg(long, group = "sched")]
+    at: Option<String>,
+    /// How many fire times (1 to 100).
+    #[arg(long, default_value_t = 10)]
+    count: u32,
+    /// List the fire times after this RFC 3339 time (default: now).
+    #[arg(long)]
+    after: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -228,23 +261,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         command => {
             let c = client::Client::new(&cli.server, cli.token.as_deref(), cli.ca.as_deref())?;
             match command {
-                Command::Job(cmd) => job(&c, cmd, out).await,
-                Command::Run(cmd) => runs(&c, cmd, out).await,
+                Command::Job(cmd) => commands::job(&c, cmd, out).await,
+                Command::Run(cmd) => commands::runs(&c, cmd, out).await,
                 Command::Worker(WorkerCommand { cmd: Some(WorkerCmd::List), .. }) => table::workers(&c.get("/v1/workers", &[]).await?, out),
                 Command::Leader => table::leader(&c.get("/v1/leader", &[]).await?, out),
-                Command::Cluster(cmd) => {
-                    let v = match cmd {
-                        ClusterCmd::Status => c.get("/v1/cluster", &[]).await?,
-                        ClusterCmd::AddLearner { id, address } => {
-                            c.send("POST", "/v1/cluster/learners", &[], Some(serde_json::json!({"id": id, "address": address}))).await?
-                        }
-                        ClusterCmd::Promote { id } => c.send("POST", &format!("/v1/cluster/members/{id}/promote"), &[], None).await?,
-                        ClusterCmd::Remove { id } => {
-                            c.send("DELETE", &format!("/v1/cluster/members/{id}"), &[], None).await?["status"].take()
-                        }
-                    };
-                    table::cluster(&v, out)
-                }
+                Command::Cluster(cmd) => commands::cluster(&c, cmd, out).await,
                 Command::Dev(_)
                 | Command::Server(_)
                 | Command::Migrate(_)
@@ -253,115 +274,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     unreachable!("handled above")
                 }
             }
-        }
-    }
-}
-
-fn ns_query(ns: &Option<String>) -> Vec<(&'static str, String)> {
-    ns.iter().map(|n| ("namespace", n.clone())).collect()
-}
-
-async fn job(c: &client::Client, cmd: JobCmd, out: Output) -> anyhow::Result<()> {
-    match cmd {
-        JobCmd::Create(a) => {
-            let mut schedule = serde_json::Map::new();
-            if let Some(cron) = a.cron {
-                schedule.insert("cron".into(), cron.into());
-            }
-            if let Some(tz) = a.timezone {
-                schedule.insert("timezone".into(), tz.into());
-            }
-            if let Some(every) = a.every {
-                schedule.insert("every".into(), every.into());
-            }
-            if let Some(at) = a.at {
-                schedule.insert("at".into(), at.into());
-            }
-            let Some((command, args)) = a.command.split_first() else { bail!("give the command after `--`") };
-            let mut spec = serde_json::json!({
-                "name": a.name, "schedule": schedule,
-                "executor": {"shell": {"command": command, "args": args}},
-            });
-            if let Some(ns) = a.namespace {
-                spec["namespace"] = ns.into();
-            }
-            if let Some(t) = a.timeout {
-                spec["timeout"] = t.into();
-            }
-            if let Some(n) = a.max_attempts {
-                spec["retry"] = serde_json::json!({"max_attempts": n});
-            }
-            if let Some(m) = a.misfire {
-                spec["misfire"] = m.into();
-            }
-            if let Some(o) = a.overlap {
-                spec["overlap"] = o.into();
-            }
-            let job = c.send("POST", "/v1/jobs", &[], Some(spec)).await?;
-            table::jobs(&serde_json::json!({"jobs": [job]}), out)
-        }
-        JobCmd::Apply { file } => {
-            let text = if file.as_os_str() == "-" {
-                std::io::read_to_string(std::io::stdin()).context("reading stdin")?
-            } else {
-                std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?
-            };
-            let doc: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
-            let items = match doc {
-                serde_json::Value::Array(items) => items,
-                serde_json::Value::Object(ref o) if o.contains_key("jobs") => doc["jobs"].as_array().cloned().unwrap_or_default(),
-                other => vec![other],
-            };
-            let mut applied = Vec::new();
-            for item in items {
-                let name = item.get("name").and_then(|n| n.as_str()).context("every job needs a \"name\"")?.to_string();
-                let ns = item.get("namespace").and_then(|n| n.as_str()).map(str::to_string);
-                let path = format!("/v1/jobs/{}", client::path_segment(&name));
-                applied.push(c.send("PUT", &path, &ns_query(&ns), Some(item)).await?);
-            }
-            table::jobs(&serde_json::json!({"jobs": applied}), out)
-        }
-        JobCmd::List { namespace } => table::jobs(&c.get("/v1/jobs", &ns_query(&namespace)).await?, out),
-        JobCmd::Get(n) => {
-            table::job_detail(&c.get(&format!("/v1/jobs/{}", client::path_segment(&n.name)), &ns_query(&n.namespace)).await?, out)
-        }
-        JobCmd::Trigger(n) => table::run_detail(
-            &c.send("POST", &format!("/v1/jobs/{}/trigger", client::path_segment(&n.name)), &ns_query(&n.namespace), None).await?,
-            out,
-        ),
-        JobCmd::Pause(n) => table::jobs(
-            &serde_json::json!({"jobs": [c.send("POST", &format!("/v1/jobs/{}/pause", client::path_segment(&n.name)), &ns_query(&n.namespace), None).await?]}),
-            out,
-        ),
-        JobCmd::Resume(n) => table::jobs(
-            &serde_json::json!({"jobs": [c.send("POST", &format!("/v1/jobs/{}/resume", client::path_segment(&n.name)), &ns_query(&n.namespace), None).await?]}),
-            out,
-        ),
-        JobCmd::Delete(n) => {
-            c.send("DELETE", &format!("/v1/jobs/{}", client::path_segment(&n.name)), &ns_query(&n.namespace), None).await?;
-            if out == Output::Json {
-                println!("{}", serde_json::json!({"deleted": n.name}));
-            } else {
-                println!("deleted job {}", n.name);
-            }
-            Ok(())
-        }
-    }
-}
-
-async fn runs(c: &client::Client, cmd: RunCmd, out: Output) -> anyhow::Result<()> {
-    match cmd {
-        RunCmd::List { job, state, namespace, limit, cursor } => {
-            let mut q = vec![("limit", limit.to_string())];
-            q.extend(job.map(|j| ("job", j)));
-            q.extend(state.map(|s| ("state", s)));
-            q.extend(namespace.map(|n| ("namespace", n)));
-            q.extend(cursor.map(|c| ("cursor", c)));
-            table::runs(&c.get("/v1/runs", &q).await?, out)
-        }
-        RunCmd::Get { id } => table::run_detail(&c.get(&format!("/v1/runs/{}", client::path_segment(&id)), &[]).await?, out),
-        RunCmd::Cancel { id } => {
-            table::run_detail(&c.send("POST", &format!("/v1/runs/{}/cancel", client::path_segment(&id)), &[], None).await?, out)
         }
     }
 }

@@ -1,15 +1,13 @@
-//! Readable tables (default) or JSON (`--output json`).
+//! Readable tables (default) or JSON (`--output json`) of the API's answers.
 
-use serde_json::Value;
+use gnomon_api::{ClusterStatus, Job, Leader, Run, RunList, SchedulePreview, TriggerAnswer, WorkerList};
+use gnomon_core::spec::Executor;
+use serde::Serialize;
 
 use crate::Output;
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map(T::to_string).unwrap_or_else(|| "-".into())
 }
 
 fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
@@ -29,102 +27,111 @@ fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
     }
 }
 
-fn json(v: &Value) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
-    Ok(())
+/// Prints `v` as JSON and returns true when the output is JSON.
+fn as_json(v: &impl Serialize, out: Output) -> anyhow::Result<bool> {
+    if out == Output::Json {
+        println!("{}", serde_json::to_string_pretty(v)?);
+        return Ok(true);
+    }
+    Ok(false)
 }
 
-fn schedule_text(j: &Value) -> String {
-    let sch = &j["schedule"];
-    if let Some(c) = sch["cron"].as_str() {
-        format!("cron {c} {}", sch["timezone"].as_str().unwrap_or("UTC"))
-    } else if let Some(e) = sch["every"].as_str() {
+fn schedule_text(j: &Job) -> String {
+    let sch = &j.spec.schedule;
+    if let Some(c) = &sch.cron {
+        format!("cron {c} {}", sch.timezone.as_deref().unwrap_or("UTC"))
+    } else if let Some(e) = &sch.every {
         format!("every {e}")
-    } else if let Some(a) = sch["at"].as_str() {
+    } else if let Some(a) = &sch.at {
         format!("at {a}")
     } else {
         "manual".into()
     }
 }
 
-pub fn jobs(v: &Value, out: Output) -> anyhow::Result<()> {
-    if out == Output::Json {
-        return json(v);
+fn executor_text(e: &Executor) -> String {
+    match e {
+        Executor::Handler(h) => format!("handler {}", h.name),
+        other => other.kind().to_string(),
     }
-    let rows = v["jobs"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|j| {
-                    vec![
-                        s(&j["name"]),
-                        s(&j["namespace"]),
-                        schedule_text(j),
-                        j["executor"].as_object().and_then(|o| o.keys().next().cloned()).unwrap_or_default(),
-                        s(&j["status"]["paused"]),
-                        s(&j["status"]["version"]),
-                        s(&j["status"]["next_fire_at"]),
-                    ]
-                })
-                .collect()
+}
+
+pub fn jobs(list: &[Job], out: Output) -> anyhow::Result<()> {
+    if as_json(&serde_json::json!({ "jobs": list }), out)? {
+        return Ok(());
+    }
+    let rows = list
+        .iter()
+        .map(|j| {
+            vec![
+                j.spec.name.clone(),
+                j.spec.namespace().to_string(),
+                schedule_text(j),
+                executor_text(&j.spec.executor),
+                j.status.paused.to_string(),
+                j.status.version.to_string(),
+                opt(&j.status.next_fire_at),
+            ]
         })
-        .unwrap_or_default();
+        .collect();
     print_table(&["name", "namespace", "schedule", "executor", "paused", "version", "next fire"], rows);
     Ok(())
 }
 
-pub fn job_detail(v: &Value, out: Output) -> anyhow::Result<()> {
-    if out == Output::Json {
-        return json(v);
+pub fn job_detail(job: &Job, out: Output) -> anyhow::Result<()> {
+    if as_json(job, out)? {
+        return Ok(());
     }
-    jobs(&serde_json::json!({"jobs": [v]}), out)?;
-    println!("\n{}", serde_json::to_string_pretty(v)?);
+    jobs(std::slice::from_ref(job), out)?;
+    println!("\n{}", serde_json::to_string_pretty(job)?);
     Ok(())
 }
 
-pub fn runs(v: &Value, out: Output) -> anyhow::Result<()> {
-    if out == Output::Json {
-        return json(v);
+pub fn runs(page: &RunList, out: Output) -> anyhow::Result<()> {
+    if as_json(page, out)? {
+        return Ok(());
     }
-    let rows = v["runs"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|r| vec![s(&r["id"]), s(&r["job"]), s(&r["scheduled_at"]), s(&r["state"]), s(&r["attempt"]), s(&r["reason"])])
-                .collect()
+    let rows = page
+        .runs
+        .iter()
+        .map(|r| {
+            vec![r.id.clone(), r.job.clone(), r.scheduled_at.clone(), r.state.as_str().to_string(), r.attempt.to_string(), opt(&r.reason)]
         })
-        .unwrap_or_default();
+        .collect();
     print_table(&["id", "job", "scheduled at", "state", "attempt", "reason"], rows);
-    if let Some(c) = v["next_cursor"].as_str() {
+    if let Some(c) = &page.next_cursor {
         println!("(more: --cursor {c})");
     }
     Ok(())
 }
 
-pub fn run_detail(v: &Value, out: Output) -> anyhow::Result<()> {
-    if out == Output::Json {
-        return json(v);
+pub fn run_detail(v: &Run, out: Output) -> anyhow::Result<()> {
+    if as_json(v, out)? {
+        return Ok(());
     }
-    println!("run        {}", s(&v["id"]));
-    println!("job        {}/{}", s(&v["namespace"]), s(&v["job"]));
-    println!("scheduled  {}", s(&v["scheduled_at"]));
-    println!("fired      {}", s(&v["fired_at"]));
-    println!("state      {} (attempt {})", s(&v["state"]), s(&v["attempt"]));
-    if !v["reason"].is_null() {
-        println!("reason     {}", s(&v["reason"]));
+    println!("run        {}", v.id);
+    println!("job        {}/{}", v.namespace, v.job);
+    println!("scheduled  {}", v.scheduled_at);
+    println!("fired      {}", v.fired_at);
+    println!("state      {} (attempt {})", v.state.as_str(), v.attempt);
+    if let Some(r) = &v.reason {
+        println!("reason     {r}");
     }
-    for a in v["attempts"].as_array().into_iter().flatten() {
+    if let Some(w) = &v.waiting_for {
+        println!("waiting    {w}");
+    }
+    for a in v.attempts.iter().flatten() {
         println!(
             "\nattempt {}  worker {}  token {}  {}  exit {}  {} .. {}",
-            s(&a["attempt"]),
-            s(&a["worker"]),
-            s(&a["token"]),
-            s(&a["state"]),
-            s(&a["exit_code"]),
-            s(&a["started_at"]),
-            s(&a["ended_at"])
+            a.attempt,
+            a.worker,
+            a.token,
+            a.state.as_str(),
+            opt(&a.exit_code),
+            opt(&a.started_at),
+            opt(&a.ended_at)
         );
-        if let Some(o) = a["output"].as_str().filter(|o| !o.is_empty()) {
+        if let Some(o) = a.output.as_deref().filter(|o| !o.is_empty()) {
             for line in o.lines() {
                 println!("  | {line}");
             }
@@ -133,59 +140,88 @@ pub fn run_detail(v: &Value, out: Output) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn workers(v: &Value, out: Output) -> anyhow::Result<()> {
-    if out == Output::Json {
-        return json(v);
+pub fn triggered(t: &TriggerAnswer, out: Output) -> anyhow::Result<()> {
+    match t {
+        TriggerAnswer::One(run) => run_detail(run, out),
+        TriggerAnswer::Many(many) => {
+            if as_json(many, out)? {
+                return Ok(());
+            }
+            println!("created {} runs", many.count);
+            for id in &many.ids {
+                println!("{id}");
+            }
+            Ok(())
+        }
     }
-    let rows = v["workers"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|w| {
-                    vec![
-                        s(&w["id"]),
-                        s(&w["state"]),
-                        s(&w["running"]),
-                        s(&w["capacity"]),
-                        s(&w["prefetch"]),
-                        s(&w["labels"]),
-                        s(&w["lease_expires_at"]),
-                    ]
-                })
-                .collect()
+}
+
+pub fn workers(v: &WorkerList, out: Output) -> anyhow::Result<()> {
+    if as_json(v, out)? {
+        return Ok(());
+    }
+    let rows = v
+        .workers
+        .iter()
+        .map(|w| {
+            let labels: Vec<String> = w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            vec![
+                w.id.clone(),
+                serde_json::to_value(w.state).ok().and_then(|s| s.as_str().map(str::to_string)).unwrap_or_default(),
+                w.running.to_string(),
+                w.capacity.to_string(),
+                w.prefetch.to_string(),
+                if labels.is_empty() { "-".into() } else { labels.join(",") },
+                w.lease_expires_at.clone(),
+            ]
         })
-        .unwrap_or_default();
+        .collect();
     print_table(&["id", "state", "running", "capacity", "prefetch", "labels", "lease expires"], rows);
     Ok(())
 }
 
-pub fn cluster(v: &Value, out: Output) -> anyhow::Result<()> {
-    if out == Output::Json {
-        return json(v);
+pub fn cluster(v: &ClusterStatus, out: Output) -> anyhow::Result<()> {
+    if as_json(v, out)? {
+        return Ok(());
     }
-    println!(
-        "this member: {}  state: {}  term: {}  leader: {}  applied: {}",
-        s(&v["this"]),
-        s(&v["state"]),
-        s(&v["term"]),
-        s(&v["leader"]),
-        s(&v["applied"])
-    );
-    let rows = v["members"]
-        .as_array()
-        .map(|ms| ms.iter().map(|m| vec![s(&m["id"]), s(&m["address"]), s(&m["role"]), s(&m["matched"])]).collect())
-        .unwrap_or_default();
+    println!("this member: {}  state: {}  term: {}  leader: {}  applied: {}", v.this, v.state, v.term, opt(&v.leader), opt(&v.applied));
+    let rows = v.members.iter().map(|m| vec![m.id.to_string(), m.address.clone(), m.role.clone(), opt(&m.matched)]).collect();
     print_table(&["id", "address", "role", "matched"], rows);
     Ok(())
 }
 
-pub fn leader(v: &Value, out: Output) -> anyhow::Result<()> {
-    if out == Output::Json {
-        return json(v);
+pub fn leader(v: &Leader, out: Output) -> anyhow::Result<()> {
+    if as_json(v, out)? {
+        return Ok(());
     }
     print_table(
         &["scope", "backend", "holder", "token", "address", "since"],
-        vec![vec![s(&v["scope"]), s(&v["backend"]), s(&v["holder"]), s(&v["token"]), s(&v["address"]), s(&v["since"])]],
+        vec![vec![v.scope.clone(), v.backend.clone(), opt(&v.holder), opt(&v.token), opt(&v.address), opt(&v.since)]],
     );
+    Ok(())
+}
+
+pub fn preview(v: &SchedulePreview, out: Output) -> anyhow::Result<()> {
+    if as_json(v, out)? {
+        return Ok(());
+    }
+    println!("next fire times after {} ({}):", v.after, v.timezone);
+    let rows = v
+        .fires
+        .iter()
+        .map(|f| {
+            let change = f.offset_changed_from.as_ref().map(|from| format!("clocks changed {from} → {}", f.offset)).unwrap_or_default();
+            let note = match (change.is_empty(), &f.note) {
+                (_, None) => change,
+                (true, Some(n)) => n.clone(),
+                (false, Some(n)) => format!("{change}; {n}"),
+            };
+            vec![f.local.clone(), f.at.clone(), note]
+        })
+        .collect();
+    print_table(&["local time", "utc", "daylight saving"], rows);
+    if v.fires.is_empty() {
+        println!("(this schedule does not fire again)");
+    }
     Ok(())
 }

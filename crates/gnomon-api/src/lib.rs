@@ -1,0 +1,42 @@
+//! The REST API's types: what every `/v1` endpoint takes and answers, shared
+//! by the server (which builds them) and the CLI (which reads them). Their
+//! OpenAPI schemas are derived from the same definitions, so the document
+//! the server publishes cannot drift from what it sends.
+//!
+//! Timestamps are RFC 3339 strings in UTC with millisecond precision.
+
+pub mod cluster;
+pub mod jobs;
+pub mod runs;
+pub mod status;
+
+pub use cluster::{ClusterMember, ClusterStatus, NewLearner, Removed};
+pub use jobs::{Job, JobList, JobStatus, PreviewFire, SchedulePreview, SchedulePreviewRequest};
+pub use runs::{Attempt, Run, RunList, TriggerAnswer, Triggered};
+pub use status::{Backpressure, ClockInfo, Health, Leader, Ready, Worker, WorkerList, WorkerState};
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Every error answer: `{"error": {"code", "message"}}` with a 4xx or 5xx
+/// status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable, machine-readable code such as `invalid_cron`, `not_found`
+    /// or `not_leader`.
+    pub code: String,
+    /// What went wrong, for a person; field errors start with the field's
+    /// path (`schedule.cron: …`).
+    pub message: String,
+}
+
+impl ErrorBody {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { error: ErrorDetail { code: code.into(), message: message.into() } }
+    }
+}

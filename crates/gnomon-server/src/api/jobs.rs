@@ -1,0 +1,278 @@
+//! `/v1/jobs` and `/v1/schedules/preview`.
+
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use gnomon_api::{Job, JobList, JobStatus, SchedulePreview, SchedulePreviewRequest, TriggerAnswer, Triggered};
+use gnomon_backend::{JobRecord, Precondition};
+use gnomon_core::format_millis;
+use gnomon_core::spec::{parse_job_json, JobSpec, DEFAULT_NAMESPACE};
+use serde::Deserialize;
+use tokio::sync::oneshot;
+
+use super::{caller, check_ns, marked, query, read_body, reader, ApiError, ApiResult, ApiState, NsQuery};
+use crate::leader::LeaderCommand;
+use crate::node::SCOPE;
+
+/// A job as the API shows it.
+pub fn job_view(job: &JobRecord, next_fire_at: Option<i64>) -> Job {
+    Job {
+        spec: job.spec.clone(),
+        status: JobStatus {
+            version: job.version,
+            paused: job.paused,
+            created_at: format_millis(job.created_at),
+            updated_at: format_millis(job.updated_at),
+            last_scheduled_at: job.last_scheduled_at.map(format_millis),
+            next_fire_at: next_fire_at.map(format_millis),
+        },
+    }
+}
+
+fn next_fire(state: &ApiState, job: &JobRecord) -> Option<i64> {
+    if job.paused {
+        return None;
+    }
+    let compiled = job.spec.compile().ok()?;
+    let now = state.node.clock.now_millis();
+    let base = job.last_scheduled_at.unwrap_or(job.created_at).max(now - 1);
+    compiled.schedule.next_after(base)
+}
+
+fn view(state: &ApiState, job: &JobRecord) -> Job {
+    job_view(job, next_fire(state, job))
+}
+
+fn check_name(name: &str) -> ApiResult<()> {
+    gnomon_core::spec::validate_name("name", name, gnomon_core::spec::MAX_NAME_LEN).map_err(ApiError::from)
+}
+
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", summary = "Create a job",
+    params(("namespace" = Option<String>, Query, description = "The namespace when the body names none")),
+    request_body = JobSpec,
+    responses((status = 201, body = Job), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+pub(super) async fn create_job(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
+    let p = caller(&req)?;
+    let q: NsQuery = query(req.uri().query())?;
+    let bytes = read_body(req.into_body()).await?;
+    let mut spec = parse_job_json(&bytes)?;
+    if spec.namespace.is_none() && q.namespace.is_some() {
+        spec.namespace = q.namespace.clone();
+    }
+    let compiled = spec.compile()?;
+    check_ns(&p, compiled.spec.namespace())?;
+    let job = state.node.store.put_job(&compiled.spec, Precondition::DoesNotExist, state.node.clock.now_millis()).await?;
+    state.node.nudge();
+    Ok((StatusCode::CREATED, Json(view(&state, &job))))
+}
+
+#[utoipa::path(put, path = "/v1/jobs/{name}", tag = "jobs", summary = "Create or update a job (If-Match or ?version= for a precondition)",
+    params(("name" = String, Path), ("namespace" = Option<String>, Query), ("version" = Option<u64>, Query, description = "Only if the job is at this version")),
+    request_body = JobSpec,
+    responses((status = 200, body = Job, description = "updated"), (status = 201, body = Job, description = "created"),
+        (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+pub(super) async fn put_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+    check_name(&name)?;
+    let p = caller(&req)?;
+    let q: NsQuery = query(req.uri().query())?;
+    let if_match = version_from_headers(req.headers())?;
+    let bytes = read_body(req.into_body()).await?;
+    let mut spec: JobSpec = parse_job_json(&bytes)?;
+    if spec.name != name {
+        return Err(ApiError::bad("name_mismatch", format!("name: body says {:?} but the path says {name:?}", spec.name)));
+    }
+    if spec.namespace.is_none() {
+        spec.namespace = Some(q.namespace().to_string());
+    }
+    let compiled = spec.compile()?;
+    check_ns(&p, compiled.spec.namespace())?;
+    let precondition = match q.version.or(if_match) {
+        Some(v) => Precondition::MatchesVersion(v),
+        None => Precondition::None,
+    };
+    let existed = state.node.store.get_job(compiled.spec.namespace(), &name).await?.is_some();
+    let job = state.node.store.put_job(&compiled.spec, precondition, state.node.clock.now_millis()).await?;
+    state.node.nudge();
+    Ok((if existed { StatusCode::OK } else { StatusCode::CREATED }, Json(view(&state, &job))))
+}
+
+fn version_from_headers(headers: &HeaderMap) -> ApiResult<Option<u64>> {
+    match headers.get(header::IF_MATCH) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .map(|s| s.trim().trim_matches('"'))
+            .and_then(|s| s.parse().ok())
+            .map(Some)
+            .ok_or_else(|| ApiError::bad("invalid_header", "If-Match must be a job version number")),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", summary = "List jobs",
+    params(("namespace" = Option<String>, Query, description = "Only this namespace"), ("stale" = Option<bool>, Query, description = "Read this replica's copy without confirming it with the leader")),
+    responses((status = 200, body = JobList), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+pub(super) async fn list_jobs(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Q {
+        namespace: Option<String>,
+        stale: Option<bool>,
+    }
+    let p = caller(&req)?;
+    let q: Q = query(req.uri().query())?;
+    if let Some(ns) = &q.namespace {
+        check_ns(&p, ns)?;
+    }
+    let mut jobs = reader(&state, q.stale).list_jobs(q.namespace.as_deref()).await?;
+    jobs.retain(|j| p.sees(&j.namespace));
+    let jobs = jobs.iter().map(|j| view(&state, j)).collect();
+    Ok(marked(q.stale, Json(JobList { jobs })))
+}
+
+async fn load_job(state: &ApiState, ns: &str, name: &str) -> ApiResult<JobRecord> {
+    load_job_from(state.node.store.as_ref(), ns, name).await
+}
+
+async fn load_job_from(store: &dyn gnomon_backend::Store, ns: &str, name: &str) -> ApiResult<JobRecord> {
+    check_name(name)?;
+    store
+        .get_job(ns, name)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("job {ns}/{name} does not exist")))
+}
+
+#[utoipa::path(get, path = "/v1/jobs/{name}", tag = "jobs", summary = "Get a job",
+    params(("name" = String, Path), ("namespace" = Option<String>, Query), ("stale" = Option<bool>, Query)),
+    responses((status = 200, body = Job), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+pub(super) async fn get_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+    let q: NsQuery = query(req.uri().query())?;
+    check_ns(&caller(&req)?, q.namespace())?;
+    let job = load_job_from(reader(&state, q.stale).as_ref(), q.namespace(), &name).await?;
+    Ok(marked(q.stale, Json(view(&state, &job))))
+}
+
+#[utoipa::path(delete, path = "/v1/jobs/{name}", tag = "jobs", summary = "Delete a job (its runs stay in the history)",
+    params(("name" = String, Path), ("namespace" = Option<String>, Query), ("version" = Option<u64>, Query)),
+    responses((status = 204, description = "deleted"), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+pub(super) async fn delete_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+    let q: NsQuery = query(req.uri().query())?;
+    check_name(&name)?;
+    check_ns(&caller(&req)?, q.namespace())?;
+    let precondition = match q.version.or(version_from_headers(req.headers())?) {
+        Some(v) => Precondition::MatchesVersion(v),
+        None => Precondition::None,
+    };
+    state.node.store.delete_job(q.namespace(), &name, precondition).await?;
+    state.node.nudge();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_paused(state: ApiState, name: String, req: Request, paused: bool) -> ApiResult<Json<Job>> {
+    let q: NsQuery = query(req.uri().query())?;
+    check_name(&name)?;
+    check_ns(&caller(&req)?, q.namespace())?;
+    let job = state.node.store.set_job_paused(q.namespace(), &name, paused, state.node.clock.now_millis()).await?;
+    state.node.nudge();
+    Ok(Json(view(&state, &job)))
+}
+
+#[utoipa::path(post, path = "/v1/jobs/{name}/pause", tag = "jobs", summary = "Pause a job (times that pass while it is paused do not fire)",
+    params(("name" = String, Path), ("namespace" = Option<String>, Query)),
+    responses((status = 200, body = Job), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+pub(super) async fn pause_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+    set_paused(state, name, req, true).await
+}
+
+#[utoipa::path(post, path = "/v1/jobs/{name}/resume", tag = "jobs", summary = "Resume a paused job",
+    params(("name" = String, Path), ("namespace" = Option<String>, Query)),
+    responses((status = 200, body = Job), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+pub(super) async fn resume_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+    set_paused(state, name, req, false).await
+}
+
+pub(super) fn not_leader(state: &ApiState) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_leader",
+        format!("node {} does not lead scope {SCOPE} right now; see GET /v1/leader", state.node.config.node_id),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TriggerQuery {
+    namespace: Option<String>,
+    /// How many manual runs to create at once (1 to 10,000).
+    count: Option<u32>,
+}
+
+/// Most runs one trigger call may create.
+pub const MAX_TRIGGER_COUNT: u32 = 10_000;
+
+#[utoipa::path(post, path = "/v1/jobs/{name}/trigger", tag = "jobs", summary = "Trigger manual runs now (on the leader)",
+    params(("name" = String, Path), ("namespace" = Option<String>, Query), ("count" = Option<u32>, Query, description = "How many runs (1 to 10,000; default 1)")),
+    responses((status = 201, body = TriggerAnswer, description = "the run (count 1) or the ids of the runs"),
+        (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+pub(super) async fn trigger_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+    let q: TriggerQuery = query(req.uri().query())?;
+    let ns = q.namespace.clone().unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+    check_ns(&caller(&req)?, &ns)?;
+    let count = q.count.unwrap_or(1);
+    if !(1..=MAX_TRIGGER_COUNT).contains(&count) {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_count", format!("count must be between 1 and {MAX_TRIGGER_COUNT}")));
+    }
+    load_job(&state, &ns, &name).await?;
+    let tx = state.node.leader_commands().ok_or_else(|| not_leader(&state))?;
+    let (reply_tx, reply_rx) = oneshot::channel();
+    tx.send(LeaderCommand::Trigger { namespace: ns, name, count, reply: reply_tx }).await.map_err(|_| not_leader(&state))?;
+    let ids = tokio::time::timeout(std::time::Duration::from_secs(30), reply_rx)
+        .await
+        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", "the leader did not answer in 30s"))?
+        .map_err(|_| not_leader(&state))??;
+    if count > 1 {
+        return Ok((StatusCode::CREATED, Json(TriggerAnswer::Many(Triggered { count: ids.len(), ids }))));
+    }
+    let id = ids.into_iter().next().ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "no run was created"))?;
+    let detail = state
+        .node
+        .store
+        .get_run(&id)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "triggered run vanished"))?;
+    Ok((StatusCode::CREATED, Json(TriggerAnswer::One(Box::new(super::runs::run_view(&detail.run, Some(&detail), true))))))
+}
+
+#[utoipa::path(post, path = "/v1/schedules/preview", tag = "jobs", summary = "The next fire times of a schedule, with daylight-saving changes marked",
+    request_body = SchedulePreviewRequest,
+    responses((status = 200, body = SchedulePreview), (status = "4XX", body = gnomon_api::ErrorBody)))]
+pub(super) async fn preview_schedule(State(state): State<ApiState>, req: Request) -> ApiResult<Json<SchedulePreview>> {
+    use gnomon_core::preview::{format_local, format_offset, preview, zone_of};
+    let bytes = read_body(req.into_body()).await?;
+    let body: SchedulePreviewRequest = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad("invalid_json", format!("a preview is {{\"schedule\": {{…}}, \"count\": N}}: {e}")))?;
+    let count = body.count.unwrap_or(10);
+    if !(1..=gnomon_core::preview::MAX_PREVIEW as u32).contains(&count) {
+        return Err(ApiError::bad("invalid_count", format!("count must be between 1 and {}", gnomon_core::preview::MAX_PREVIEW)));
+    }
+    let after = match &body.after {
+        None => state.node.clock.now_millis(),
+        Some(t) => chrono::DateTime::parse_from_rfc3339(t)
+            .map_err(|e| ApiError::bad("invalid_time", format!("after: {t:?} is not an RFC 3339 time: {e}")))?
+            .timestamp_millis(),
+    };
+    let schedule = body.schedule.compile()?;
+    let tz = zone_of(&schedule);
+    let fires = preview(&schedule, after, count as usize)
+        .into_iter()
+        .map(|f| gnomon_api::PreviewFire {
+            at: format_millis(f.at),
+            local: format_local(&tz, f.at),
+            offset: format_offset(f.offset_seconds),
+            offset_changed_from: f.offset_changed_from.map(format_offset),
+            note: f.note,
+        })
+        .collect();
+    Ok(Json(SchedulePreview { timezone: tz.name().to_string(), after: format_millis(after), fires }))
+}

@@ -1,0 +1,147 @@
+//! The client commands: jobs, runs and the cluster, over the typed REST API.
+
+use anyhow::{bail, Context};
+use gnomon_api::{ClusterStatus, Job, JobList, NewLearner, Removed, Run, RunList, SchedulePreview, SchedulePreviewRequest, TriggerAnswer};
+use gnomon_core::spec::ScheduleSpec;
+
+use crate::client::{path_segment, Client, Method};
+use crate::{table, ClusterCmd, CreateArgs, JobCmd, Output, PreviewArgs, RunCmd};
+
+fn ns_query(ns: &Option<String>) -> Vec<(&'static str, String)> {
+    ns.iter().map(|n| ("namespace", n.clone())).collect()
+}
+
+fn job_path(name: &str, action: &str) -> String {
+    format!("/v1/jobs/{}{action}", path_segment(name))
+}
+
+fn create_body(a: CreateArgs) -> anyhow::Result<serde_json::Value> {
+    let Some((command, args)) = a.command.split_first() else { bail!("give the command after `--`") };
+    let schedule = ScheduleSpec { cron: a.cron, timezone: a.timezone, every: a.every, at: a.at };
+    let mut spec = serde_json::json!({
+        "name": a.name, "schedule": schedule,
+        "executor": {"shell": {"command": command, "args": args}},
+    });
+    if let Some(ns) = a.namespace {
+        spec["namespace"] = ns.into();
+    }
+    if let Some(t) = a.timeout {
+        spec["timeout"] = t.into();
+    }
+    if let Some(n) = a.max_attempts {
+        spec["retry"] = serde_json::json!({"max_attempts": n});
+    }
+    if let Some(m) = a.misfire {
+        spec["misfire"] = m.into();
+    }
+    if let Some(o) = a.overlap {
+        spec["overlap"] = o.into();
+    }
+    Ok(spec)
+}
+
+/// The jobs of a file or of stdin (`-`): one job, an array, or `{"jobs": [...]}`.
+fn read_jobs(file: &std::path::Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let text = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading stdin")?
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let doc: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
+    Ok(match doc {
+        serde_json::Value::Array(items) => items,
+        serde_json::Value::Object(ref o) if o.contains_key("jobs") => doc["jobs"].as_array().cloned().unwrap_or_default(),
+        other => vec![other],
+    })
+}
+
+pub async fn job(c: &Client, cmd: JobCmd, out: Output) -> anyhow::Result<()> {
+    match cmd {
+        JobCmd::Create(a) => {
+            let job: Job = c.call(Method::POST, "/v1/jobs", &[], Some(&create_body(a)?)).await?;
+            table::jobs(&[job], out)
+        }
+        JobCmd::Apply { file } => {
+            let mut applied = Vec::new();
+            for item in read_jobs(&file)? {
+                let name = item.get("name").and_then(|n| n.as_str()).context("every job needs a \"name\"")?.to_string();
+                let ns = item.get("namespace").and_then(|n| n.as_str()).map(str::to_string);
+                applied.push(c.call::<Job>(Method::PUT, &job_path(&name, ""), &ns_query(&ns), Some(&item)).await?);
+            }
+            table::jobs(&applied, out)
+        }
+        JobCmd::List { namespace } => table::jobs(&c.get::<JobList>("/v1/jobs", &ns_query(&namespace)).await?.jobs, out),
+        JobCmd::Get(n) => table::job_detail(&c.get(&job_path(&n.name, ""), &ns_query(&n.namespace)).await?, out),
+        JobCmd::Trigger { job, count } => {
+            let mut q = ns_query(&job.namespace);
+            if count != 1 {
+                q.push(("count", count.to_string()));
+            }
+            let answer: TriggerAnswer = c.call(Method::POST, &job_path(&job.name, "/trigger"), &q, None::<&()>).await?;
+            table::triggered(&answer, out)
+        }
+        JobCmd::Preview(p) => preview(c, p, out).await,
+        JobCmd::Pause(n) => {
+            let job: Job = c.call(Method::POST, &job_path(&n.name, "/pause"), &ns_query(&n.namespace), None::<&()>).await?;
+            table::jobs(&[job], out)
+        }
+        JobCmd::Resume(n) => {
+            let job: Job = c.call(Method::POST, &job_path(&n.name, "/resume"), &ns_query(&n.namespace), None::<&()>).await?;
+            table::jobs(&[job], out)
+        }
+        JobCmd::Delete(n) => {
+            c.call_empty(Method::DELETE, &job_path(&n.name, ""), &ns_query(&n.namespace)).await?;
+            if out == Output::Json {
+                println!("{}", serde_json::json!({"deleted": n.name}));
+            } else {
+                println!("deleted job {}", n.name);
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn preview(c: &Client, p: PreviewArgs, out: Output) -> anyhow::Result<()> {
+    let schedule = match &p.name {
+        Some(name) => c.get::<Job>(&job_path(name, ""), &ns_query(&p.namespace)).await?.spec.schedule,
+        None if p.cron.is_none() && p.every.is_none() && p.at.is_none() => {
+            bail!("name a job, or give a schedule with --cron (and --timezone), --every or --at")
+        }
+        None => ScheduleSpec { cron: p.cron, timezone: p.timezone, every: p.every, at: p.at },
+    };
+    let body = SchedulePreviewRequest { schedule, count: Some(p.count), after: p.after };
+    let answer: SchedulePreview = c.call(Method::POST, "/v1/schedules/preview", &[], Some(&body)).await?;
+    table::preview(&answer, out)
+}
+
+pub async fn runs(c: &Client, cmd: RunCmd, out: Output) -> anyhow::Result<()> {
+    match cmd {
+        RunCmd::List { job, state, namespace, limit, cursor } => {
+            let mut q = vec![("limit", limit.to_string())];
+            q.extend(job.map(|j| ("job", j)));
+            q.extend(state.map(|s| ("state", s)));
+            q.extend(namespace.map(|n| ("namespace", n)));
+            q.extend(cursor.map(|c| ("cursor", c)));
+            table::runs(&c.get::<RunList>("/v1/runs", &q).await?, out)
+        }
+        RunCmd::Get { id } => table::run_detail(&c.get::<Run>(&format!("/v1/runs/{}", path_segment(&id)), &[]).await?, out),
+        RunCmd::Cancel { id } => {
+            let run: Run = c.call(Method::POST, &format!("/v1/runs/{}/cancel", path_segment(&id)), &[], None::<&()>).await?;
+            table::run_detail(&run, out)
+        }
+    }
+}
+
+pub async fn cluster(c: &Client, cmd: ClusterCmd, out: Output) -> anyhow::Result<()> {
+    let status: ClusterStatus = match cmd {
+        ClusterCmd::Status => c.get("/v1/cluster", &[]).await?,
+        ClusterCmd::AddLearner { id, address } => {
+            c.call(Method::POST, "/v1/cluster/learners", &[], Some(&NewLearner { id, address })).await?
+        }
+        ClusterCmd::Promote { id } => c.call(Method::POST, &format!("/v1/cluster/members/{id}/promote"), &[], None::<&()>).await?,
+        ClusterCmd::Remove { id } => {
+            c.call::<Removed>(Method::DELETE, &format!("/v1/cluster/members/{id}"), &[], None::<&()>).await?.status
+        }
+    };
+    table::cluster(&status, out)
+}

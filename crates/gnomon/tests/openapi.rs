@@ -1,0 +1,199 @@
+//! The published OpenAPI document describes what the server really sends:
+//! every operation it lists is called on a real `gnomon dev`, and every
+//! answer (successes and errors) validates against the schema the document
+//! gives for that operation and status. Objects are checked closed (no
+//! field the document does not name), so a field added to an answer
+//! without its type fails here.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// Makes every object schema closed: `unevaluatedProperties: false` on
+/// each schema with properties or `allOf`, except the members of an
+/// `allOf` (their parent closes over all of them together).
+fn close(schema: &mut Value, in_all_of: bool) {
+    match schema {
+        Value::Object(map) => {
+            let is_object = map.contains_key("properties") || map.contains_key("allOf");
+            if is_object && !in_all_of && !map.contains_key("additionalProperties") {
+                map.insert("unevaluatedProperties".into(), json!(false));
+            }
+            for (key, value) in map.iter_mut() {
+                match (key.as_str(), value) {
+                    ("allOf", Value::Array(items)) => items.iter_mut().for_each(|i| close(i, true)),
+                    (_, v) => close(v, false),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|i| close(i, false)),
+        _ => {}
+    }
+}
+
+struct Checker {
+    doc: Value,
+    seen: BTreeSet<(String, String)>,
+    addr: String,
+}
+
+impl Checker {
+    /// Calls `method path` (`template` is the document's path) and validates
+    /// the answer against the document; returns the status and body.
+    fn call(&mut self, method: &str, template: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let bytes = body.map(|b| serde_json::to_vec(&b).unwrap());
+        let (status, value) = http(&self.addr, method, path, bytes.as_deref()).unwrap();
+        let op = &self.doc["paths"][template][method.to_ascii_lowercase()];
+        assert!(op.is_object(), "{method} {template} is not in the document");
+        self.seen.insert((template.to_string(), method.to_ascii_lowercase()));
+        let responses = &op["responses"];
+        let class = format!("{}XX", status / 100);
+        let response = [status.to_string(), class.clone()]
+            .iter()
+            .map(|k| &responses[k])
+            .find(|r| r.is_object())
+            .unwrap_or_else(|| panic!("{method} {path} answered {status}, which the document does not list: {value}"));
+        match response["content"]["application/json"]["schema"].as_object() {
+            None => assert!(value.is_null(), "{method} {path} answered {status} with a body the document does not describe: {value}"),
+            Some(schema) => {
+                let mut root = self.doc.clone();
+                root.as_object_mut().unwrap().extend(schema.clone());
+                let validator = jsonschema::draft202012::new(&root).expect("the document's schemas compile");
+                let errors: Vec<String> = validator.iter_errors(&value).map(|e| format!("{e} at {}", e.instance_path())).collect();
+                assert!(errors.is_empty(), "{method} {path} answered {status}, not as documented:\n{}\nbody: {value:#}", errors.join("\n"));
+            }
+        }
+        (status, value)
+    }
+}
+
+#[test]
+fn every_answer_matches_the_published_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let _dev = Proc::spawn(
+        dir.path(),
+        "dev",
+        &["dev".into(), "--listen".into(), addr.clone(), "--data-dir".into(), dir.path().join("data").display().to_string()],
+    );
+    wait_until("the server to lead", Duration::from_secs(60), || {
+        http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == json!(true)).unwrap_or(false)
+    });
+    let (status, mut doc) = http(&addr, "GET", "/v1/openapi.json", None).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(doc["openapi"].as_str().map(|v| v.starts_with("3.1")), Some(true), "an OpenAPI 3.1 document");
+    close(&mut doc, false);
+    let mut c = Checker { doc: doc.clone(), seen: BTreeSet::new(), addr: addr.clone() };
+
+    // Jobs.
+    let job = json!({"name": "echo", "description": "says hello", "schedule": {"every": "1h"},
+        "retry": {"max_attempts": 2, "backoff": {"initial": "1s"}}, "timeout": "30s",
+        "route": {"strategy": "least_loaded", "labels": {}},
+        "executor": {"shell": {"command": "sh", "args": ["-c", "echo hello; sleep 0.2"], "env": {"A": "b"}}}});
+    assert_eq!(c.call("POST", "/v1/jobs", "/v1/jobs", Some(job.clone())).0, 201);
+    assert_eq!(c.call("POST", "/v1/jobs", "/v1/jobs", Some(job.clone())).0, 409);
+    let bad = json!({"name": "bad", "schedule": {"cron": "61 * * * *"}, "executor": {"shell": {"command": "true"}}});
+    let (status, err) = c.call("POST", "/v1/jobs", "/v1/jobs", Some(bad));
+    assert_eq!((status, err["error"]["code"].as_str()), (400, Some("invalid_cron")));
+    let http_job = json!({"name": "ping", "schedule": {"cron": "0 30 2 * * *", "timezone": "Europe/Berlin"}, "overlap": "forbid",
+        "misfire": "skip", "catchup_window": "1m",
+        "executor": {"http": {"url": "http://127.0.0.1:9/", "method": "POST", "headers": {"X": "y"}, "body": "{}", "expect_status": 204}}});
+    assert_eq!(c.call("PUT", "/v1/jobs/{name}", "/v1/jobs/ping", Some(http_job)).0, 201);
+    let handler = json!({"name": "hand", "executor": {"handler": {"name": "noop", "payload": {"k": [1, 2]}}}});
+    assert_eq!(c.call("PUT", "/v1/jobs/{name}", "/v1/jobs/hand", Some(handler.clone())).0, 201);
+    assert_eq!(c.call("PUT", "/v1/jobs/{name}", "/v1/jobs/hand?version=1", Some(handler)).0, 200);
+    assert_eq!(c.call("PUT", "/v1/jobs/{name}", "/v1/jobs/other", Some(job.clone())).0, 400);
+    assert_eq!(c.call("GET", "/v1/jobs", "/v1/jobs", None).0, 200);
+    assert_eq!(c.call("GET", "/v1/jobs", "/v1/jobs?namespace=default&stale=true", None).0, 200);
+    assert_eq!(c.call("GET", "/v1/jobs", "/v1/jobs?bogus=1", None).0, 400);
+    assert_eq!(c.call("GET", "/v1/jobs/{name}", "/v1/jobs/echo", None).0, 200);
+    assert_eq!(c.call("GET", "/v1/jobs/{name}", "/v1/jobs/missing", None).0, 404);
+    assert_eq!(c.call("POST", "/v1/jobs/{name}/pause", "/v1/jobs/ping/pause", None).0, 200);
+    assert_eq!(c.call("POST", "/v1/jobs/{name}/resume", "/v1/jobs/ping/resume", None).0, 200);
+    assert_eq!(c.call("POST", "/v1/jobs/{name}/resume", "/v1/jobs/missing/resume", None).0, 404);
+
+    // Previews.
+    let preview = json!({"schedule": {"cron": "0 30 2 * * *", "timezone": "Europe/Berlin"}, "count": 3, "after": "2026-03-27T12:00:00Z"});
+    let (status, p) = c.call("POST", "/v1/schedules/preview", "/v1/schedules/preview", Some(preview));
+    assert_eq!(status, 200);
+    assert_eq!(p["fires"][1]["local"], json!("2026-03-29T03:00:00+02:00"));
+    assert_eq!(p["fires"][1]["offset_changed_from"], json!("+01:00"));
+    assert!(p["fires"][1]["note"].as_str().is_some());
+    let (status, err) = c.call("POST", "/v1/schedules/preview", "/v1/schedules/preview", Some(json!({"schedule": {"cron": "x"}})));
+    assert_eq!((status, err["error"]["code"].as_str()), (400, Some("invalid_cron")));
+    assert_eq!(c.call("POST", "/v1/schedules/preview", "/v1/schedules/preview", Some(json!({"schedule": {}, "count": 0}))).0, 400);
+
+    // Runs: one trigger runs to the end on the embedded worker.
+    let (status, run) = c.call("POST", "/v1/jobs/{name}/trigger", "/v1/jobs/echo/trigger", None);
+    assert_eq!(status, 201);
+    let id = run["id"].as_str().unwrap().to_string();
+    let (status, many) = c.call("POST", "/v1/jobs/{name}/trigger", "/v1/jobs/hand/trigger?count=3", None);
+    assert_eq!((status, many["count"].as_u64()), (201, Some(3)));
+    assert_eq!(c.call("POST", "/v1/jobs/{name}/trigger", "/v1/jobs/echo/trigger?count=0", None).0, 400);
+    wait_until("the run to end", Duration::from_secs(60), || {
+        http(&addr, "GET", &format!("/v1/runs/{id}"), None).map(|(_, v)| v["state"] == json!("succeeded")).unwrap_or(false)
+    });
+    let (status, done) = c.call("GET", "/v1/runs/{id}", &format!("/v1/runs/{id}"), None);
+    assert_eq!(status, 200);
+    assert!(done["attempts"][0]["output"].as_str().unwrap_or("").contains("hello"), "{done}");
+    assert_eq!(c.call("GET", "/v1/runs/{id}", "/v1/runs/nope", None).0, 404);
+    assert_eq!(c.call("GET", "/v1/runs", "/v1/runs?limit=2", None).0, 200);
+    assert_eq!(c.call("GET", "/v1/runs", "/v1/runs?job=echo&state=succeeded&stale=true", None).0, 200);
+    assert_eq!(c.call("GET", "/v1/runs", "/v1/runs?state=weird", None).0, 400);
+    // A long run, cancelled while it runs.
+    let slow = json!({"name": "slow", "executor": {"shell": {"command": "sleep", "args": ["30"]}}});
+    assert_eq!(c.call("POST", "/v1/jobs", "/v1/jobs", Some(slow)).0, 201);
+    let (_, run) = c.call("POST", "/v1/jobs/{name}/trigger", "/v1/jobs/slow/trigger", None);
+    let slow_id = run["id"].as_str().unwrap().to_string();
+    wait_until("the slow run to start", Duration::from_secs(60), || {
+        http(&addr, "GET", &format!("/v1/runs/{slow_id}"), None).map(|(_, v)| v["state"] == json!("running")).unwrap_or(false)
+    });
+    let (status, _) = c.call("POST", "/v1/runs/{id}/cancel", &format!("/v1/runs/{slow_id}/cancel"), None);
+    assert!(status == 200 || status == 202, "cancel answered {status}");
+    assert_eq!(c.call("POST", "/v1/runs/{id}/cancel", &format!("/v1/runs/{id}/cancel"), None).0, 409);
+
+    // Cluster and operations.
+    assert_eq!(c.call("GET", "/v1/workers", "/v1/workers", None).0, 200);
+    let (status, leader) = c.call("GET", "/v1/leader", "/v1/leader", None);
+    assert_eq!((status, leader["is_self"].as_bool()), (200, Some(true)));
+    assert_eq!(c.call("GET", "/v1/leader", "/v1/leader?stale=true", None).0, 200);
+    assert_eq!(c.call("GET", "/v1/cluster", "/v1/cluster", None).0, 404);
+    assert_eq!(c.call("POST", "/v1/cluster/learners", "/v1/cluster/learners", Some(json!({"id": 4, "address": "127.0.0.1:1"}))).0, 404);
+    assert_eq!(c.call("POST", "/v1/cluster/members/{id}/promote", "/v1/cluster/members/4/promote", None).0, 404);
+    assert_eq!(c.call("DELETE", "/v1/cluster/members/{id}", "/v1/cluster/members/4", None).0, 404);
+    assert_eq!(c.call("GET", "/healthz", "/healthz", None).0, 200);
+    assert_eq!(c.call("GET", "/readyz", "/readyz", None).0, 200);
+    assert_eq!(c.call("DELETE", "/v1/jobs/{name}", "/v1/jobs/echo?version=99", None).0, 409);
+    assert_eq!(c.call("DELETE", "/v1/jobs/{name}", "/v1/jobs/echo", None).0, 204);
+
+    // Every operation the document lists was called.
+    let mut listed = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            listed.insert((path.clone(), method.clone()));
+        }
+    }
+    let missed: Vec<_> = listed.difference(&c.seen).collect();
+    assert!(missed.is_empty(), "operations in the document that this test never called: {missed:?}");
+
+    // And the check has teeth: an undocumented field, a missing one or a
+    // wrong type in a real answer is refused.
+    let mut root = doc.clone();
+    root["$ref"] = json!("#/components/schemas/Run");
+    let validator = jsonschema::draft202012::new(&root).unwrap();
+    assert!(validator.is_valid(&done));
+    let mut extra = done.clone();
+    extra["surprise"] = json!(1);
+    assert!(!validator.is_valid(&extra), "an undocumented field passes");
+    let mut missing = done.clone();
+    missing.as_object_mut().unwrap().remove("state");
+    assert!(!validator.is_valid(&missing), "a missing field passes");
+    let mut wrong = done.clone();
+    wrong["attempts"][0]["exit_code"] = json!("zero");
+    assert!(!validator.is_valid(&wrong), "a wrong type passes");
+}
