@@ -139,8 +139,10 @@ ensure_etcd() {
 }
 
 ensure_chromium() {
-  # The browser-safety test drives a real headless Chromium.
+  # The browser-safety and console tests drive a real headless Chromium
+  # (the console test through chromedriver).
   need_apt chromium chromium
+  need_apt chromedriver chromium-driver
 }
 
 ensure_faketime() {

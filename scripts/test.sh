@@ -10,7 +10,7 @@ ensure_mariadb
 ensure_postgres
 # The election tests use a 3-member etcd cluster on loopback (scripts/etcd.sh).
 ensure_etcd
-# The browser-safety test drives a headless Chromium.
+# The browser-safety and console tests drive a headless Chromium.
 ensure_chromium
 # The clock-skew test runs a server under libfaketime.
 ensure_faketime

@@ -13,7 +13,7 @@ pub mod status;
 pub use cluster::{ClusterMember, ClusterStatus, NewLearner, Removed};
 pub use jobs::{Job, JobList, JobStatus, PreviewFire, SchedulePreview, SchedulePreviewRequest};
 pub use runs::{Attempt, Run, RunList, TriggerAnswer, Triggered};
-pub use status::{Backpressure, ClockInfo, Health, Leader, Ready, Worker, WorkerList, WorkerState};
+pub use status::{Backpressure, Caller, ClockInfo, Health, Leader, Ready, Worker, WorkerList, WorkerState};
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;

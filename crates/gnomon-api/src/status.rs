@@ -107,3 +107,15 @@ pub struct Ready {
     /// Whether this server is the leader.
     pub leading: bool,
 }
+
+/// `GET /v1/whoami`: the credential a call was made with, and what it may do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Caller {
+    /// The credential's name (`anonymous` on a server without credentials).
+    pub name: String,
+    /// `viewer` (reads), `operator` (also triggers, pause, resume, cancel) or
+    /// `admin` (also jobs and the cluster).
+    pub role: String,
+    /// The namespaces it may see and touch; none: all.
+    pub namespaces: Option<Vec<String>>,
+}

@@ -21,7 +21,7 @@ use crate::cluster_api;
         api::jobs::delete_job, api::jobs::trigger_job, api::jobs::pause_job, api::jobs::resume_job,
         api::jobs::preview_schedule,
         api::runs::list_runs, api::runs::get_run, api::runs::cancel_run,
-        api::status::list_workers, api::status::leader, api::status::healthz, api::status::readyz,
+        api::status::list_workers, api::status::whoami, api::status::leader, api::status::healthz, api::status::readyz,
         cluster_api::status, cluster_api::add_learner, cluster_api::promote, cluster_api::remove,
     ),
     components(schemas(gnomon_api::ErrorBody, gnomon_api::TriggerAnswer)),

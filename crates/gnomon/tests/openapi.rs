@@ -159,6 +159,8 @@ fn every_answer_matches_the_published_document() {
 
     // Cluster and operations.
     assert_eq!(c.call("GET", "/v1/workers", "/v1/workers", None).0, 200);
+    let (status, me) = c.call("GET", "/v1/whoami", "/v1/whoami", None);
+    assert_eq!((status, me["role"].as_str()), (200, Some("admin")));
     let (status, leader) = c.call("GET", "/v1/leader", "/v1/leader", None);
     assert_eq!((status, leader["is_self"].as_bool()), (200, Some(true)));
     assert_eq!(c.call("GET", "/v1/leader", "/v1/leader?stale=true", None).0, 200);

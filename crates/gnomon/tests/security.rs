@@ -218,15 +218,6 @@ fn JSON_S() -> (&'static str, String) {
     ("Content-Type", "application/json".into())
 }
 
-/// `gnomon auth new NAME --role ROLE …`: (token, auth file entry).
-fn new_credential(name: &str, args: &[&str]) -> (String, String) {
-    let out = Command::new(BIN).args(["auth", "new", name]).args(args).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
-    let (token, entry) = text.split_once('\n').unwrap();
-    (token.trim().to_string(), entry.trim().to_string())
-}
-
 fn bearer(token: &str) -> String {
     format!("Bearer {token}")
 }

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use gnomon_backend::StoreError;
@@ -118,6 +118,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/runs/{id}", get(runs::get_run))
         .route("/runs/{id}/cancel", post(runs::cancel_run))
         .route("/workers", get(status::list_workers))
+        .route("/whoami", get(status::whoami))
         .route("/leader", get(status::leader))
         .merge(crate::cluster_api::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
@@ -150,12 +151,10 @@ pub fn router(state: ApiState) -> Router {
     }
     app.route("/healthz", get(status::healthz))
         .route("/readyz", get(status::readyz))
-        .route("/docs", get(|| async { Html(crate::ui::DOCS) }))
         // The API's description is the same for every server: no credential.
         .route("/v1/openapi.json", get(|| async { Json(crate::openapi::document()) }))
         .route("/metrics", get(status::metrics_text).route_layer(axum::middleware::from_fn_with_state(state.clone(), authorize)))
-        .route("/ui", get(|| async { Html(crate::ui::PAGE) }))
-        .route("/", get(|| async { axum::response::Redirect::temporary("/ui") }))
+        .merge(crate::ui::routes())
         .layer(axum::middleware::from_fn_with_state(state.hosts.clone(), crate::browser::guard))
         .layer(axum::middleware::from_fn(json_errors))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {

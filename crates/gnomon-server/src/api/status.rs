@@ -11,6 +11,16 @@ use serde::Deserialize;
 use super::{marked, query, reader, ApiError, ApiResult, ApiState};
 use crate::node::SCOPE;
 
+#[utoipa::path(get, path = "/v1/whoami", tag = "cluster", summary = "The credential this call was made with, and its role",
+    responses((status = 200, body = gnomon_api::Caller), (status = "4XX", body = gnomon_api::ErrorBody)))]
+pub(super) async fn whoami(axum::Extension(p): axum::Extension<crate::auth::Principal>) -> Json<gnomon_api::Caller> {
+    Json(gnomon_api::Caller {
+        name: p.name.to_string(),
+        role: p.role.as_str().to_string(),
+        namespaces: p.namespaces.as_ref().map(|n| n.to_vec()),
+    })
+}
+
 #[utoipa::path(get, path = "/v1/workers", tag = "cluster", summary = "List worker sessions (as the leader sees them)",
     responses((status = 200, body = WorkerList), (status = "4XX", body = gnomon_api::ErrorBody)))]
 pub(super) async fn list_workers(State(state): State<ApiState>) -> Json<WorkerList> {

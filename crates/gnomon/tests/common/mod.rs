@@ -90,6 +90,15 @@ pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool
     panic!("timed out waiting for {what}");
 }
 
+/// `gnomon auth new NAME --role ROLE …`: (token, auth file entry).
+pub fn new_credential(name: &str, args: &[&str]) -> (String, String) {
+    let out = Command::new(BIN).args(["auth", "new", name]).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (token, entry) = text.split_once('\n').unwrap();
+    (token.trim().to_string(), entry.trim().to_string())
+}
+
 /// A gnomon process this test started, its output in `<dir>/<name>.log`.
 pub struct Proc {
     pub child: Child,

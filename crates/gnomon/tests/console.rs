@@ -1,0 +1,273 @@
+//! The web console in a real browser: headless Chromium driven through
+//! chromedriver (WebDriver) against a real `gnomon dev` with a token. It
+//! signs in (a wrong token first), creates a job in the form (a bad cron
+//! first, whose error shows under its field), sees it fire, opens a run and
+//! its output, pauses and resumes the job, and cancels a running run.
+//! Screenshots of each page land in `target/tmp/console/`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+
+const TOKEN: &str = "console-test-token-0123456789";
+
+fn chromedriver() -> String {
+    for c in ["chromedriver", "/usr/lib/chromium/chromedriver"] {
+        if Command::new(c).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success()) {
+            return c.to_string();
+        }
+    }
+    panic!("this test drives Chromium through chromedriver: install the chromium and chromium-driver packages (scripts/test.sh does)");
+}
+
+fn chromium() -> String {
+    for c in ["chromium", "chromium-browser", "google-chrome"] {
+        if let Ok(out) = Command::new("which").arg(c).output() {
+            let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if out.status.success() && !path.is_empty() {
+                return path;
+            }
+        }
+    }
+    panic!("this test drives a headless Chromium: install the chromium package (scripts/test.sh does)");
+}
+
+/// A child process ended when the test ends.
+struct Owned(Child);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Browser {
+    c: Client,
+    base: String,
+    shots: PathBuf,
+}
+
+impl Browser {
+    async fn goto(&self, fragment: &str) {
+        self.c.goto(&format!("{}/{fragment}", self.base)).await.unwrap();
+    }
+
+    /// The first element matching `css` whose text contains `text`, waiting up to `secs`.
+    async fn wait_text(&self, css: &str, text: &str, secs: u64) -> fantoccini::elements::Element {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Ok(found) = self.c.find_all(Locator::Css(css)).await {
+                for e in found {
+                    if e.text().await.is_ok_and(|t| t.contains(text)) {
+                        return e;
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                self.shot("timeout").await;
+                let body = self.c.source().await.unwrap_or_default();
+                panic!("no {css} with text {text:?} within {secs}s; page:\n{body}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn el(&self, css: &str) -> fantoccini::elements::Element {
+        self.wait_text(css, "", 30).await
+    }
+
+    async fn fill(&self, css: &str, value: &str) {
+        let e = self.el(css).await;
+        e.clear().await.unwrap();
+        e.send_keys(value).await.unwrap();
+    }
+
+    async fn shot(&self, name: &str) {
+        if let Ok(png) = self.c.screenshot().await {
+            let _ = std::fs::write(self.shots.join(format!("{name}.png")), png);
+        }
+    }
+}
+
+fn api(addr: &str, method: &str, path: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
+    let bytes = body.map(|b| serde_json::to_vec(&b).unwrap());
+    http_as(Some(TOKEN), addr, method, path, bytes.as_deref()).unwrap()
+}
+
+fn start(dir: &Path, auth_file: &Path) -> (Proc, String, Owned, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let dev = Proc::spawn(
+        dir,
+        "dev",
+        &[
+            "--token".into(),
+            TOKEN.into(),
+            "dev".into(),
+            "--auth-file".into(),
+            auth_file.display().to_string(),
+            "--listen".into(),
+            addr.clone(),
+            "--data-dir".into(),
+            dir.join("data").display().to_string(),
+        ],
+    );
+    wait_until("the server to lead", Duration::from_secs(60), || {
+        http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == json!(true)).unwrap_or(false)
+    });
+    let driver_port = free_port();
+    let log = std::fs::File::create(dir.join("chromedriver.log")).unwrap();
+    let driver = Owned(
+        Command::new(chromedriver())
+            .arg(format!("--port={driver_port}"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting chromedriver"),
+    );
+    let driver_url = format!("http://127.0.0.1:{driver_port}");
+    wait_until("chromedriver to listen", Duration::from_secs(30), || std::net::TcpStream::connect(("127.0.0.1", driver_port)).is_ok());
+    (dev, addr, driver, driver_url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_does_what_the_cli_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let (viewer, entry) = new_credential("viewer-1", &["--role", "viewer"]);
+    let auth_file = dir.path().join("auth.toml");
+    std::fs::write(&auth_file, entry).unwrap();
+    let (dev, addr, _driver, driver_url) = start(dir.path(), &auth_file);
+    // The server asks for the token.
+    assert_eq!(http(&addr, "GET", "/v1/jobs", None).unwrap().0, 401, "{}", dev.log());
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console");
+    std::fs::create_dir_all(&shots).unwrap();
+    let caps = serde_json::from_value(json!({
+        "goog:chromeOptions": {
+            "binary": chromium(),
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000",
+                     format!("--user-data-dir={}", dir.path().join("profile").display())]
+        }
+    }))
+    .unwrap();
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    let c = ClientBuilder::new(connector).capabilities(caps).connect(&driver_url).await.expect("a chromedriver session");
+    let b = Browser { c: c.clone(), base: format!("http://{addr}"), shots };
+    // The walk runs as its own task so that a failure still ends the
+    // browser session (and the browser with it) before the test fails.
+    let walked = tokio::spawn({
+        let addr = addr.clone();
+        async move { walk(&b, &addr, &viewer).await }
+    })
+    .await;
+    let _ = c.close().await;
+    if let Err(e) = walked {
+        eprintln!("server log:\n{}", dev.log());
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+async fn walk(b: &Browser, addr: &str, viewer: &str) {
+    // Sign in: the dialog opens; a wrong token is refused, the right one is kept.
+    b.goto("").await;
+    b.wait_text("#signin-why", "", 30).await;
+    b.fill("#signin-token", "not-the-token").await;
+    b.el("#signin-go").await.click().await.unwrap();
+    b.wait_text("#signin-err", "", 30).await;
+    b.shot("01-sign-in").await;
+    b.fill("#signin-token", TOKEN).await;
+    b.el("#signin-go").await.click().await.unwrap();
+    b.wait_text("#who", "admin", 30).await;
+    b.wait_text("#card-leader", "dev", 30).await;
+
+    // A job with a bad cron: the API's error shows under the cron field.
+    b.goto("#/jobs/new").await;
+    b.fill("#f-name", "console-echo").await;
+    b.fill("#f-cron", "61 * * * * *").await;
+    b.fill("#f-command", "sh").await;
+    b.fill("#f-args", "-c\necho hello from the console").await;
+    b.wait_text("#preview .err", "", 30).await;
+    b.el("#save").await.click().await.unwrap();
+    let err = b.wait_text("[data-err='schedule.cron']", "invalid_cron", 30).await;
+    assert!(err.text().await.unwrap().contains("61"), "the error names the bad field");
+    b.shot("02-form-bad-cron").await;
+    assert_eq!(api(addr, "GET", "/v1/jobs/console-echo", None).0, 404, "a refused job is not created");
+
+    // Fixed: the preview lists ten times, and the job is created.
+    b.fill("#f-cron", "*/2 * * * * *").await;
+    b.wait_text("#preview li:nth-child(10)", ":", 30).await;
+    b.shot("03-form-preview").await;
+    b.el("#save").await.click().await.unwrap();
+    b.wait_text("h1", "default/console-echo", 30).await;
+
+    // It fires on its own; its run and the run's output are shown.
+    b.wait_text(".st.succeeded", "succeeded", 60).await;
+    b.shot("04-job").await;
+    let run = b.wait_text("tr", "succeeded", 60).await;
+    run.find(Locator::Css("a[href^='#/run/']")).await.unwrap().click().await.unwrap();
+    b.wait_text("pre.output", "hello from the console", 30).await;
+    b.wait_text(".tbl", "dev-worker", 30).await;
+    b.shot("05-run").await;
+
+    // Pause and resume from the job's page.
+    b.goto("#/job/default/console-echo").await;
+    b.wait_text("button[data-act='pause']", "Pause", 30).await.click().await.unwrap();
+    b.wait_text("h1 .st", "paused", 30).await;
+    assert_eq!(api(addr, "GET", "/v1/jobs/console-echo", None).1["status"]["paused"], json!(true));
+    b.wait_text("button[data-act='resume']", "Resume", 30).await.click().await.unwrap();
+    b.wait_text("button[data-act='pause']", "Pause", 30).await;
+    assert_eq!(api(addr, "GET", "/v1/jobs/console-echo", None).1["status"]["paused"], json!(false));
+
+    // Cancel a running run.
+    let slow = json!({"name": "console-slow", "executor": {"shell": {"command": "sleep", "args": ["120"]}}});
+    assert_eq!(api(addr, "POST", "/v1/jobs", Some(slow)).0, 201);
+    let (status, run) = api(addr, "POST", "/v1/jobs/console-slow/trigger", None);
+    assert_eq!(status, 201);
+    let id = run["id"].as_str().unwrap().to_string();
+    b.goto(&format!("#/run/{id}")).await;
+    b.wait_text(".st.running", "running", 60).await;
+    b.el("#cancel").await.click().await.unwrap();
+    b.el("#confirm-yes").await.click().await.unwrap();
+    b.wait_text(".card .st", "cancelled", 60).await;
+    b.shot("06-run-cancelled").await;
+    assert_eq!(api(addr, "GET", &format!("/v1/runs/{id}"), None).1["state"], json!("cancelled"));
+
+    // The other pages render with their data.
+    b.goto("#/jobs").await;
+    b.wait_text("#jobs-table", "console-slow", 30).await;
+    b.shot("07-jobs").await;
+    b.goto("#/workers").await;
+    b.wait_text("table", "dev-worker", 30).await;
+    b.shot("08-workers").await;
+    b.goto("#/").await;
+    b.wait_text("#card-leader", "dev", 30).await;
+    b.shot("09-overview").await;
+    b.c.set_window_size(390, 844).await.unwrap();
+    b.goto("#/jobs").await;
+    b.wait_text("#jobs-table", "console-echo", 30).await;
+    b.shot("10-jobs-phone").await;
+    b.c.set_window_size(1280, 1000).await.unwrap();
+
+    // A viewer is not offered what it may not do.
+    b.el("#signout").await.click().await.unwrap();
+    b.wait_text("#signin-why", "", 30).await;
+    b.fill("#signin-token", viewer).await;
+    b.el("#signin-go").await.click().await.unwrap();
+    b.wait_text("#who", "viewer", 30).await;
+    b.goto("#/jobs").await;
+    b.wait_text("#jobs-table", "console-echo", 30).await;
+    let offered = |css: &'static str| async move { b.c.find_all(Locator::Css(css)).await.unwrap().len() };
+    assert_eq!(offered("#new-job").await, 0, "a viewer is offered New job");
+    assert_eq!(offered("button[data-act]").await, 0, "a viewer is offered job actions");
+    b.goto(&format!("#/run/{id}")).await;
+    b.wait_text(".card .st", "cancelled", 30).await;
+    b.goto("#/job/default/console-echo").await;
+    b.wait_text("h1", "console-echo", 30).await;
+    assert_eq!(offered("button[data-act]").await + offered("a[href$='/edit']").await, 0, "a viewer is offered changes");
+    b.shot("11-viewer-job").await;
+}
