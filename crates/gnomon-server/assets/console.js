@@ -203,14 +203,22 @@ function lineChart(points, label, height = 110) {
 
 // ---- data helpers ----
 async function recentRuns(max = 3000, query = '') {
-  // Newest first, following cursors until `max` runs or the end.
-  let out = [], cursor = null;
-  do {
-    const page = await api('GET', `/v1/runs?limit=1000${query}${cursor ? '&cursor=' + enc(cursor) : ''}`);
-    out = out.concat(page.runs);
-    cursor = page.next_cursor;
-  } while (cursor && out.length < max);
-  return { runs: out, truncated: !!cursor };
+  // Newest first, following cursors until `max` runs or the end. A
+  // credential limited to several namespaces lists each of them.
+  const spaces = S.me && S.me.namespaces && S.me.namespaces.length > 1 ? S.me.namespaces : [null];
+  let out = [], truncated = false;
+  for (const ns of spaces) {
+    let cursor = null, got = 0;
+    do {
+      const page = await api('GET', `/v1/runs?limit=${Math.min(1000, max)}${query}${ns ? '&namespace=' + enc(ns) : ''}${cursor ? '&cursor=' + enc(cursor) : ''}`);
+      out = out.concat(page.runs);
+      got += page.runs.length;
+      cursor = page.next_cursor;
+    } while (cursor && got < max);
+    truncated = truncated || !!cursor;
+  }
+  if (spaces.length > 1) out.sort((a, b) => ms(b.fired_at) - ms(a.fired_at));
+  return { runs: out.slice(0, max), truncated };
 }
 function perMinute(runs) {
   const now = Date.now(), start = now - 3600e3, buckets = [];
@@ -223,6 +231,19 @@ function perMinute(runs) {
     const i = Math.floor((ms(r.updated_at) - start) / 60e3);
     if (i >= 0 && i < 60) buckets[i][r.state]++;
   }
+  return buckets;
+}
+function outcomeBuckets(runs) {
+  // The runs' outcomes in 20 equal stretches of the time they span.
+  const done = runs.filter((r) => TERMINAL.has(r.state));
+  if (!done.length) return [];
+  const t0 = Math.min(...done.map((r) => ms(r.scheduled_at))), t1 = Math.max(...done.map((r) => ms(r.scheduled_at))) + 1;
+  const n = 20, step = (t1 - t0) / n, buckets = [];
+  for (let i = 0; i < n; i++) {
+    const t = new Date(t0 + i * step);
+    buckets.push({ label: step < 86400e3 / n ? t.toTimeString().slice(0, 5) : t.toISOString().slice(5, 10), succeeded: 0, failed: 0, cancelled: 0, skipped: 0 });
+  }
+  for (const r of done) buckets[Math.min(n - 1, Math.floor((ms(r.scheduled_at) - t0) / step))][r.state]++;
   return buckets;
 }
 function runRows(runs, withJob = true) {
@@ -240,7 +261,7 @@ const views = {};
 
 views.overview = async (el) => {
   const [leader, workers, recent, failures] = await Promise.all([
-    api('GET', '/v1/leader'), api('GET', '/v1/workers'), recentRuns(3000), api('GET', '/v1/runs?state=failed&limit=10'),
+    api('GET', '/v1/leader'), api('GET', '/v1/workers'), recentRuns(3000), recentRuns(10, '&state=failed'),
   ]);
   const live = workers.workers.filter((w) => w.state === 'live');
   const cap = live.reduce((s, w) => s + w.capacity, 0), busy = live.reduce((s, w) => s + Math.min(w.running, w.capacity), 0);
@@ -258,7 +279,7 @@ views.overview = async (el) => {
   </div>
   <h2>Runs per minute, last hour</h2>${stackedBars(perMinute(recent.runs), OUTCOMES, COLORS)}
   ${recent.truncated ? '<p class="mute small">From the newest 3,000 runs.</p>' : ''}
-  <h2>Latest failures</h2>${runRows(failures.runs)}`;
+  <h2>Latest failures</h2>${runRows(failures.runs.slice(0, 10))}`;
 };
 
 let jobFilter = { q: '', ns: '', paused: '', exec: '', outcome: '' };
@@ -349,6 +370,7 @@ views.job = async (el, ns, name, cursor) => {
   <div class="two"><div>
     <div class="cards"><div class="card"><h3>Schedule</h3><div class="mono">${esc(scheduleText(job.schedule))}</div><div class="mute">next ${job.status.paused ? 'paused' : when(job.status.next_fire_at)}</div></div>
     <div class="card"><h3>Success rate</h3><div class="big">${done.length ? Math.round((100 * ok) / done.length) + '%' : '-'}</div><div class="mute">${ok} of ${done.length} finished runs on this page</div></div></div>
+    <h2>Outcomes over time</h2>${stackedBars(outcomeBuckets(page.runs), OUTCOMES, COLORS, 100)}
     <h2>Duration (fire → end)</h2>${lineChart(points, 'per run, oldest to newest')}
   </div><div><h2>Spec <span class="mute small">version ${job.status.version}</span></h2><pre id="spec">${esc(JSON.stringify(spec, null, 2))}</pre>
     <p class="mute small">created ${when(job.status.created_at)} · updated ${when(job.status.updated_at)} · last fired ${when(job.status.last_scheduled_at)}</p></div></div>
@@ -398,9 +420,9 @@ views.run = async (el, id) => {
 views.workers = async (el) => {
   const w = await api('GET', '/v1/workers');
   el.innerHTML = `<h1>Workers</h1>${w.workers.length ? '' : '<p class="mute">No worker is connected to the leader.</p>'}
-  <div class="tbl"><table><thead><tr><th>worker</th><th>state</th><th>session</th><th>labels</th><th>running</th><th>capacity</th><th>prefetch</th><th>load</th><th>executors</th><th>handlers</th><th>lease expires</th></tr></thead><tbody>
+  <div class="tbl"><table><thead><tr><th>worker</th><th>state</th><th>session</th><th>labels</th><th>running</th><th>queued</th><th>capacity</th><th>prefetch</th><th>load</th><th>executors</th><th>handlers</th><th>lease expires</th></tr></thead><tbody>
   ${w.workers.map((x) => `<tr><td class="mono">${esc(x.id)}</td><td>${st(x.state)}</td><td class="mono small">${esc(x.session)}</td>` +
-    `<td>${Object.entries(x.labels).map(([k, v]) => `<code>${esc(k)}=${esc(v)}</code>`).join(' ') || '-'}</td><td>${x.running}</td><td>${x.capacity}</td><td>${x.prefetch}</td>` +
+    `<td>${Object.entries(x.labels).map(([k, v]) => `<code>${esc(k)}=${esc(v)}</code>`).join(' ') || '-'}</td><td>${Math.min(x.running, x.capacity)}</td><td>${Math.max(0, x.running - x.capacity)}</td><td>${x.capacity}</td><td>${x.prefetch}</td>` +
     `<td>${Math.round(x.load * 100)}%</td><td>${esc(x.executors.join(', '))}</td><td>${esc(x.handlers.join(', ') || '-')}</td><td>${when(x.lease_expires_at)}</td></tr>`).join('')}
   </tbody></table></div>`;
 };

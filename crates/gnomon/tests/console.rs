@@ -247,6 +247,11 @@ async fn walk(b: &Browser, addr: &str, viewer: &str) {
     b.goto("#/").await;
     b.wait_text("#card-leader", "dev", 30).await;
     b.shot("09-overview").await;
+    b.c.goto(&format!("{}/docs", b.base)).await.unwrap();
+    b.wait_text("#ops", "/v1/schedules/preview", 30).await;
+    b.shot("12-api-docs").await;
+    b.goto("#/").await;
+    b.wait_text("#card-leader", "dev", 30).await;
     b.c.set_window_size(390, 844).await.unwrap();
     b.goto("#/jobs").await;
     b.wait_text("#jobs-table", "console-echo", 30).await;
