@@ -5,7 +5,13 @@ use gnomon_api::{ClusterStatus, Job, JobList, NewLearner, Removed, Run, RunList,
 use gnomon_core::spec::ScheduleSpec;
 
 use crate::client::{path_segment, Client, Method};
-use crate::{table, ClusterCmd, CreateArgs, JobCmd, Output, PreviewArgs, RunCmd};
+use crate::{table, ClusterCmd, CreateArgs, JobCmd, Output, PreviewArgs, RunCmd, ScheduleArgs};
+
+impl ScheduleArgs {
+    fn spec(self) -> ScheduleSpec {
+        ScheduleSpec { cron: self.cron, timezone: self.timezone, every: self.every, at: self.at }
+    }
+}
 
 fn ns_query(ns: &Option<String>) -> Vec<(&'static str, String)> {
     ns.iter().map(|n| ("namespace", n.clone())).collect()
@@ -17,7 +23,7 @@ fn job_path(name: &str, action: &str) -> String {
 
 fn create_body(a: CreateArgs) -> anyhow::Result<serde_json::Value> {
     let Some((command, args)) = a.command.split_first() else { bail!("give the command after `--`") };
-    let schedule = ScheduleSpec { cron: a.cron, timezone: a.timezone, every: a.every, at: a.at };
+    let schedule = a.schedule.spec();
     let mut spec = serde_json::json!({
         "name": a.name, "schedule": schedule,
         "executor": {"shell": {"command": command, "args": args}},
@@ -104,10 +110,10 @@ pub async fn job(c: &Client, cmd: JobCmd, out: Output) -> anyhow::Result<()> {
 async fn preview(c: &Client, p: PreviewArgs, out: Output) -> anyhow::Result<()> {
     let schedule = match &p.name {
         Some(name) => c.get::<Job>(&job_path(name, ""), &ns_query(&p.namespace)).await?.spec.schedule,
-        None if p.cron.is_none() && p.every.is_none() && p.at.is_none() => {
+        None if p.schedule.cron.is_none() && p.schedule.every.is_none() && p.schedule.at.is_none() => {
             bail!("name a job, or give a schedule with --cron (and --timezone), --every or --at")
         }
-        None => ScheduleSpec { cron: p.cron, timezone: p.timezone, every: p.every, at: p.at },
+        None => p.schedule.spec(),
     };
     let body = SchedulePreviewRequest { schedule, count: Some(p.count), after: p.after };
     let answer: SchedulePreview = c.call(Method::POST, "/v1/schedules/preview", &[], Some(&body)).await?;

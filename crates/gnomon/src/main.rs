@@ -138,14 +138,8 @@ struct PreviewArgs {
     name: Option<String>,
     #[arg(long)]
     namespace: Option<String>,
-    #[arg(long, group = "sched")]
-    cron: Option<String>,
-    #[arg(long, requires = "cron")]
-    timezone: Option<String>,
-    #[arg(long, group = "sched")]
-    every: Option<String>,
-    #[arg(long, group = "sched")]
-    at: Option<String>,
+    #[command(flatten)]
+    schedule: ScheduleArgs,
     /// How many fire times (1 to 100).
     #[arg(long, default_value_t = 10)]
     count: u32,
@@ -154,9 +148,9 @@ struct PreviewArgs {
     after: Option<String>,
 }
 
+/// A schedule on the command line: at most one of --cron, --every, --at.
 #[derive(Args, Debug)]
-struct CreateArgs {
-    name: String,
+struct ScheduleArgs {
     /// Cron expression (6 fields with seconds, or 5).
     #[arg(long, group = "sched")]
     cron: Option<String>,
@@ -169,6 +163,13 @@ struct CreateArgs {
     /// One-shot RFC 3339 time.
     #[arg(long, group = "sched")]
     at: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct CreateArgs {
+    name: String,
+    #[command(flatten)]
+    schedule: ScheduleArgs,
     #[arg(long)]
     timeout: Option<String>,
     #[arg(long)]

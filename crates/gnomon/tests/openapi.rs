@@ -183,6 +183,30 @@ fn every_answer_matches_the_published_document() {
     let missed: Vec<_> = listed.difference(&c.seen).collect();
     assert!(missed.is_empty(), "operations in the document that this test never called: {missed:?}");
 
+    // The CLI reads the same types: its JSON output is the answer again.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(BIN).args(["--server", &format!("http://{addr}"), "-o", "json"]).args(args).output().unwrap();
+        assert!(out.status.success(), "gnomon {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let p = cli(&[
+        "job",
+        "preview",
+        "--cron",
+        "0 30 2 * * *",
+        "--timezone",
+        "Europe/Berlin",
+        "--after",
+        "2026-03-27T12:00:00Z",
+        "--count",
+        "3",
+    ]);
+    assert_eq!(p["fires"][1]["local"], json!("2026-03-29T03:00:00+02:00"));
+    assert_eq!(cli(&["job", "preview", "ping", "--count", "2"])["fires"].as_array().map(Vec::len), Some(2));
+    assert_eq!(cli(&["run", "get", &id]), done);
+    let many = cli(&["job", "trigger", "hand", "--count", "2"]);
+    assert_eq!(many["count"], json!(2));
+
     // And the check has teeth: an undocumented field, a missing one or a
     // wrong type in a real answer is refused.
     let mut root = doc.clone();
