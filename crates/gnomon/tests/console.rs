@@ -162,12 +162,19 @@ async fn the_console_does_what_the_cli_does() {
     // browser session (and the browser with it) before the test fails.
     let walked = tokio::spawn({
         let addr = addr.clone();
-        async move { walk(&b, &addr, &viewer).await }
+        async move {
+            walk(&b, &addr, &viewer).await;
+            // The server goes away: the page says so, and keeps trying.
+            dev.signal(SIGKILL);
+            b.wait_text("#banner", "unreachable", 60).await;
+            b.shot("13-unreachable").await;
+            dev
+        }
     })
     .await;
     let _ = c.close().await;
     if let Err(e) = walked {
-        eprintln!("server log:\n{}", dev.log());
+        eprintln!("server log:\n{}", std::fs::read_to_string(dir.path().join("dev.log")).unwrap_or_default());
         std::panic::resume_unwind(e.into_panic());
     }
 }
