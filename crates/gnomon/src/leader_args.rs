@@ -9,30 +9,30 @@ use gnomon_server::NodeConfig;
 #[derive(Args, Debug)]
 pub struct LeaderArgs {
     /// How late a scheduled time may be reached and still count as on time.
-    #[arg(long, default_value = "1s")]
+    #[arg(long, default_value = "1s", env = "GNOMON_MISFIRE_GRACE")]
     misfire_grace: String,
     /// Worker session lease: a worker silent for this long loses its
     /// attempts (default 10s; 15s on the etcd store).
-    #[arg(long)]
+    #[arg(long, env = "GNOMON_LEASE_TTL")]
     lease_ttl: Option<String>,
     /// Backpressure: pending runs at which dispatch is paced (70 %) and new
     /// fires are deferred (90 %).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, env = "GNOMON_MAX_PENDING")]
     max_pending: usize,
     /// Retention (every store): terminal runs kept per job, with the
     /// newest first…
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, env = "GNOMON_RETAIN_RUNS")]
     retain_runs: usize,
     /// …and for how long after they fired.
-    #[arg(long, default_value = "7d")]
+    #[arg(long, default_value = "7d", env = "GNOMON_RETAIN_FOR")]
     retain_for: String,
     /// How far this server's clock may be from the leader time before it
     /// says so (log, `gnomon_clock_skew_seconds`).
-    #[arg(long, default_value = "1s")]
+    #[arg(long, default_value = "1s", env = "GNOMON_MAX_CLOCK_SKEW")]
     max_clock_skew: String,
     /// How far it may be before this server gives up leadership (and does
     /// not take it) rather than fire at a wrong time.
-    #[arg(long, default_value = "5s")]
+    #[arg(long, default_value = "5s", env = "GNOMON_CLOCK_SKEW_STEP_DOWN")]
     clock_skew_step_down: String,
 }
 

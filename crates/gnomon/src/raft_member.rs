@@ -13,25 +13,25 @@ use gnomon_backend::raft::{Member, RaftConfig};
 #[derive(Args, Debug, Clone, Default, PartialEq, Eq)]
 pub struct RaftArgs {
     /// This member's id in the cluster (with --store raft://DIR).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", env = "GNOMON_RAFT_ID")]
     pub raft_id: Option<u64>,
     /// Every voting member, `ID=HOST:PORT` separated by commas (this one
     /// included): the address is the member's gnomon listener.
-    #[arg(long, value_name = "ID=HOST:PORT,…")]
+    #[arg(long, value_name = "ID=HOST:PORT,…", env = "GNOMON_RAFT_PEERS")]
     pub raft_peers: Option<String>,
     /// Make the --raft-peers a new cluster if this member has no data yet
     /// (give it on one member, the first time; a member that already
     /// belongs to a cluster ignores it).
-    #[arg(long)]
+    #[arg(long, env = "GNOMON_RAFT_BOOTSTRAP")]
     pub raft_bootstrap: bool,
     /// A follower that hears nothing from its leader for this long (up to
     /// 1.5× this, at random) stands for election; heartbeats go out at a
     /// fifth of it. Every member of a cluster should use the same value.
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", env = "GNOMON_RAFT_ELECTION_TIMEOUT")]
     pub raft_election_timeout: Option<String>,
     /// Log entries between snapshots (default 5,000); a member that falls
     /// further behind than the entries kept after one is sent a snapshot.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", env = "GNOMON_RAFT_SNAPSHOT_EVERY")]
     pub raft_snapshot_every: Option<u64>,
 }
 

@@ -22,21 +22,26 @@ use gnomon_worker::{HandlerRegistry, WorkerConfig, WorkerRuntime, WorkerTls};
 
 #[derive(Args, Debug)]
 pub struct DevArgs {
-    #[arg(long, default_value = "127.0.0.1:7400")]
+    /// The address the API, the console and the worker protocol listen on.
+    /// The address the API, the console, the worker protocol (and raft
+    /// traffic) listen on.
+    #[arg(long, default_value = "127.0.0.1:7400", env = "GNOMON_LISTEN")]
     listen: String,
-    #[arg(long, default_value = "./.gnomon")]
+    /// Where the embedded SQLite store, the worker's spool and its id live.
+    #[arg(long, default_value = "./.gnomon", env = "GNOMON_DATA_DIR")]
     data_dir: PathBuf,
     /// Allow a non-loopback listener without a token.
-    #[arg(long)]
+    #[arg(long, env = "GNOMON_INSECURE")]
     insecure: bool,
     /// Attempts the embedded worker runs at once.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, env = "GNOMON_CAPACITY")]
     capacity: u32,
     #[command(flatten)]
     access: AccessArgs,
     #[command(flatten)]
     leader: LeaderArgs,
-    #[arg(long)]
+    /// This node's name in leadership records and logs (default: dev).
+    #[arg(long, env = "GNOMON_NODE_ID")]
     node_id: Option<String>,
 }
 
@@ -54,21 +59,21 @@ pub struct AccessArgs {
     /// Host names requests may be addressed to, besides IP addresses,
     /// localhost and the --advertise host (comma-separated; `*`: any).
     /// Other names are refused, which defeats DNS rebinding.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', env = "GNOMON_ALLOWED_HOSTS")]
     allowed_hosts: Vec<String>,
     /// TLS certificate chain (PEM) for the listener: the API, the UI and
     /// the worker protocol. Re-read when it changes.
-    #[arg(long, requires = "tls_key")]
+    #[arg(long, requires = "tls_key", env = "GNOMON_TLS_CERT")]
     tls_cert: Option<PathBuf>,
     /// The certificate's private key (PEM).
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, requires = "tls_cert", env = "GNOMON_TLS_KEY")]
     tls_key: Option<PathBuf>,
     /// CA (PEM) of worker client certificates: workers must then present
     /// one signed by it (mutual TLS). API clients need none.
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, requires = "tls_cert", env = "GNOMON_CLIENT_CA")]
     client_ca: Option<PathBuf>,
     /// Most connections open at once (more wait in the kernel's backlog).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, env = "GNOMON_MAX_CONNECTIONS")]
     max_connections: usize,
 }
 
@@ -144,10 +149,10 @@ impl AccessArgs {
 #[derive(Args, Debug)]
 pub struct WorkerArgs {
     /// Stable worker id (default: generated once and kept in the data dir).
-    #[arg(long)]
+    #[arg(long, env = "GNOMON_ID")]
     id: Option<String>,
     /// Attempts run at once.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, env = "GNOMON_CAPACITY")]
     capacity: u32,
     /// Assignments accepted beyond --capacity, queued and started the moment
     /// a slot frees (default: eight times --capacity; 0: none). The leader
@@ -155,45 +160,45 @@ pub struct WorkerArgs {
     /// whose held attempts are all short, and only as many as start within
     /// about 100 ms at the worker's recent pace, so nothing waits long
     /// behind a slow run.
-    #[arg(long)]
+    #[arg(long, env = "GNOMON_PREFETCH")]
     prefetch: Option<u32>,
     /// A label for routing (`--label zone=a`), repeatable.
-    #[arg(long = "label", value_name = "K=V")]
+    #[arg(long = "label", value_name = "K=V", env = "GNOMON_LABEL")]
     labels: Vec<String>,
     /// Keeps the worker id and the spool of unacknowledged reports.
-    #[arg(long, default_value = "./.gnomon-worker")]
+    #[arg(long, default_value = "./.gnomon-worker", env = "GNOMON_DATA_DIR")]
     data_dir: PathBuf,
     /// The executor kinds this worker runs (comma-separated: shell, http,
     /// handler; default: all). A worker for HTTP jobs only never runs a
     /// shell command.
-    #[arg(long, value_delimiter = ',', value_parser = ["shell", "http", "handler"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["shell", "http", "handler"], env = "GNOMON_EXECUTORS")]
     executors: Vec<String>,
     /// Run shell jobs as this user (the worker must run as root; jobs get
     /// that user's groups dropped to its primary group and its HOME).
-    #[arg(long, value_name = "USER")]
+    #[arg(long, value_name = "USER", env = "GNOMON_RUN_AS")]
     run_as: Option<String>,
     /// Run each shell attempt in its own cgroup v2 (auto: when this
     /// process may create them, with a note at start when not; off;
     /// required: refuse to start without). In a cgroup, ending an attempt
     /// kills everything it started, and its memory and processes limits
     /// cover all its processes together.
-    #[arg(long, default_value = "auto", value_name = "MODE")]
+    #[arg(long, default_value = "auto", value_name = "MODE", env = "GNOMON_CGROUPS")]
     cgroups: gnomon_worker::cgroup::Mode,
     /// An address range HTTP jobs may not reach (repeatable), on top of
     /// the link-local ones (cloud metadata), which are denied by default.
-    #[arg(long = "deny-cidr", value_name = "CIDR")]
+    #[arg(long = "deny-cidr", value_name = "CIDR", env = "GNOMON_DENY_CIDR")]
     deny_cidrs: Vec<String>,
     /// Let HTTP jobs reach link-local addresses (169.254.0.0/16, fe80::/10).
-    #[arg(long)]
+    #[arg(long, env = "GNOMON_ALLOW_LINK_LOCAL")]
     allow_link_local: bool,
     /// Client certificate (PEM) for servers that require mutual TLS.
-    #[arg(long, requires = "tls_key")]
+    #[arg(long, requires = "tls_key", env = "GNOMON_TLS_CERT")]
     tls_cert: Option<PathBuf>,
     /// The client certificate's private key (PEM).
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, requires = "tls_cert", env = "GNOMON_TLS_KEY")]
     tls_key: Option<PathBuf>,
     /// On SIGTERM, how long running attempts may take to finish.
-    #[arg(long, default_value = "30s")]
+    #[arg(long, default_value = "30s", env = "GNOMON_DRAIN_TIMEOUT")]
     drain_timeout: String,
 }
 
@@ -206,19 +211,19 @@ pub struct StoreArgs {
     #[arg(long, env = "GNOMON_STORE")]
     store: String,
     /// Most connections to a MySQL/PostgreSQL store.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, env = "GNOMON_STORE_POOL_MAX")]
     store_pool_max: u32,
     /// Connections kept open when idle.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, env = "GNOMON_STORE_POOL_MIN")]
     store_pool_min: u32,
     /// Longest wait to connect (or for a free connection).
-    #[arg(long, default_value = "5s")]
+    #[arg(long, default_value = "5s", env = "GNOMON_STORE_CONNECT_TIMEOUT")]
     store_connect_timeout: String,
     /// Longest a statement may run.
-    #[arg(long, default_value = "30s")]
+    #[arg(long, default_value = "30s", env = "GNOMON_STORE_STATEMENT_TIMEOUT")]
     store_statement_timeout: String,
     /// Longest a statement waits for a row lock.
-    #[arg(long, default_value = "10s")]
+    #[arg(long, default_value = "10s", env = "GNOMON_STORE_LOCK_TIMEOUT")]
     store_lock_timeout: String,
 }
 
@@ -279,41 +284,47 @@ pub struct ServerArgs {
     #[arg(long, env = "GNOMON_ETCD")]
     etcd: Option<String>,
     /// TLS to the --etcd members: the CA that signed their certificates.
-    #[arg(long)]
+    #[arg(long, env = "GNOMON_ETCD_CA")]
     etcd_ca: Option<PathBuf>,
     /// TLS client certificate for --etcd (with --etcd-key).
-    #[arg(long)]
+    #[arg(long, env = "GNOMON_ETCD_CERT")]
     etcd_cert: Option<PathBuf>,
     /// TLS client key for --etcd.
-    #[arg(long)]
+    #[arg(long, env = "GNOMON_ETCD_KEY")]
     etcd_key: Option<PathBuf>,
     /// Names this gnomon cluster in etcd: its keys live under /gnomon/<cluster>/
     /// (default "default"; with an etcd:// store, the store URL's cluster).
     #[arg(long, env = "GNOMON_CLUSTER")]
     cluster: Option<String>,
     /// How long a silent leader keeps its etcd lease or database lock.
-    #[arg(long, default_value = "5s")]
+    #[arg(long, default_value = "5s", env = "GNOMON_ELECTION_TTL")]
     election_ttl: String,
     /// When etcd cannot be reached: none (keep campaigning as a follower) or
     /// local (degraded: lead without mutual exclusion).
-    #[arg(long, default_value = "none")]
+    #[arg(long, default_value = "none", env = "GNOMON_ELECTION_FALLBACK")]
     election_fallback: String,
     /// Declares this the only gnomon server on its MySQL/PostgreSQL store,
     /// which makes --election local acceptable there.
-    #[arg(long)]
+    #[arg(long, env = "GNOMON_SINGLE_SERVER")]
     single_server: bool,
-    #[arg(long, default_value = "127.0.0.1:7400")]
+    /// The address the API, the console, the worker protocol (and raft
+    /// traffic) listen on.
+    #[arg(long, default_value = "127.0.0.1:7400", env = "GNOMON_LISTEN")]
     listen: String,
     /// Address others use to reach this node (default: the listen address).
-    #[arg(long)]
+    #[arg(long, env = "GNOMON_ADVERTISE")]
     advertise: Option<String>,
-    #[arg(long)]
+    /// This node's name in leadership records, logs and metrics (default:
+    /// the host name and the process id).
+    #[arg(long, env = "GNOMON_NODE_ID")]
     node_id: Option<String>,
-    #[arg(long)]
+    /// Allow a non-loopback listener without TLS or without credentials
+    /// (for example behind a proxy that terminates TLS on a private network).
+    #[arg(long, env = "GNOMON_INSECURE")]
     insecure: bool,
     /// Attempts an embedded worker runs at once (0: no embedded worker; run
     /// `gnomon worker` processes instead).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, env = "GNOMON_CAPACITY")]
     capacity: u32,
     #[command(flatten)]
     access: AccessArgs,

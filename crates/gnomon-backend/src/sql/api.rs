@@ -470,25 +470,101 @@ macro_rules! sql_api {
             }
 
             async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
-                let terminal: Vec<String> =
-                    gnomon_core::run::ALL_RUN_STATES.iter().filter(|s| s.is_terminal()).map(|s| format!("'{}'", s.as_str())).collect();
+                // The runs to delete are chosen by reads that walk indexes,
+                // outside the write transaction (a terminal run stays
+                // terminal, so the choice cannot go stale); the deletion is
+                // one short fenced transaction.
+                let terminal: Vec<&str> =
+                    gnomon_core::run::ALL_RUN_STATES.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect();
+                let mut chosen: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+                let limit = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+                // By age: per terminal state, the oldest runs in insertion
+                // order (the `(state, seq)` index). Fire times follow
+                // insertion (leader time never runs backwards), so the runs
+                // fired before `before` are the head of that order: the walk
+                // stops at the first younger one.
+                for state in &terminal {
+                    if chosen.len() >= max {
+                        break;
+                    }
+                    let rows = sqlx::query(&D.q("SELECT id, fired_at FROM runs WHERE state = ? ORDER BY seq LIMIT ?"))
+                        .bind(*state)
+                        .bind(limit(max - chosen.len()))
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(db_err)?;
+                    for r in &rows {
+                        let fired: i64 = r.try_get("fired_at").map_err(db_err)?;
+                        if fired >= before {
+                            break;
+                        }
+                        chosen.insert(text(r, "id")?);
+                    }
+                }
+                // Beyond the newest `keep_per_job` runs of a job (open ones
+                // count; only terminal ones go): the jobs over the count,
+                // from an index-only scan of `(namespace, job, seq)`, then
+                // per job the seq of its newest run past the count.
+                if chosen.len() < max {
+                    let over = sqlx::query(&D.q("SELECT namespace, job FROM runs GROUP BY namespace, job HAVING COUNT(*) > ?"))
+                        .bind(limit(keep_per_job))
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(db_err)?;
+                    for r in &over {
+                        if chosen.len() >= max {
+                            break;
+                        }
+                        let (ns, job) = (text(r, "namespace")?, text(r, "job")?);
+                        let cutoff: Option<i64> = sqlx::query_scalar(&D.q(
+                            "SELECT seq FROM runs WHERE namespace = ? AND job = ? ORDER BY seq DESC LIMIT 1 OFFSET ?",
+                        ))
+                        .bind(&ns)
+                        .bind(&job)
+                        .bind(limit(keep_per_job))
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(db_err)?;
+                        let Some(cutoff) = cutoff else { continue };
+                        // The state is filtered here, not in SQL, so the
+                        // planner walks this job's index and not the states'.
+                        let rows = sqlx::query(&D.q(
+                            "SELECT id, state FROM runs WHERE namespace = ? AND job = ? AND seq <= ? ORDER BY seq LIMIT ?",
+                        ))
+                        .bind(&ns)
+                        .bind(&job)
+                        .bind(cutoff)
+                        .bind(limit(max - chosen.len()))
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(db_err)?;
+                        for r in &rows {
+                            if terminal.contains(&text(r, "state")?.as_str()) {
+                                chosen.insert(text(r, "id")?);
+                            }
+                        }
+                    }
+                }
+                if chosen.is_empty() {
+                    // Nothing to delete: still refuse a stale term, without
+                    // taking the write lock.
+                    let current: Option<i64> = sqlx::query_scalar(&D.q("SELECT token FROM leadership WHERE scope = ?"))
+                        .bind(&fence.scope)
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(db_err)?;
+                    let current = current.map(to_u64).unwrap_or(0);
+                    if current != fence.token {
+                        crate::count_fencing_rejection();
+                        return Err(StoreError::Fenced { scope: fence.scope.clone(), token: fence.token, current });
+                    }
+                    return Ok(0);
+                }
+                let ids: Vec<String> = chosen.into_iter().take(max).collect();
                 let mut w = self.writer_conn().await?;
                 let mut tx = Self::begin_write(&mut w).await?;
                 Self::check_fence(&mut tx, fence).await?;
-                // Every run of a job counts towards the newest N; only
-                // terminal ones are deleted.
-                let rows = sqlx::query(&D.q(&format!(
-                    "SELECT id FROM (SELECT id, state, fired_at, ROW_NUMBER() OVER (PARTITION BY job_uid ORDER BY scheduled_at DESC, seq DESC) AS rn \
-                     FROM runs) ranked WHERE state IN ({}) AND (rn > ? OR fired_at < ?) LIMIT ?",
-                    terminal.join(", ")
-                )))
-                .bind(i64::try_from(keep_per_job).unwrap_or(i64::MAX))
-                .bind(before)
-                .bind(i64::try_from(max).unwrap_or(i64::MAX))
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_err)?;
-                let ids = rows.iter().map(|r| text(r, "id")).collect::<Result<Vec<String>, StoreError>>()?;
+                let mut deleted = 0u64;
                 for chunk in ids.chunks(CHUNK) {
                     for table in ["attempts WHERE run_id", "runs WHERE id"] {
                         let mut qb = sqlx::QueryBuilder::<$db>::new(format!("DELETE FROM {table} IN ("));
@@ -497,11 +573,25 @@ macro_rules! sql_api {
                             sep.push_bind(id.as_str());
                         }
                         qb.push(")");
-                        qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?;
+                        if table.starts_with("runs") {
+                            // Never an open run, whatever the choice said
+                            // (`NOT IN` the open states, so that planners
+                            // look the ids up rather than walk a state).
+                            qb.push(" AND state NOT IN (");
+                            let mut sep = qb.separated(", ");
+                            for state in gnomon_core::run::ALL_RUN_STATES.iter().filter(|s| !s.is_terminal()) {
+                                sep.push_bind(state.as_str());
+                            }
+                            qb.push(")");
+                        }
+                        let done = qb.build().persistent(false).execute(&mut *tx).await.map_err(db_err)?;
+                        if table.starts_with("runs") {
+                            deleted += done.rows_affected();
+                        }
                     }
                 }
                 tx.commit().await.map_err(db_err)?;
-                Ok(ids.len() as u64)
+                Ok(deleted)
             }
         }
     };
