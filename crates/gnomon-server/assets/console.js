@@ -157,7 +157,7 @@ async function leaderBanner() {
     const l = await api('GET', '/v1/leader');
     S.leader = l;
     if (!l.holder) banner('No leader is elected right now: nothing fires until one is.', true);
-    else if (!l.is_self) banner(`This server (${l.answered_by}) is not the leader; ${l.holder} at ${l.address} is. Triggers must go to the leader.`, false);
+    else if (!l.is_self) banner(`This server (${l.answered_by}) is not the leader; ${l.holder} at ${l.address} is (triggers and the worker list are forwarded to it).`, false);
     else if (l.backpressure && l.backpressure.state === 'red') banner(`Backpressure is red: ${l.backpressure.pending} runs wait for a worker; new fires are shed.`, true);
     else banner('');
   } catch (e) {

@@ -411,7 +411,7 @@ pub async fn dev(args: DevArgs, token: Option<String>, ca: Option<PathBuf>) -> a
     let url = format!("sqlite://{}", db.display());
     let store = open_store(&url).await.with_context(|| format!("opening store {url}"))?;
     let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
-    run_node(config, store, elector, addr, (auth, hosts, listen), Some(worker), None).await
+    run_node(config, store, elector, addr, (auth, hosts, listen), Some(worker), None, ca.as_deref()).await
 }
 
 pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>) -> anyhow::Result<()> {
@@ -453,7 +453,7 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
         let elector: Arc<dyn Elector> = Arc::new(gnomon_backend::raft::RaftElector::new(member.clone()));
         tracing::info!(backend = "raft", member = member.id, "election backend");
         let raft = Some(member.service());
-        let r = run_node(config, store, elector, addr, (auth, hosts, listen), worker, raft).await;
+        let r = run_node(config, store, elector, addr, (auth, hosts, listen), worker, raft, ca.as_deref()).await;
         member.shutdown().await;
         return r;
     }
@@ -540,7 +540,7 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
         }
     };
     tracing::info!(backend = elector.backend(), "election backend");
-    run_node(config, store, elector, addr, (auth, hosts, listen), worker, None).await
+    run_node(config, store, elector, addr, (auth, hosts, listen), worker, None, ca.as_deref()).await
 }
 
 /// A store URL fit to print: whatever precedes an `@` (user and password)
@@ -587,12 +587,21 @@ async fn run_node(
     (auth, hosts, listen): (Authenticator, HostPolicy, ListenConfig),
     embedded_worker: Option<WorkerConfig>,
     raft: Option<gnomon_backend::raft::Service>,
+    ca: Option<&Path>,
 ) -> anyhow::Result<()> {
     let metrics = gnomon_server::metrics_setup::install();
     let resign_first = elector.backend() != "local";
     let node = Node::new(config, store, elector, Arc::new(gnomon_core::SystemClock));
     let _reloader = auth.spawn_reloader(Duration::from_secs(1));
-    let state = ApiState { node: node.handle.clone(), metrics, auth, hosts: Arc::new(hosts), ready: Arc::default(), raft };
+    let forward = match (&listen.tls, ca) {
+        (None, _) => gnomon_server::api::forward::Forwarder::plain(),
+        (Some(_), ca) => {
+            let pem = ca.map(|p| std::fs::read(p).with_context(|| format!("reading --ca {}", p.display()))).transpose()?;
+            gnomon_server::api::forward::Forwarder::tls(pem.as_deref()).map_err(|e| anyhow!(e))?
+        }
+    };
+    let state =
+        ApiState { node: node.handle.clone(), metrics, auth, hosts: Arc::new(hosts), ready: Arc::default(), raft, forward: Some(forward) };
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
     let scheme = if listen.tls.is_some() { "https" } else { "http" };

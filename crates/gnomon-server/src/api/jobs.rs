@@ -2,7 +2,7 @@
 
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gnomon_api::{Job, JobList, JobStatus, SchedulePreview, SchedulePreviewRequest, TriggerAnswer, Triggered};
 use gnomon_backend::{JobRecord, Precondition};
@@ -215,7 +215,11 @@ pub const MAX_TRIGGER_COUNT: u32 = 10_000;
     params(("name" = String, Path), ("namespace" = Option<String>, Query), ("count" = Option<u32>, Query, description = "How many runs (1 to 10,000; default 1)")),
     responses((status = 201, body = TriggerAnswer, description = "the run (count 1) or the ids of the runs"),
         (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
-pub(super) async fn trigger_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+pub(super) async fn trigger_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<Response> {
+    if state.node.leader_commands().is_none() {
+        // Only the leader creates runs: a follower hands the call on.
+        return super::forward::to_leader(&state, req).await;
+    }
     let q: TriggerQuery = query(req.uri().query())?;
     let ns = q.namespace.clone().unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
     check_ns(&caller(&req)?, &ns)?;
@@ -232,7 +236,7 @@ pub(super) async fn trigger_job(State(state): State<ApiState>, Path(name): Path<
         .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", "the leader did not answer in 30s"))?
         .map_err(|_| not_leader(&state))??;
     if count > 1 {
-        return Ok((StatusCode::CREATED, Json(TriggerAnswer::Many(Triggered { count: ids.len(), ids }))));
+        return Ok((StatusCode::CREATED, Json(TriggerAnswer::Many(Triggered { count: ids.len(), ids }))).into_response());
     }
     let id = ids.into_iter().next().ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "no run was created"))?;
     let detail = state
@@ -241,7 +245,7 @@ pub(super) async fn trigger_job(State(state): State<ApiState>, Path(name): Path<
         .get_run(&id)
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "triggered run vanished"))?;
-    Ok((StatusCode::CREATED, Json(TriggerAnswer::One(Box::new(super::runs::run_view(&detail.run, Some(&detail), true))))))
+    Ok((StatusCode::CREATED, Json(TriggerAnswer::One(Box::new(super::runs::run_view(&detail.run, Some(&detail), true))))).into_response())
 }
 
 #[utoipa::path(post, path = "/v1/schedules/preview", tag = "jobs", summary = "The next fire times of a schedule, with daylight-saving changes marked",

@@ -22,6 +22,7 @@ use crate::auth::{Authenticator, Denied, Principal, Role};
 use crate::browser::HostPolicy;
 use crate::node::NodeHandle;
 
+pub mod forward;
 pub(crate) mod jobs;
 pub(crate) mod runs;
 pub(crate) mod status;
@@ -44,6 +45,9 @@ pub struct ApiState {
     pub ready: Arc<std::sync::Mutex<ReadyCheck>>,
     /// The `gnomon.raft.v1` service, on a member of a `raft://` cluster.
     pub raft: Option<gnomon_backend::raft::Service>,
+    /// How leader-only calls made here reach the leader (`None`: answered
+    /// `not_leader`).
+    pub forward: Option<forward::Forwarder>,
 }
 
 impl ApiState {
@@ -56,6 +60,7 @@ impl ApiState {
             hosts: Arc::new(HostPolicy::default()),
             ready: Arc::default(),
             raft: None,
+            forward: Some(forward::Forwarder::plain()),
         }
     }
 }

@@ -23,7 +23,11 @@ pub(super) async fn whoami(axum::Extension(p): axum::Extension<crate::auth::Prin
 
 #[utoipa::path(get, path = "/v1/workers", tag = "cluster", summary = "List worker sessions (as the leader sees them)",
     responses((status = 200, body = WorkerList), (status = "4XX", body = gnomon_api::ErrorBody)))]
-pub(super) async fn list_workers(State(state): State<ApiState>) -> Json<WorkerList> {
+pub(super) async fn list_workers(State(state): State<ApiState>, req: axum::extract::Request) -> ApiResult<Response> {
+    if state.node.leading_token().is_none() {
+        // Worker sessions live on the leader: a follower asks it.
+        return super::forward::to_leader(&state, req).await;
+    }
     let workers = state
         .node
         .workers()
@@ -48,7 +52,7 @@ pub(super) async fn list_workers(State(state): State<ApiState>) -> Json<WorkerLi
             handlers: w.handlers,
         })
         .collect();
-    Json(WorkerList { workers })
+    Ok(Json(WorkerList { workers }).into_response())
 }
 
 /// A raft member's view of its cluster, as the API shows it.

@@ -1,0 +1,102 @@
+//! Leader-only calls made to a follower are forwarded to the leader, so a
+//! client behind a load balancer never sees `not_leader` while a leader
+//! exists. The request goes on as it came (method, path, query, the
+//! caller's credential, body); the leader checks the caller again. A
+//! forwarded request is marked, and a server that is not the leader either
+//! answers `not_leader` rather than forwarding it again.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::{read_body, ApiError, ApiResult, ApiState};
+
+/// Marks a request one server forwarded to another (its value: the
+/// forwarding node).
+pub const FORWARDED_BY: &str = "gnomon-forwarded-by";
+
+/// How the API reaches the leader.
+#[derive(Clone)]
+pub struct Forwarder {
+    client: reqwest::Client,
+    scheme: &'static str,
+}
+
+impl Forwarder {
+    /// Plain HTTP, as the servers of a cluster without TLS speak.
+    pub fn plain() -> Self {
+        Self { client: client(reqwest::Client::builder()), scheme: "http" }
+    }
+
+    /// HTTPS to the leader's listener, trusting `ca` (PEM) besides the
+    /// public roots.
+    pub fn tls(ca: Option<&[u8]>) -> Result<Self, String> {
+        let mut builder = reqwest::Client::builder();
+        if let Some(pem) = ca {
+            for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(|e| format!("--ca: {e}"))? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        Ok(Self { client: client(builder), scheme: "https" })
+    }
+}
+
+fn client(builder: reqwest::ClientBuilder) -> reqwest::Client {
+    builder
+        .timeout(Duration::from_secs(40))
+        .connect_timeout(Duration::from_secs(3))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_default()
+}
+
+fn not_leader(state: &ApiState, why: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_leader",
+        format!("node {} does not lead right now and {why}; see GET /v1/leader", state.node.config.node_id),
+    )
+}
+
+/// Sends `req` to the leader and answers with the leader's answer.
+pub async fn to_leader(state: &ApiState, req: Request) -> ApiResult<Response> {
+    if req.headers().contains_key(FORWARDED_BY) {
+        return Err(not_leader(state, "the request was already forwarded once"));
+    }
+    let Some(forwarder) = state.forward.as_ref() else {
+        return Err(not_leader(state, "does not forward calls"));
+    };
+    let Some(leader) = state.node.leader_address().await else {
+        return Err(not_leader(state, "knows no leader to forward to"));
+    };
+    let path = req.extensions().get::<axum::extract::OriginalUri>().map(|u| u.0.clone()).unwrap_or_else(|| req.uri().clone());
+    let url = format!("{}://{leader}{}", forwarder.scheme, path.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
+    let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes()).map_err(|_| ApiError::bad("bad_request", "method"))?;
+    let mut out = forwarder.client.request(method, &url).header(FORWARDED_BY, state.node.config.node_id.as_str());
+    for name in [header::AUTHORIZATION, header::CONTENT_TYPE, header::IF_MATCH] {
+        if let Some(v) = req.headers().get(&name) {
+            out = out.header(name.as_str(), v.as_bytes());
+        }
+    }
+    let body = read_body(req.into_body()).await?;
+    let answer = out.body(body).send().await.map_err(|e| {
+        ApiError::new(StatusCode::BAD_GATEWAY, "leader_unreachable", format!("cannot forward to the leader at {leader}: {e}"))
+    })?;
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let content_type = answer.headers().get(reqwest::header::CONTENT_TYPE).map(|v| v.as_bytes().to_vec());
+    let bytes = answer.bytes().await.map_err(|e| {
+        ApiError::new(StatusCode::BAD_GATEWAY, "leader_unreachable", format!("the leader at {leader} did not finish its answer: {e}"))
+    })?;
+    metrics::counter!("gnomon_api_forwarded_total").increment(1);
+    let mut resp = (status, Body::from(bytes)).into_response();
+    if let Some(ct) = content_type.and_then(|c| HeaderValue::from_bytes(&c).ok()) {
+        resp.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    if let Ok(v) = HeaderValue::from_str(&leader) {
+        resp.headers_mut().insert("gnomon-answered-by-leader", v);
+    }
+    Ok(resp)
+}

@@ -1,0 +1,103 @@
+//! Leader-only calls made to a follower reach the leader: two `gnomon
+//! server` processes on one PostgreSQL store, a trigger and the worker list
+//! sent to the one that does not lead. The caller's credential goes along;
+//! a request already forwarded once is not forwarded again.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use gnomon_backend::testing::testdb::{Server, TestDb};
+use serde_json::json;
+
+const TOKEN: &str = "forwarding-test-token-0123456789";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_hands_leader_only_calls_to_the_leader() {
+    let db = TestDb::create(Server::Postgres).await.expect("a test database (scripts/test.sh starts PostgreSQL)");
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let _servers: Vec<Proc> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| {
+            Proc::spawn(
+                dir.path(),
+                &format!("s{i}"),
+                &[
+                    "--token".into(),
+                    TOKEN.into(),
+                    "server".into(),
+                    "--store".into(),
+                    db.url.clone(),
+                    "--listen".into(),
+                    addr.clone(),
+                    "--node-id".into(),
+                    format!("s{i}"),
+                    "--capacity".into(),
+                    "4".into(),
+                ],
+            )
+        })
+        .collect();
+    let call = |addr: &str, method: &str, path: &str, body: Option<serde_json::Value>| {
+        let bytes = body.map(|b| serde_json::to_vec(&b).unwrap());
+        http_as(Some(TOKEN), addr, method, path, bytes.as_deref()).unwrap()
+    };
+    let mut leader = String::new();
+    wait_until("one server to lead", Duration::from_secs(60), || {
+        for a in &addrs {
+            if let Ok((200, v)) = http_as(Some(TOKEN), a, "GET", "/v1/leader", None) {
+                if v["is_self"] == json!(true) {
+                    leader = a.clone();
+                    return true;
+                }
+            }
+        }
+        false
+    });
+    let follower = addrs.iter().find(|a| **a != leader).unwrap().clone();
+    wait_until("the follower to know the leader", Duration::from_secs(30), || {
+        call(&follower, "GET", "/v1/leader", None).1["holder"].is_string()
+    });
+    let job = json!({"name": "fwd", "executor": {"shell": {"command": "true"}}});
+    assert_eq!(call(&follower, "POST", "/v1/jobs", Some(job)).0, 201);
+
+    // A trigger on the follower creates the run on the leader.
+    let (status, run) = call(&follower, "POST", "/v1/jobs/fwd/trigger", None);
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().expect("the run").to_string();
+    wait_until("the forwarded run to succeed", Duration::from_secs(60), || {
+        call(&leader, "GET", &format!("/v1/runs/{id}"), None).1["state"] == json!("succeeded")
+    });
+    let (status, many) = call(&follower, "POST", "/v1/jobs/fwd/trigger?count=3", None);
+    assert_eq!((status, many["count"].as_u64()), (201, Some(3)), "{many}");
+    // Errors come back as the leader gave them.
+    let (status, err) = call(&follower, "POST", "/v1/jobs/nope/trigger", None);
+    assert_eq!((status, err["error"]["code"].as_str()), (404, Some("not_found")), "{err}");
+    // The worker sessions are the leader's.
+    let (status, workers) = call(&follower, "GET", "/v1/workers", None);
+    assert_eq!(status, 200);
+    assert_eq!(workers["workers"].as_array().map(Vec::len), Some(2), "both embedded workers, as the leader sees them: {workers}");
+    // Without the credential the follower refuses before forwarding.
+    assert_eq!(http(&follower, "POST", "/v1/jobs/fwd/trigger", None).unwrap().0, 401);
+    // The CLI works through the follower too.
+    let out = std::process::Command::new(BIN)
+        .args(["--server", &format!("http://{follower}"), "--token", TOKEN, "job", "trigger", "fwd"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A request forwarded once is never forwarded again.
+    let mut s = std::net::TcpStream::connect(&follower).unwrap();
+    use std::io::{Read, Write};
+    write!(
+        s,
+        "POST /v1/jobs/fwd/trigger HTTP/1.1\r\nHost: {follower}\r\nAuthorization: Bearer {TOKEN}\r\nGnomon-Forwarded-By: elsewhere\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 503") && text.contains("not_leader"), "{text}");
+    db.drop_database().await;
+}
