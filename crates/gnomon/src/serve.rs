@@ -411,7 +411,7 @@ pub async fn dev(args: DevArgs, token: Option<String>, ca: Option<PathBuf>) -> a
     let url = format!("sqlite://{}", db.display());
     let store = open_store(&url).await.with_context(|| format!("opening store {url}"))?;
     let elector: Arc<dyn Elector> = Arc::new(LocalElector::new(store.clone()));
-    run_node(config, store, elector, addr, (auth, hosts, listen), Some(worker), None, ca.as_deref()).await
+    run_node(config, store, elector, addr, (auth, hosts, listen, ca.as_deref()), Some(worker), None).await
 }
 
 pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>) -> anyhow::Result<()> {
@@ -453,7 +453,7 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
         let elector: Arc<dyn Elector> = Arc::new(gnomon_backend::raft::RaftElector::new(member.clone()));
         tracing::info!(backend = "raft", member = member.id, "election backend");
         let raft = Some(member.service());
-        let r = run_node(config, store, elector, addr, (auth, hosts, listen), worker, raft, ca.as_deref()).await;
+        let r = run_node(config, store, elector, addr, (auth, hosts, listen, ca.as_deref()), worker, raft).await;
         member.shutdown().await;
         return r;
     }
@@ -540,7 +540,7 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
         }
     };
     tracing::info!(backend = elector.backend(), "election backend");
-    run_node(config, store, elector, addr, (auth, hosts, listen), worker, None, ca.as_deref()).await
+    run_node(config, store, elector, addr, (auth, hosts, listen, ca.as_deref()), worker, None).await
 }
 
 /// A store URL fit to print: whatever precedes an `@` (user and password)
@@ -584,10 +584,9 @@ async fn run_node(
     store: Arc<dyn gnomon_backend::Store>,
     elector: Arc<dyn Elector>,
     addr: SocketAddr,
-    (auth, hosts, listen): (Authenticator, HostPolicy, ListenConfig),
+    (auth, hosts, listen, ca): (Authenticator, HostPolicy, ListenConfig, Option<&Path>),
     embedded_worker: Option<WorkerConfig>,
     raft: Option<gnomon_backend::raft::Service>,
-    ca: Option<&Path>,
 ) -> anyhow::Result<()> {
     let metrics = gnomon_server::metrics_setup::install();
     let resign_first = elector.backend() != "local";
