@@ -22,17 +22,69 @@ pub fn install() -> Option<PrometheusHandle> {
         .clone()
 }
 
-fn describe() {
-    metrics::describe_counter!("gnomon_leader_election_total", "Leader election outcomes by backend and result");
-    metrics::describe_gauge!("gnomon_is_leader", "1 while this node leads the scope");
-    metrics::describe_counter!("gnomon_runs_total", "Run state transitions by target state");
-    metrics::describe_histogram!("gnomon_fire_lateness_seconds", "Scheduled time to run creation");
-    metrics::describe_histogram!("gnomon_dispatch_latency_seconds", "Run ready to attempt assigned");
-    metrics::describe_gauge!("gnomon_workers", "Worker sessions by state");
-    metrics::describe_histogram!(
+/// A metric's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every metric gnomon records: its name, kind and HELP text. The
+/// dashboards and alert rules under `deploy/` may only name these (a test
+/// checks).
+pub const METRICS: &[(&str, Kind, &str)] = &[
+    ("gnomon_is_leader", Kind::Gauge, "1 while this node leads the scheduler scope, else 0"),
+    ("gnomon_leader_election_total", Kind::Counter, "Leader election outcomes by backend and result (acquired, lost, error, refused)"),
+    ("gnomon_fencing_rejections_total", Kind::Counter, "Leader writes the store rejected for carrying a stale fencing token"),
+    (
+        "gnomon_leader_rebuilds_total",
+        Kind::Counter,
+        "Times the leader rebuilt its state from the store after an error it could not classify",
+    ),
+    ("gnomon_leader_rebuild_seconds", Kind::Histogram, "Duration of a leader state rebuild from the store"),
+    ("gnomon_runs_total", Kind::Counter, "Run state transitions written by the leader, by target state"),
+    ("gnomon_fire_lateness_seconds", Kind::Histogram, "Scheduled time to run creation"),
+    ("gnomon_dispatch_latency_seconds", Kind::Histogram, "Run ready to attempt assigned"),
+    (
         "gnomon_store_turn_write_seconds",
-        "Duration of the leader's per-turn store write (fire, results and assignments in one commit)"
-    );
-    metrics::describe_counter!("gnomon_fencing_rejections_total", "Leader writes rejected for carrying a stale token");
-    metrics::counter!("gnomon_fencing_rejections_total").increment(0);
+        Kind::Histogram,
+        "Duration of the leader's per-turn store write (fire, results and assignments in one commit)",
+    ),
+    ("gnomon_store_fire_seconds", Kind::Histogram, "Decision to commit of a fire write"),
+    ("gnomon_store_size_bytes", Kind::Gauge, "Size of the store where it can tell, by backend"),
+    ("gnomon_runs_pruned_total", Kind::Counter, "Terminal runs deleted by retention"),
+    ("gnomon_pending_runs", Kind::Gauge, "Runs waiting for a worker (on the leader)"),
+    ("gnomon_backpressure_state", Kind::Gauge, "The leader's admission state: 0 green, 1 yellow, 2 red"),
+    ("gnomon_workers", Kind::Gauge, "Worker sessions by state (on the leader)"),
+    ("gnomon_worker_leases_expired_total", Kind::Counter, "Worker sessions whose lease expired: their attempts were declared lost"),
+    ("gnomon_worker_lease_deletions_total", Kind::Counter, "Store-side worker leases the leader deleted after their TTL"),
+    ("gnomon_attempts_unheld_total", Kind::Counter, "Attempts a live worker's heartbeats left out twice in a row, declared lost"),
+    (
+        "gnomon_attempts_overrun_total",
+        Kind::Counter,
+        "Attempts past their timeout plus grace with no result, ended timed_out by the leader",
+    ),
+    ("gnomon_session_acks_coalesced_total", Kind::Counter, "Heartbeat acknowledgements merged into a newer one on a slow session"),
+    ("gnomon_sessions_overflowed_total", Kind::Counter, "Worker sessions closed because their send queue overflowed"),
+    ("gnomon_clock_skew_seconds", Kind::Gauge, "This node's wall clock minus the leader time, in seconds"),
+    ("gnomon_clock_skew_warnings_total", Kind::Counter, "Times this node's clock skew went past --max-clock-skew"),
+    ("gnomon_clock_skew_step_downs_total", Kind::Counter, "Terms given up or refused for a clock skew past --clock-skew-step-down"),
+    ("gnomon_api_forwarded_total", Kind::Counter, "Leader-only API calls this node forwarded to the leader"),
+];
+
+fn describe() {
+    for (name, kind, help) in METRICS {
+        match kind {
+            Kind::Counter => {
+                metrics::describe_counter!(*name, *help);
+                // Rendered from the start (at 0), so rates and alerts see them.
+                if !["gnomon_runs_total", "gnomon_leader_election_total"].contains(name) {
+                    metrics::counter!(*name).increment(0);
+                }
+            }
+            Kind::Gauge => metrics::describe_gauge!(*name, *help),
+            Kind::Histogram => metrics::describe_histogram!(*name, *help),
+        }
+    }
 }

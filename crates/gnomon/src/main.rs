@@ -40,6 +40,10 @@ struct Cli {
     /// Output format of client commands.
     #[arg(long, short = 'o', global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
+    /// How servers and workers write their log lines (`GNOMON_LOG` sets
+    /// what is logged).
+    #[arg(long, global = true, value_enum, env = "GNOMON_LOG_FORMAT", default_value_t = serve::LogFormat::Text)]
+    log_format: serve::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -253,6 +257,7 @@ fn main() {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let out = cli.output;
+    let _ = serve::LOG_FORMAT.set(cli.log_format);
     match cli.command {
         Command::Dev(args) => serve::dev(args, cli.token, cli.ca).await,
         Command::Server(args) => serve::server(*args, cli.token, cli.ca).await,

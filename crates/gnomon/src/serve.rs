@@ -334,9 +334,27 @@ pub struct ServerArgs {
     raft: crate::raft_member::RaftArgs,
 }
 
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (coloured on a terminal).
+    Text,
+    /// One JSON object per line (timestamp, level, target, fields), for
+    /// log collectors.
+    Json,
+}
+
+/// The log format of servers and workers, set once from the global
+/// `--log-format` before any command runs.
+pub static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
 fn init_tracing() {
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("GNOMON_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    if LOG_FORMAT.get() == Some(&LogFormat::Json) {
+        let _ = tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+        return;
+    }
     // Colours only on a terminal: log files and collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
@@ -604,7 +622,7 @@ async fn run_node(
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
     let scheme = if listen.tls.is_some() { "https" } else { "http" };
-    tracing::info!("gnomon listening on {scheme}://{local} (UI at {scheme}://{local}/ui, workers connect here too)");
+    tracing::info!("gnomon listening on {scheme}://{local} (console at {scheme}://{local}/, workers connect here too)");
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let node_task = tokio::spawn(node.run(shutdown_rx));
     let (http_stop_tx, http_shutdown) = tokio::sync::watch::channel(false);
