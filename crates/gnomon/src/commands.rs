@@ -122,12 +122,15 @@ async fn preview(c: &Client, p: PreviewArgs, out: Output) -> anyhow::Result<()> 
 
 pub async fn runs(c: &Client, cmd: RunCmd, out: Output) -> anyhow::Result<()> {
     match cmd {
-        RunCmd::List { job, state, namespace, limit, cursor } => {
+        RunCmd::List { job, state, namespace, limit, cursor, watch } => {
             let mut q = vec![("limit", limit.to_string())];
             q.extend(job.map(|j| ("job", j)));
             q.extend(state.map(|s| ("state", s)));
             q.extend(namespace.map(|n| ("namespace", n)));
             q.extend(cursor.map(|c| ("cursor", c)));
+            if watch {
+                return watch_runs(c, &q, out).await;
+            }
             table::runs(&c.get::<RunList>("/v1/runs", &q).await?, out)
         }
         RunCmd::Get { id } => table::run_detail(&c.get::<Run>(&format!("/v1/runs/{}", path_segment(&id)), &[]).await?, out),
@@ -136,6 +139,41 @@ pub async fn runs(c: &Client, cmd: RunCmd, out: Output) -> anyhow::Result<()> {
             table::run_detail(&run, out)
         }
     }
+}
+
+/// `run list --watch`: the newest runs again every 2 s, until interrupted.
+/// A table is redrawn; JSON lines print each run whose state changed.
+async fn watch_runs(c: &Client, q: &[(&str, String)], out: Output) -> anyhow::Result<()> {
+    let mut seen: std::collections::HashMap<String, (gnomon_core::RunState, String)> = std::collections::HashMap::new();
+    loop {
+        match c.get::<RunList>("/v1/runs", q).await {
+            Ok(page) if out == Output::Jsonl => {
+                // Oldest first, so the stream reads in time order.
+                for run in page.runs.iter().rev() {
+                    let now = (run.state, run.updated_at.clone());
+                    if seen.get(&run.id) != Some(&now) {
+                        println!("{}", serde_json::to_string(run)?);
+                        seen.insert(run.id.clone(), now);
+                    }
+                }
+            }
+            Ok(page) => {
+                // Clear the terminal and draw the page again.
+                print!("\x1b[2J\x1b[H");
+                println!("{} (every 2 s; Ctrl-C to stop)", chrono_now());
+                table::runs(&page, out)?;
+            }
+            Err(e) => eprintln!("{e:#} (retrying)"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(2)) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}
+
+fn chrono_now() -> String {
+    gnomon_core::format_millis(gnomon_core::chrono::Utc::now().timestamp_millis())
 }
 
 pub async fn cluster(c: &Client, cmd: ClusterCmd, out: Output) -> anyhow::Result<()> {

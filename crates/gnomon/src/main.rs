@@ -50,8 +50,14 @@ struct Cli {
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum Output {
+    /// Aligned columns for people.
     Table,
+    /// The API's answer, pretty-printed.
     Json,
+    /// One JSON object a line (a list's items one per line).
+    Jsonl,
+    /// The API's answer as YAML.
+    Yaml,
 }
 
 #[derive(Subcommand, Debug)]
@@ -79,6 +85,11 @@ enum Command {
     /// Make credentials for --auth-file.
     #[command(subcommand)]
     Auth(auth_cmd::AuthCmd),
+    /// Print a shell completion script: `gnomon completions bash >
+    /// /etc/bash_completion.d/gnomon` (or zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff): `gnomon man > gnomon.1; man ./gnomon.1`.
+    Man,
 }
 
 #[derive(Subcommand, Debug)]
@@ -202,6 +213,10 @@ enum RunCmd {
         limit: u32,
         #[arg(long)]
         cursor: Option<String>,
+        /// Keep watching: redraw the table every 2 s (with `-o jsonl`,
+        /// print each run again when it changes) until interrupted.
+        #[arg(long, conflicts_with = "cursor")]
+        watch: bool,
     },
     Get {
         id: String,
@@ -263,6 +278,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Server(args) => serve::server(*args, cli.token, cli.ca).await,
         Command::Migrate(args) => serve::migrate(args).await,
         Command::Auth(cmd) => auth_cmd::run(cmd),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "gnomon", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(&mut std::io::stdout())?;
+            Ok(())
+        }
         Command::Worker(WorkerCommand { cmd: None, run }) => serve::worker(run, &cli.server, cli.token, cli.ca).await,
         command => {
             let c = client::Client::new(&cli.server, cli.token.as_deref(), cli.ca.as_deref())?;
@@ -276,6 +299,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 | Command::Server(_)
                 | Command::Migrate(_)
                 | Command::Auth(_)
+                | Command::Completions { .. }
+                | Command::Man
                 | Command::Worker(WorkerCommand { cmd: None, .. }) => {
                     unreachable!("handled above")
                 }

@@ -1,4 +1,5 @@
-//! Readable tables (default) or JSON (`--output json`) of the API's answers.
+//! Readable tables (default), JSON, JSON lines or YAML (`--output`) of the
+//! API's answers.
 
 use gnomon_api::{ClusterStatus, Job, Leader, Run, RunList, SchedulePreview, TriggerAnswer, WorkerList};
 use gnomon_core::spec::Executor;
@@ -11,29 +12,44 @@ fn opt<T: ToString>(v: &Option<T>) -> String {
 }
 
 fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
-    for r in &rows {
-        for (i, c) in r.iter().enumerate() {
-            widths[i] = widths[i].max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<String>| {
-        let parts: Vec<String> = cells.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
-        println!("{}", parts.join("  ").trim_end());
-    };
-    line(headers.iter().map(|h| h.to_uppercase()).collect());
+    let mut table = comfy_table::Table::new();
+    table
+        .load_style(comfy_table::presets::NOTHING)
+        .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
+        .set_header(headers.iter().map(|h| h.to_uppercase()));
     for r in rows {
-        line(r);
+        table.add_row(r);
+    }
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
+    }
+    for line in table.lines() {
+        println!("{}", line.trim_end());
     }
 }
 
-/// Prints `v` as JSON and returns true when the output is JSON.
-fn as_json(v: &impl Serialize, out: Output) -> anyhow::Result<bool> {
-    if out == Output::Json {
-        println!("{}", serde_json::to_string_pretty(v)?);
+/// Prints `v` in a structured format and returns true, or returns false
+/// for a table.
+fn structured(v: &impl Serialize, out: Output) -> anyhow::Result<bool> {
+    match out {
+        Output::Table => return Ok(false),
+        Output::Json => println!("{}", serde_json::to_string_pretty(v)?),
+        Output::Jsonl => println!("{}", serde_json::to_string(v)?),
+        Output::Yaml => print!("{}", serde_yaml_ng::to_string(v)?),
+    }
+    Ok(true)
+}
+
+/// As [`structured`] for a list: JSON lines print one item a line, the
+/// other formats the whole answer.
+fn structured_list<T: Serialize>(whole: &impl Serialize, items: &[T], out: Output) -> anyhow::Result<bool> {
+    if out == Output::Jsonl {
+        for item in items {
+            println!("{}", serde_json::to_string(item)?);
+        }
         return Ok(true);
     }
-    Ok(false)
+    structured(whole, out)
 }
 
 fn schedule_text(j: &Job) -> String {
@@ -57,7 +73,7 @@ fn executor_text(e: &Executor) -> String {
 }
 
 pub fn jobs(list: &[Job], out: Output) -> anyhow::Result<()> {
-    if as_json(&serde_json::json!({ "jobs": list }), out)? {
+    if structured_list(&serde_json::json!({ "jobs": list }), list, out)? {
         return Ok(());
     }
     let rows = list
@@ -79,7 +95,7 @@ pub fn jobs(list: &[Job], out: Output) -> anyhow::Result<()> {
 }
 
 pub fn job_detail(job: &Job, out: Output) -> anyhow::Result<()> {
-    if as_json(job, out)? {
+    if structured(job, out)? {
         return Ok(());
     }
     jobs(std::slice::from_ref(job), out)?;
@@ -88,7 +104,7 @@ pub fn job_detail(job: &Job, out: Output) -> anyhow::Result<()> {
 }
 
 pub fn runs(page: &RunList, out: Output) -> anyhow::Result<()> {
-    if as_json(page, out)? {
+    if structured_list(page, &page.runs, out)? {
         return Ok(());
     }
     let rows = page
@@ -106,7 +122,7 @@ pub fn runs(page: &RunList, out: Output) -> anyhow::Result<()> {
 }
 
 pub fn run_detail(v: &Run, out: Output) -> anyhow::Result<()> {
-    if as_json(v, out)? {
+    if structured(v, out)? {
         return Ok(());
     }
     println!("run        {}", v.id);
@@ -144,7 +160,7 @@ pub fn triggered(t: &TriggerAnswer, out: Output) -> anyhow::Result<()> {
     match t {
         TriggerAnswer::One(run) => run_detail(run, out),
         TriggerAnswer::Many(many) => {
-            if as_json(many, out)? {
+            if structured(many, out)? {
                 return Ok(());
             }
             println!("created {} runs", many.count);
@@ -157,7 +173,7 @@ pub fn triggered(t: &TriggerAnswer, out: Output) -> anyhow::Result<()> {
 }
 
 pub fn workers(v: &WorkerList, out: Output) -> anyhow::Result<()> {
-    if as_json(v, out)? {
+    if structured_list(v, &v.workers, out)? {
         return Ok(());
     }
     let rows = v
@@ -181,7 +197,7 @@ pub fn workers(v: &WorkerList, out: Output) -> anyhow::Result<()> {
 }
 
 pub fn cluster(v: &ClusterStatus, out: Output) -> anyhow::Result<()> {
-    if as_json(v, out)? {
+    if structured(v, out)? {
         return Ok(());
     }
     println!("this member: {}  state: {}  term: {}  leader: {}  applied: {}", v.this, v.state, v.term, opt(&v.leader), opt(&v.applied));
@@ -191,7 +207,7 @@ pub fn cluster(v: &ClusterStatus, out: Output) -> anyhow::Result<()> {
 }
 
 pub fn leader(v: &Leader, out: Output) -> anyhow::Result<()> {
-    if as_json(v, out)? {
+    if structured(v, out)? {
         return Ok(());
     }
     print_table(
@@ -202,7 +218,7 @@ pub fn leader(v: &Leader, out: Output) -> anyhow::Result<()> {
 }
 
 pub fn preview(v: &SchedulePreview, out: Output) -> anyhow::Result<()> {
-    if as_json(v, out)? {
+    if structured(v, out)? {
         return Ok(());
     }
     println!("next fire times after {} ({}):", v.after, v.timezone);

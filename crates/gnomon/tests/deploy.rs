@@ -121,3 +121,18 @@ fn deployment_files_name_only_real_flags_and_variables() {
         eprintln!("systemd-analyze is not installed here; the units' syntax is not verified");
     }
 }
+
+#[test]
+fn completions_and_the_manual_page_are_generated() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(BIN).args(["completions", shell]).output().unwrap();
+        assert!(out.status.success());
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains("gnomon") && script.contains("trigger"), "{shell} completions name the commands");
+    }
+    let out = Command::new(BIN).args(["completions", "tcsh"]).output().unwrap();
+    assert!(!out.status.success(), "an unknown shell is refused");
+    let out = Command::new(BIN).arg("man").output().unwrap();
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && page.contains(".TH gnomon 1") && page.contains("completions"));
+}

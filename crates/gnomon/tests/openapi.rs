@@ -206,6 +206,19 @@ fn every_answer_matches_the_published_document() {
     assert_eq!(cli(&["run", "get", &id]), done);
     let many = cli(&["job", "trigger", "hand", "--count", "2"]);
     assert_eq!(many["count"], json!(2));
+    // YAML and JSON lines carry the same answers.
+    let raw = |args: &[&str]| {
+        let out = std::process::Command::new(BIN).args(["--server", &format!("http://{addr}")]).args(args).output().unwrap();
+        assert!(out.status.success(), "gnomon {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let yaml: Value = serde_yaml_ng::from_str(&raw(&["-o", "yaml", "run", "get", &id])).unwrap();
+    assert_eq!(yaml, done);
+    let lines = raw(&["-o", "jsonl", "run", "list", "--limit", "3"]);
+    assert_eq!(lines.lines().count(), 3);
+    assert!(lines.lines().all(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["id"].is_string())));
+    let table = raw(&["job", "list"]);
+    assert!(table.starts_with("NAME") && table.contains("hand"), "{table}");
 
     // And the check has teeth: an undocumented field, a missing one or a
     // wrong type in a real answer is refused.
