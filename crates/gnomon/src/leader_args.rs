@@ -9,11 +9,11 @@ use gnomon_server::NodeConfig;
 #[derive(Args, Debug)]
 pub struct LeaderArgs {
     /// How late a scheduled time may be reached and still count as on time.
-    #[arg(long, default_value = "1s", env = "GNOMON_MISFIRE_GRACE")]
+    #[arg(long, default_value = "1s", env = "GNOMON_MISFIRE_GRACE", value_parser = crate::leader_args::duration_arg)]
     misfire_grace: String,
     /// Worker session lease: a worker silent for this long loses its
     /// attempts (default 10s; 15s on the etcd store).
-    #[arg(long, env = "GNOMON_LEASE_TTL")]
+    #[arg(long, env = "GNOMON_LEASE_TTL", value_parser = crate::leader_args::duration_arg)]
     lease_ttl: Option<String>,
     /// Backpressure: pending runs at which dispatch is paced (70 %) and new
     /// fires are deferred (90 %).
@@ -24,15 +24,15 @@ pub struct LeaderArgs {
     #[arg(long, default_value_t = 1000, env = "GNOMON_RETAIN_RUNS")]
     retain_runs: usize,
     /// …and for how long after they fired.
-    #[arg(long, default_value = "7d", env = "GNOMON_RETAIN_FOR")]
+    #[arg(long, default_value = "7d", env = "GNOMON_RETAIN_FOR", value_parser = crate::leader_args::duration_arg)]
     retain_for: String,
     /// How far this server's clock may be from the leader time before it
     /// says so (log, `gnomon_clock_skew_seconds`).
-    #[arg(long, default_value = "1s", env = "GNOMON_MAX_CLOCK_SKEW")]
+    #[arg(long, default_value = "1s", env = "GNOMON_MAX_CLOCK_SKEW", value_parser = crate::leader_args::duration_arg)]
     max_clock_skew: String,
     /// How far it may be before this server gives up leadership (and does
     /// not take it) rather than fire at a wrong time.
-    #[arg(long, default_value = "5s", env = "GNOMON_CLOCK_SKEW_STEP_DOWN")]
+    #[arg(long, default_value = "5s", env = "GNOMON_CLOCK_SKEW_STEP_DOWN", value_parser = crate::leader_args::duration_arg)]
     clock_skew_step_down: String,
 }
 
@@ -69,4 +69,11 @@ impl LeaderArgs {
             clock: SkewLimits { warn, step_down },
         })
     }
+}
+
+/// Checks a duration flag (`500ms`, `5s`, `10m`, `7d`) when the command line
+/// is parsed, so a bad one is refused with the flag's name before anything
+/// starts.
+pub(crate) fn duration_arg(text: &str) -> Result<String, String> {
+    gnomon_core::duration::parse_duration(text).map(|_| text.to_string())
 }

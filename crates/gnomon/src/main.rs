@@ -3,6 +3,7 @@
 mod auth_cmd;
 mod client;
 mod commands;
+mod config;
 mod leader_args;
 mod raft_member;
 mod serve;
@@ -40,6 +41,10 @@ struct Cli {
     /// Output format of client commands.
     #[arg(long, short = 'o', global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
+    /// A TOML file of settings (a table per command: [server], [dev],
+    /// [worker]); environment variables and flags override it.
+    #[arg(long, global = true, env = "GNOMON_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
     /// How servers and workers write their log lines (`GNOMON_LOG` sets
     /// what is logged).
     #[arg(long, global = true, value_enum, env = "GNOMON_LOG_FORMAT", default_value_t = serve::LogFormat::Text)]
@@ -90,6 +95,23 @@ enum Command {
     Completions { shell: clap_complete::Shell },
     /// Print the manual page (roff): `gnomon man > gnomon.1; man ./gnomon.1`.
     Man,
+    /// The configuration: file, environment and flags.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCmd {
+    /// The effective settings of a command and where each comes from
+    /// (flag, env, file, default), secrets hidden: `gnomon --config
+    /// gnomon.toml config show server -- --retain-for 1d`.
+    Show {
+        /// server, dev or worker.
+        command: String,
+        /// Flags as the command would be given them (after `--`).
+        #[arg(last = true)]
+        flags: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -189,9 +211,11 @@ struct CreateArgs {
     timeout: Option<String>,
     #[arg(long)]
     max_attempts: Option<u32>,
-    #[arg(long)]
+    /// What to do with times missed while no leader ran.
+    #[arg(long, value_parser = ["skip", "fire_once", "fire_all"])]
     misfire: Option<String>,
-    #[arg(long)]
+    /// What a fire does while a run of the job is still active.
+    #[arg(long, value_parser = ["allow", "forbid", "replace", "buffer_one"])]
     overlap: Option<String>,
     #[arg(long)]
     namespace: Option<String>,
@@ -205,7 +229,7 @@ enum RunCmd {
     List {
         #[arg(long)]
         job: Option<String>,
-        #[arg(long)]
+        #[arg(long, value_parser = ["pending", "assigned", "running", "retrying", "succeeded", "failed", "cancelled", "skipped"])]
         state: Option<String>,
         #[arg(long)]
         namespace: Option<String>,
@@ -242,7 +266,15 @@ enum WorkerCmd {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let loaded = match config::load(&args) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     let serving = matches!(&cli.command, Command::Dev(_) | Command::Server(_) | Command::Migrate(_))
         || matches!(&cli.command, Command::Worker(w) if w.cmd.is_none());
     if serving {
@@ -264,13 +296,13 @@ fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(e) = runtime.block_on(run(cli)) {
+    if let Err(e) = runtime.block_on(run(cli, loaded)) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(cli: Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let out = cli.output;
     let _ = serve::LOG_FORMAT.set(cli.log_format);
     match cli.command {
@@ -285,6 +317,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Man => {
             clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(&mut std::io::stdout())?;
             Ok(())
+        }
+        Command::Config(ConfigCmd::Show { command, flags }) => {
+            table::settings(loaded.path.as_deref(), &config::effective(&command, &flags, &loaded)?, out)
         }
         Command::Worker(WorkerCommand { cmd: None, run }) => serve::worker(run, &cli.server, cli.token, cli.ca).await,
         command => {
@@ -301,6 +336,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 | Command::Auth(_)
                 | Command::Completions { .. }
                 | Command::Man
+                | Command::Config(_)
                 | Command::Worker(WorkerCommand { cmd: None, .. }) => {
                     unreachable!("handled above")
                 }

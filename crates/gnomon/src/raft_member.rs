@@ -27,7 +27,7 @@ pub struct RaftArgs {
     /// A follower that hears nothing from its leader for this long (up to
     /// 1.5× this, at random) stands for election; heartbeats go out at a
     /// fifth of it. Every member of a cluster should use the same value.
-    #[arg(long, value_name = "DURATION", env = "GNOMON_RAFT_ELECTION_TIMEOUT")]
+    #[arg(long, value_name = "DURATION", env = "GNOMON_RAFT_ELECTION_TIMEOUT", value_parser = crate::leader_args::duration_arg)]
     pub raft_election_timeout: Option<String>,
     /// Log entries between snapshots (default 5,000); a member that falls
     /// further behind than the entries kept after one is sent a snapshot.

@@ -198,7 +198,7 @@ pub struct WorkerArgs {
     #[arg(long, requires = "tls_cert", env = "GNOMON_TLS_KEY")]
     tls_key: Option<PathBuf>,
     /// On SIGTERM, how long running attempts may take to finish.
-    #[arg(long, default_value = "30s", env = "GNOMON_DRAIN_TIMEOUT")]
+    #[arg(long, default_value = "30s", env = "GNOMON_DRAIN_TIMEOUT", value_parser = crate::leader_args::duration_arg)]
     drain_timeout: String,
 }
 
@@ -217,13 +217,13 @@ pub struct StoreArgs {
     #[arg(long, default_value_t = 1, env = "GNOMON_STORE_POOL_MIN")]
     store_pool_min: u32,
     /// Longest wait to connect (or for a free connection).
-    #[arg(long, default_value = "5s", env = "GNOMON_STORE_CONNECT_TIMEOUT")]
+    #[arg(long, default_value = "5s", env = "GNOMON_STORE_CONNECT_TIMEOUT", value_parser = crate::leader_args::duration_arg)]
     store_connect_timeout: String,
     /// Longest a statement may run.
-    #[arg(long, default_value = "30s", env = "GNOMON_STORE_STATEMENT_TIMEOUT")]
+    #[arg(long, default_value = "30s", env = "GNOMON_STORE_STATEMENT_TIMEOUT", value_parser = crate::leader_args::duration_arg)]
     store_statement_timeout: String,
     /// Longest a statement waits for a row lock.
-    #[arg(long, default_value = "10s", env = "GNOMON_STORE_LOCK_TIMEOUT")]
+    #[arg(long, default_value = "10s", env = "GNOMON_STORE_LOCK_TIMEOUT", value_parser = crate::leader_args::duration_arg)]
     store_lock_timeout: String,
 }
 
@@ -278,7 +278,7 @@ pub struct ServerArgs {
     store: StoreArgs,
     /// Election backend: auto (etcd if --etcd is given, else the store's
     /// own lock for MySQL/PostgreSQL, else local), etcd, mysql, postgres, local.
-    #[arg(long, env = "GNOMON_ELECTION", default_value = "auto")]
+    #[arg(long, env = "GNOMON_ELECTION", default_value = "auto", value_parser = ["auto", "etcd", "mysql", "postgres", "local", "raft"])]
     election: String,
     /// etcd endpoints for the election: host:2379,host:2379,… (any store).
     #[arg(long, env = "GNOMON_ETCD")]
@@ -297,11 +297,11 @@ pub struct ServerArgs {
     #[arg(long, env = "GNOMON_CLUSTER")]
     cluster: Option<String>,
     /// How long a silent leader keeps its etcd lease or database lock.
-    #[arg(long, default_value = "5s", env = "GNOMON_ELECTION_TTL")]
+    #[arg(long, default_value = "5s", env = "GNOMON_ELECTION_TTL", value_parser = crate::leader_args::duration_arg)]
     election_ttl: String,
     /// When etcd cannot be reached: none (keep campaigning as a follower) or
     /// local (degraded: lead without mutual exclusion).
-    #[arg(long, default_value = "none", env = "GNOMON_ELECTION_FALLBACK")]
+    #[arg(long, default_value = "none", env = "GNOMON_ELECTION_FALLBACK", value_parser = ["none", "local"])]
     election_fallback: String,
     /// Declares this the only gnomon server on its MySQL/PostgreSQL store,
     /// which makes --election local acceptable there.

@@ -241,3 +241,21 @@ pub fn preview(v: &SchedulePreview, out: Output) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+pub fn settings(file: Option<&std::path::Path>, settings: &[crate::config::Setting], out: Output) -> anyhow::Result<()> {
+    let whole = serde_json::json!({ "file": file.map(|f| f.display().to_string()), "settings": settings });
+    if structured_list(&whole, settings, out)? {
+        return Ok(());
+    }
+    match file {
+        Some(f) => println!("configuration file: {}", f.display()),
+        None => println!("no configuration file (--config or GNOMON_CONFIG)"),
+    }
+    let rows = settings
+        .iter()
+        .filter(|s| s.source != "unset")
+        .map(|s| vec![s.name.clone(), s.value.clone(), s.source.to_string(), s.variable.clone().unwrap_or_default()])
+        .collect();
+    print_table(&["setting", "value", "source", "variable"], rows);
+    Ok(())
+}
