@@ -51,7 +51,12 @@ fn config_path(args: &[OsString]) -> Option<PathBuf> {
 /// `dev`, `worker` among the arguments (so `config show server` reads
 /// `[server]`).
 fn section(args: &[OsString]) -> Option<&'static str> {
-    args.iter().skip(1).find_map(|a| SECTIONS.iter().find(|s| a.to_str() == Some(**s)).copied())
+    args.iter().skip(1).find_map(|a| match a.to_str() {
+        // The doctor checks what a server would use.
+        Some("doctor") => Some("server"),
+        Some(a) => SECTIONS.iter().find(|s| **s == a).copied(),
+        None => None,
+    })
 }
 
 /// A TOML value as the text a flag would take.

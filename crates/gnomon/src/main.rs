@@ -4,6 +4,7 @@ mod auth_cmd;
 mod client;
 mod commands;
 mod config;
+mod doctor;
 mod leader_args;
 mod raft_member;
 mod serve;
@@ -98,6 +99,9 @@ enum Command {
     /// The configuration: file, environment and flags.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Check a store, an etcd cluster, a listen address and the servers a
+    /// worker would use, one line each (exit code 1 when a check fails).
+    Doctor(doctor::DoctorArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -318,6 +322,7 @@ async fn run(cli: Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(&mut std::io::stdout())?;
             Ok(())
         }
+        Command::Doctor(args) => doctor::run(args, &cli.server, cli.token.as_deref(), cli.ca.as_deref()).await,
         Command::Config(ConfigCmd::Show { command, flags }) => {
             table::settings(loaded.path.as_deref(), &config::effective(&command, &flags, &loaded)?, out)
         }
@@ -337,6 +342,7 @@ async fn run(cli: Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                 | Command::Completions { .. }
                 | Command::Man
                 | Command::Config(_)
+                | Command::Doctor(_)
                 | Command::Worker(WorkerCommand { cmd: None, .. }) => {
                     unreachable!("handled above")
                 }
