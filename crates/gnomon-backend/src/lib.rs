@@ -244,6 +244,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Whether [`Store::cluster_clock_skew`] can answer here once the
+    /// members have been heard from (raft with three voters or more).
+    fn measures_cluster_clocks(&self) -> bool {
+        false
+    }
+
     fn job_change_signal(&self) -> Option<tokio::sync::mpsc::Receiver<()>> {
         None
     }

@@ -183,11 +183,23 @@ impl Node {
                 self.hold_off(Duration::from_secs(1), &mut shutdown).await;
                 continue;
             };
+            // Where the store measures the members' clocks (raft), their
+            // median is the better reference. A cluster's first leader has
+            // no committed time and no readings to judge itself by: it
+            // waits (briefly) for the first round trips to measure the
+            // members, so that a wrong clock never commits the first
+            // leader time, which every later leader would start from.
+            let mut cluster_skew = self.handle.store.cluster_clock_skew();
+            if committed == 0 && cluster_skew.is_none() && self.handle.store.measures_cluster_clocks() {
+                let until = Instant::now() + FIRST_MEASURE;
+                while cluster_skew.is_none() && Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    cluster_skew = self.handle.store.cluster_clock_skew();
+                }
+            }
             let wall = self.handle.clock.now_millis();
             let estimate = meter.lock().unwrap_or_else(|p| p.into_inner()).estimate(Instant::now());
-            // Where the store measures the members' clocks (raft), their
-            // median is the better reference, and it already holds here.
-            let start_skew = self.handle.store.cluster_clock_skew().or_else(|| leader_time::takeover_skew(committed, wall, estimate));
+            let start_skew = cluster_skew.or_else(|| leader_time::takeover_skew(committed, wall, estimate));
             if leader_time::report(&self.handle.clock_status, start_skew, limits, "new leader") == Some(Verdict::StepDown) {
                 leader_time::stepped_down(&self.handle.clock_status, start_skew.unwrap_or(0), limits, wall, "taking over");
                 metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => "refused").increment(1);
@@ -294,6 +306,10 @@ impl Node {
         }
     }
 }
+
+/// How long a cluster's first leader waits for its members' clocks to be
+/// measured before it judges its own.
+const FIRST_MEASURE: Duration = Duration::from_secs(3);
 
 /// How often the leader prunes old runs and samples the store's size.
 const RETENTION_EVERY: Duration = Duration::from_secs(10);

@@ -299,6 +299,9 @@ fn a_member_whose_clock_is_ahead_never_fires_early() {
         _ => None,
     };
     wait_until("a scheduler on a member with a good clock", Duration::from_secs(60), || holder(&c, 1).is_some_and(|h| h != "n1"));
+    // The skewed member never committed the leader time (every later
+    // leader would start from it, firing ahead of time).
+    assert_eq!(committed_ahead(&c.addr(1)), None, "the committed leader time is ahead of the real time");
     let (status, body) = http(&c.addr(1), "POST", "/v1/jobs", Some(tick_job().as_bytes())).unwrap();
     assert_eq!(status, 201, "{body}");
     wait_until("three runs", Duration::from_secs(30), || c.runs(1).len() >= 3);
@@ -321,7 +324,16 @@ fn a_member_whose_clock_is_ahead_never_fires_early() {
     let runs = c.runs(other);
     let now = now_ms();
     assert!(runs.iter().all(|r| scheduled(r) <= now + 1_000), "an instant fired ahead of time: {runs:#?}");
+    assert_eq!(committed_ahead(&c.addr(other)), None, "the committed leader time is ahead of the real time");
     check_history(&runs);
+}
+
+/// The leader answer of `addr` when its committed leader time is more than
+/// a second ahead of the real time.
+fn committed_ahead(addr: &str) -> Option<String> {
+    let (_, v) = http(addr, "GET", "/v1/leader", None).unwrap();
+    let at = v["leader_time"].as_str().map(|t| gnomon_core::chrono::DateTime::parse_from_rfc3339(t).unwrap().timestamp_millis());
+    at.is_some_and(|t| t > now_ms() + 1_000).then(|| v.to_string())
 }
 
 #[test]

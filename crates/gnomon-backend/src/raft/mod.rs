@@ -209,6 +209,13 @@ impl Member {
         network::skew_from_offsets(&self.net.clock_offsets(&voters), voters.len() + 1)
     }
 
+    /// Whether the voters are enough for [`Member::cluster_clock_skew`] to
+    /// answer (three clocks or more).
+    pub fn measures_clocks(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.membership_config.membership().voter_ids().count() >= 3
+    }
+
     pub(crate) fn is_leader(&self) -> bool {
         let m = self.raft.metrics().borrow().clone();
         m.state == ServerState::Leader && m.current_leader == Some(self.id)
@@ -388,6 +395,10 @@ impl Store for RaftStore {
 
     fn cluster_clock_skew(&self) -> Option<i64> {
         self.member.cluster_clock_skew()
+    }
+
+    fn measures_cluster_clocks(&self) -> bool {
+        self.member.measures_clocks()
     }
 
     async fn advance_leader_time(&self, fence: &Fence, at: Millis) -> Result<Millis, StoreError> {
