@@ -301,7 +301,10 @@ fn a_member_whose_clock_is_ahead_never_fires_early() {
     wait_until("a scheduler on a member with a good clock", Duration::from_secs(60), || holder(&c, 1).is_some_and(|h| h != "n1"));
     // The skewed member never committed the leader time (every later
     // leader would start from it, firing ahead of time).
-    assert_eq!(committed_ahead(&c.addr(1)), None, "the committed leader time is ahead of the real time");
+    if let Some(v) = committed_ahead(&c.addr(1)) {
+        dump_logs(c.dir.path());
+        panic!("the committed leader time is ahead of the real time: {v}");
+    }
     let (status, body) = http(&c.addr(1), "POST", "/v1/jobs", Some(tick_job().as_bytes())).unwrap();
     assert_eq!(status, 201, "{body}");
     wait_until("three runs", Duration::from_secs(30), || c.runs(1).len() >= 3);
@@ -323,6 +326,10 @@ fn a_member_whose_clock_is_ahead_never_fires_early() {
     wait_until("fires after the failover", Duration::from_secs(30), || c.runs(other).len() >= before + 3);
     let runs = c.runs(other);
     let now = now_ms();
+    if !runs.iter().all(|r| scheduled(r) <= now + 1_000) || committed_ahead(&c.addr(other)).is_some() {
+        // Who led when, and what each member judged of its clock.
+        dump_logs(c.dir.path());
+    }
     assert!(runs.iter().all(|r| scheduled(r) <= now + 1_000), "an instant fired ahead of time: {runs:#?}");
     assert_eq!(committed_ahead(&c.addr(other)), None, "the committed leader time is ahead of the real time");
     check_history(&runs);
