@@ -17,6 +17,15 @@ pub struct DoctorArgs {
     /// etcd endpoints to check: host:2379,host:2379,…
     #[arg(long, env = "GNOMON_ETCD")]
     etcd: Option<String>,
+    /// TLS to the --etcd members: the CA that signed their certificates.
+    #[arg(long, env = "GNOMON_ETCD_CA", requires = "etcd")]
+    etcd_ca: Option<std::path::PathBuf>,
+    /// TLS client certificate for --etcd (with --etcd-key).
+    #[arg(long, env = "GNOMON_ETCD_CERT", requires_all = ["etcd_ca", "etcd_key"])]
+    etcd_cert: Option<std::path::PathBuf>,
+    /// TLS client key for --etcd.
+    #[arg(long, env = "GNOMON_ETCD_KEY", requires_all = ["etcd_ca", "etcd_cert"])]
+    etcd_key: Option<std::path::PathBuf>,
     /// The address a server would listen on.
     #[arg(long, env = "GNOMON_LISTEN")]
     listen: Option<String>,
@@ -71,7 +80,9 @@ pub async fn run(args: DoctorArgs, server: &str, token: Option<&str>, ca: Option
         store(&mut r, url).await;
     }
     if let Some(endpoints) = &args.etcd {
-        etcd(&mut r, endpoints).await;
+        let tls =
+            args.etcd_ca.clone().map(|ca| gnomon_backend::etcd::EtcdTls { ca, cert: args.etcd_cert.clone(), key: args.etcd_key.clone() });
+        etcd(&mut r, endpoints, tls).await;
     }
     if args.workers_view {
         servers(&mut r, server, token, ca).await;
@@ -128,9 +139,9 @@ async fn store(r: &mut Report, url: &str) {
     }
 }
 
-async fn etcd(r: &mut Report, endpoints: &str) {
-    let list: Vec<String> = endpoints.split(',').map(|e| e.trim().to_string()).filter(|e| !e.is_empty()).collect();
-    let target = gnomon_backend::etcd::EtcdTarget::new(list.clone());
+async fn etcd(r: &mut Report, endpoints: &str, tls: Option<gnomon_backend::etcd::EtcdTls>) {
+    let Some(list) = r.check(&format!("etcd endpoints {endpoints:?}"), gnomon_backend::etcd::parse_endpoints(endpoints)) else { return };
+    let target = gnomon_backend::etcd::EtcdTarget { endpoints: list.clone(), user: None, tls };
     let client = match gnomon_backend::etcd::connect_target(&target, Duration::from_secs(5)).await {
         Ok(c) => c,
         Err(e) => return r.fail(format!("etcd {endpoints}: {e}")),
@@ -143,7 +154,7 @@ async fn etcd(r: &mut Report, endpoints: &str) {
         Err(_) => r.fail("etcd member list: no answer within 5 s"),
     }
     for endpoint in list {
-        let one = gnomon_backend::etcd::EtcdTarget::new(vec![endpoint.clone()]);
+        let one = gnomon_backend::etcd::EtcdTarget { endpoints: vec![endpoint.clone()], ..target.clone() };
         match gnomon_backend::etcd::connect_target(&one, Duration::from_secs(3)).await {
             Ok(mut c) => match tokio::time::timeout(Duration::from_secs(3), c.status()).await {
                 Ok(Ok(s)) => r.ok(format!("etcd member {endpoint}: version {}, raft term {}", s.version(), s.raft_term())),

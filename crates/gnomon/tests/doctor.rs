@@ -41,6 +41,11 @@ fn doctor_reports_each_check_and_fails_on_any() {
     assert!(out.contains("FAIL  store postgres://nobody:***@") && !out.contains("secret"), "{out}");
     assert!(out.contains("FAIL  etcd 127.0.0.1:1") && out.contains("2 check(s) failed"), "{out}");
 
+    let (ok, out) = doctor(&["doctor", "--etcd", "127.0.0.1:1", "--etcd-ca", "/nonexistent/ca.pem"]);
+    assert!(!ok && out.contains("/nonexistent/ca.pem"), "the etcd TLS settings are used: {out}");
+    let (ok, out) = doctor(&["doctor", "--etcd", "127.0.0.1:1,,x"]);
+    assert!(!ok && out.contains("empty entry"), "{out}");
+
     let (ok, out) = doctor(&["doctor"]);
     assert!(!ok && out.contains("nothing to check"), "{out}");
 }
