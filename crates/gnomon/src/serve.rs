@@ -23,8 +23,6 @@ use gnomon_worker::{HandlerRegistry, WorkerConfig, WorkerRuntime, WorkerTls};
 #[derive(Args, Debug)]
 pub struct DevArgs {
     /// The address the API, the console and the worker protocol listen on.
-    /// The address the API, the console, the worker protocol (and raft
-    /// traffic) listen on.
     #[arg(long, default_value = "127.0.0.1:7400", env = "GNOMON_LISTEN")]
     listen: String,
     /// Where the embedded SQLite store, the worker's spool and its id live.

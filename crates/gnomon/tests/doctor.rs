@@ -4,10 +4,8 @@
 mod common;
 
 use std::process::Command;
-use std::time::Duration;
 
 use common::*;
-use serde_json::json;
 
 fn doctor(args: &[&str]) -> (bool, String) {
     let out = Command::new(BIN)
@@ -53,15 +51,7 @@ fn doctor_reports_each_check_and_fails_on_any() {
 #[test]
 fn doctor_checks_the_servers_a_worker_would_use() {
     let dir = tempfile::tempdir().unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let _dev = Proc::spawn(
-        dir.path(),
-        "dev",
-        &["dev".into(), "--listen".into(), addr.clone(), "--data-dir".into(), dir.path().join("data").display().to_string()],
-    );
-    wait_until("the server to lead", Duration::from_secs(60), || {
-        http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == json!(true)).unwrap_or(false)
-    });
+    let (_dev, addr) = leading_dev(dir.path());
     let (ok, out) = doctor(&["--server", &addr, "doctor", "--workers-view"]);
     assert!(ok, "{out}");
     assert!(out.contains("leader dev") && out.contains("every server reports the same leader"), "{out}");

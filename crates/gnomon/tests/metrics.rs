@@ -56,15 +56,7 @@ fn dashboards_and_alerts_name_only_exported_metrics() {
 #[test]
 fn every_exported_metric_has_help_and_type() {
     let dir = tempfile::tempdir().unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let _dev = Proc::spawn(
-        dir.path(),
-        "dev",
-        &["dev".into(), "--listen".into(), addr.clone(), "--data-dir".into(), dir.path().join("data").display().to_string()],
-    );
-    wait_until("the server to lead", Duration::from_secs(60), || {
-        http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == json!(true)).unwrap_or(false)
-    });
+    let (_dev, addr) = leading_dev(dir.path());
     // Some work, so that the run and dispatch metrics are recorded.
     let job = json!({"name": "m", "schedule": {"every": "1s"}, "executor": {"shell": {"command": "true"}}});
     assert_eq!(http(&addr, "POST", "/v1/jobs", Some(&serde_json::to_vec(&job).unwrap())).unwrap().0, 201);

@@ -74,16 +74,7 @@ impl Checker {
 #[test]
 fn every_answer_matches_the_published_document() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let _dev = Proc::spawn(
-        dir.path(),
-        "dev",
-        &["dev".into(), "--listen".into(), addr.clone(), "--data-dir".into(), dir.path().join("data").display().to_string()],
-    );
-    wait_until("the server to lead", Duration::from_secs(60), || {
-        http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == json!(true)).unwrap_or(false)
-    });
+    let (_dev, addr) = leading_dev(dir.path());
     let (status, mut doc) = http(&addr, "GET", "/v1/openapi.json", None).unwrap();
     assert_eq!(status, 200);
     assert_eq!(doc["openapi"].as_str().map(|v| v.starts_with("3.1")), Some(true), "an OpenAPI 3.1 document");

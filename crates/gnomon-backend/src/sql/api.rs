@@ -553,12 +553,7 @@ macro_rules! sql_api {
                         .fetch_optional(&self.pool)
                         .await
                         .map_err(db_err)?;
-                    let current = current.map(to_u64).unwrap_or(0);
-                    if current != fence.token {
-                        crate::count_fencing_rejection();
-                        return Err(StoreError::Fenced { scope: fence.scope.clone(), token: fence.token, current });
-                    }
-                    return Ok(0);
+                    return Self::fence_holds(fence, current).map(|()| 0);
                 }
                 let ids: Vec<String> = chosen.into_iter().take(max).collect();
                 let mut w = self.writer_conn().await?;

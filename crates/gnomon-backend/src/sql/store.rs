@@ -188,6 +188,12 @@ macro_rules! sql_store {
                     .fetch_optional(&mut **tx)
                     .await
                     .map_err(db_err)?;
+                Self::fence_holds(fence, current)
+            }
+
+            /// Whether the scope's recorded token (`current`, as read) is the
+            /// fence's; counts and reports the rejection when not.
+            fn fence_holds(fence: &Fence, current: Option<i64>) -> Result<(), StoreError> {
                 let current = current.map(to_u64).unwrap_or(0);
                 if current != fence.token {
                     crate::count_fencing_rejection();

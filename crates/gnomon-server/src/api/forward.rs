@@ -53,7 +53,9 @@ fn client(builder: reqwest::ClientBuilder) -> reqwest::Client {
         .unwrap_or_default()
 }
 
-fn not_leader(state: &ApiState, why: &str) -> ApiError {
+/// A `not_leader` answer: this server does not lead, and `why` it cannot
+/// help further.
+pub(super) fn not_leader(state: &ApiState, why: &str) -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "not_leader",

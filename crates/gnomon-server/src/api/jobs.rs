@@ -11,9 +11,9 @@ use gnomon_core::spec::{parse_job_json, JobSpec, DEFAULT_NAMESPACE};
 use serde::Deserialize;
 use tokio::sync::oneshot;
 
+use super::forward::not_leader;
 use super::{caller, check_ns, marked, query, read_body, reader, ApiError, ApiResult, ApiState, NsQuery};
 use crate::leader::LeaderCommand;
-use crate::node::SCOPE;
 
 /// A job as the API shows it.
 pub fn job_view(job: &JobRecord, next_fire_at: Option<i64>) -> Job {
@@ -192,14 +192,6 @@ pub(super) async fn resume_job(State(state): State<ApiState>, Path(name): Path<S
     set_paused(state, name, req, false).await
 }
 
-pub(super) fn not_leader(state: &ApiState) -> ApiError {
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "not_leader",
-        format!("node {} does not lead scope {SCOPE} right now; see GET /v1/leader", state.node.config.node_id),
-    )
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TriggerQuery {
@@ -228,13 +220,14 @@ pub(super) async fn trigger_job(State(state): State<ApiState>, Path(name): Path<
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_count", format!("count must be between 1 and {MAX_TRIGGER_COUNT}")));
     }
     load_job(&state, &ns, &name).await?;
-    let tx = state.node.leader_commands().ok_or_else(|| not_leader(&state))?;
+    let ended = || not_leader(&state, "its leader term ended during the call");
+    let tx = state.node.leader_commands().ok_or_else(ended)?;
     let (reply_tx, reply_rx) = oneshot::channel();
-    tx.send(LeaderCommand::Trigger { namespace: ns, name, count, reply: reply_tx }).await.map_err(|_| not_leader(&state))?;
+    tx.send(LeaderCommand::Trigger { namespace: ns, name, count, reply: reply_tx }).await.map_err(|_| ended())?;
     let ids = tokio::time::timeout(std::time::Duration::from_secs(30), reply_rx)
         .await
         .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", "the leader did not answer in 30s"))?
-        .map_err(|_| not_leader(&state))??;
+        .map_err(|_| ended())??;
     if count > 1 {
         return Ok((StatusCode::CREATED, Json(TriggerAnswer::Many(Triggered { count: ids.len(), ids }))).into_response());
     }

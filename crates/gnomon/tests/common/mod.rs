@@ -90,6 +90,21 @@ pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool
     panic!("timed out waiting for {what}");
 }
 
+/// A `gnomon dev` on a free loopback port with its data in `dir`, once it
+/// leads: the process and its address.
+pub fn leading_dev(dir: &Path) -> (Proc, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let dev = Proc::spawn(
+        dir,
+        "dev",
+        &["dev".into(), "--listen".into(), addr.clone(), "--data-dir".into(), dir.join("data").display().to_string()],
+    );
+    wait_until("the server to lead", Duration::from_secs(60), || {
+        http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == serde_json::json!(true)).unwrap_or(false)
+    });
+    (dev, addr)
+}
+
 /// `gnomon auth new NAME --role ROLE …`: (token, auth file entry).
 pub fn new_credential(name: &str, args: &[&str]) -> (String, String) {
     let out = Command::new(BIN).args(["auth", "new", name]).args(args).output().unwrap();
