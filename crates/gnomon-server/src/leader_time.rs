@@ -303,11 +303,17 @@ pub struct Keeper {
 }
 
 impl Keeper {
-    pub async fn run(self) {
+    /// Runs until it steps down or `stop` turns true. A write under way when
+    /// `stop` comes is finished first, so no commit of this term lands after
+    /// the term's loops have stopped.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut tick = tokio::time::interval(WRITE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
             let (stepped, own) = (self.clock.stepped(), self.clock.skew());
             // Without a skew to start from, only a step is news; where the
             // store measures the members' clocks (raft), the cluster's

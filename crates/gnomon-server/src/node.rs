@@ -232,6 +232,7 @@ impl Node {
                 }
             });
             let stepped_before = self.handle.clock_status().stepped_down_at;
+            let (keeper_stop, keeper_stopped) = watch::channel(false);
             let keeper = tokio::spawn(
                 Keeper {
                     store: self.handle.store.clone(),
@@ -242,7 +243,7 @@ impl Node {
                     status: self.handle.clock_status.clone(),
                     step_down: step_tx,
                 }
-                .run(),
+                .run(keeper_stopped),
             );
             let runtime = LeaderRuntime::new(LeaderParts {
                 store: self.handle.store.clone(),
@@ -257,8 +258,14 @@ impl Node {
             let retention = tokio::spawn(retention_loop(self.handle.store.clone(), fence, self.handle.config.leader.clone(), clock));
             let exit = runtime.run().await;
             retention.abort();
-            keeper.abort();
             forward.abort();
+            // The keeper finishes a commit under way (bounded: the store
+            // may be gone), so none lands after the term has ended here.
+            let _ = keeper_stop.send(true);
+            let keeper_abort = keeper.abort_handle();
+            if tokio::time::timeout(KEEPER_STOP, keeper).await.is_err() {
+                keeper_abort.abort();
+            }
             let clock_fault = self.handle.clock_status().stepped_down_at != stepped_before;
             {
                 let mut st = self.handle.write();
@@ -306,6 +313,9 @@ impl Node {
         }
     }
 }
+
+/// How long a stopping term waits for its clock keeper's last write.
+const KEEPER_STOP: Duration = Duration::from_secs(5);
 
 /// How long a cluster's first leader waits for its members' clocks to be
 /// measured before it judges its own.
