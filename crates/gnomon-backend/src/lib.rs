@@ -104,6 +104,10 @@ pub struct TurnWrite {
 /// - **Preconditions** on job writes are checked atomically with the write.
 /// - **Pagination** of runs is newest first and stable under concurrent
 ///   inserts: a cursor never yields a run twice or skips an older one.
+/// - **Notifications** are written by the transition that carries them,
+///   only if it applies, and are never written twice (insert-or-ignore by
+///   id); a delivery changes one only while it is pending with the attempts
+///   the deliverer read; pruning a run deletes its notifications.
 /// - **Leader time** only moves forward: `advance_leader_time` is fenced and
 ///   takes the maximum; `fence` leaves it as it is.
 #[async_trait]
@@ -204,6 +208,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         }
         Ok(out)
     }
+
+    // --- notifications (the outbox) ---
+    /// Pending notifications due at `now` (oldest due first), at most `limit`.
+    async fn due_notifications(&self, now: Millis, limit: u32) -> Result<Vec<Notification>, StoreError>;
+    /// Records a delivery, fenced: applies only while the notification is
+    /// still pending with `attempts_before` attempts (false otherwise).
+    async fn settle_notification(&self, fence: &Fence, delivery: &Delivery) -> Result<bool, StoreError>;
+    /// A run's notifications, in id order.
+    async fn run_notifications(&self, run_id: &str) -> Result<Vec<Notification>, StoreError>;
 
     // --- retention (token-checked) ---
     /// Deletes terminal runs (with their attempts) beyond the newest

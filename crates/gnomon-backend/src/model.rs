@@ -153,6 +153,10 @@ pub struct Transition {
     pub next_attempt_at: Option<Millis>,
     pub attempt: Option<AttemptChange>,
     pub at: Millis,
+    /// Notifications written with the transition, only if it applies
+    /// (insert-or-ignore by id).
+    #[serde(default)]
+    pub notify: Vec<NewNotification>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -284,4 +288,101 @@ impl Transition {
         }
         true
     }
+}
+
+/// A notification to deliver, as the leader writes it with the outcome it
+/// tells of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewNotification {
+    /// `<run id>/<outcome>/<target index>` ([`gnomon_core::notify::notification_id`]).
+    pub id: String,
+    pub run_id: String,
+    pub namespace: String,
+    pub job: String,
+    /// `failed`, `succeeded`, `late` or `recovered`.
+    pub outcome: String,
+    /// The target as the job named it then (JSON of a `NotifyTarget`).
+    pub target: String,
+    pub created_at: Millis,
+}
+
+/// Where a notification's delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NotificationState {
+    /// To be sent (again) at `next_at`.
+    Pending,
+    /// Delivered (the receiver answered 2xx).
+    Sent,
+    /// Given up on: attempts used up, or the receiver refused it for good.
+    Failed,
+    /// Not sent, and rightly so (a success that was no recovery).
+    Skipped,
+}
+
+impl NotificationState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotificationState::Pending => "pending",
+            NotificationState::Sent => "sent",
+            NotificationState::Failed => "failed",
+            NotificationState::Skipped => "skipped",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Pending, Self::Sent, Self::Failed, Self::Skipped].into_iter().find(|x| x.as_str() == s)
+    }
+}
+
+/// A stored notification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notification {
+    pub id: String,
+    pub run_id: String,
+    pub namespace: String,
+    pub job: String,
+    pub outcome: String,
+    pub target: String,
+    pub state: NotificationState,
+    /// Deliveries tried so far.
+    pub attempts: u32,
+    /// When the next delivery is due (pending ones).
+    pub next_at: Millis,
+    pub last_error: Option<String>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+impl Notification {
+    pub fn new(n: &NewNotification) -> Notification {
+        Notification {
+            id: n.id.clone(),
+            run_id: n.run_id.clone(),
+            namespace: n.namespace.clone(),
+            job: n.job.clone(),
+            outcome: n.outcome.clone(),
+            target: n.target.clone(),
+            state: NotificationState::Pending,
+            attempts: 0,
+            next_at: n.created_at,
+            last_error: None,
+            created_at: n.created_at,
+            updated_at: n.created_at,
+        }
+    }
+}
+
+/// What one delivery came to: the notification's new state, attempts and
+/// due time, written with a compare on the attempts it had.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub id: String,
+    /// The attempts it had when this delivery began (the compare).
+    pub attempts_before: u32,
+    pub state: NotificationState,
+    pub attempts: u32,
+    pub next_at: Millis,
+    pub error: Option<String>,
+    pub at: Millis,
 }

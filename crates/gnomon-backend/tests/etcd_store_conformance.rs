@@ -249,6 +249,7 @@ async fn batches_beyond_one_txn_are_split_within_etcds_limits() {
                 next_attempt_at: None,
                 attempt: Some(change()),
                 at: 5,
+                notify: Vec::new(),
             })
             .collect()
     };

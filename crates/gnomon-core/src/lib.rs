@@ -7,6 +7,7 @@ pub mod backpressure;
 pub mod clock;
 pub mod duration;
 pub mod error;
+pub mod notify;
 pub mod policy;
 pub mod preview;
 pub mod retry;

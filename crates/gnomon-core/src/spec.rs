@@ -43,6 +43,9 @@ pub struct JobSpec {
     pub catchup_window: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteSpec>,
+    /// Who is told of the runs' outcomes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<crate::notify::NotifyTarget>,
     /// Read-only metadata that the API adds (version, timestamps). Accepted
     /// and ignored on write so `job get -o json | job apply -f -` works;
     /// a compiled spec never holds it.
@@ -393,6 +396,7 @@ impl JobSpec {
                 }
             }
         }
+        crate::notify::compile_targets(&mut spec.notify)?;
         Ok(CompiledJob {
             spec,
             schedule,

@@ -351,6 +351,7 @@ async fn failed_writes_lose_no_due_fire_and_no_retry() {
         next_attempt_at: next,
         attempt: Some(attempt),
         at: 999_500,
+        notify: Vec::new(),
     };
     let assign = AttemptChange::Assign { attempt: 1, worker: "gone".into(), token: fence.token };
     let end = AttemptChange::End { attempt: 1, state: AttemptState::Lost, exit_code: None, output: String::new(), started_at: None };

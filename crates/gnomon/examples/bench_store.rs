@@ -55,6 +55,7 @@ fn tr(id: &str, from: RunState, fa: u32, to: RunState, ta: u32, attempt: Attempt
         next_attempt_at: None,
         attempt: Some(attempt),
         at: 1,
+        notify: Vec::new(),
     }
 }
 

@@ -19,6 +19,8 @@
 //! | `P/epochs/<scope>` | the scope's epoch counter (token source for lock-less electors) |
 //! | `P/fence/<scope>` | the scope's current fencing token |
 //! | `P/leadership/<scope>` | who holds that token (holder, address, backend, since, election key) |
+//! | `P/notify/<run id>/<outcome>/<target>` | a notification (the outbox) |
+//! | `P/notify_due/<notification id>` | the due time of a pending notification |
 //! | `P/clock/<scope>` | the committed leader time (milliseconds; only ever raised, fenced) |
 //! | `P/election/<scope>/…` | etcd's election keys (the etcd elector) |
 //!
@@ -49,6 +51,7 @@ use crate::*;
 
 mod clock;
 mod election;
+mod notify;
 mod records;
 mod retention;
 mod sessions;
@@ -630,6 +633,18 @@ impl Store for EtcdStore {
             }
         }
         Err(StoreError::Unavailable("cancel: too many concurrent writers".into()))
+    }
+
+    async fn due_notifications(&self, now: Millis, limit: u32) -> Result<Vec<Notification>, StoreError> {
+        self.due(now, limit).await
+    }
+
+    async fn settle_notification(&self, fence: &Fence, delivery: &Delivery) -> Result<bool, StoreError> {
+        self.settle(fence, delivery).await
+    }
+
+    async fn run_notifications(&self, run_id: &str) -> Result<Vec<Notification>, StoreError> {
+        self.of_run(run_id).await
     }
 
     async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError> {

@@ -94,7 +94,7 @@ impl EtcdStore {
         // Delete in txns: the run (if unchanged since read), its index
         // entries and its attempts, under the leader's fence.
         let mut deleted = 0u64;
-        for chunk in victims.chunks((MAX_OPS - 4) / 5) {
+        for chunk in victims.chunks((MAX_OPS - 4) / 7) {
             let mut compares = self.fence_compares(fence).await?;
             let mut ops = Vec::new();
             for (run, rev) in chunk {
@@ -105,6 +105,7 @@ impl EtcdStore {
                 ops.push(TxnOp::delete(self.k(&format!("idx/job/{}/{}", run.job, seq_key(run.seq))), None));
                 ops.push(TxnOp::delete(self.uid_index_key(&run.job_uid, run.seq), None));
                 ops.push(TxnOp::delete(self.k(&format!("attempts/{}/", run.id)), Some(etcd_client::DeleteOptions::new().with_prefix())));
+                ops.extend(self.notification_prune_ops(&run.id));
             }
             if self.txn(Txn::new().when(compares).and_then(ops)).await?.succeeded() {
                 deleted += chunk.len() as u64;

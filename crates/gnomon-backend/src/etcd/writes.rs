@@ -80,13 +80,14 @@ impl EtcdStore {
         let mut applied = vec![false; transitions.len()];
         // Chunks never split one run's transitions.
         // A txn's cost: per run, a put and maybe a delete (2 ops) and one
-        // compare; per attempt change, a put and a compare.
+        // compare; per attempt change, a put and a compare; per
+        // notification, two puts.
         let mut chunks: Vec<Vec<usize>> = Vec::new();
         let mut cur: Vec<usize> = Vec::new();
         let mut cur_ids: HashSet<&str> = HashSet::new();
         let mut cost = 0;
         for (i, t) in transitions.iter().enumerate() {
-            let add = if cur_ids.contains(t.run_id.as_str()) { 0 } else { 2 } + usize::from(t.attempt.is_some());
+            let add = if cur_ids.contains(t.run_id.as_str()) { 0 } else { 2 } + usize::from(t.attempt.is_some()) + 2 * t.notify.len();
             if cost + add > MAX_OPS - 4 && !cur.is_empty() && !cur_ids.contains(t.run_id.as_str()) {
                 chunks.push(std::mem::take(&mut cur));
                 cur_ids.clear();
@@ -299,6 +300,12 @@ impl EtcdStore {
                 ops.push(TxnOp::put(key, json(run), None));
                 if run.state.is_terminal() {
                     ops.push(TxnOp::delete(self.k(&format!("open/{id}")), None));
+                }
+            }
+            let mut noted: HashSet<&str> = HashSet::new();
+            for &i in &done {
+                for n in all[i].notify.iter().filter(|n| noted.insert(n.id.as_str())) {
+                    ops.extend(self.notification_ops(n));
                 }
             }
             for k in &touched_attempts {

@@ -76,6 +76,16 @@ const MIGRATIONS: &[Migration] = &[
     },
     // The committed leader time (see the SQLite migration 6).
     Migration { version: 5, statements: &["ALTER TABLE leadership ADD COLUMN leader_time BIGINT NOT NULL DEFAULT 0"] },
+    Migration {
+        version: 6,
+        statements: &["CREATE TABLE notifications (
+            id VARCHAR(96) NOT NULL PRIMARY KEY, run_id VARCHAR(64) NOT NULL, namespace VARCHAR(64) NOT NULL,
+            job VARCHAR(128) NOT NULL, outcome VARCHAR(16) NOT NULL, target TEXT NOT NULL, state VARCHAR(16) NOT NULL,
+            attempts BIGINT NOT NULL, next_at BIGINT NOT NULL, last_error TEXT NULL,
+            created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,
+            KEY notifications_by_run (run_id), KEY notifications_due (state, next_at)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"],
+    },
 ];
 
 const DIALECT: Dialect = Dialect {

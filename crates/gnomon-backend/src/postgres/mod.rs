@@ -71,6 +71,17 @@ const MIGRATIONS: &[Migration] = &[
     },
     // The committed leader time (see the SQLite migration 6).
     Migration { version: 5, statements: &["ALTER TABLE leadership ADD COLUMN IF NOT EXISTS leader_time BIGINT NOT NULL DEFAULT 0"] },
+    Migration {
+        version: 6,
+        statements: &[
+            "CREATE TABLE IF NOT EXISTS notifications (
+            id TEXT NOT NULL PRIMARY KEY, run_id TEXT NOT NULL, namespace TEXT NOT NULL, job TEXT NOT NULL,
+            outcome TEXT NOT NULL, target TEXT NOT NULL, state TEXT NOT NULL, attempts BIGINT NOT NULL,
+            next_at BIGINT NOT NULL, last_error TEXT, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS notifications_by_run ON notifications (run_id)",
+            "CREATE INDEX IF NOT EXISTS notifications_due ON notifications (next_at) WHERE state = 'pending'",
+        ],
+    },
 ];
 
 const DIALECT: Dialect = Dialect {

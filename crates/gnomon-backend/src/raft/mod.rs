@@ -435,6 +435,18 @@ impl Store for RaftStore {
         self.read().await?.get_run(run_id).await
     }
 
+    async fn due_notifications(&self, now: Millis, limit: u32) -> Result<Vec<Notification>, StoreError> {
+        self.read().await?.due_notifications(now, limit).await
+    }
+
+    async fn settle_notification(&self, fence: &Fence, delivery: &Delivery) -> Result<bool, StoreError> {
+        proposed!(self, Command::SettleNotification { fence: fence.clone(), delivery: delivery.clone() }, Reply::Settled(b) => b)
+    }
+
+    async fn run_notifications(&self, run_id: &str) -> Result<Vec<Notification>, StoreError> {
+        self.read().await?.run_notifications(run_id).await
+    }
+
     async fn list_runs(&self, filter: &RunFilter, limit: u32, cursor: Option<i64>) -> Result<RunPage, StoreError> {
         self.read().await?.list_runs(filter, limit, cursor).await
     }

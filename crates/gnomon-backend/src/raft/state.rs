@@ -149,6 +149,7 @@ impl StateMachine {
             Command::RequestCancel { run_id, now } => Reply::Cancel(store.request_cancel(&run_id, now).await?),
             Command::Prune { fence, keep_per_job, before, max } => Reply::Pruned(store.prune(&fence, keep_per_job, before, max).await?),
             Command::LeaderTime { fence, at } => Reply::LeaderTime(store.advance_leader_time(&fence, at).await?),
+            Command::SettleNotification { fence, delivery } => Reply::Settled(store.settle_notification(&fence, &delivery).await?),
         })
     }
 

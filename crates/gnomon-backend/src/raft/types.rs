@@ -8,7 +8,7 @@ use gnomon_core::Millis;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    CancelOutcome, Fence, FireOutcome, JobAdvance, JobRecord, LeaderInfo, NewRun, Precondition, StoreError, Transition, TurnWrite,
+    CancelOutcome, Delivery, Fence, FireOutcome, JobAdvance, JobRecord, LeaderInfo, NewRun, Precondition, StoreError, Transition, TurnWrite,
 };
 
 openraft::declare_raft_types!(
@@ -94,6 +94,11 @@ pub enum Command {
         fence: Fence,
         at: Millis,
     },
+    /// A notification's delivery, recorded.
+    SettleNotification {
+        fence: Fence,
+        delivery: Delivery,
+    },
 }
 
 /// What applying a command gave (the same on every member).
@@ -112,6 +117,7 @@ pub enum Reply {
     Cancel(CancelOutcome),
     Pruned(u64),
     LeaderTime(Millis),
+    Settled(bool),
 }
 
 impl Reply {
@@ -239,6 +245,7 @@ mod tests {
                     started_at: Some(900),
                 }),
                 at: 1000,
+                notify: Vec::new(),
             }],
         });
         for e in [put, turn] {

@@ -469,6 +469,48 @@ macro_rules! sql_api {
                 n.and_then(|n| u64::try_from(n).ok())
             }
 
+            async fn due_notifications(&self, now: Millis, limit: u32) -> Result<Vec<Notification>, StoreError> {
+                let rows = sqlx::query(&D.q("SELECT * FROM notifications WHERE state = 'pending' AND next_at <= ? ORDER BY next_at LIMIT ?"))
+                    .bind(now)
+                    .bind(i64::from(limit.clamp(1, 1000)))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(db_err)?;
+                rows.iter().map(notification_from_row).collect()
+            }
+
+            async fn settle_notification(&self, fence: &Fence, d: &Delivery) -> Result<bool, StoreError> {
+                let mut w = self.writer_conn().await?;
+                let mut tx = Self::begin_write(&mut w).await?;
+                Self::check_fence(&mut tx, fence).await?;
+                let n = sqlx::query(&D.q(
+                    "UPDATE notifications SET state = ?, attempts = ?, next_at = ?, last_error = ?, updated_at = ? \
+                     WHERE id = ? AND state = 'pending' AND attempts = ?",
+                ))
+                .bind(d.state.as_str())
+                .bind(i64::from(d.attempts))
+                .bind(d.next_at)
+                .bind(d.error.clone())
+                .bind(d.at)
+                .bind(&d.id)
+                .bind(i64::from(d.attempts_before))
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?
+                .rows_affected();
+                tx.commit().await.map_err(db_err)?;
+                Ok(n == 1)
+            }
+
+            async fn run_notifications(&self, run_id: &str) -> Result<Vec<Notification>, StoreError> {
+                let rows = sqlx::query(&D.q("SELECT * FROM notifications WHERE run_id = ? ORDER BY id"))
+                    .bind(run_id)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(db_err)?;
+                rows.iter().map(notification_from_row).collect()
+            }
+
             async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
                 // The runs to delete are chosen by reads that walk indexes,
                 // outside the write transaction (a terminal run stays
@@ -561,7 +603,7 @@ macro_rules! sql_api {
                 Self::check_fence(&mut tx, fence).await?;
                 let mut deleted = 0u64;
                 for chunk in ids.chunks(CHUNK) {
-                    for table in ["attempts WHERE run_id", "runs WHERE id"] {
+                    for table in ["attempts WHERE run_id", "notifications WHERE run_id", "runs WHERE id"] {
                         let mut qb = sqlx::QueryBuilder::<$db>::new(format!("DELETE FROM {table} IN ("));
                         let mut sep = qb.separated(", ");
                         for id in chunk {

@@ -319,6 +319,7 @@ mod tests {
             next_attempt_at: None,
             attempt: None,
             at: 7,
+            notify: Vec::new(),
         }
     }
 

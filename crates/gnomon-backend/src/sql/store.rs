@@ -97,6 +97,24 @@ macro_rules! sql_store {
             })
         }
 
+        fn notification_from_row(r: &$row) -> Result<Notification, StoreError> {
+            let state = text(r, "state")?;
+            Ok(Notification {
+                id: text(r, "id")?,
+                run_id: text(r, "run_id")?,
+                namespace: text(r, "namespace")?,
+                job: text(r, "job")?,
+                outcome: text(r, "outcome")?,
+                target: text(r, "target")?,
+                state: NotificationState::parse(&state).ok_or_else(|| StoreError::Corrupt(format!("notification state {state:?}")))?,
+                attempts: u32::try_from(r.try_get::<i64, _>("attempts").map_err(db_err)?).unwrap_or(0),
+                next_at: r.try_get("next_at").map_err(db_err)?,
+                last_error: opt_text(r, "last_error")?,
+                created_at: r.try_get("created_at").map_err(db_err)?,
+                updated_at: r.try_get("updated_at").map_err(db_err)?,
+            })
+        }
+
         fn attempt_from_row(r: &$row) -> Result<AttemptRecord, StoreError> {
             let state = text(r, "state")?;
             Ok(AttemptRecord {

@@ -43,6 +43,9 @@ macro_rules! sql_writes {
                     .filter_map(|(t, _)| t.attempt.as_ref().map(|c| (t.run_id.as_str(), c, t.at)))
                     .collect();
                 Self::apply_attempt_changes(&mut tx, &attempts).await?;
+                let notes: Vec<&NewNotification> =
+                    transitions.iter().zip(&folded).filter(|(_, f)| **f).flat_map(|(t, _)| t.notify.iter()).collect();
+                Self::insert_notifications(&mut tx, &notes).await?;
                 let rest: Vec<Transition> = transitions.iter().zip(&folded).filter(|(_, f)| !**f).map(|(t, _)| t.clone()).collect();
                 let mut rest_applied = Self::transition_in(&mut tx, &rest).await?.into_iter();
                 let applied = folded.iter().map(|f| *f || rest_applied.next().unwrap_or(false)).collect();
@@ -228,7 +231,35 @@ macro_rules! sql_writes {
                     }
                 }
                 Self::apply_attempt_changes(tx, &plan.attempts).await?;
+                let notes: Vec<&NewNotification> =
+                    transitions.iter().zip(&plan.applied).filter(|(_, ok)| **ok).flat_map(|(t, _)| t.notify.iter()).collect();
+                Self::insert_notifications(tx, &notes).await?;
                 Ok(plan.applied)
+            }
+
+            /// The notifications of applied transitions, insert-or-ignore.
+            async fn insert_notifications(tx: &mut Tx<'_>, notes: &[&NewNotification]) -> Result<(), StoreError> {
+                for chunk in notes.chunks(CHUNK / 8) {
+                    let mut qb: QueryBuilder<$db> = QueryBuilder::new(
+                        "INSERT INTO notifications (id, run_id, namespace, job, outcome, target, state, attempts, next_at, created_at, updated_at) ",
+                    );
+                    qb.push_values(chunk, |mut b, n| {
+                        b.push_bind(n.id.clone())
+                            .push_bind(n.run_id.clone())
+                            .push_bind(n.namespace.clone())
+                            .push_bind(n.job.clone())
+                            .push_bind(n.outcome.clone())
+                            .push_bind(n.target.clone())
+                            .push_bind("pending")
+                            .push_bind(0i64)
+                            .push_bind(n.created_at)
+                            .push_bind(n.created_at)
+                            .push_bind(n.created_at);
+                    });
+                    qb.push(D.ignore("id"));
+                    qb.build().persistent(false).execute(&mut **tx).await.map_err(db_err)?;
+                }
+                Ok(())
             }
 
         }

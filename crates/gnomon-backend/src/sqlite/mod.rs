@@ -130,6 +130,20 @@ const MIGRATIONS: &[Migration] = &[
     },
     // The committed leader time: a new leader's clock never runs below it.
     Migration { version: 6, statements: &["ALTER TABLE leadership ADD COLUMN leader_time INTEGER NOT NULL DEFAULT 0"] },
+    // The notification outbox: written with the outcome it tells of, sent
+    // by the leader.
+    Migration {
+        version: 7,
+        statements: &["BEGIN;
+         CREATE TABLE notifications (
+            id TEXT NOT NULL PRIMARY KEY, run_id TEXT NOT NULL, namespace TEXT NOT NULL, job TEXT NOT NULL,
+            outcome TEXT NOT NULL, target TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL,
+            next_at INTEGER NOT NULL, last_error TEXT, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL
+         ) WITHOUT ROWID;
+         CREATE INDEX notifications_by_run ON notifications (run_id);
+         CREATE INDEX notifications_due ON notifications (next_at) WHERE state = 'pending';
+         COMMIT;"],
+    },
 ];
 
 const DIALECT: Dialect = Dialect {

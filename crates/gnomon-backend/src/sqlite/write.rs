@@ -59,6 +59,9 @@ const CAS_RUN: &str = "UPDATE runs SET state = ?4, attempt = ?5, reason = COALES
                        WHERE id = ?1 AND state = ?2 AND attempt = ?3";
 const INSERT_ATTEMPT: &str = "INSERT INTO attempts (run_id, attempt, worker, token, state, assigned_at, output) \
                               VALUES (?1, ?2, ?3, ?4, 'assigned', ?5, '')";
+const INSERT_NOTIFICATION: &str = "INSERT INTO notifications (id, run_id, namespace, job, outcome, target, state, attempts, \
+                                   next_at, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?7, ?7, ?7) \
+                                   ON CONFLICT DO NOTHING";
 const START_ATTEMPT: &str = "UPDATE attempts SET state = 'running', started_at = ?3 \
                              WHERE run_id = ?1 AND attempt = ?2 AND state = 'assigned'";
 const END_ATTEMPT: &str = "UPDATE attempts SET state = ?3, ended_at = ?4, started_at = COALESCE(started_at, ?5, ?4), \
@@ -152,6 +155,12 @@ pub(crate) fn turn_write(
             if ok {
                 if let Some(change) = &t.attempt {
                     apply_attempt_change(&tx, &t.run_id, change, t.at)?;
+                }
+                for n in &t.notify {
+                    tx.prepare_cached(INSERT_NOTIFICATION)
+                        .map_err(err)?
+                        .execute(params![n.id, n.run_id, n.namespace, n.job, n.outcome, n.target, n.created_at])
+                        .map_err(err)?;
                 }
             }
             applied.push(ok);

@@ -122,6 +122,7 @@ impl LeaderRuntime {
                     next_attempt_at: None,
                     attempt: None,
                     at: now,
+                    notify: Vec::new(),
                 });
                 continue;
             };
@@ -173,6 +174,7 @@ impl LeaderRuntime {
                 next_attempt_at: None,
                 attempt: Some(AttemptChange::Assign { attempt, worker: worker.clone(), token: self.fence.token }),
                 at: now,
+                notify: Vec::new(),
             });
             targets.push(worker);
         }

@@ -516,6 +516,7 @@ impl LeaderRuntime {
                     next_attempt_at: None,
                     attempt: None,
                     at: now,
+                    notify: Vec::new(),
                 }),
                 RunState::Assigned | RunState::Running => {
                     let attempt = run.attempt;

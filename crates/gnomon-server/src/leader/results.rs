@@ -64,6 +64,7 @@ impl LeaderRuntime {
                             next_attempt_at: None,
                             attempt: Some(AttemptChange::Start { attempt: *attempt }),
                             at: *at,
+                            notify: Vec::new(),
                         });
                         scratch.insert(run_id.clone(), (RunState::Running, current));
                     }

@@ -200,6 +200,7 @@ impl LeaderRuntime {
                     next_attempt_at: None,
                     attempt: None,
                     at: now,
+                    notify: Vec::new(),
                 });
             }
         }
@@ -345,6 +346,7 @@ impl LeaderRuntime {
             next_attempt_at,
             attempt: Some(AttemptChange::End { attempt: run.attempt, state: outcome, exit_code, output, started_at: None }),
             at: now,
+            notify: Vec::new(),
         })
     }
 }

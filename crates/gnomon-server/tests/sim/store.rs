@@ -242,4 +242,14 @@ impl Store for FaultyStore {
         self.read_fault()?;
         self.inner.live_attempts().await
     }
+    async fn due_notifications(&self, now: Millis, limit: u32) -> Result<Vec<Notification>, StoreError> {
+        self.read_fault()?;
+        self.inner.due_notifications(now, limit).await
+    }
+    async fn settle_notification(&self, fence: &Fence, delivery: &Delivery) -> Result<bool, StoreError> {
+        self.write(fence, self.inner.settle_notification(fence, delivery)).await
+    }
+    async fn run_notifications(&self, run_id: &str) -> Result<Vec<Notification>, StoreError> {
+        self.inner.run_notifications(run_id).await
+    }
 }
