@@ -30,6 +30,32 @@ pub struct Run {
     /// Why a pending run has not been assigned yet, when the leader knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+    /// The notifications its outcomes raised (on a single run's answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifications: Option<Vec<RunNotification>>,
+}
+
+/// One notification of a run: where it goes and how its delivery stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunNotification {
+    pub id: String,
+    /// `failed`, `succeeded`, `late` or `recovered`.
+    pub outcome: String,
+    /// `webhook` or `slack`.
+    pub kind: String,
+    /// Where it goes: the target URL's origin only (scheme, host, port;
+    /// its path may hold a credential).
+    pub destination: String,
+    /// `pending`, `sent`, `failed` (given up) or `skipped` (not due).
+    pub state: String,
+    /// Deliveries tried so far.
+    pub attempts: u32,
+    /// When a pending one is tried next.
+    pub next_at: Option<String>,
+    /// The last failed delivery's error, or why it was skipped.
+    pub last_error: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
 }
 
 /// One execution of a run on a worker.

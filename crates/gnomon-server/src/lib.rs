@@ -11,6 +11,7 @@ pub mod leader_time;
 pub mod listener;
 pub mod metrics_setup;
 pub mod node;
+pub mod notifier;
 pub mod openapi;
 mod outbound;
 pub mod sessions;

@@ -255,9 +255,13 @@ impl Node {
                 shutdown: shutdown.clone(),
                 view,
             });
-            let retention = tokio::spawn(retention_loop(self.handle.store.clone(), fence, self.handle.config.leader.clone(), clock));
+            let retention =
+                tokio::spawn(retention_loop(self.handle.store.clone(), fence.clone(), self.handle.config.leader.clone(), clock.clone()));
+            let notifier =
+                tokio::spawn(crate::notifier::notify_loop(self.handle.store.clone(), fence, clock, crate::notifier::env_secrets()));
             let exit = runtime.run().await;
             retention.abort();
+            notifier.abort();
             forward.abort();
             // The keeper finishes a commit under way (bounded: the store
             // may be gone), so none lands after the term has ended here.

@@ -153,6 +153,22 @@ pub fn run_detail(v: &Run, out: Output) -> anyhow::Result<()> {
             }
         }
     }
+    let notes = v.notifications.as_deref().unwrap_or_default();
+    if !notes.is_empty() {
+        println!();
+        let rows = notes
+            .iter()
+            .map(|n| {
+                let detail = match (&n.next_at, &n.last_error) {
+                    (Some(at), Some(e)) => format!("{e}; next at {at}"),
+                    (Some(at), None) => format!("next at {at}"),
+                    (None, e) => opt(e),
+                };
+                vec![n.outcome.clone(), n.kind.clone(), n.destination.clone(), n.state.clone(), n.attempts.to_string(), detail]
+            })
+            .collect();
+        print_table(&["notify", "kind", "to", "state", "tries", "detail"], rows);
+    }
     Ok(())
 }
 

@@ -45,7 +45,31 @@ pub fn run_view(run: &RunRecord, detail: Option<&RunDetail>, with_output: bool) 
                 .collect()
         }),
         waiting_for: None,
+        notifications: None,
     }
+}
+
+/// A run's notifications as the API shows them.
+pub fn notification_views(list: &[gnomon_backend::Notification]) -> Vec<gnomon_api::runs::RunNotification> {
+    list.iter()
+        .map(|n| {
+            let target: Option<gnomon_core::notify::NotifyTarget> = serde_json::from_str(&n.target).ok();
+            let destination =
+                target.as_ref().and_then(|t| url::Url::parse(t.url()).ok()).map(|u| u.origin().ascii_serialization()).unwrap_or_default();
+            gnomon_api::runs::RunNotification {
+                id: n.id.clone(),
+                outcome: n.outcome.clone(),
+                kind: target.as_ref().map_or("unknown", |t| t.kind()).to_string(),
+                destination,
+                state: n.state.as_str().to_string(),
+                attempts: n.attempts,
+                next_at: (n.state == gnomon_backend::NotificationState::Pending).then(|| format_millis(n.next_at)),
+                last_error: n.last_error.clone(),
+                created_at: format_millis(n.created_at),
+                updated_at: format_millis(n.updated_at),
+            }
+        })
+        .collect()
 }
 
 #[utoipa::path(get, path = "/v1/runs", tag = "runs", summary = "List runs, newest first",
@@ -129,6 +153,8 @@ pub(super) async fn get_run(
     if detail.run.state == RunState::Pending {
         v.waiting_for = state.node.waiting_reason(&detail.run.job_uid);
     }
+    let notes = reader(&state, q.stale).run_notifications(&id).await?;
+    v.notifications = Some(notification_views(&notes));
     Ok(marked(q.stale, Json(v)))
 }
 

@@ -46,6 +46,8 @@ pub(super) struct JobEntry {
     /// is not yet written: the next fire writes it as the job's
     /// `last_scheduled_at`, so a new leader starts there too.
     pub(super) settle: bool,
+    /// Who is told of its runs' outcomes.
+    pub(super) notify: Option<Box<[super::notify::Target]>>,
 }
 
 /// The previous version's timeline up to the change.
@@ -195,6 +197,7 @@ impl LeaderRuntime {
             overlap: compiled.spec.overlap,
             misfire: compiled.spec.misfire,
             route: compiled.spec.route.map(Box::new),
+            notify: super::notify::targets(&compiled.spec.notify),
             generation,
             recent_ms,
             manual_next,

@@ -67,6 +67,7 @@ const DURATION_EWMA: f64 = 0.2;
 
 mod dispatch;
 mod jobs;
+mod notify;
 mod results;
 mod runs;
 mod view;

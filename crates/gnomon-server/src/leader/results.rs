@@ -216,6 +216,7 @@ impl LeaderRuntime {
         let mut all = std::mem::take(&mut eb.batch);
         all.append(&mut plan.dropped);
         all.append(&mut plan.batch);
+        self.attach_notifications(&mut all);
         let (runs, advances) = fire.as_ref().map(|f| (&f.new_runs[..], &f.advances[..])).unwrap_or((&[], &[]));
         let began = std::time::Instant::now();
         let result = self.store.fire_and_transition(&self.fence, runs, advances, &all).await;

@@ -208,10 +208,11 @@ impl LeaderRuntime {
     }
 
     /// Writes a batch of transitions and mirrors the applied ones in memory.
-    pub(super) async fn apply(&mut self, batch: Vec<Transition>) -> Result<()> {
+    pub(super) async fn apply(&mut self, mut batch: Vec<Transition>) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
+        self.attach_notifications(&mut batch);
         let applied = self.store.transition(&self.fence, &batch).await?;
         for (t, ok) in batch.into_iter().zip(applied) {
             if !ok {
