@@ -54,6 +54,12 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
     ("gnomon_store_fire_seconds", Kind::Histogram, "Decision to commit of a fire write"),
     ("gnomon_store_size_bytes", Kind::Gauge, "Size of the store where it can tell, by backend"),
     ("gnomon_runs_pruned_total", Kind::Counter, "Terminal runs deleted by retention"),
+    (
+        "gnomon_notifications_total",
+        Kind::Counter,
+        "Notification deliveries, by target kind and result (sent, retry, failed: given up, skipped)",
+    ),
+    ("gnomon_notifications_due", Kind::Gauge, "Notifications due at the deliverer's last read (capped at one batch)"),
     ("gnomon_pending_runs", Kind::Gauge, "Runs waiting for a worker (on the leader)"),
     ("gnomon_backpressure_state", Kind::Gauge, "The leader's admission state: 0 green, 1 yellow, 2 red"),
     ("gnomon_workers", Kind::Gauge, "Worker sessions by state (on the leader)"),

@@ -709,3 +709,51 @@ async fn another_worker_cannot_start_or_end_an_attempt() {
     }
     task.abort();
 }
+
+/// A run whose first attempt is handed out more than `late_after` past its
+/// time raises `late` (written with the assignment); one on time does not.
+#[tokio::test]
+async fn a_run_assigned_past_late_after_raises_a_late_notification() {
+    let (_d, store) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    let notify = r#""notify":[{"on":["late","failed"],"late_after":"5s","webhook":{"url":"http://127.0.0.1:9/hook"}}]"#;
+    job_with(&store, &format!(r#"{{"name":"late","executor":{{"handler":{{"name":"noop"}}}},{notify}}}"#)).await;
+    let fence = term(&store).await;
+    let (rt, commands, _lost, _shut) = runtime_with_commands(store.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+    let trigger = |commands: mpsc::Sender<LeaderCommand>| async move {
+        let (reply, ids) = oneshot::channel();
+        commands.send(LeaderCommand::Trigger { namespace: "default".into(), name: "late".into(), count: 1, reply }).await.unwrap();
+        ids.await.unwrap().unwrap().remove(0)
+    };
+    // No worker yet: the run waits, 10 s.
+    let waited = trigger(commands.clone()).await;
+    clock.advance(10_000);
+    let (mut out, session) = open_session(&commands, "w1").await;
+    let assigned =
+        |run: String| move |m: &server_message::Msg| matches!(m, server_message::Msg::Assign(a) if a.run_id == run).then_some(());
+    next_msg(&mut out, "the late run's assignment", |_| false, assigned(waited.clone())).await;
+    let notes = store.run_notifications(&waited).await.unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!((notes[0].outcome.as_str(), notes[0].id.clone()), ("late", format!("{waited}/late/0")));
+    assert_eq!(notes[0].created_at, 1_010_000, "raised when it was handed out");
+    // Its slot freed, a run triggered now is handed out on time: no notice.
+    commands
+        .send(LeaderCommand::FromWorker {
+            session: session.clone(),
+            msg: worker_message::Msg::Report(v1::Report {
+                run_id: waited.clone(),
+                attempt: 1,
+                outcome: v1::Outcome::Succeeded as i32,
+                started_at_ms: 1_010_000,
+                ended_at_ms: 1_010_001,
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    let prompt = trigger(commands.clone()).await;
+    next_msg(&mut out, "the prompt run's assignment", |_| false, assigned(prompt.clone())).await;
+    assert!(store.run_notifications(&prompt).await.unwrap().is_empty(), "on time: no notice");
+    task.abort();
+}
