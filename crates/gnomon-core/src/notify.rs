@@ -307,7 +307,7 @@ mod tests {
             let e = target(json).unwrap_err();
             assert_eq!(e.field, field, "{json}: {e:?}");
         }
-        let many = format!("[{}]", vec![r#"{"on":["failed"],"slack":{"url":"https://h/x"}}"#; 9].join(","));
+        let many = format!("[{}]", [r#"{"on":["failed"],"slack":{"url":"https://h/x"}}"#; 9].join(","));
         assert_eq!(target(&many).unwrap_err().field, "notify");
     }
 

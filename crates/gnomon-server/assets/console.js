@@ -409,6 +409,9 @@ views.run = async (el, id) => {
   <h2>Attempts</h2><div class="tbl"><table><thead><tr><th>#</th><th>worker</th><th>token</th><th>state</th><th>assigned</th><th>started</th><th>ended</th><th>exit</th></tr></thead><tbody>
   ${attempts.map((a) => `<tr><td>${a.attempt}</td><td class="mono">${esc(a.worker)}</td><td>${a.token}</td><td>${st(a.state)}</td><td>${esc(a.assigned_at)}</td><td>${esc(a.started_at || '-')}</td><td>${esc(a.ended_at || '-')}</td><td>${esc(a.exit_code ?? '-')}</td></tr>`).join('')}
   </tbody></table></div>
+  ${(r.notifications || []).length ? `<h2>Notifications</h2><div class="tbl"><table><thead><tr><th>outcome</th><th>kind</th><th>to</th><th>state</th><th>tries</th><th>detail</th></tr></thead><tbody>
+  ${r.notifications.map((n) => `<tr><td>${esc(n.outcome)}</td><td>${esc(n.kind)}</td><td class="mono">${esc(n.destination)}</td><td>${st(n.state)}</td><td>${n.attempts}</td><td>${esc([n.last_error, n.next_at ? 'next ' + when(n.next_at) : ''].filter(Boolean).join('; ') || '-')}</td></tr>`).join('')}
+  </tbody></table></div>` : ''}
   ${attempts.map((a) => `<h2>Output of attempt ${a.attempt}</h2><pre class="output">${esc(a.output || '(none)')}</pre>`).join('')}`;
   const c = $('#cancel');
   if (c) c.onclick = async () => {
@@ -429,7 +432,7 @@ views.workers = async (el) => {
 
 // ---- the job form ----
 const FORM_FIELDS = ['name', 'namespace', 'description', 'schedule.cron', 'schedule.timezone', 'schedule.every', 'schedule.at', 'timeout',
-  'retry.max_attempts', 'retry.backoff.initial', 'retry.backoff.max', 'overlap', 'misfire', 'catchup_window', 'route.strategy', 'route.labels', 'executor'];
+  'retry.max_attempts', 'retry.backoff.initial', 'retry.backoff.max', 'overlap', 'misfire', 'catchup_window', 'route.strategy', 'route.labels', 'notify', 'executor'];
 
 function field(path, label, input, hint) {
   return `<label data-field="${esc(path)}">${esc(label)}${input}<span class="err" data-err="${esc(path)}"></span>${hint ? `<span class="small mute">${esc(hint)}</span>` : ''}</label>`;
@@ -495,6 +498,7 @@ views.edit = async (el, ns, name) => {
       ${field('catchup_window', 'Catch-up window', text('f-catchup', job.catchup_window, '1h'))}
       ${field('route.strategy', 'Routing', select('f-strategy', route.strategy || 'least_loaded', [['least_loaded', 'least loaded'], ['round_robin', 'round robin'], ['consistent_hash', 'consistent hash']]))}
       ${field('route.labels', 'Worker labels (KEY=VALUE lines)', `<textarea id="f-labels">${esc(kv(route.labels))}</textarea>`)}
+      ${field('notify', 'Notify (JSON list of targets)', `<textarea id="f-notify" placeholder='[{"on":["failed"],"webhook":{"url":"https://…"}}]'>${esc(job.notify && job.notify.length ? JSON.stringify(job.notify, null, 1) : '')}</textarea>`, 'on: failed, succeeded, late, recovered; webhook {url, secret, headers} or slack {url}')}
     </div></fieldset>
   </div><div><h2>Next fire times</h2><div class="preview" id="preview"><p class="mute">…</p></div></div></div>
   <div class="row"><button class="primary" id="save" type="submit">${name ? 'Save' : 'Create'}</button><a class="btn" href="${name ? `#/job/${enc(ns)}/${enc(name)}` : '#/jobs'}">Cancel</a></div></form>
@@ -543,13 +547,16 @@ views.edit = async (el, ns, name) => {
     if (v('f-catchup')) spec.catchup_window = v('f-catchup');
     const labels = parseKv($('#f-labels').value);
     if (v('f-strategy') !== 'least_loaded' || Object.keys(labels).length) spec.route = { strategy: v('f-strategy'), labels };
+    if (v('f-notify')) {
+      try { spec.notify = JSON.parse(v('f-notify')); } catch (err) { throw new ApiError(400, 'invalid_json', 'notify: not JSON: ' + err.message); }
+    }
     return spec;
   };
   const clearErrors = () => { $$('[data-err]', el).forEach((x) => { x.textContent = ''; }); $$('.invalid', el).forEach((x) => x.classList.remove('invalid')); $('#form-err').textContent = ''; };
   const showFieldError = (err) => {
     // Field errors read "path: message"; show them under the field.
-    const m = /^([a-z_.]+): (.*)$/s.exec(err.message || '');
-    let path = m && m[1];
+    const m = /^([a-z_.\[\]0-9]+): (.*)$/s.exec(err.message || '');
+    let path = m && m[1].replace(/\[\d+\].*$/, '');
     while (path && !$(`[data-err="${path}"]`, el)) path = path.includes('.') ? path.slice(0, path.lastIndexOf('.')) : null;
     if (path && !$('#job-form').hidden) {
       const slot = $(`[data-err="${path}"]`, el);
