@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gnomon_backend::{RunDetail, RunFilter, Store};
-use gnomon_core::{AttemptState, Millis};
+use gnomon_backend::{NotificationState, RunDetail, RunFilter, Store};
+use gnomon_core::{AttemptState, Millis, RunState};
 use gnomon_proto::v1;
 
 use crate::history::History;
@@ -133,6 +133,25 @@ pub async fn check(store: &dyn Store, jobs: &[SimJob], h: &History, end: Millis,
         let got = by_id.get(run.as_str()).and_then(|d| d.attempts.iter().find(|a| a.attempt == *attempt)).map(|a| a.state);
         if got != Some(want) {
             v.push(format!("run {run}: attempt {attempt}'s report ({}) was acked, but the store has {got:?}", want.as_str()));
+        }
+    }
+
+    // 5. Notifications ride with the outcome they tell of: every job
+    //    notifies on failed, succeeded and recovered, so a failed run has
+    //    exactly its `failed` row, a succeeded one its `succeeded` and
+    //    `recovered` rows (no delivery runs here: all pending), any other
+    //    none — whatever faults hit the writes that ended them.
+    for d in &runs {
+        let mut want: Vec<String> = match d.run.state {
+            RunState::Failed => vec!["failed".into()],
+            RunState::Succeeded => vec!["recovered".into(), "succeeded".into()],
+            _ => Vec::new(),
+        };
+        want.iter_mut().for_each(|o| *o = format!("{}/{o}/0", d.run.id));
+        let notes = store.run_notifications(&d.run.id).await.map_err(|e| e.to_string())?;
+        let got: Vec<String> = notes.iter().map(|n| n.id.clone()).collect();
+        if got != want || notes.iter().any(|n| n.state != NotificationState::Pending || n.attempts != 0) {
+            v.push(format!("run {} ({}): notifications {got:?}, expected {want:?} pending", d.run.id, d.run.state.as_str()));
         }
     }
     Ok(runs.len())

@@ -85,7 +85,8 @@ fn job_json(name: &str, every_ms: Millis, rng: &mut StdRng) -> String {
     format!(
         r#"{{"name":"{name}","schedule":{{"every":"{every_ms}ms"}},"executor":{{"handler":{{"name":"noop"}}}},
             "retry":{{"max_attempts":ATTEMPTS,"backoff":{{"initial":"300ms","max":"1s","jitter":0}}}},
-            "overlap":"{overlap}","misfire":"{misfire}"}}"#
+            "overlap":"{overlap}","misfire":"{misfire}",
+            "notify":[{{"on":["failed","succeeded","recovered"],"webhook":{{"url":"http://127.0.0.1:9/sim"}}}}]}}"#
     )
 }
 
