@@ -58,8 +58,9 @@ async fn a_follower_hands_leader_only_calls_to_the_leader() {
         false
     });
     let follower = addrs.iter().find(|a| **a != leader).unwrap().clone();
-    wait_until("the follower to know the leader", Duration::from_secs(30), || {
-        call(&follower, "GET", "/v1/leader", None).1["holder"].is_string()
+    // The follower may still be starting (not yet listening).
+    wait_until("the follower to know the leader", Duration::from_secs(60), || {
+        http_as(Some(TOKEN), &follower, "GET", "/v1/leader", None).is_ok_and(|(_, v)| v["holder"].is_string())
     });
     let job = json!({"name": "fwd", "executor": {"shell": {"command": "true"}}});
     assert_eq!(call(&follower, "POST", "/v1/jobs", Some(job)).0, 201);
