@@ -106,7 +106,6 @@ pub struct SlackSpec {
 /// A target's validated settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompiledTarget {
-    pub on: Vec<NotifyOn>,
     pub late_after_ms: i64,
     pub timeout: Duration,
     pub max_attempts: u32,
@@ -118,7 +117,6 @@ impl NotifyTarget {
     pub fn settings(&self) -> CompiledTarget {
         let dur = |t: &Option<String>, d: Duration| t.as_deref().and_then(|t| parse_duration(t).ok()).unwrap_or(d);
         CompiledTarget {
-            on: self.on.clone(),
             late_after_ms: i64::try_from(dur(&self.late_after, DEFAULT_LATE_AFTER).as_millis()).unwrap_or(i64::MAX),
             timeout: dur(&self.timeout, DEFAULT_TIMEOUT).min(MAX_TIMEOUT),
             max_attempts: self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS).clamp(1, MAX_ATTEMPTS),
