@@ -4,11 +4,16 @@
 //! - The **committed leader time** is kept by the store (the leadership
 //!   record, or the replicated state on raft): the leader writes its clock
 //!   there every [`WRITE_EVERY`], and the store only ever raises it.
+//! - A new leader whose wall clock is behind the committed time (by less
+//!   than the step-down bound; further is refused) starts its term only
+//!   when its clock reaches it (`Node::wait_for_committed_time`): it neither
+//!   decides anything at a time the cluster has passed nor jumps ahead of
+//!   its own clock, so a committed time that a fast clock left ahead is
+//!   waited for, never fired at.
 //! - A term's [`LeaderClock`] is a hybrid clock: the wall clock, but never
 //!   below the committed leader time the term started from and never below a
-//!   time it has already returned. A new leader whose wall clock is behind
-//!   the last one's therefore never fires "in the past", and no clock step
-//!   makes a leader's time run backwards.
+//!   time it has already returned, so no clock step makes a leader's time
+//!   run backwards.
 //! - The **skew** is this node's wall clock minus the leader's, as well as
 //!   it can be known: a standby reads the committed leader time every
 //!   [`OBSERVE_EVERY`]; each reading that moved says "the leader's clock was

@@ -209,6 +209,20 @@ impl Node {
                 self.hold_off(leader_time::HOLD_OFF, &mut shutdown).await;
                 continue;
             }
+            // A clock behind the committed time (within the bound, or the
+            // term was refused above) waits until it reaches it: no time-based
+            // decision of this term is taken at a time the cluster has
+            // already passed, nor at one ahead of this node's own clock (a
+            // committed time that a fast clock left ahead stays unreached
+            // here until it is true).
+            if !self.wait_for_committed_time(committed, &limits, &leadership, &mut shutdown).await {
+                let _ = self.elector.resign(&leadership).await;
+                if *shutdown.borrow() {
+                    break;
+                }
+                self.hold_off(Duration::from_secs(1), &mut shutdown).await;
+                continue;
+            }
             metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => "acquired").increment(1);
             metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(1.0);
             tracing::info!(token = leadership.token, backend, "leading scope {SCOPE}");
@@ -307,6 +321,34 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         None
+    }
+
+    /// Waits until this node's wall clock reaches the committed leader time
+    /// (at most the step-down bound, on the monotonic clock). `false`: the
+    /// term was lost or the node is shutting down meanwhile.
+    async fn wait_for_committed_time(
+        &self,
+        committed: gnomon_core::Millis,
+        limits: &SkewLimits,
+        leadership: &gnomon_backend::Leadership,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> bool {
+        let gap = committed - self.handle.clock.now_millis();
+        if gap <= 0 {
+            return true;
+        }
+        tracing::info!(gap_ms = gap, "this node's clock is behind the committed leader time; the term starts when it reaches it");
+        let until = Instant::now() + limits.step_down;
+        let mut lost = leadership.lost.clone();
+        while self.handle.clock.now_millis() < committed && Instant::now() < until {
+            let left = (committed - self.handle.clock.now_millis()).clamp(1, 100) as u64;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(left)) => {}
+                _ = lost.wait_for(|l| *l) => return false,
+                _ = shutdown.changed() => return false,
+            }
+        }
+        !*lost.borrow() && !*shutdown.borrow()
     }
 
     /// Waits `pause` before the next campaign, or until shutdown.

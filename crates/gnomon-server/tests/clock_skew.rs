@@ -235,3 +235,47 @@ async fn a_standby_ahead_of_the_leader_knows_it_and_leaves_the_term_to_another()
     e.stop().await;
     d.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_time_a_fast_clock_left_ahead_is_waited_for_not_fired_at() {
+    let c = Cluster::new().await;
+    // The first leader's clock is 3 s fast: within the step-down bound, so
+    // nothing stops it, and the leader time it commits is 3 s ahead.
+    let a = c.start("a", 3_000);
+    until("a leads and commits its clock", || async { a.handle.leading_token().is_some() && c.leader_time().await > 0 }).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    a.stop().await;
+    let committed = c.leader_time().await;
+    assert!(committed > SystemClock.now_millis() + 2_000, "the committed time is ahead of the true time");
+    // A job due one second from now (true time), created before the good
+    // node takes over.
+    let due = SystemClock.now_millis() + 1_000;
+    let at = chrono::DateTime::from_timestamp_millis(due).unwrap().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let json = format!(r#"{{"name":"once","schedule":{{"at":"{at}"}},"executor":{{"handler":{{"name":"noop"}}}}}}"#);
+    let spec = parse_job_json(json.as_bytes()).unwrap().compile().unwrap().spec;
+    c.store.put_job(&spec, Precondition::DoesNotExist, SystemClock.now_millis()).await.unwrap();
+    let b = c.start("b", 0);
+    let filter = RunFilter { job: Some("once".into()), ..Default::default() };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let run = loop {
+        let page = c.store.list_runs(&filter, 10, None).await.unwrap();
+        // Read after the write: if the run is there, it was fired no later
+        // than now.
+        let seen_at = SystemClock.now_millis();
+        if let Some(r) = page.runs.first() {
+            assert!(
+                r.scheduled_at <= seen_at,
+                "the run due at {} was fired {} ms before its time (committed time {committed})",
+                r.scheduled_at,
+                r.scheduled_at - seen_at
+            );
+            break r.clone();
+        }
+        assert!(Instant::now() < deadline, "the run was never fired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(run.scheduled_at, due);
+    assert!(run.fired_at >= committed, "fired at {} below the committed time {committed}", run.fired_at);
+    assert_eq!(b.handle.clock_status().verdict, Some(Verdict::Warn), "b says it is behind the committed time");
+    b.stop().await;
+}
