@@ -157,8 +157,23 @@ async fn raft_elector_passes_the_elector_suites() {
     }
 }
 
+/// A member's jobs, read as soon as it can serve a linearizable read (a
+/// member busy installing a snapshot may refuse one for a moment).
 async fn job_names(m: &Arc<Member>) -> Vec<String> {
-    try_job_names(m).await.expect("list")
+    let s = RaftStore::new(m.clone());
+    let mut last = None;
+    for _ in 0..100 {
+        match s.list_jobs(None).await {
+            Ok(jobs) => {
+                let mut names: Vec<String> = jobs.into_iter().map(|j| format!("{}@{}", j.name, j.version)).collect();
+                names.sort();
+                return names;
+            }
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("member {} served no read in 20 s: {last:?}", m.id)
 }
 
 /// `None` while the member cannot serve a linearizable read (no leader yet).
@@ -174,6 +189,29 @@ async fn put_jobs(store: &RaftStore, prefix: &str, n: usize) {
         let spec = gnomon_backend::testing::conformance::job_spec(&format!("{prefix}-{i}"));
         store.put_job(&spec, gnomon_backend::Precondition::None, 1_000 + i as i64).await.expect("put");
     }
+}
+
+/// Jobs whose specs carry a 40 KB payload each (a snapshot of many chunks).
+async fn put_heavy_jobs(store: &RaftStore, prefix: &str, n: usize) {
+    let payload = "p".repeat(40_000);
+    for i in 0..n {
+        let json = format!(
+            r#"{{"name":"{prefix}-{i}","schedule":{{"every":"1s"}},"executor":{{"handler":{{"name":"noop","payload":"{payload}"}}}}}}"#
+        );
+        let spec = gnomon_core::spec::parse_job_json(json.as_bytes()).and_then(|s| s.compile()).expect("valid spec").spec;
+        store.put_job(&spec, gnomon_backend::Precondition::None, 1_000 + i as i64).await.expect("put");
+    }
+}
+
+/// The size of the largest snapshot file in a member's directory.
+fn snapshot_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("snapshot-"))
+        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+        .max()
+        .unwrap_or(0)
 }
 
 /// A member cut off while the others wrote (and compacted their logs past
@@ -194,7 +232,7 @@ async fn members_catch_up_by_snapshot_and_restart_from_their_directory() {
         }
     }
     let on_leader = RaftStore::new(c.members[leader as usize - 1].clone());
-    put_jobs(&on_leader, "while-cut", 150).await;
+    put_heavy_jobs(&on_leader, "while-cut", 150).await;
     // The leader's log no longer holds the start: the lagging member needs
     // the snapshot.
     let purged = c.members[leader as usize - 1].raft.metrics().borrow().purged;
@@ -216,6 +254,9 @@ async fn members_catch_up_by_snapshot_and_restart_from_their_directory() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(caught_up, "the cut-off member caught up by snapshot");
+    // Streamed in many chunks, kept as a file.
+    let got = snapshot_bytes(c.dirs[lagging as usize - 1].path());
+    assert!(got > 4 << 20, "the snapshot it received holds the jobs' 6 MB of payloads: {got} bytes");
 
     // Restart a follower from its directory while the others write on.
     let restart = (1..=3).find(|id| *id != leader).expect("a follower");
@@ -254,6 +295,45 @@ async fn members_catch_up_by_snapshot_and_restart_from_their_directory() {
         eprintln!("{:?}", try_job_names(&member).await.map(|v| v.len()));
     }
     assert!(back, "the restarted member has every job");
+    for m in &c.members {
+        m.shutdown().await;
+    }
+}
+
+/// Pre-vote: a member cut off for many election timeouts never raises the
+/// term (a majority would not vote for it while the leader lives), so when
+/// it comes back the leader keeps leading, in the same term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_that_was_cut_off_does_not_unseat_the_leader_when_it_returns() {
+    let c = cluster().await;
+    let leader = wait_leader(&c.members).await;
+    let term = c.members[leader as usize - 1].raft.metrics().borrow().current_term;
+    let lone = (1..=3).find(|id| *id != leader).expect("a follower");
+    let set_cut = |cut: bool| {
+        for m in &c.members {
+            if m.id == lone {
+                for other in (1..=3).filter(|o| *o != lone) {
+                    m.set_cut(other, cut);
+                }
+            } else {
+                m.set_cut(lone, cut);
+            }
+        }
+    };
+    set_cut(true);
+    // Many election timeouts (about 2 s each with the lease).
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let lone_term = c.members[lone as usize - 1].raft.metrics().borrow().current_term;
+    assert_eq!(lone_term, term, "the cut-off member did not raise the term");
+    set_cut(false);
+    let on_leader = RaftStore::new(c.members[leader as usize - 1].clone());
+    put_jobs(&on_leader, "after", 5).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for m in &c.members {
+        let x = m.raft.metrics().borrow().clone();
+        assert_eq!((x.current_term, x.current_leader), (term, Some(leader)), "member {} sees the same leader and term", m.id);
+    }
+    assert_eq!(job_names(&c.members[lone as usize - 1]).await.len(), 5, "the returned member caught up");
     for m in &c.members {
         m.shutdown().await;
     }

@@ -214,7 +214,7 @@ impl Member {
             return false;
         }
         self.raft.runtime_config().heartbeat(false);
-        self.raft.runtime_config().elect(false);
+        self.hold_standing.store(true, Ordering::SeqCst);
         let mut metrics = self.raft.metrics();
         let moved = tokio::time::timeout(self.config.election_timeout.1 * 6, async {
             loop {
@@ -230,7 +230,7 @@ impl Member {
         .await
         .unwrap_or(false);
         self.raft.runtime_config().heartbeat(true);
-        self.raft.runtime_config().elect(true);
+        self.hold_standing.store(false, Ordering::SeqCst);
         moved
     }
 }

@@ -7,6 +7,8 @@
 //!   applying committed entries; snapshots are copies of it.
 //! - `network.rs`: the `gnomon.raft.v1` service and its client.
 //! - `elector.rs`: the scheduling leader is the Raft leader.
+//! - `prevote.rs`: the election timer; a member stands only when a
+//!   majority would vote for it.
 //!
 //! A store write is one log entry ([`types::Command`]); a member that does
 //! not lead forwards it to the one that does. A read is linearizable: the
@@ -26,12 +28,13 @@ mod elector;
 mod log;
 mod membership;
 mod network;
+mod prevote;
 mod state;
 pub mod types;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -122,6 +125,10 @@ pub struct Member {
     campaigners: AtomicUsize,
     /// Terms a scheduler here leads (non-zero while one does).
     leading: AtomicUsize,
+    /// When this member last heard from a leader (see `prevote.rs`).
+    heard: prevote::Heard,
+    /// While this member hands its leadership over: it does not stand.
+    hold_standing: AtomicBool,
     config: RaftConfig,
 }
 
@@ -155,6 +162,8 @@ impl Member {
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: config.snapshot_every / 5,
             install_snapshot_timeout: 30_000,
+            // Elections start from this crate's pre-vote timer.
+            enable_elect: false,
             ..Default::default()
         }
         .validate()
@@ -163,9 +172,19 @@ impl Member {
         let raft = Raft::new(config.id, Arc::new(raft_config), Factory { net: net.clone() }, log, sm)
             .await
             .map_err(|e| StoreError::Backend(format!("cannot start raft member {}: {e}", config.id)))?;
-        let member =
-            Arc::new(Member { id: config.id, raft, current, net, campaigners: AtomicUsize::new(0), leading: AtomicUsize::new(0), config });
+        let member = Arc::new(Member {
+            id: config.id,
+            raft,
+            current,
+            net,
+            campaigners: AtomicUsize::new(0),
+            leading: AtomicUsize::new(0),
+            heard: prevote::Heard::default(),
+            hold_standing: AtomicBool::new(false),
+            config,
+        });
         elector::spawn_steward(&member);
+        prevote::spawn_timer(&member);
         Ok(member)
     }
 

@@ -7,13 +7,12 @@
 #![allow(clippy::result_large_err)]
 
 use std::collections::{HashMap, HashSet};
-use std::io::Cursor;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gnomon_proto::raft::raft_client::RaftClient;
 use gnomon_proto::raft::raft_server;
-use gnomon_proto::raft::Payload;
+use gnomon_proto::raft::{Payload, SnapshotChunk};
 use openraft::error::{Fatal, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
@@ -22,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tonic::transport::Channel;
 
-use super::types::{from_bytes, to_binary, NodeId, SnapshotMeta, TypeConfig, Vote};
+use super::types::{from_bytes, to_binary, NodeId, SnapshotFile, SnapshotMeta, TypeConfig, Vote};
 use super::{wall_ms, Member};
 
 /// Opens a channel to a member's address (`host:port`): plain HTTP/2 by
@@ -126,37 +125,21 @@ impl Net {
             Rpc::AppendEntries => to_binary(req).map_err(CallError::Codec)?,
             _ => serde_json::to_vec(req).map_err(|e| CallError::Codec(e.to_string()))?,
         };
-        let mut request = tonic::Request::new(Payload { json, wall_ms: 0 });
+        let request = self.request(Payload { json, wall_ms: 0 }, timeout)?;
         let sent = wall_ms();
-        request.set_timeout(timeout);
-        if let Some(t) = &self.token {
-            let v = format!("Bearer {t}").parse().map_err(|_| CallError::Codec("the token is not a valid header value".into()))?;
-            request.metadata_mut().insert("authorization", v);
-        }
-        let mut client = RaftClient::new(self.channel(addr)?).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX);
+        let mut client = self.client(addr)?;
         let call = async {
             match rpc {
                 Rpc::AppendEntries => client.append_entries(request).await,
                 Rpc::Vote => client.vote(request).await,
-                Rpc::InstallSnapshot => client.install_snapshot(request).await,
+                Rpc::PreVote => client.pre_vote(request).await,
                 Rpc::Forward => client.forward(request).await,
                 Rpc::ReadIndex => client.read_index(request).await,
                 Rpc::TakeOver => client.take_over(request).await,
                 Rpc::Membership => client.membership(request).await,
             }
         };
-        let answer = match tokio::time::timeout(timeout, call).await {
-            Err(_) => return Err(CallError::Timeout(timeout)),
-            Ok(Err(s)) if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown) => {
-                // The next call opens a new connection (the member may have
-                // restarted at the same address).
-                self.channels.lock().unwrap_or_else(|e| e.into_inner()).remove(addr);
-                return Err(CallError::Unreachable { addr: addr.to_string(), why: s.message().to_string() });
-            }
-            Ok(Err(s)) if s.code() == tonic::Code::DeadlineExceeded => return Err(CallError::Timeout(timeout)),
-            Ok(Err(s)) => return Err(CallError::Status { addr: addr.to_string(), why: format!("{:?}: {}", s.code(), s.message()) }),
-            Ok(Ok(a)) => a.into_inner(),
-        };
+        let answer = self.answer(addr, timeout, tokio::time::timeout(timeout, call).await)?;
         if matches!(rpc, Rpc::AppendEntries) && answer.wall_ms > 0 {
             let back = wall_ms();
             // A round trip this short bounds the error by half of it.
@@ -167,25 +150,111 @@ impl Net {
         }
         serde_json::from_slice(&answer.json).map_err(|e| CallError::Codec(e.to_string()))
     }
+
+    /// A request with the deadline and this member's credential.
+    fn request<T>(&self, body: T, timeout: Duration) -> Result<tonic::Request<T>, CallError> {
+        let mut request = tonic::Request::new(body);
+        request.set_timeout(timeout);
+        if let Some(t) = &self.token {
+            let v = format!("Bearer {t}").parse().map_err(|_| CallError::Codec("the token is not a valid header value".into()))?;
+            request.metadata_mut().insert("authorization", v);
+        }
+        Ok(request)
+    }
+
+    fn client(&self, addr: &str) -> Result<RaftClient<Channel>, CallError> {
+        Ok(RaftClient::new(self.channel(addr)?).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX))
+    }
+
+    /// A call's answer, or what its failure means.
+    fn answer(
+        &self,
+        addr: &str,
+        timeout: Duration,
+        r: Result<Result<tonic::Response<Payload>, tonic::Status>, tokio::time::error::Elapsed>,
+    ) -> Result<Payload, CallError> {
+        match r {
+            Err(_) => Err(CallError::Timeout(timeout)),
+            Ok(Err(s)) if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown) => {
+                // The next call opens a new connection (the member may have
+                // restarted at the same address).
+                self.channels.lock().unwrap_or_else(|e| e.into_inner()).remove(addr);
+                Err(CallError::Unreachable { addr: addr.to_string(), why: s.message().to_string() })
+            }
+            Ok(Err(s)) if s.code() == tonic::Code::DeadlineExceeded => Err(CallError::Timeout(timeout)),
+            Ok(Err(s)) => Err(CallError::Status { addr: addr.to_string(), why: format!("{:?}: {}", s.code(), s.message()) }),
+            Ok(Ok(a)) => Ok(a.into_inner()),
+        }
+    }
+
+    /// Streams a snapshot to the member `target`: a header chunk, then the
+    /// file in [`SNAPSHOT_CHUNK`] pieces read as they are sent (at most a
+    /// few chunks in memory).
+    async fn send_snapshot(
+        &self,
+        target: NodeId,
+        addr: &str,
+        header: Vec<u8>,
+        file: SnapshotFile,
+        timeout: Duration,
+    ) -> Result<SnapshotResponse<NodeId>, CallError> {
+        if self.is_cut(target) {
+            return Err(CallError::Cut(target));
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel::<SnapshotChunk>(4);
+        let reader = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            use std::os::unix::fs::FileExt;
+            if tx.blocking_send(SnapshotChunk { header, data: Vec::new() }).is_err() {
+                return Ok(());
+            }
+            let mut at = 0u64;
+            loop {
+                let mut buf = vec![0u8; SNAPSHOT_CHUNK];
+                let n = file.file.read_at(&mut buf, at)?;
+                if n == 0 {
+                    return Ok(());
+                }
+                buf.truncate(n);
+                at += n as u64;
+                if tx.blocking_send(SnapshotChunk { header: Vec::new(), data: buf }).is_err() {
+                    return Ok(());
+                }
+            }
+        });
+        let request = self.request(tokio_stream::wrappers::ReceiverStream::new(rx), timeout)?;
+        let mut client = self.client(addr)?;
+        let r = tokio::time::timeout(timeout, client.install_snapshot(request)).await;
+        let answer = self.answer(addr, timeout, r);
+        match reader.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(CallError::Codec(format!("reading the snapshot: {e}"))),
+            Err(e) => return Err(CallError::Codec(format!("reading the snapshot: {e}"))),
+        }
+        let r: Result<SnapshotResponse<NodeId>, String> =
+            serde_json::from_slice(&answer?.json).map_err(|e| CallError::Codec(e.to_string()))?;
+        r.map_err(|why| CallError::Status { addr: addr.to_string(), why })
+    }
 }
+
+/// The size of a streamed snapshot's chunks.
+const SNAPSHOT_CHUNK: usize = 1 << 20;
 
 #[derive(Debug, Clone, Copy)]
 pub enum Rpc {
     AppendEntries,
     Vote,
-    InstallSnapshot,
+    PreVote,
     Forward,
     ReadIndex,
     TakeOver,
     Membership,
 }
 
-/// A whole snapshot on the wire.
+/// The first chunk of a streamed snapshot.
 #[derive(Serialize, Deserialize)]
-struct SnapshotMessage {
+struct SnapshotHeader {
     vote: Vote,
     meta: SnapshotMeta,
-    data: Vec<u8>,
 }
 
 /// Makes Raft's clients to the other members.
@@ -253,15 +322,20 @@ impl RaftNetwork<TypeConfig> for Client {
         _cancel: impl std::future::Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>> {
-        let msg = SnapshotMessage { vote, meta: snapshot.meta, data: snapshot.snapshot.into_inner() };
-        let r: Result<SnapshotResponse<NodeId>, Fatal<NodeId>> =
-            self.net.call(self.target, &self.addr, Rpc::InstallSnapshot, &msg, option.hard_ttl()).await.map_err(|e| match e {
-                CallError::Timeout(_) | CallError::Cut(_) | CallError::Unreachable { .. } => {
-                    StreamingError::Unreachable(Unreachable::new(&e))
-                }
-                _ => StreamingError::Network(NetworkError::new(&e)),
-            })?;
-        r.map_err(|e| StreamingError::RemoteError(RemoteError::new(self.target, e)))
+        let unreachable = |e: CallError| {
+            if e.unreachable() {
+                StreamingError::Unreachable(Unreachable::new(&e))
+            } else {
+                StreamingError::Network(NetworkError::new(&e))
+            }
+        };
+        let header =
+            serde_json::to_vec(&SnapshotHeader { vote, meta: snapshot.meta }).map_err(|e| unreachable(CallError::Codec(e.to_string())))?;
+        let file = *snapshot.snapshot;
+        // At least 4 MiB/s: a large snapshot gets the time it needs.
+        let len = file.size().unwrap_or(0);
+        let timeout = option.hard_ttl().max(Duration::from_secs(len / (4 << 20)));
+        self.net.send_snapshot(self.target, &self.addr, header, file, timeout).await.map_err(unreachable)
     }
 }
 
@@ -336,7 +410,17 @@ impl raft_server::Raft for Service {
     async fn append_entries(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
         let req: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
         self.heard(Some(req.vote.leader_id().voted_for().unwrap_or_default()))?;
-        encode(&stopped(self.member.raft.append_entries(req).await)?)
+        let r = stopped(self.member.raft.append_entries(req).await)?;
+        if matches!(&r, Ok(a) if !matches!(a, AppendEntriesResponse::HigherVote(_))) {
+            self.member.heard.now();
+        }
+        encode(&r)
+    }
+
+    async fn pre_vote(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
+        let (from, last): (NodeId, Option<super::types::LogId>) = decode(request.get_ref())?;
+        self.heard(Some(from))?;
+        encode(&self.member.pre_vote(last))
     }
 
     async fn vote(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
@@ -345,13 +429,37 @@ impl raft_server::Raft for Service {
         encode(&stopped(self.member.raft.vote(req).await)?)
     }
 
-    async fn install_snapshot(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
-        let msg: SnapshotMessage = decode(request.get_ref())?;
-        self.heard(msg.vote.leader_id().voted_for())?;
-        let snapshot = Snapshot { meta: msg.meta, snapshot: Box::new(Cursor::new(msg.data)) };
-        match self.member.raft.install_full_snapshot(msg.vote, snapshot).await {
+    async fn install_snapshot(
+        &self,
+        request: tonic::Request<tonic::Streaming<SnapshotChunk>>,
+    ) -> Result<tonic::Response<Payload>, tonic::Status> {
+        let mut chunks = request.into_inner();
+        let first = chunks.message().await?.ok_or_else(|| tonic::Status::invalid_argument("an empty snapshot stream"))?;
+        let header: SnapshotHeader = serde_json::from_slice(&first.header)
+            .map_err(|e| tonic::Status::invalid_argument(format!("not a snapshot header of this version: {e}")))?;
+        self.heard(header.vote.leader_id().voted_for())?;
+        // Received into a file of its own; the state machine makes it the
+        // latest snapshot when it installs it.
+        let path = self.member.config.dir.join(format!("incoming-{:016x}.db", rand::random::<u64>()));
+        let received = receive_file(&path, first.data, &mut chunks).await;
+        let file = match received.and_then(|()| SnapshotFile::open(&path)) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(tonic::Status::internal(format!("cannot receive the snapshot: {e}")));
+            }
+        };
+        let snapshot = Snapshot { meta: header.meta, snapshot: Box::new(file) };
+        let r = self.member.raft.install_full_snapshot(header.vote, snapshot).await;
+        if matches!(&r, Ok(a) if a.vote <= header.vote) {
+            self.member.heard.now();
+        }
+        // Installed: renamed away; refused (an older snapshot or a newer
+        // vote): still here.
+        let _ = std::fs::remove_file(&path);
+        match r {
             Err(e) => Err(tonic::Status::unavailable(format!("this member stopped: {e}"))),
-            ok => encode(&ok),
+            Ok(r) => encode(&Ok::<_, String>(r)),
         }
     }
 
@@ -381,6 +489,18 @@ impl raft_server::Raft for Service {
         self.heard(Some(from))?;
         encode(&self.member.take_over(last).await)
     }
+}
+
+/// Writes a streamed snapshot's data to `path` and syncs it.
+async fn receive_file(path: &std::path::Path, first: Vec<u8>, chunks: &mut tonic::Streaming<SnapshotChunk>) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut f = tokio::fs::File::create(path).await?;
+    f.write_all(&first).await?;
+    while let Some(chunk) = chunks.message().await.map_err(|s| std::io::Error::other(s.message().to_string()))? {
+        f.write_all(&chunk.data).await?;
+    }
+    f.flush().await?;
+    f.sync_all().await
 }
 
 #[cfg(test)]

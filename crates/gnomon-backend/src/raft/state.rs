@@ -11,22 +11,23 @@
 //!
 //! The database is a cache of the log: a member starts from its latest
 //! snapshot (a copy of the database made with `VACUUM INTO`, kept on disk
-//! with its meta) and Raft re-applies the committed entries after it. So a
-//! crash between applying an entry and recording that it was applied can
-//! never apply an entry twice. Installing a snapshot from the leader opens
-//! the received copy as a new database file and swaps it in.
+//! as `snapshot-<id>.db`, named with its meta in `snapshot.json`) and Raft
+//! re-applies the committed entries after it. So a crash between applying
+//! an entry and recording that it was applied can never apply an entry
+//! twice. Installing a snapshot from the leader (received into a file by
+//! the network service) copies it to a new database file and swaps it in.
+//! Snapshots are files end to end, never held in memory whole.
 
 // The error types are tonic's and openraft's.
 #![allow(clippy::result_large_err)]
 
-use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
-use super::types::{Applied, Command, Entry, LogId, Reply, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use super::types::{Applied, Command, Entry, LogId, Reply, SnapshotFile, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::sqlite::SqliteStore;
 use crate::{Store, StoreError};
 
@@ -51,7 +52,17 @@ pub struct StateMachine {
     generation: u64,
     last_applied: Option<LogId>,
     membership: StoredMembership,
-    snapshot: Option<(SnapshotMeta, Arc<Vec<u8>>)>,
+    /// The latest snapshot's meta and file.
+    snapshot: Option<(SnapshotMeta, PathBuf)>,
+    /// Numbers the files snapshots are received into.
+    receiving: u64,
+}
+
+/// `snapshot.json`: the latest snapshot's meta and the file holding it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Latest {
+    meta: SnapshotMeta,
+    file: String,
 }
 
 fn sm_err(e: impl std::fmt::Display) -> StorageError {
@@ -69,11 +80,27 @@ fn write_durably(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(data)?;
     f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
+    rename_durably(&tmp, path)
+}
+
+/// Renames `from` (whose data is already synced) to `to`, and syncs the
+/// directory so the rename survives a crash.
+fn rename_durably(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::rename(from, to)?;
+    if let Some(dir) = to.parent() {
         std::fs::File::open(dir)?.sync_all()?;
     }
     Ok(())
+}
+
+/// Runs file work on a blocking thread.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, StorageError> + Send + 'static) -> Result<T, StorageError> {
+    tokio::task::spawn_blocking(f).await.map_err(snap_err)?
+}
+
+/// The file name a snapshot is kept under.
+fn snapshot_file_name(meta: &SnapshotMeta) -> String {
+    format!("snapshot-{}.db", meta.snapshot_id)
 }
 
 fn remove_db(path: &Path) {
@@ -86,26 +113,32 @@ impl StateMachine {
     /// Opens the member's state: the latest snapshot, or an empty database.
     pub async fn open(dir: &Path) -> Result<StateMachine, StoreError> {
         let bad = |e: std::io::Error| StoreError::Backend(format!("cannot prepare the raft state in {}: {e}", dir.display()));
-        // Databases of an earlier run are caches of the log: start afresh.
+        // Databases of an earlier run are caches of the log, and files
+        // being received or built when it stopped are incomplete: start
+        // afresh.
         for e in std::fs::read_dir(dir).map_err(bad)?.flatten() {
-            if e.file_name().to_string_lossy().starts_with("state-") {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("state-") || name.starts_with("incoming-") || name.ends_with(".tmp") {
                 let _ = std::fs::remove_file(e.path());
             }
         }
         let meta_path = dir.join("snapshot.json");
         let snapshot = match std::fs::read(&meta_path) {
             Ok(m) => {
-                let meta: SnapshotMeta =
-                    serde_json::from_slice(&m).map_err(|e| StoreError::Corrupt(format!("{}: {e}", meta_path.display())))?;
-                let data = std::fs::read(dir.join("snapshot.db")).map_err(bad)?;
-                Some((meta, Arc::new(data)))
+                let corrupt = |e: serde_json::Error| StoreError::Corrupt(format!("{}: {e}", meta_path.display()));
+                // An earlier layout kept the meta alone, with the data in
+                // `snapshot.db`.
+                let latest = serde_json::from_slice::<Latest>(&m).or_else(|_| {
+                    serde_json::from_slice::<SnapshotMeta>(&m).map(|meta| Latest { meta, file: "snapshot.db".into() }).map_err(corrupt)
+                })?;
+                Some((latest.meta, dir.join(latest.file)))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(bad(e)),
         };
         let path = dir.join("state-1.db");
-        if let Some((_, data)) = &snapshot {
-            std::fs::write(&path, data.as_slice()).map_err(bad)?;
+        if let Some((_, file)) = &snapshot {
+            std::fs::copy(file, &path).map_err(bad)?;
         }
         let store = SqliteStore::open_cache(&format!("sqlite://{}", path.display())).await?;
         let (last_applied, membership) = match &snapshot {
@@ -120,6 +153,7 @@ impl StateMachine {
             last_applied,
             membership,
             snapshot,
+            receiving: 0,
         })
     }
 
@@ -153,23 +187,41 @@ impl StateMachine {
         })
     }
 
-    /// A consistent copy of the database as of `last_applied`.
-    fn copy_database(&self) -> Result<Vec<u8>, StorageError> {
-        let tmp = self.dir.join("snapshot-building.db");
-        let _ = std::fs::remove_file(&tmp);
-        let conn = rusqlite::Connection::open(&self.path).map_err(snap_err)?;
-        conn.execute("VACUUM INTO ?1", [tmp.display().to_string()]).map_err(snap_err)?;
-        drop(conn);
-        let data = std::fs::read(&tmp).map_err(snap_err)?;
-        let _ = std::fs::remove_file(&tmp);
-        Ok(data)
+    /// A consistent copy of the database as of `last_applied`, synced, in
+    /// a temporary file. On a blocking thread: the state machine waits (no
+    /// entry is applied meanwhile) but the runtime's threads do not.
+    async fn copy_database(&self) -> Result<PathBuf, StorageError> {
+        let (tmp, from) = (self.dir.join("snapshot-building.tmp"), self.path.clone());
+        blocking(move || {
+            let _ = std::fs::remove_file(&tmp);
+            let conn = rusqlite::Connection::open(&from).map_err(snap_err)?;
+            conn.execute("VACUUM INTO ?1", [tmp.display().to_string()]).map_err(snap_err)?;
+            drop(conn);
+            std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(snap_err)?;
+            Ok(tmp)
+        })
+        .await
     }
 
-    fn keep_snapshot(&mut self, meta: SnapshotMeta, data: Arc<Vec<u8>>) -> Result<(), StorageError> {
-        write_durably(&self.dir.join("snapshot.db"), &data).map_err(snap_err)?;
-        write_durably(&self.dir.join("snapshot.json"), &serde_json::to_vec(&meta).map_err(snap_err)?).map_err(snap_err)?;
-        self.snapshot = Some((meta, data));
-        Ok(())
+    /// Makes the synced file `data` the latest snapshot: renamed to its
+    /// snapshot name, then named in `snapshot.json` (so a crash leaves
+    /// either the old snapshot or the new one, whole), then the older
+    /// files removed (one being sent stays readable through its open
+    /// handle).
+    fn keep_snapshot(&mut self, meta: SnapshotMeta, data: &Path) -> Result<PathBuf, StorageError> {
+        let name = snapshot_file_name(&meta);
+        let path = self.dir.join(&name);
+        rename_durably(data, &path).map_err(snap_err)?;
+        let latest = Latest { meta: meta.clone(), file: name.clone() };
+        write_durably(&self.dir.join("snapshot.json"), &serde_json::to_vec(&latest).map_err(snap_err)?).map_err(snap_err)?;
+        for e in std::fs::read_dir(&self.dir).map_err(snap_err)?.flatten() {
+            let other = e.file_name().to_string_lossy().into_owned();
+            if other.starts_with("snapshot") && other.ends_with(".db") && other != name {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        self.snapshot = Some((meta, path.clone()));
+        Ok(path)
     }
 }
 
@@ -227,12 +279,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_snapshot_builder(&mut self) -> Builder {
         // Made here, while no entry is being applied, so the copy is exactly
         // the state as of `last_applied`.
-        let made = self.copy_database().and_then(|data| {
+        let made = self.copy_database().await.and_then(|tmp| {
             let id = self.last_applied.map(|l| format!("{}-{}", l.leader_id.term, l.index)).unwrap_or_else(|| "empty".into());
             let meta = SnapshotMeta { last_log_id: self.last_applied, last_membership: self.membership.clone(), snapshot_id: id };
-            let data = Arc::new(data);
-            self.keep_snapshot(meta.clone(), data.clone())?;
-            Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data.as_ref().clone())) })
+            let path = self.keep_snapshot(meta.clone(), &tmp)?;
+            Ok(Snapshot { meta, snapshot: Box::new(SnapshotFile::open(&path).map_err(snap_err)?) })
         });
         match made {
             Ok(s) => Builder { snapshot: Some(s), error: None },
@@ -240,16 +291,21 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StorageError> {
+        self.receiving += 1;
+        let path = self.dir.join(format!("incoming-sm-{}.db", self.receiving));
+        std::fs::File::create(&path).map_err(snap_err)?;
+        Ok(Box::new(SnapshotFile::open(&path).map_err(snap_err)?))
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<Cursor<Vec<u8>>>) -> Result<(), StorageError> {
-        let data = Arc::new(snapshot.into_inner());
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<SnapshotFile>) -> Result<(), StorageError> {
+        let received = snapshot.path.clone();
+        drop(snapshot);
         self.generation += 1;
         let path = self.dir.join(format!("state-{}.db", self.generation));
         remove_db(&path);
-        std::fs::write(&path, data.as_slice()).map_err(snap_err)?;
+        let (from, to) = (received.clone(), path.clone());
+        blocking(move || std::fs::copy(&from, &to).map_err(snap_err)).await?;
         // Opened on a thread of its own: the open's future is not `Send`
         // in the form this trait method needs (sqlx's executor lifetimes).
         let url = format!("sqlite://{}", path.display());
@@ -263,10 +319,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         remove_db(&old);
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
-        self.keep_snapshot(meta.clone(), data)
+        std::fs::File::open(&received).and_then(|f| f.sync_all()).map_err(snap_err)?;
+        self.keep_snapshot(meta.clone(), &received).map(|_| ())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        Ok(self.snapshot.as_ref().map(|(m, d)| Snapshot { meta: m.clone(), snapshot: Box::new(Cursor::new(d.as_ref().clone())) }))
+        match &self.snapshot {
+            None => Ok(None),
+            Some((meta, path)) => {
+                let file = SnapshotFile::open(path).map_err(snap_err)?;
+                Ok(Some(Snapshot { meta: meta.clone(), snapshot: Box::new(file) }))
+            }
+        }
     }
 }

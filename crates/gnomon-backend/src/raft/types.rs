@@ -1,7 +1,8 @@
 //! What goes through the replicated log: one [`Command`] per store write,
 //! and the [`Reply`] its application gives on every member.
 
-use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use gnomon_core::spec::JobSpec;
 use gnomon_core::Millis;
@@ -18,8 +19,27 @@ openraft::declare_raft_types!(
         R = Applied,
         NodeId = u64,
         Node = openraft::BasicNode,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = SnapshotFile,
 );
+
+/// A snapshot's data: a copy of the state database, as a file kept open
+/// (a newer snapshot may take its place on disk while this one is sent; the
+/// open file still reads the old one). Never held in memory whole.
+#[derive(Debug, Clone)]
+pub struct SnapshotFile {
+    pub path: PathBuf,
+    pub file: Arc<std::fs::File>,
+}
+
+impl SnapshotFile {
+    pub fn open(path: &Path) -> std::io::Result<SnapshotFile> {
+        Ok(SnapshotFile { path: path.to_path_buf(), file: Arc::new(std::fs::File::open(path)?) })
+    }
+
+    pub fn size(&self) -> std::io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+}
 
 /// A member's id within its cluster.
 pub type NodeId = u64;

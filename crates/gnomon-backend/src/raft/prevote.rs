@@ -1,0 +1,133 @@
+//! Pre-vote: a member stands for election only when a majority of the
+//! voters would vote for it.
+//!
+//! openraft 0.9 has no pre-vote of its own: a member that was paused,
+//! restarted or cut off times out, raises its term and stands; the leader
+//! then meets that higher term on its next append and steps down, and the
+//! scheduler's term ends for nothing. So openraft's own election timer is
+//! off (`enable_elect: false`) and this module's timer replaces it:
+//!
+//! - a member records when it last heard from a leader (an append or a
+//!   snapshot it accepted);
+//! - once that is longer ago than the leader lease plus a random election
+//!   timeout (what openraft's timer waits), it asks every other voter
+//!   `PreVote` with its last log id; a voter says yes only if its own
+//!   leader lease has run out too (it has not heard from a leader for the
+//!   lease) and the candidate's log is at least as up to date as its own;
+//! - with a majority of yeses (its own included) it stands; otherwise it
+//!   waits another timeout, its term unchanged.
+//!
+//! A Raft leader handing over (`Member::hand_over`) and the member taking
+//! over (`Member::take_over`) stand or hold back directly, as before.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use openraft::ServerState;
+use rand::Rng;
+
+use super::network::Rpc;
+use super::types::LogId;
+use super::Member;
+
+/// When this member last heard from a leader.
+#[derive(Debug)]
+pub(crate) struct Heard(Mutex<Instant>);
+
+impl Default for Heard {
+    fn default() -> Self {
+        Heard(Mutex::new(Instant::now()))
+    }
+}
+
+impl Heard {
+    pub(crate) fn now(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).elapsed()
+    }
+}
+
+/// How often the timer looks.
+const TICK: Duration = Duration::from_millis(50);
+
+impl Member {
+    /// The leader lease (openraft's: the longest election timeout).
+    fn lease(&self) -> Duration {
+        self.config.election_timeout.1
+    }
+
+    fn last_log(&self) -> Option<LogId> {
+        self.raft.data_metrics().borrow().last_log
+    }
+
+    /// Answers another member's pre-vote.
+    pub(crate) fn pre_vote(&self, candidate_last: Option<LogId>) -> bool {
+        let leads = self.raft.metrics().borrow().state == ServerState::Leader;
+        !leads && self.heard.elapsed() > self.lease() && candidate_last >= self.last_log()
+    }
+
+    /// Asks the other voters; whether a majority would vote for this member.
+    async fn majority_would_vote(&self) -> bool {
+        let (voters, me_voter) = {
+            let x = self.raft.metrics().borrow().clone();
+            let ms = x.membership_config.membership();
+            let voters: Vec<(u64, String)> =
+                ms.voter_ids().filter(|id| *id != self.id).filter_map(|id| ms.get_node(&id).map(|n| (id, n.addr.clone()))).collect();
+            (voters, ms.voter_ids().any(|id| id == self.id))
+        };
+        if !me_voter {
+            return false;
+        }
+        // A majority of the voters, this one included.
+        let all = voters.len() + 1;
+        let need = all / 2 + 1;
+        let last = self.last_log();
+        let timeout = self.config.election_timeout.0;
+        // Asked at once: a member that does not answer costs one timeout.
+        let ask = (self.id, last);
+        let asks = voters.iter().map(|(id, addr)| self.net.call::<_, bool>(*id, addr, Rpc::PreVote, &ask, timeout));
+        let yes = futures::future::join_all(asks).await.into_iter().filter(|r| matches!(r, Ok(true))).count();
+        yes + 1 >= need
+    }
+}
+
+/// The election timer that replaces openraft's (see the module's doc).
+pub(super) fn spawn_timer(member: &Arc<Member>) {
+    let weak = Arc::downgrade(member);
+    tokio::spawn(async move {
+        // The timeout of this round, and when this member last asked.
+        let mut timeout = None;
+        let mut asked: Option<Instant> = None;
+        loop {
+            tokio::time::sleep(TICK).await;
+            let Some(m) = weak.upgrade() else { return };
+            if m.raft.metrics().borrow().running_state.is_err() {
+                return;
+            }
+            if m.raft.metrics().borrow().state == ServerState::Leader {
+                m.heard.now();
+                continue;
+            }
+            let (min, max) = m.config.election_timeout;
+            let wait = *timeout.get_or_insert_with(|| m.lease() + rand::thread_rng().gen_range(min..=max));
+            let quiet = m.heard.elapsed() >= wait && asked.is_none_or(|a| a.elapsed() >= wait);
+            if !quiet || m.hold_standing.load(Ordering::SeqCst) {
+                continue;
+            }
+            timeout = None;
+            asked = Some(Instant::now());
+            if m.majority_would_vote().await {
+                tracing::info!(member = m.id, "raft: no leader heard from and a majority would vote; standing for election");
+                if let Err(e) = m.raft.trigger().elect().await {
+                    tracing::debug!(error = %e, "raft: standing for election failed");
+                }
+            } else {
+                tracing::debug!(member = m.id, "raft: a majority would not vote (a leader is alive); not standing");
+            }
+        }
+    });
+}
