@@ -247,9 +247,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// A signal on every job write, where the backend can push one (an etcd
-    /// watch): the leader reads `job_changes` at once instead of at its next
-    /// poll. `None`: the leader polls (at most a second late).
     /// Where the store's members see each other's clocks (raft: measured on
     /// replication): this leader's clock minus the members' median, in ms,
     /// when a majority answered lately. `None` elsewhere.
@@ -263,6 +260,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// The store server's own clock (Unix ms) where it has one apart from
+    /// this machine's (MySQL, PostgreSQL): the reference a node's clock is
+    /// checked against. `None` elsewhere.
+    async fn server_clock(&self) -> Result<Option<Millis>, StoreError> {
+        Ok(None)
+    }
+
+    /// A signal on every job write, where the backend can push one (an etcd
+    /// watch): the leader reads `job_changes` at once instead of at its next
+    /// poll. `None`: the leader polls (at most a second late).
     fn job_change_signal(&self) -> Option<tokio::sync::mpsc::Receiver<()>> {
         None
     }

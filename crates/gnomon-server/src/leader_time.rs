@@ -21,6 +21,16 @@
 //!   from above and the least of the recent ones is the estimate
 //!   ([`SkewMeter`]). A term adds to it how far its wall clock has moved
 //!   apart from the monotonic clock since it started (a clock step).
+//! - Where the store server has a clock of its own (MySQL, PostgreSQL) it
+//!   is a third clock beside this node's and the last leader's: a node's
+//!   skew is its clock against the median of the three ([`server_skew`];
+//!   the server's alone when the last leader's is not known), so a wrong
+//!   clock is found out even on a cluster's first leader, and a wrong
+//!   database clock does not stop nodes that agree with each other. On
+//!   raft the members' median serves the same way. With such a reference,
+//!   a committed time further ahead of a node that agrees with it than the
+//!   step-down bound was left by a wrong clock: the term starts from the
+//!   node's own clock instead of waiting for it (see `node.rs`).
 //! - Past `warn` (`--max-clock-skew`) the node says so in its log and in
 //!   `gnomon_clock_skew_seconds`; past `step_down` a new leader gives the
 //!   term back before its first turn, and a leader steps down, rather than
@@ -110,6 +120,11 @@ impl LeaderClock {
         self.start_skew + self.stepped()
     }
 
+    /// The wall clock under this one.
+    pub fn wall(&self) -> &dyn Clock {
+        &*self.wall
+    }
+
     /// Whether a wall clock step past the bound was seen.
     pub fn tripped(&self) -> bool {
         self.tripped.load(Ordering::SeqCst)
@@ -157,6 +172,51 @@ impl SkewMeter {
         let fresh: Vec<i64> = self.samples.iter().filter(|(_, at)| now.saturating_duration_since(*at) <= FRESH).map(|(o, _)| *o).collect();
         (fresh.len() >= MIN_SAMPLES).then(|| fresh.into_iter().min().unwrap_or(0))
     }
+}
+
+/// Round trips to the store server longer than this give no clock reading.
+const MAX_SERVER_RTT: Duration = Duration::from_millis(1000);
+
+/// This node's wall clock minus the store server's (ms), from the quickest
+/// of `tries` round trips (its error is at most half of it); `None` where
+/// the server has no clock of its own or does not answer in time.
+pub async fn server_offset(store: &dyn Store, wall: &dyn Clock, tries: usize) -> Option<i64> {
+    let mut best: Option<(Duration, i64)> = None;
+    for _ in 0..tries.max(1) {
+        let (sent, started) = (wall.now_millis(), Instant::now());
+        let server = store.server_clock().await.ok().flatten()?;
+        let rtt = started.elapsed();
+        // The midpoint on the monotonic clock: a wall clock step during
+        // the call does not skew the reading.
+        let offset = sent + i64::try_from(rtt.as_millis() / 2).unwrap_or(i64::MAX) - server;
+        if best.is_none_or(|(r, _)| rtt < r) {
+            best = Some((rtt, offset));
+        }
+    }
+    best.filter(|(rtt, _)| *rtt <= MAX_SERVER_RTT).map(|(_, o)| o)
+}
+
+/// This node's skew against the median of three clocks: the store
+/// server's, this node's (`me`: this node minus the server) and the last
+/// leader's (`leader`: the leader minus the server), or against the
+/// server's alone when the last leader's is not known.
+pub fn server_skew(me: i64, leader: Option<i64>) -> i64 {
+    match leader {
+        Some(l) => {
+            let mut a = [0, me, l];
+            a.sort_unstable();
+            me - a[1]
+        }
+        None => me,
+    }
+}
+
+/// A standby's readings of the leader's clock: against this node's wall
+/// clock, and against the store server's where it has one.
+#[derive(Debug, Default)]
+pub struct Meters {
+    pub leader: Mutex<SkewMeter>,
+    pub leader_vs_server: Mutex<SkewMeter>,
 }
 
 /// What a skew comes to.
@@ -267,7 +327,7 @@ pub async fn observe(
     store: Arc<dyn Store>,
     scope: &'static str,
     wall: Arc<dyn Clock>,
-    meter: Arc<Mutex<SkewMeter>>,
+    meters: Arc<Meters>,
     status: SharedStatus,
     limits: SkewLimits,
     leading: impl Fn() -> bool + Send + 'static,
@@ -283,12 +343,26 @@ pub async fn observe(
         let Ok(Some(record)) = reader.leadership(scope).await else { continue };
         let now = Instant::now();
         let estimate = {
-            let mut m = meter.lock().unwrap_or_else(|p| p.into_inner());
+            let mut m = meters.leader.lock().unwrap_or_else(|p| p.into_inner());
             m.observe(record.leader_time, wall.now_millis(), now);
             m.estimate(now)
         };
-        if estimate.is_some() && !leading() {
-            report(&status, estimate, limits, "standby");
+        // With the server's clock: the leader's against it (read the same
+        // way, the server's clock in place of this node's), and this
+        // node's against the median.
+        let skew = match reader.server_clock().await {
+            Ok(Some(server_now)) => {
+                let leader = {
+                    let mut m = meters.leader_vs_server.lock().unwrap_or_else(|p| p.into_inner());
+                    m.observe(record.leader_time, server_now, now);
+                    m.estimate(now).map(|e| -e)
+                };
+                server_offset(&*reader, &*wall, 1).await.map(|me| server_skew(me, leader))
+            }
+            _ => estimate,
+        };
+        if skew.is_some() && !leading() {
+            report(&status, skew, limits, "standby");
         }
     }
 }
@@ -302,6 +376,10 @@ pub struct Keeper {
     pub clock: Arc<LeaderClock>,
     /// Whether the term started with a known skew.
     pub skew_known: bool,
+    /// Where the store server has a clock: the cluster's median offset
+    /// from it when the term started (this node's skew is then its offset
+    /// less this).
+    pub server_center: Option<i64>,
     pub limits: SkewLimits,
     pub status: SharedStatus,
     pub step_down: watch::Sender<bool>,
@@ -325,7 +403,11 @@ impl Keeper {
             // median is the reference, so even a first leader whose clock
             // was wrong from the start is found out.
             let known = self.skew_known || stepped.unsigned_abs() > self.limits.warn.as_millis() as u64;
-            let skew = self.store.cluster_clock_skew().or(known.then_some(own));
+            let skew = match (self.store.cluster_clock_skew(), self.server_center) {
+                (Some(s), _) => Some(s),
+                (None, Some(c)) => server_offset(&*self.store, self.clock.wall(), 1).await.map(|o| o - c).or(known.then_some(own)),
+                (None, None) => known.then_some(own),
+            };
             let verdict = report(&self.status, skew, self.limits, "leader");
             let skew = skew.unwrap_or(own);
             if verdict == Some(Verdict::StepDown) || self.clock.tripped() {
@@ -394,6 +476,15 @@ mod tests {
         }
         assert_eq!(m.estimate(t0 + Duration::from_secs(4)), Some(2_040), "2 s ahead, plus the youngest reading's age");
         assert_eq!(m.estimate(t0 + Duration::from_secs(40)), None, "readings go stale");
+    }
+
+    #[test]
+    fn of_three_clocks_the_odd_one_out_is_off() {
+        assert_eq!(server_skew(30_000, Some(0)), 30_000, "this node is the odd one");
+        assert_eq!(server_skew(20, Some(30_000)), 0, "the last leader was the odd one");
+        assert_eq!(server_skew(30_000, Some(30_100)), 0, "the server is the odd one: this node agrees with the leader");
+        assert_eq!(server_skew(-7_000, None), -7_000, "two clocks: the server's is the reference");
+        assert_eq!(server_skew(300, Some(-200)), 300, "all close: the server is the median");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! A server node: campaigns for leadership and runs the leader loops while it
 //! leads. Shared state for the API lives in [`NodeHandle`].
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use gnomon_backend::{Elector, Fence, LeaderInfo, Store};
@@ -9,7 +9,7 @@ use gnomon_core::Clock;
 use tokio::sync::{mpsc, watch};
 
 use crate::leader::{LeaderCommand, LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime, PressureInfo, WorkerInfo, WorkersView};
-use crate::leader_time::{self, ClockStatus, Keeper, LeaderClock, SharedStatus, SkewLimits, SkewMeter, Verdict};
+use crate::leader_time::{self, ClockStatus, Keeper, LeaderClock, Meters, SharedStatus, SkewLimits, Verdict};
 
 pub const SCOPE: &str = "scheduler";
 
@@ -145,14 +145,14 @@ impl Node {
         };
         metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(0.0);
         let limits = self.handle.config.clock;
-        let meter = Arc::new(Mutex::new(SkewMeter::default()));
+        let meters = Arc::new(Meters::default());
         let observer = {
             let h = self.handle.clone();
             tokio::spawn(leader_time::observe(
                 h.store.clone(),
                 SCOPE,
                 h.clock.clone(),
-                meter.clone(),
+                meters.clone(),
                 h.clock_status.clone(),
                 limits,
                 move || h.leading_token().is_some(),
@@ -197,8 +197,18 @@ impl Node {
                     cluster_skew = self.handle.store.cluster_clock_skew();
                 }
             }
+            // Where the store server has a clock: this node against the
+            // median of it, this node and the last leader.
+            let mut server_center = None;
+            if cluster_skew.is_none() {
+                if let Some(me) = leader_time::server_offset(&*self.handle.store, &*self.handle.clock, 3).await {
+                    let leader = meters.leader_vs_server.lock().unwrap_or_else(|p| p.into_inner()).estimate(Instant::now()).map(|e| -e);
+                    cluster_skew = Some(leader_time::server_skew(me, leader));
+                    server_center = cluster_skew.map(|s| me - s);
+                }
+            }
             let wall = self.handle.clock.now_millis();
-            let estimate = meter.lock().unwrap_or_else(|p| p.into_inner()).estimate(Instant::now());
+            let estimate = meters.leader.lock().unwrap_or_else(|p| p.into_inner()).estimate(Instant::now());
             let start_skew = cluster_skew.or_else(|| leader_time::takeover_skew(committed, wall, estimate));
             if leader_time::report(&self.handle.clock_status, start_skew, limits, "new leader") == Some(Verdict::StepDown) {
                 leader_time::stepped_down(&self.handle.clock_status, start_skew.unwrap_or(0), limits, wall, "taking over");
@@ -215,6 +225,23 @@ impl Node {
             // already passed, nor at one ahead of this node's own clock (a
             // committed time that a fast clock left ahead stays unreached
             // here until it is true).
+            // A committed time further ahead than the bound, of a node that
+            // agrees with the cluster's clocks (a reference says so), was
+            // left by a wrong clock: waiting for it would stop scheduling
+            // for as long, and starting at it would fire early. The term
+            // starts from this node's clock.
+            let ahead = committed - self.handle.clock.now_millis();
+            let poisoned = cluster_skew.is_some() && ahead > i64::try_from(limits.step_down.as_millis()).unwrap_or(i64::MAX);
+            let committed = if poisoned {
+                metrics::counter!("gnomon_clock_skew_warnings_total").increment(1);
+                tracing::error!(
+                    ahead_ms = ahead,
+                    "the committed leader time is ahead of this node's clock, which agrees with the cluster's, by more than --clock-skew-step-down: a wrong clock set it; this term starts from this node's clock"
+                );
+                self.handle.clock.now_millis()
+            } else {
+                committed
+            };
             if !self.wait_for_committed_time(committed, &limits, &leadership, &mut shutdown).await {
                 let _ = self.elector.resign(&leadership).await;
                 if *shutdown.borrow() {
@@ -253,6 +280,7 @@ impl Node {
                     fence: fence.clone(),
                     clock: clock.clone(),
                     skew_known: start_skew.is_some(),
+                    server_center,
                     limits,
                     status: self.handle.clock_status.clone(),
                     step_down: step_tx,

@@ -69,7 +69,7 @@ impl Elector for BatonElector {
 }
 
 struct Cluster {
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
     store: Arc<dyn Store>,
     elector: BatonElector,
 }
@@ -93,6 +93,11 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("g.db").display());
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&url).await.unwrap());
+        Cluster::on(store, Some(dir)).await
+    }
+
+    /// On a store of its own (a MySQL or PostgreSQL test database).
+    async fn on(store: Arc<dyn Store>, dir: Option<tempfile::TempDir>) -> Cluster {
         let spec = parse_job_json(br#"{"name":"tick","schedule":{"every":"1s"},"executor":{"handler":{"name":"noop"}}}"#)
             .unwrap()
             .compile()
@@ -249,18 +254,33 @@ async fn a_committed_time_a_fast_clock_left_ahead_is_waited_for_not_fired_at() {
     assert!(committed > SystemClock.now_millis() + 2_000, "the committed time is ahead of the true time");
     // A job due one second from now (true time), created before the good
     // node takes over.
-    let due = SystemClock.now_millis() + 1_000;
+    let due = put_at_job(&c, "once", 1_000).await;
+    let b = c.start("b", 0);
+    let run = fired_not_early(&c, "once", committed).await;
+    assert_eq!(run.scheduled_at, due);
+    assert!(run.fired_at >= committed, "fired at {} below the committed time {committed}", run.fired_at);
+    assert_eq!(b.handle.clock_status().verdict, Some(Verdict::Warn), "b says it is behind the committed time");
+    b.stop().await;
+}
+
+/// A job firing once, `in_ms` from now (true time); its due time.
+async fn put_at_job(c: &Cluster, name: &str, in_ms: i64) -> Millis {
+    let due = SystemClock.now_millis() + in_ms;
     let at = chrono::DateTime::from_timestamp_millis(due).unwrap().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let json = format!(r#"{{"name":"once","schedule":{{"at":"{at}"}},"executor":{{"handler":{{"name":"noop"}}}}}}"#);
+    let json = format!(r#"{{"name":"{name}","schedule":{{"at":"{at}"}},"executor":{{"handler":{{"name":"noop"}}}}}}"#);
     let spec = parse_job_json(json.as_bytes()).unwrap().compile().unwrap().spec;
     c.store.put_job(&spec, Precondition::DoesNotExist, SystemClock.now_millis()).await.unwrap();
-    let b = c.start("b", 0);
-    let filter = RunFilter { job: Some("once".into()), ..Default::default() };
+    due
+}
+
+/// Waits for the job's run and asserts it was not fired before its time
+/// (true time): a run read right after it was written was fired no later
+/// than the read.
+async fn fired_not_early(c: &Cluster, name: &str, committed: Millis) -> gnomon_backend::RunRecord {
+    let filter = RunFilter { job: Some(name.into()), ..Default::default() };
     let deadline = Instant::now() + Duration::from_secs(30);
-    let run = loop {
+    loop {
         let page = c.store.list_runs(&filter, 10, None).await.unwrap();
-        // Read after the write: if the run is there, it was fired no later
-        // than now.
         let seen_at = SystemClock.now_millis();
         if let Some(r) = page.runs.first() {
             assert!(
@@ -269,13 +289,69 @@ async fn a_committed_time_a_fast_clock_left_ahead_is_waited_for_not_fired_at() {
                 r.scheduled_at,
                 r.scheduled_at - seen_at
             );
-            break r.clone();
+            return r.clone();
         }
         assert!(Instant::now() < deadline, "the run was never fired");
         tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!(run.scheduled_at, due);
-    assert!(run.fired_at >= committed, "fired at {} below the committed time {committed}", run.fired_at);
-    assert_eq!(b.handle.clock_status().verdict, Some(Verdict::Warn), "b says it is behind the committed time");
-    b.stop().await;
+    }
+}
+
+/// A MySQL and a PostgreSQL test database, each with a cluster on it.
+async fn on_database_servers() -> Vec<(gnomon_backend::testing::testdb::TestDb, Cluster)> {
+    use gnomon_backend::testing::testdb::{Server, TestDb};
+    let mut out = Vec::new();
+    for server in [Server::MySql, Server::Postgres] {
+        let db = TestDb::create(server).await.expect("the test database server is reachable");
+        let store = gnomon_backend::open_store(&db.url).await.expect("opens");
+        assert!(store.server_clock().await.unwrap().is_some(), "{server:?} has a clock of its own");
+        out.push((db, Cluster::on(store, None).await));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_database_clock_a_first_leader_whose_clock_is_off_does_not_lead() {
+    for (db, c) in on_database_servers().await {
+        // No leader before it, no committed time: only the database
+        // server's clock can tell this node is 30 s ahead.
+        let a = c.start("a", 30_000);
+        until("a refuses the term", || async { a.handle.clock_status().stepped_down_at.is_some() }).await;
+        let st = a.handle.clock_status();
+        assert_eq!(st.verdict, Some(Verdict::StepDown), "{:?}: {st:?}", db.server);
+        assert!(st.skew_ms.unwrap() > 25_000, "{:?}: a knows it is 30 s ahead: {st:?}", db.server);
+        assert!(c.runs().await.is_empty(), "{:?}: a fired nothing", db.server);
+        assert_eq!(c.leader_time().await, 0, "{:?}: and committed no leader time", db.server);
+        // A good node leads.
+        let b = c.start("b", 0);
+        until("b leads and fires", || async { b.handle.leading_token().is_some() && !c.runs().await.is_empty() }).await;
+        for (at, _) in c.runs().await {
+            assert!(at <= SystemClock.now_millis(), "{:?}: b fired {at} on time", db.server);
+        }
+        a.stop().await;
+        b.stop().await;
+        db.drop_database().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_database_clock_a_committed_time_left_far_ahead_neither_stops_nor_hurries_a_good_leader() {
+    for (db, c) in on_database_servers().await {
+        // A wrong clock (a minute ahead) led before and committed its time.
+        let token = c.store.next_epoch("scheduler").await.unwrap();
+        let fence = Fence { scope: "scheduler".into(), token };
+        let holder = LeaderInfo { holder: "wrong".into(), address: "wrong:0".into(), backend: "baton".into() };
+        c.store.fence(&fence, &holder, 0).await.unwrap();
+        let poisoned = SystemClock.now_millis() + 60_000;
+        c.store.advance_leader_time(&fence, poisoned).await.unwrap();
+        let due = put_at_job(&c, "once", 1_500).await;
+        // A good node: it agrees with the database server, so the committed
+        // time is the wrong one. It leads at once, from its own clock.
+        let b = c.start("b", 0);
+        let run = fired_not_early(&c, "once", poisoned).await;
+        assert_eq!(run.scheduled_at, due);
+        assert!(run.fired_at < due + 10_000, "{:?}: fired on time, not when the true time reaches the committed one", db.server);
+        assert!(b.handle.clock_status().stepped_down_at.is_none(), "{:?}: b did not refuse the term", db.server);
+        b.stop().await;
+        db.drop_database().await;
+    }
 }

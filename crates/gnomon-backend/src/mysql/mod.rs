@@ -102,6 +102,8 @@ const DIALECT: Dialect = Dialect {
     migrations: MIGRATIONS,
     size_query:
         "SELECT CAST(COALESCE(SUM(data_length + index_length), 0) AS SIGNED) FROM information_schema.tables WHERE table_schema = DATABASE()",
+    // SYSDATE, not NOW: the time the function runs, not the statement's start.
+    clock_query: Some("SELECT CAST(ROUND(UNIX_TIMESTAMP(SYSDATE(3)) * 1000) AS SIGNED)"),
     // JSON_TABLE's column collations and its optimiser support differ
     // between MariaDB and MySQL 8; the CASE statements work on both.
 };

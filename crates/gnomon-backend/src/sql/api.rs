@@ -464,6 +464,11 @@ macro_rules! sql_api {
                 rows.iter().map(run_from_row).collect()
             }
 
+            async fn server_clock(&self) -> Result<Option<Millis>, StoreError> {
+                let Some(q) = D.clock_query else { return Ok(None) };
+                sqlx::query_scalar(q).fetch_one(&self.pool).await.map(Some).map_err(db_err)
+            }
+
             async fn size_bytes(&self) -> Option<u64> {
                 let n: Option<i64> = sqlx::query_scalar(D.size_query).fetch_one(&self.pool).await.ok();
                 n.and_then(|n| u64::try_from(n).ok())

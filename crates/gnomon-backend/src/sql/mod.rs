@@ -87,6 +87,9 @@ pub(crate) struct Dialect {
     pub migrations: &'static [Migration],
     /// The database's size in bytes, one BIGINT (`gnomon_store_size_bytes`).
     pub size_query: &'static str,
+    /// The database server's clock, Unix ms as one BIGINT; none where the
+    /// database is this machine's (SQLite).
+    pub clock_query: Option<&'static str>,
 }
 
 impl Dialect {
@@ -338,6 +341,7 @@ mod tests {
             migrate_unlock: "",
             migrations: &[],
             size_query: "",
+            clock_query: None,
         };
         assert_eq!(d.q("a = ? AND b = ? FOR UPDATE"), "a = $1 AND b = $2 FOR UPDATE");
         let d = Dialect { numbered: false, for_update: "", ..d };

@@ -161,6 +161,7 @@ const DIALECT: Dialect = Dialect {
     migrate_unlock: "SELECT 1",
     migrations: MIGRATIONS,
     size_query: "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+    clock_query: None,
 };
 
 #[derive(Debug, Clone)]

@@ -597,6 +597,12 @@ async fn leader_time_only_moves_forward(a: &dyn Store, b: &dyn Store) {
     assert!(matches!(a.advance_leader_time(&old, 1_000).await, Err(StoreError::Fenced { .. })), "nor read it back as if it led");
     assert_eq!(b.advance_leader_time(&new, 6_000).await.expect("advance"), 6_000);
     assert_eq!(a.leadership(&scope).await.expect("read").expect("record").leader_time, 6_000);
+    // A server clock, where the store has one, is a real clock (the test
+    // servers run on this machine).
+    if let Some(t) = a.server_clock().await.expect("the server's clock") {
+        let here = gnomon_core::Clock::now_millis(&gnomon_core::SystemClock);
+        assert!((t - here).abs() < 5_000, "the server's clock {t} is close to this machine's {here}");
+    }
 }
 
 /// Retention: terminal runs beyond the newest N of a job, or fired before a
