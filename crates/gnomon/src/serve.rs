@@ -346,9 +346,15 @@ pub enum LogFormat {
 /// `--log-format` before any command runs.
 pub static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
 
+/// What the log shows unless `GNOMON_LOG` says otherwise. The Raft
+/// library's own lines (peers unreachable while they restart, at ERROR)
+/// are off: the raft store logs what matters itself (members unreachable
+/// and back, elections, snapshots installed, a member stopped).
+const DEFAULT_LOG: &str = "info,sqlx=warn,openraft=off";
+
 fn init_tracing() {
     let filter =
-        tracing_subscriber::EnvFilter::try_from_env("GNOMON_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+        tracing_subscriber::EnvFilter::try_from_env("GNOMON_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG));
     if LOG_FORMAT.get() == Some(&LogFormat::Json) {
         let _ = tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).try_init();
         return;

@@ -100,7 +100,7 @@ impl Member {
             applied: m.last_applied.map(|l| l.index),
             snapshot: m.snapshot.map(|l| l.index),
             members,
-            degraded: m.current_leader.is_none(),
+            degraded: m.current_leader.is_none() || (m.current_leader != Some(self.id) && !self.leader_heard()),
         }
     }
 

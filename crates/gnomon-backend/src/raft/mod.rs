@@ -129,6 +129,8 @@ pub struct Member {
     heard: prevote::Heard,
     /// While this member hands its leadership over: it does not stand.
     hold_standing: AtomicBool,
+    /// Set by [`Member::shutdown`] (a stop that is no failure).
+    stopping: AtomicBool,
     config: RaftConfig,
 }
 
@@ -181,6 +183,7 @@ impl Member {
             leading: AtomicUsize::new(0),
             heard: prevote::Heard::default(),
             hold_standing: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             config,
         });
         elector::spawn_steward(&member);
@@ -206,12 +209,18 @@ impl Member {
     }
 
     pub async fn shutdown(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
         let _ = self.raft.shutdown().await;
     }
 
     pub(crate) fn leader(&self) -> Option<(NodeId, String)> {
         let m = self.raft.metrics().borrow().clone();
         let id = m.current_leader?;
+        // A leader not heard from for the lease may be gone (this member
+        // cut off, say): no leader, rather than one that may be stale.
+        if id != self.id && !self.leader_heard() {
+            return None;
+        }
         let node = m.membership_config.membership().get_node(&id).cloned()?;
         Some((id, node.addr))
     }
@@ -261,7 +270,10 @@ impl Member {
             match attempt {
                 Ok(r) => return r.data,
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                    if let (Some(id), Some(node)) = (f.leader_id, f.leader_node) {
+                    // Only to a leader heard from within the lease: one this
+                    // member no longer hears may be gone.
+                    let heard = self.leader_heard();
+                    if let (Some(id), Some(node), true) = (f.leader_id, f.leader_node, heard) {
                         let msg = Forwarded { from: self.id, command: command.clone() };
                         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                         let r: Result<Applied, String> =

@@ -40,7 +40,21 @@ pub struct Net {
     /// Each member's clock minus this one's (ms), measured on replication
     /// round trips, and when.
     offsets: Mutex<HashMap<NodeId, (i64, std::time::Instant)>>,
+    /// Whether each member answered its last call, and since when.
+    reach: Mutex<HashMap<NodeId, Reach>>,
 }
+
+/// A member's reachability as this one sees it (for the log: openraft's
+/// own lines about it are off by default).
+struct Reach {
+    answered: bool,
+    since: std::time::Instant,
+    said: bool,
+}
+
+/// How long a member that was never reached may stay so before the log
+/// says it (members start at different times).
+const UNREACHED_GRACE: Duration = Duration::from_secs(5);
 
 /// A failed call to another member.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +87,41 @@ impl Net {
                     .map_err(|e| e.to_string())
             })
         });
-        Net { connect, token, channels: Mutex::new(HashMap::new()), cut: Mutex::new(HashSet::new()), offsets: Mutex::default() }
+        Net {
+            connect,
+            token,
+            channels: Mutex::new(HashMap::new()),
+            cut: Mutex::new(HashSet::new()),
+            offsets: Mutex::default(),
+            reach: Mutex::default(),
+        }
+    }
+
+    /// Records whether `target` answered; logs when that changes: at once
+    /// for a member that answered before, after [`UNREACHED_GRACE`] for one
+    /// never reached yet (it may still be starting).
+    fn reached(&self, target: NodeId, addr: &str, failure: Option<&CallError>) {
+        let now = std::time::Instant::now();
+        let mut all = self.reach.lock().unwrap_or_else(|e| e.into_inner());
+        let r = all.entry(target).or_insert(Reach { answered: false, since: now, said: false });
+        match failure {
+            None => {
+                if !r.answered && r.said {
+                    tracing::info!(member = target, addr, "raft: member reachable again");
+                }
+                *r = Reach { answered: true, since: now, said: false };
+            }
+            Some(e) => {
+                let was_answering = r.answered;
+                if was_answering {
+                    *r = Reach { answered: false, since: now, said: false };
+                }
+                if !r.said && (was_answering || r.since.elapsed() >= UNREACHED_GRACE) {
+                    r.said = true;
+                    tracing::warn!(member = target, addr, error = %e, "raft: member unreachable");
+                }
+            }
+        }
     }
 
     /// The fresh clock offsets (member's clock minus this one's, ms) of
@@ -139,7 +187,13 @@ impl Net {
                 Rpc::Membership => client.membership(request).await,
             }
         };
-        let answer = self.answer(addr, timeout, tokio::time::timeout(timeout, call).await)?;
+        let answer = self.answer(addr, timeout, tokio::time::timeout(timeout, call).await);
+        match &answer {
+            Err(e) if e.unreachable() => self.reached(target, addr, Some(e)),
+            Err(_) => {}
+            Ok(_) => self.reached(target, addr, None),
+        }
+        let answer = answer?;
         if matches!(rpc, Rpc::AppendEntries) && answer.wall_ms > 0 {
             let back = wall_ms();
             // A round trip this short bounds the error by half of it.

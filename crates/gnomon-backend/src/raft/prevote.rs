@@ -64,6 +64,13 @@ impl Member {
         self.raft.data_metrics().borrow().last_log
     }
 
+    /// Whether a leader was heard from within the lease (a member whose
+    /// Raft state still names a leader it no longer hears from does not
+    /// count it: pre-vote keeps that state from changing).
+    pub(crate) fn leader_heard(&self) -> bool {
+        self.heard.elapsed() <= self.lease()
+    }
+
     /// Answers another member's pre-vote.
     pub(crate) fn pre_vote(&self, candidate_last: Option<LogId>) -> bool {
         let leads = self.raft.metrics().borrow().state == ServerState::Leader;
@@ -102,19 +109,43 @@ pub(super) fn spawn_timer(member: &Arc<Member>) {
         // The timeout of this round, and when this member last asked.
         let mut timeout = None;
         let mut asked: Option<Instant> = None;
+        let mut seen = (0, None);
         loop {
             tokio::time::sleep(TICK).await;
             let Some(m) = weak.upgrade() else { return };
-            if m.raft.metrics().borrow().running_state.is_err() {
+            let (term, leader) = {
+                let x = m.raft.metrics().borrow().clone();
+                (x.current_term, x.current_leader)
+            };
+            if (term, leader) != seen && leader.is_some() {
+                tracing::info!(member = m.id, term, leader, "raft: the cluster has a leader");
+                seen = (term, leader);
+            }
+            if let Err(fatal) = &m.raft.metrics().borrow().running_state {
+                if !m.stopping.load(Ordering::SeqCst) {
+                    tracing::error!(member = m.id, error = %fatal, "raft: this member stopped; it takes no part in the cluster until the server restarts");
+                }
                 return;
             }
             if m.raft.metrics().borrow().state == ServerState::Leader {
                 m.heard.now();
+            }
+            if m.heard.elapsed() < m.lease() {
+                // A leader lives: the next try starts from the first wait.
+                asked = None;
                 continue;
             }
             let (min, max) = m.config.election_timeout;
-            let wait = *timeout.get_or_insert_with(|| m.lease() + rand::thread_rng().gen_range(min..=max));
-            let quiet = m.heard.elapsed() >= wait && asked.is_none_or(|a| a.elapsed() >= wait);
+            // The first try waits for the lease plus a random timeout since
+            // the leader was last heard from (openraft's own wait); a try
+            // that did not end in a leader (a split vote, a lost pre-vote)
+            // is followed by another after a fresh random election timeout,
+            // so two members that stood at once part.
+            let wait = *timeout.get_or_insert_with(|| rand::thread_rng().gen_range(min..=max));
+            let quiet = match asked {
+                None => m.heard.elapsed() >= m.lease() + wait,
+                Some(a) => m.heard.elapsed() >= m.lease() && a.elapsed() >= wait,
+            };
             if !quiet || m.hold_standing.load(Ordering::SeqCst) {
                 continue;
             }

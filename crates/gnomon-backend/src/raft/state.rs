@@ -319,6 +319,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         remove_db(&old);
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
+        tracing::info!(snapshot = %meta.snapshot_id, "raft: installed a snapshot from the leader");
         std::fs::File::open(&received).and_then(|f| f.sync_all()).map_err(snap_err)?;
         self.keep_snapshot(meta.clone(), &received).map(|_| ())
     }
