@@ -9,13 +9,22 @@
 //!
 //! - a member records when it last heard from a leader (an append or a
 //!   snapshot it accepted);
-//! - once that is longer ago than the leader lease plus a random election
-//!   timeout (what openraft's timer waits), it asks every other voter
-//!   `PreVote` with its last log id; a voter says yes only if its own
-//!   leader lease has run out too (it has not heard from a leader for the
-//!   lease) and the candidate's log is at least as up to date as its own;
-//! - with a majority of yeses (its own included) it stands; otherwise it
-//!   waits another timeout, its term unchanged.
+//! - once that is longer ago than the leader lease plus a random pause
+//!   (one heartbeat interval plus up to the spread of the election
+//!   timeout), it asks every other voter `PreVote` with its last log id; a
+//!   voter says yes only if its own leader lease has run out too (it has
+//!   not heard from a leader for the lease) and the candidate's log is at
+//!   least as up to date as its own;
+//! - with a majority of yeses (its own included) it stands, as soon as they
+//!   are in (a voter that does not answer costs nothing then); otherwise
+//!   it waits another random pause, its term unchanged.
+//!
+//! openraft's own timer waits the lease plus a whole election timeout; the
+//! lease alone already keeps a live leader's followers from voting (they
+//! refuse within it) and pre-vote keeps a returning member from disturbing
+//! them, so the extra wait only has to part members that stand at once:
+//! the heartbeat interval covers followers that heard the last append a
+//! little apart, and the random spread parts the candidates.
 //!
 //! A Raft leader handing over (`Member::hand_over`) and the member taking
 //! over (`Member::take_over`) stand or hold back directly, as before.
@@ -24,6 +33,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use openraft::ServerState;
 use rand::Rng;
 
@@ -94,11 +104,28 @@ impl Member {
         let need = all / 2 + 1;
         let last = self.last_log();
         let timeout = self.config.election_timeout.0;
-        // Asked at once: a member that does not answer costs one timeout.
+        // Asked at once; the answer is in as soon as a majority said yes, so
+        // a voter that is down (a host that does not answer) costs nothing
+        // unless it is needed.
         let ask = (self.id, last);
-        let asks = voters.iter().map(|(id, addr)| self.net.call::<_, bool>(*id, addr, Rpc::PreVote, &ask, timeout));
-        let yes = futures::future::join_all(asks).await.into_iter().filter(|r| matches!(r, Ok(true))).count();
-        yes + 1 >= need
+        let mut asks: futures::stream::FuturesUnordered<_> =
+            voters.iter().map(|(id, addr)| self.net.call::<_, bool>(*id, addr, Rpc::PreVote, &ask, timeout)).collect();
+        let mut yes = 1;
+        while yes < need {
+            match asks.next().await {
+                Some(Ok(true)) => yes += 1,
+                Some(_) => {}
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// The random pause before a try (see the module's doc).
+    fn pause(&self) -> Duration {
+        let (min, max) = self.config.election_timeout;
+        let spread = max.saturating_sub(min).max(TICK * 2);
+        self.config.heartbeat + rand::thread_rng().gen_range(Duration::ZERO..=spread)
     }
 }
 
@@ -135,13 +162,12 @@ pub(super) fn spawn_timer(member: &Arc<Member>) {
                 asked = None;
                 continue;
             }
-            let (min, max) = m.config.election_timeout;
-            // The first try waits for the lease plus a random timeout since
-            // the leader was last heard from (openraft's own wait); a try
-            // that did not end in a leader (a split vote, a lost pre-vote)
-            // is followed by another after a fresh random election timeout,
-            // so two members that stood at once part.
-            let wait = *timeout.get_or_insert_with(|| rand::thread_rng().gen_range(min..=max));
+            // The first try waits for the lease plus a random pause since
+            // the leader was last heard from; a try that did not end in a
+            // leader (a split vote, a lost pre-vote) is followed by another
+            // after a fresh random pause, so two members that stood at once
+            // part.
+            let wait = *timeout.get_or_insert_with(|| m.pause());
             let quiet = match asked {
                 None => m.heard.elapsed() >= m.lease() + wait,
                 Some(a) => m.heard.elapsed() >= m.lease() && a.elapsed() >= wait,
