@@ -12,15 +12,20 @@
 //!   CORS preflight that gnomon never approves; a form post or a `no-cors`
 //!   fetch sends `text/plain`, `multipart/form-data` or a URL-encoded form.
 //!
-//! The worker protocol (gRPC) is exempt: a browser cannot send its content
-//! type without a preflight either, and workers often reach servers under
-//! names no one lists.
+//! The worker and raft protocols (gRPC) get a guard of their own: HTTP/2
+//! and `Content-Type: application/grpc…` only (a page on plain `http://`
+//! speaks HTTP/1.1, and cannot send that type without a preflight), no
+//! cross-site markers, and, when no credential is configured, the same
+//! Host check (a DNS-rebinding page would reach them same-origin). With
+//! credentials the Host check is off for them: workers dial servers under
+//! names no one lists, and a page cannot present a credential it does not
+//! have. `--allowed-hosts '*'` without credentials is refused at start.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, Method, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode, Version};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -31,6 +36,9 @@ use crate::api::ApiError;
 pub struct HostPolicy {
     names: Vec<String>,
     any: bool,
+    /// Whether credentials are configured (the worker and raft protocols
+    /// then skip the Host check).
+    credentials: bool,
 }
 
 impl HostPolicy {
@@ -49,6 +57,18 @@ impl HostPolicy {
             }
         }
         Ok(p)
+    }
+
+    /// Says whether credentials are configured; refuses `*` without them
+    /// (any page could then use the server through DNS rebinding).
+    pub fn with_credentials(mut self, credentials: bool) -> Result<Self, String> {
+        if self.any && !credentials {
+            return Err("--allowed-hosts '*' needs credentials (--token, --token-file or --auth-file): without them any web \
+                        page could use this server through DNS rebinding; list the host names clients use instead"
+                .to_string());
+        }
+        self.credentials = credentials;
+        Ok(self)
     }
 
     /// Whether a `Host` value (`name`, `name:port`, `[v6]:port`) is allowed.
@@ -89,12 +109,18 @@ fn refuse(request: &Request, status: StatusCode, code: &'static str, message: St
     ApiError::new(status, code, message).into_response()
 }
 
-/// The middleware: runs before authentication, on every route but the
-/// worker protocol's.
+/// The middleware: runs before authentication, on every route.
 pub async fn guard(State(policy): State<Arc<HostPolicy>>, request: Request, next: Next) -> Response {
     let path = request.uri().path();
     if path.starts_with("/gnomon.worker.v1.Worker/") || path.starts_with("/gnomon.raft.v1.Raft/") {
-        return next.run(request).await;
+        return match check_rpc(&policy, &request) {
+            Ok(()) => next.run(request).await,
+            Err(Refusal::Http(status, code, message)) => refuse(&request, status, code, message),
+            Err(Refusal::Grpc(code, message)) => {
+                tracing::warn!(target: "gnomon::audit", path = %request.uri().path(), code = "host_not_allowed", "refused: {message}");
+                grpc_status(code, &message)
+            }
+        };
     }
     match check(&policy, &request) {
         Ok(()) => next.run(request).await,
@@ -102,16 +128,72 @@ pub async fn guard(State(policy): State<Arc<HostPolicy>>, request: Request, next
     }
 }
 
-fn check(policy: &HostPolicy, request: &Request) -> Result<(), (StatusCode, &'static str, String)> {
+/// Why a worker or raft protocol request is refused: a plain HTTP answer
+/// for what is not gRPC at all, a gRPC status for a gRPC client.
+enum Refusal {
+    Http(StatusCode, &'static str, String),
+    Grpc(i32, String),
+}
+
+/// gRPC's PERMISSION_DENIED.
+const GRPC_PERMISSION_DENIED: i32 = 7;
+
+fn check_rpc(policy: &HostPolicy, request: &Request) -> Result<(), Refusal> {
     let headers = request.headers();
-    let host = headers
+    let content_type = headers.get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or(""));
+    let grpc = content_type.is_some_and(|ct| ct.get(..16).is_some_and(|p| p.eq_ignore_ascii_case("application/grpc")));
+    if !grpc {
+        return Err(Refusal::Http(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!("this is a gRPC endpoint: Content-Type must be application/grpc (got {})", content_type.unwrap_or("none")),
+        ));
+    }
+    if request.version() != Version::HTTP_2 {
+        return Err(Refusal::Http(
+            StatusCode::BAD_REQUEST,
+            "http2_required",
+            format!("this is a gRPC endpoint: it speaks HTTP/2 only (got {:?})", request.version()),
+        ));
+    }
+    if headers.contains_key(header::ORIGIN) || headers.get("sec-fetch-site").is_some_and(|v| v.as_bytes() != b"none") {
+        return Err(Refusal::Grpc(GRPC_PERMISSION_DENIED, "requests from web pages are refused on this endpoint".to_string()));
+    }
+    if !policy.credentials {
+        check_host(policy, request).map_err(|(_, _, message)| Refusal::Grpc(GRPC_PERMISSION_DENIED, message))?;
+    }
+    Ok(())
+}
+
+/// A trailers-only gRPC answer with `code` and `message`.
+fn grpc_status(code: i32, message: &str) -> Response {
+    let printable: String = message.chars().map(|c| if (' '..='~').contains(&c) && c != '%' { c } else { '?' }).collect();
+    let mut response = Response::new(axum::body::Body::empty());
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    h.insert("grpc-status", HeaderValue::from(code));
+    if let Ok(v) = HeaderValue::from_str(&printable) {
+        h.insert("grpc-message", v);
+    }
+    response
+}
+
+type Refused = (StatusCode, &'static str, String);
+
+/// The request's host (the `Host` header, or the HTTP/2 authority).
+fn request_host(request: &Request) -> Option<String> {
+    request
+        .headers()
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
-        .or_else(|| request.uri().authority().map(|a| a.to_string()));
-    if let Some(host) = &host {
-        if !policy.allows(host) {
-            let name = host_name(host);
+        .or_else(|| request.uri().authority().map(|a| a.to_string()))
+}
+
+fn check_host(policy: &HostPolicy, request: &Request) -> Result<(), Refused> {
+    if let Some(host) = request_host(request) {
+        if !policy.allows(&host) {
+            let name = host_name(&host);
             return Err((
                 StatusCode::FORBIDDEN,
                 "host_not_allowed",
@@ -119,6 +201,13 @@ fn check(policy: &HostPolicy, request: &Request) -> Result<(), (StatusCode, &'st
             ));
         }
     }
+    Ok(())
+}
+
+fn check(policy: &HostPolicy, request: &Request) -> Result<(), Refused> {
+    let headers = request.headers();
+    let host = request_host(request);
+    check_host(policy, request)?;
     if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
         if !matches!(site, "same-origin" | "none") {
             return Err((StatusCode::FORBIDDEN, "cross_site_request", format!("cross-site requests are refused (Sec-Fetch-Site: {site})")));
@@ -182,5 +271,49 @@ mod tests {
         assert!(HostPolicy::new(["a b".to_string()]).is_err());
         assert_eq!(advertised_host("sched.internal:7400").as_deref(), Some("sched.internal"));
         assert_eq!(advertised_host("10.1.2.3:7400"), None);
+    }
+
+    #[test]
+    fn any_host_needs_credentials() {
+        assert!(HostPolicy::new(["*".to_string()]).unwrap().with_credentials(false).unwrap_err().contains("needs credentials"));
+        assert!(HostPolicy::new(["*".to_string()]).unwrap().with_credentials(true).is_ok());
+        assert!(HostPolicy::new(["a.example".to_string()]).unwrap().with_credentials(false).is_ok());
+    }
+
+    fn rpc(version: Version, host: &str, content_type: &str) -> Request {
+        let mut r = Request::builder()
+            .method(Method::POST)
+            .uri("/gnomon.worker.v1.Worker/Session")
+            .version(version)
+            .header(header::HOST, host)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        if !content_type.is_empty() {
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_str(content_type).unwrap());
+        }
+        r
+    }
+
+    #[test]
+    fn the_worker_protocol_is_grpc_over_http2_and_checks_the_host_without_credentials() {
+        let open = HostPolicy::new(Vec::<String>::new()).unwrap().with_credentials(false).unwrap();
+        let closed = HostPolicy::new(Vec::<String>::new()).unwrap().with_credentials(true).unwrap();
+        let http = |p: &HostPolicy, r: &Request| match check_rpc(p, r) {
+            Err(Refusal::Http(s, _, _)) => Some(s),
+            _ => None,
+        };
+        for p in [&open, &closed] {
+            assert!(check_rpc(p, &rpc(Version::HTTP_2, "127.0.0.1:7400", "application/grpc")).is_ok());
+            assert!(check_rpc(p, &rpc(Version::HTTP_2, "127.0.0.1:7400", "application/grpc+proto")).is_ok());
+            assert_eq!(http(p, &rpc(Version::HTTP_11, "127.0.0.1:7400", "text/plain")), Some(StatusCode::UNSUPPORTED_MEDIA_TYPE));
+            assert_eq!(http(p, &rpc(Version::HTTP_2, "127.0.0.1:7400", "")), Some(StatusCode::UNSUPPORTED_MEDIA_TYPE));
+            assert_eq!(http(p, &rpc(Version::HTTP_11, "127.0.0.1:7400", "application/grpc")), Some(StatusCode::BAD_REQUEST));
+            let mut from_page = rpc(Version::HTTP_2, "127.0.0.1:7400", "application/grpc");
+            from_page.headers_mut().insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
+            assert!(matches!(check_rpc(p, &from_page), Err(Refusal::Grpc(GRPC_PERMISSION_DENIED, _))));
+        }
+        let foreign = rpc(Version::HTTP_2, "rebind.example:7400", "application/grpc");
+        assert!(matches!(check_rpc(&open, &foreign), Err(Refusal::Grpc(GRPC_PERMISSION_DENIED, m)) if m.contains("rebind.example")));
+        assert!(check_rpc(&closed, &foreign).is_ok());
     }
 }

@@ -1,10 +1,26 @@
 //! The one listener: HTTP/1.1 and HTTP/2 (the API, the UI and the worker
 //! protocol), optionally TLS (rustls), with the limits that keep one client
 //! from holding the server:
-//! - at most `max_connections` open connections (past it, new ones wait in
-//!   the kernel's backlog);
-//! - a TLS handshake must finish, and an HTTP/1 request's headers must
-//!   arrive, within `header_read_timeout`;
+//! - at most `max_connections` open connections, and at most
+//!   `max_connections_per_client` from one client address (an IPv6 client
+//!   counts by its /64). Connections are always accepted at once, never left
+//!   in the kernel's backlog: a newcomer past a limit takes the place of an
+//!   idle connection (one with no request in flight; the client's own oldest
+//!   when it is the client that is at its limit, else the oldest of the
+//!   client holding the most), or is closed at once when every connection
+//!   is busy. So idle sockets can never keep `/healthz`, a worker or the CLI
+//!   out, and one address can only fill the server with requests it keeps
+//!   busy, which the timeouts below bound;
+//! - a connection must start its first request (TLS handshake included)
+//!   within `header_read_timeout`, and an HTTP/1 request's headers must
+//!   arrive within it;
+//! - a connection with no request in flight for `idle_timeout` is closed
+//!   (HTTP/2: GOAWAY), whatever the peer says meanwhile (pings, settings).
+//!   A request in flight keeps its connection: a worker session or a raft
+//!   stream lasts as long as it works;
+//! - a request body (every route but the worker and raft protocols, whose
+//!   streams are long-lived) must arrive whole within `body_timeout` of the
+//!   request's start (408 otherwise; a trickle does not reset it);
 //! - HTTP/2 connections are pinged and closed when the peer stops answering.
 //!
 //! The certificate and key are re-read when their files change, so a
@@ -12,10 +28,21 @@
 //! present a certificate signed by it (mutual TLS); the worker protocol
 //! then requires one (see [`ClientCert`]).
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::Request;
+use axum::http::{header, HeaderValue, StatusCode, Version};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -24,8 +51,10 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 
 /// TLS settings of the listener.
 #[derive(Debug, Clone)]
@@ -40,13 +69,43 @@ pub struct TlsFiles {
 #[derive(Debug, Clone)]
 pub struct ListenConfig {
     pub max_connections: usize,
+    /// Most connections one client address holds (`None`:
+    /// [`default_per_client`] of `max_connections`).
+    pub max_connections_per_client: Option<usize>,
+    /// The TLS handshake and the first request must start within this; so
+    /// must each HTTP/1 request's headers arrive.
     pub header_read_timeout: Duration,
+    /// A connection with no request in flight this long is closed.
+    pub idle_timeout: Duration,
+    /// A request body (but the worker and raft protocols') must arrive
+    /// whole within this of the request's start.
+    pub body_timeout: Duration,
     pub tls: Option<TlsFiles>,
 }
 
 impl Default for ListenConfig {
     fn default() -> Self {
-        Self { max_connections: 4096, header_read_timeout: Duration::from_secs(10), tls: None }
+        Self {
+            max_connections: 4096,
+            max_connections_per_client: None,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            tls: None,
+        }
+    }
+}
+
+/// The per-client cap when none is given: a quarter of `max_connections`,
+/// but at least 16 (a single-host `gnomon dev` has its CLI, embedded worker
+/// and console on one address), never more than `max_connections`.
+pub fn default_per_client(max_connections: usize) -> usize {
+    (max_connections / 4).max(16).min(max_connections).max(1)
+}
+
+impl ListenConfig {
+    fn per_client(&self) -> usize {
+        self.max_connections_per_client.unwrap_or_else(|| default_per_client(self.max_connections)).clamp(1, self.max_connections.max(1))
     }
 }
 
@@ -141,13 +200,315 @@ pub fn tls_config(files: &TlsFiles) -> Result<(Arc<rustls::ServerConfig>, tokio:
     Ok((Arc::new(config), task))
 }
 
+/// How long a connection that was asked to close (idle, shed, timed out)
+/// may take to say goodbye (HTTP/2 GOAWAY) before it is dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// How often a connection checks its idle deadline.
+const TICK: Duration = Duration::from_millis(500);
+
+/// The long-lived streams: exempt from the request-body deadline.
+fn is_stream_path(path: &str) -> bool {
+    path.starts_with("/gnomon.worker.v1.Worker/") || path.starts_with("/gnomon.raft.v1.Raft/")
+}
+
+/// The address a client is counted under: IPv4 as is, IPv6 by its /64.
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        v4 => v4,
+    }
+}
+
+/// One open connection, as the table and its own task see it.
+#[derive(Debug)]
+struct Conn {
+    id: u64,
+    client: IpAddr,
+    opened: Instant,
+    /// Requests whose answer is not finished (a stream counts until it ends).
+    in_flight: AtomicUsize,
+    /// Whether a request ever started.
+    served: AtomicBool,
+    /// Milliseconds after `opened` when the last request finished.
+    idle_since_ms: AtomicU64,
+    /// Asked to close (to make room, or at shutdown).
+    shed: Notify,
+}
+
+impl Conn {
+    fn idle(&self) -> bool {
+        self.in_flight.load(Ordering::SeqCst) == 0
+    }
+
+    /// Whether this connection has been idle past its allowance: the first
+    /// request's (`first`) or the one between requests (`between`).
+    fn expired(&self, now: Instant, first: Duration, between: Duration) -> bool {
+        if !self.idle() {
+            return false;
+        }
+        if !self.served.load(Ordering::SeqCst) {
+            return now.duration_since(self.opened) >= first;
+        }
+        let since = self.opened + Duration::from_millis(self.idle_since_ms.load(Ordering::SeqCst));
+        now.saturating_duration_since(since) >= between
+    }
+}
+
+/// A request in flight on a connection (dropped with its answer's body).
+struct Busy(Arc<Conn>);
+
+impl Busy {
+    fn new(conn: Arc<Conn>) -> Self {
+        conn.served.store(true, Ordering::SeqCst);
+        conn.in_flight.fetch_add(1, Ordering::SeqCst);
+        Busy(conn)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let ms = self.0.opened.elapsed().as_millis().min(u64::MAX as u128) as u64;
+        self.0.idle_since_ms.store(ms, Ordering::SeqCst);
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    next_id: u64,
+    conns: HashMap<u64, Arc<Conn>>,
+    per_client: HashMap<IpAddr, usize>,
+    /// Refusals since the last warning, and when it was logged.
+    refused: u64,
+    warned: Option<Instant>,
+}
+
+impl Inner {
+    fn evict(&mut self, id: u64) -> Option<Arc<Conn>> {
+        let c = self.conns.remove(&id)?;
+        if let Some(n) = self.per_client.get_mut(&c.client) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_client.remove(&c.client);
+            }
+        }
+        Some(c)
+    }
+}
+
+/// Every open connection, by client: the limits are enforced here.
+#[derive(Debug)]
+struct Table {
+    inner: Mutex<Inner>,
+    emptied: Notify,
+    max: usize,
+    per_client: usize,
+}
+
+impl Table {
+    fn new(max: usize, per_client: usize) -> Self {
+        Table { inner: Mutex::default(), emptied: Notify::new(), max: max.max(1), per_client: per_client.max(1) }
+    }
+
+    /// Room for a new connection from `client`: making it by shedding an
+    /// idle connection if a limit is reached, or a refusal saying why.
+    fn admit(&self, client: IpAddr) -> Result<Arc<Conn>, String> {
+        let mut t = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let held = t.per_client.get(&client).copied().unwrap_or(0);
+        let victim = if held >= self.per_client {
+            // The client's own oldest idle connection.
+            match t.conns.values().filter(|c| c.client == client && c.idle()).min_by_key(|c| (c.opened, c.id)) {
+                Some(v) => Some(v.id),
+                None => {
+                    return Err(format!("{client} holds {held} connections, all busy (--max-connections-per-client {})", self.per_client))
+                }
+            }
+        } else if t.conns.len() >= self.max {
+            // The oldest idle connection of the client holding the most.
+            let counts = &t.per_client;
+            match t
+                .conns
+                .values()
+                .filter(|c| c.idle())
+                .max_by_key(|c| (counts.get(&c.client).copied().unwrap_or(0), std::cmp::Reverse((c.opened, c.id))))
+            {
+                Some(v) => Some(v.id),
+                None => return Err(format!("{} connections open, all busy (--max-connections {})", t.conns.len(), self.max)),
+            }
+        } else {
+            None
+        };
+        if let Some(v) = victim.and_then(|id| t.evict(id)) {
+            tracing::debug!(client = %v.client, "closing an idle connection to make room for a new one");
+            v.shed.notify_one();
+        }
+        t.next_id += 1;
+        let conn = Arc::new(Conn {
+            id: t.next_id,
+            client,
+            opened: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
+            idle_since_ms: AtomicU64::new(0),
+            shed: Notify::new(),
+        });
+        t.conns.insert(conn.id, conn.clone());
+        *t.per_client.entry(client).or_default() += 1;
+        Ok(conn)
+    }
+
+    fn leave(&self, id: u64) {
+        let mut t = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        t.evict(id);
+        if t.conns.is_empty() {
+            self.emptied.notify_waiters();
+        }
+    }
+
+    /// Logs a refusal, at most one line every 10 s.
+    fn refused(&self, why: &str) {
+        let mut t = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        t.refused += 1;
+        if t.warned.is_none_or(|w| w.elapsed() >= Duration::from_secs(10)) {
+            tracing::warn!(refused = t.refused, "new connection closed at once: {why}");
+            t.refused = 0;
+            t.warned = Some(Instant::now());
+        }
+    }
+
+    async fn wait_empty(&self) {
+        loop {
+            let notified = self.emptied.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.inner.lock().unwrap_or_else(|e| e.into_inner()).conns.is_empty() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Takes a connection out of the table when its task ends, however it ends.
+struct Leave(Arc<Table>, u64);
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        self.0.leave(self.1);
+    }
+}
+
+/// What every request of one connection carries.
+#[derive(Debug)]
+struct ConnCtx {
+    conn: Arc<Conn>,
+    cert: ClientCert,
+    mutual: MutualTls,
+    body_timeout: Duration,
+}
+
+/// Counts the request in flight until its answer's body ends, puts the
+/// connection's extensions on it, and holds an API request's body to its
+/// deadline.
+async fn track(ctx: Arc<ConnCtx>, mut request: Request, next: Next) -> Response {
+    let busy = Busy::new(ctx.conn.clone());
+    request.extensions_mut().insert(ctx.cert);
+    request.extensions_mut().insert(ctx.mutual);
+    let version = request.version();
+    let stalled = if is_stream_path(request.uri().path()) {
+        None
+    } else {
+        let flag = Arc::new(AtomicBool::new(false));
+        let (parts, body) = request.into_parts();
+        let body = Deadline {
+            inner: body,
+            sleep: Box::pin(tokio::time::sleep(ctx.body_timeout)),
+            timed_out: flag.clone(),
+            limit: ctx.body_timeout,
+        };
+        request = Request::from_parts(parts, Body::new(body));
+        Some(flag)
+    };
+    let mut response = next.run(request).await;
+    if stalled.is_some_and(|f| f.load(Ordering::SeqCst)) {
+        let message = format!("the request body did not arrive within {}s", ctx.body_timeout.as_secs());
+        response = crate::api::ApiError::new(StatusCode::REQUEST_TIMEOUT, "timeout", message).into_response();
+        if version <= Version::HTTP_11 {
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+    }
+    let (parts, body) = response.into_parts();
+    Response::from_parts(parts, Body::new(Held { inner: body, _busy: busy }))
+}
+
+/// An answer's body, holding its request in flight until it ends.
+struct Held {
+    inner: Body,
+    _busy: Busy,
+}
+
+impl HttpBody for Held {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A request body that must arrive whole before its deadline.
+struct Deadline {
+    inner: Body,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    timed_out: Arc<AtomicBool>,
+    limit: Duration,
+}
+
+impl HttpBody for Deadline {
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::BoxError>>> {
+        let this = &mut *self;
+        if this.timed_out.load(Ordering::SeqCst) {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        if this.sleep.as_mut().poll(cx).is_ready() {
+            this.timed_out.store(true, Ordering::SeqCst);
+            let e = format!("the request body did not arrive within {}s", this.limit.as_secs());
+            return Poll::Ready(Some(Err(e.into())));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Serves `app` until `shutdown` turns true, then lets open requests finish
 /// for up to `grace`.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     config: ListenConfig,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) -> Result<(), String> {
     let (tls, _reloader) = match &config.tls {
@@ -158,8 +519,7 @@ pub async fn serve(
         None => (None, None),
     };
     let mutual = MutualTls(config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()));
-    let permits = Arc::new(tokio::sync::Semaphore::new(config.max_connections.max(1)));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let table = Arc::new(Table::new(config.max_connections, config.per_client()));
     let mut builder = Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(Some(config.header_read_timeout));
     builder
@@ -169,12 +529,9 @@ pub async fn serve(
         .keep_alive_timeout(Duration::from_secs(20))
         .max_concurrent_streams(Some(1024));
     let builder = Arc::new(builder);
+    let mut accept_stop = shutdown.clone();
     loop {
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            _ = stopped(&mut shutdown) => break,
-        };
-        let (tcp, _peer) = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(c) => c,
                 Err(e) => {
@@ -184,44 +541,104 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = stopped(&mut shutdown) => break,
+            _ = stopped(&mut accept_stop) => break,
         };
+        let conn = match table.admit(client_key(peer.ip())) {
+            Ok(c) => c,
+            Err(why) => {
+                table.refused(&why);
+                drop(tcp);
+                continue;
+            }
+        };
+        let leave = Leave(table.clone(), conn.id);
         // Worker messages are small; Nagle against delayed ACKs would hold
         // each one back for tens of milliseconds.
         let _ = tcp.set_nodelay(true);
         let app = app.clone();
         let builder = builder.clone();
         let tls = tls.clone();
-        let handshake_timeout = config.header_read_timeout;
-        let watcher = graceful.watcher();
+        let config = config.clone();
+        let mut shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let _leave = leave;
+            let first_deadline = conn.opened + config.header_read_timeout;
             match tls {
-                None => {
-                    let svc = TowerToHyperService::new(app.layer(axum::Extension(ClientCert(false))).layer(axum::Extension(mutual)));
-                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), svc);
-                    let _ = watcher.watch(conn.into_owned()).await;
-                }
+                None => drive(&builder, tcp, app, ctx(&conn, false, mutual, &config), &config, shutdown).await,
                 Some(acceptor) => {
-                    let stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
-                        Ok(Ok(s)) => s,
-                        Ok(Err(e)) => {
-                            tracing::debug!(error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => return,
+                    let stream = tokio::select! {
+                        r = tokio::time::timeout_at(first_deadline, acceptor.accept(tcp)) => match r {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                tracing::debug!(error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => return,
+                        },
+                        _ = conn.shed.notified() => return,
+                        _ = stopped(&mut shutdown) => return,
                     };
                     let has_cert = stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
-                    let svc = TowerToHyperService::new(app.layer(axum::Extension(ClientCert(has_cert))).layer(axum::Extension(mutual)));
-                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-                    let _ = watcher.watch(conn.into_owned()).await;
+                    drive(&builder, stream, app, ctx(&conn, has_cert, mutual, &config), &config, shutdown).await
                 }
             }
         });
     }
     drop(listener);
-    let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+    let _ = tokio::time::timeout(grace, table.wait_empty()).await;
     Ok(())
+}
+
+fn ctx(conn: &Arc<Conn>, cert: bool, mutual: MutualTls, config: &ListenConfig) -> Arc<ConnCtx> {
+    Arc::new(ConnCtx { conn: conn.clone(), cert: ClientCert(cert), mutual, body_timeout: config.body_timeout })
+}
+
+/// Serves one connection until it ends, is idle past its allowance, is
+/// shed to make room, or the server stops (then its requests may finish).
+async fn drive<I>(
+    builder: &Builder<TokioExecutor>,
+    io: I,
+    app: Router,
+    ctx: Arc<ConnCtx>,
+    config: &ListenConfig,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = ctx.conn.clone();
+    let app = app.layer(axum::middleware::from_fn(move |request: Request, next: Next| track(ctx.clone(), request, next)));
+    let served = builder.serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(app));
+    tokio::pin!(served);
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut drop_at: Option<Instant> = None;
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            _ = served.as_mut() => return,
+            _ = conn.shed.notified(), if drop_at.is_none() => {
+                served.as_mut().graceful_shutdown();
+                drop_at = Some(Instant::now() + CLOSE_GRACE);
+            }
+            _ = stopped(&mut shutdown), if !stopping => {
+                stopping = true;
+                served.as_mut().graceful_shutdown();
+            }
+            _ = tick.tick() => {
+                let now = Instant::now();
+                match drop_at {
+                    Some(at) if now >= at => return,
+                    Some(_) => {}
+                    None if conn.expired(now, config.header_read_timeout, config.idle_timeout) => {
+                        tracing::debug!(client = %conn.client, "closing an idle connection");
+                        served.as_mut().graceful_shutdown();
+                        drop_at = Some(now + CLOSE_GRACE);
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
 }
 
 /// Resolves when `shutdown` turns true (or its sender is gone).
@@ -235,5 +652,49 @@ struct ReloaderGuard(tokio::task::JoinHandle<()>);
 impl Drop for ReloaderGuard {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_newcomer_past_a_limit_takes_an_idle_place_or_is_refused() {
+        let t = Table::new(4, 2);
+        let (a, b) = (ip("10.0.0.1"), ip("10.0.0.2"));
+        let a1 = t.admit(a).unwrap();
+        let a2 = t.admit(a).unwrap();
+        let _busy = Busy::new(a2.clone());
+        // a is at its cap: its own idle connection makes room.
+        let a3 = t.admit(a).unwrap();
+        assert!(!t.inner.lock().unwrap().conns.contains_key(&a1.id), "the idle one was shed");
+        let _busy3 = Busy::new(a3.clone());
+        // Now both of a's are busy: refused, while b is admitted.
+        assert!(t.admit(a).unwrap_err().contains("--max-connections-per-client"));
+        let b1 = t.admit(b).unwrap();
+        let b2 = t.admit(b).unwrap();
+        // Full (4): the idle one of the client holding the most goes.
+        let c1 = t.admit(ip("10.0.0.3")).unwrap();
+        assert!(!t.inner.lock().unwrap().conns.contains_key(&b1.id));
+        let keep: Vec<Busy> = vec![Busy::new(c1), Busy::new(b2)];
+        assert!(t.admit(ip("10.0.0.4")).unwrap_err().contains("all busy"));
+        drop(keep);
+        t.leave(a3.id);
+        assert!(t.admit(ip("10.0.0.4")).is_ok());
+    }
+
+    #[test]
+    fn clients_are_counted_by_address_and_ipv6_by_its_64() {
+        assert_eq!(client_key(ip("::ffff:10.0.0.1")), ip("10.0.0.1"));
+        assert_eq!(client_key(ip("2001:db8:1:2:aaaa::1")), client_key(ip("2001:db8:1:2:bbbb::2")));
+        assert_ne!(client_key(ip("2001:db8:1:2::1")), client_key(ip("2001:db8:1:3::1")));
+        assert_eq!(default_per_client(4096), 1024);
+        assert_eq!(default_per_client(8), 8);
+        assert_eq!(default_per_client(40), 16);
     }
 }
