@@ -55,8 +55,9 @@ pub struct AccessArgs {
     #[arg(long, env = "GNOMON_AUTH_FILE")]
     auth_file: Option<PathBuf>,
     /// Host names requests may be addressed to, besides IP addresses,
-    /// localhost and the --advertise host (comma-separated; `*`: any).
-    /// Other names are refused, which defeats DNS rebinding.
+    /// localhost and the --advertise host (comma-separated; `*`: any, only
+    /// with credentials). Other names are refused, which defeats DNS
+    /// rebinding.
     #[arg(long, value_delimiter = ',', env = "GNOMON_ALLOWED_HOSTS")]
     allowed_hosts: Vec<String>,
     /// TLS certificate chain (PEM) for the listener: the API, the UI and
@@ -70,9 +71,17 @@ pub struct AccessArgs {
     /// one signed by it (mutual TLS). API clients need none.
     #[arg(long, requires = "tls_cert", env = "GNOMON_CLIENT_CA")]
     client_ca: Option<PathBuf>,
-    /// Most connections open at once (more wait in the kernel's backlog).
+    /// Most connections open at once. Past it, a new connection takes the
+    /// place of an idle one (no request in flight), or is closed at once
+    /// when all are busy.
     #[arg(long, default_value_t = 4096, env = "GNOMON_MAX_CONNECTIONS")]
     max_connections: usize,
+    /// Most connections one client address may hold (an IPv6 client counts
+    /// by its /64; loopback too). Past it, the client's own oldest idle
+    /// connection makes room, or the new one is closed at once. Default: a
+    /// quarter of --max-connections, at least 16.
+    #[arg(long, value_name = "N", env = "GNOMON_MAX_CONNECTIONS_PER_CLIENT")]
+    max_connections_per_client: Option<usize>,
 }
 
 impl AccessArgs {
@@ -117,6 +126,13 @@ impl AccessArgs {
         if self.max_connections == 0 {
             bail!("--max-connections must be at least 1");
         }
+        match self.max_connections_per_client {
+            Some(0) => bail!("--max-connections-per-client must be at least 1"),
+            Some(n) if n > self.max_connections => {
+                bail!("--max-connections-per-client ({n}) cannot be more than --max-connections ({})", self.max_connections)
+            }
+            _ => {}
+        }
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: self.client_ca.clone() }),
             _ => None,
@@ -125,7 +141,12 @@ impl AccessArgs {
             // Fail at start, not at the first handshake.
             gnomon_server::listener::tls_config(t).map(|(_, task)| task.abort()).map_err(|e| anyhow!(e))?;
         }
-        Ok(ListenConfig { max_connections: self.max_connections, tls, ..Default::default() })
+        Ok(ListenConfig {
+            max_connections: self.max_connections,
+            max_connections_per_client: self.max_connections_per_client,
+            tls,
+            ..Default::default()
+        })
     }
 
     /// With TLS on, the embedded worker dials its own listener over
@@ -138,9 +159,11 @@ impl AccessArgs {
         Some(WorkerTls { ca: ca.map(Path::to_path_buf), identity: self.client_ca.as_ref().map(|_| (cert.clone(), key)), pin: Some(cert) })
     }
 
-    fn hosts(&self, advertise: &str) -> anyhow::Result<HostPolicy> {
+    /// The Host policy; `credentials`: whether any are configured (`*` is
+    /// refused without).
+    fn hosts(&self, advertise: &str, credentials: bool) -> anyhow::Result<HostPolicy> {
         let names = self.allowed_hosts.iter().cloned().chain(gnomon_server::browser::advertised_host(advertise));
-        HostPolicy::new(names).map_err(|e| anyhow!(e))
+        HostPolicy::new(names).and_then(|p| p.with_credentials(credentials)).map_err(|e| anyhow!(e))
     }
 }
 
@@ -189,6 +212,11 @@ pub struct WorkerArgs {
     /// Let HTTP jobs reach link-local addresses (169.254.0.0/16, fe80::/10).
     #[arg(long, env = "GNOMON_ALLOW_LINK_LOCAL")]
     allow_link_local: bool,
+    /// Send HTTP jobs through this proxy (http:// or https:// URL). The
+    /// worker still resolves and checks every target host first. Without
+    /// it, HTTP_PROXY, HTTPS_PROXY and ALL_PROXY are ignored.
+    #[arg(long, value_name = "URL", env = "GNOMON_HTTP_PROXY")]
+    http_proxy: Option<String>,
     /// Client certificate (PEM) for servers that require mutual TLS.
     #[arg(long, requires = "tls_key", env = "GNOMON_TLS_CERT")]
     tls_cert: Option<PathBuf>,
@@ -426,7 +454,7 @@ pub async fn dev(args: DevArgs, token: Option<String>, ca: Option<PathBuf>) -> a
     let auth = args.access.authenticator(token.as_deref(), Some(&mut worker))?;
     let listen = args.access.listen_config()?;
     gnomon_server::auth::check_listen(&addr, auth.enabled(), listen.tls.is_some(), args.insecure).map_err(|e| anyhow!(e))?;
-    let hosts = args.access.hosts(&addr.to_string())?;
+    let hosts = args.access.hosts(&addr.to_string(), auth.enabled())?;
     worker.tls = args.access.embedded_worker_tls(ca.as_deref());
     let _lock = lock_data_dir(&args.data_dir)?;
     let db = args.data_dir.join("gnomon.db");
@@ -455,7 +483,7 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
     };
     let advertise = args.advertise.clone().or(raft_addr).unwrap_or_else(|| addr.to_string());
     let config = args.leader.node_config(node_id.clone(), advertise.clone(), if store_kind == "etcd" { "15s" } else { "10s" })?;
-    let hosts = args.access.hosts(&advertise)?;
+    let hosts = args.access.hosts(&advertise, auth.enabled())?;
     if let Some(w) = worker.as_mut() {
         w.tls = args.access.embedded_worker_tls(ca.as_deref());
     }
@@ -737,6 +765,7 @@ pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>, ca: 
     for c in &args.deny_cidrs {
         egress.denied.push(gnomon_worker::egress::Egress::parse_cidr(c).map_err(|e| anyhow!(e))?);
     }
+    egress.proxy = args.http_proxy.as_deref().map(gnomon_worker::egress::Egress::parse_proxy).transpose().map_err(|e| anyhow!(e))?;
     config.egress = egress;
     if https > 0 {
         let identity = match (&args.tls_cert, &args.tls_key) {
