@@ -6,39 +6,26 @@ use std::sync::Arc;
 
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use gnomon_api::{ClusterStatus, NewLearner, Removed};
 use gnomon_backend::raft::{Change, ChangeError, Member};
 
+use crate::api::authz::{delete, get, post, Policy};
 use crate::api::{cluster_view, ApiError, ApiResult, ApiState};
 
 pub fn routes() -> Router<ApiState> {
+    const CHANGE: Policy = Policy::UnrestrictedAdmin("changing the cluster's members");
     Router::new()
-        .route("/cluster", get(status))
-        .route("/cluster/learners", post(add_learner))
-        .route("/cluster/members/{id}/promote", post(promote))
-        .route("/cluster/members/{id}", delete(remove))
+        .route("/cluster", get(Policy::viewer("reading"), status))
+        .route("/cluster/learners", post(CHANGE, add_learner))
+        .route("/cluster/members/{id}/promote", post(CHANGE, promote))
+        .route("/cluster/members/{id}", delete(CHANGE, remove))
 }
 
 fn member(state: &ApiState) -> ApiResult<Arc<Member>> {
     state.raft.as_ref().map(|s| s.member.clone()).ok_or_else(|| {
         ApiError::new(StatusCode::NOT_FOUND, "not_raft", "this server's store is not raft://; it has no cluster members to manage")
     })
-}
-
-/// Membership changes reshape the whole cluster: only an admin credential
-/// that is not limited to namespaces may make them.
-fn unrestricted(req: &Request) -> ApiResult<()> {
-    let p = crate::api::caller(req)?;
-    if p.namespaces.is_some() {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!("credential {:?} is limited to namespaces; changing the cluster's members needs an unrestricted admin", p.name),
-        ));
-    }
-    Ok(())
 }
 
 fn member_id(raw: &str) -> ApiResult<u64> {
@@ -66,7 +53,6 @@ pub(crate) async fn status(State(state): State<ApiState>) -> ApiResult<Json<Clus
     request_body = NewLearner,
     responses((status = 200, body = ClusterStatus), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
 pub(crate) async fn add_learner(State(state): State<ApiState>, req: Request) -> ApiResult<Json<ClusterStatus>> {
-    unrestricted(&req)?;
     let m = member(&state)?;
     let bytes = crate::api::read_body(req.into_body()).await?;
     let body: NewLearner = serde_json::from_slice(&bytes)
@@ -84,8 +70,7 @@ pub(crate) async fn add_learner(State(state): State<ApiState>, req: Request) -> 
 #[utoipa::path(post, path = "/v1/cluster/members/{id}/promote", tag = "cluster", summary = "Make a learner a voter",
     params(("id" = u64, Path)),
     responses((status = 200, body = ClusterStatus), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
-pub(crate) async fn promote(State(state): State<ApiState>, Path(id): Path<String>, req: Request) -> ApiResult<Json<ClusterStatus>> {
-    unrestricted(&req)?;
+pub(crate) async fn promote(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Json<ClusterStatus>> {
     let m = member(&state)?;
     let id = member_id(&id)?;
     m.change_membership(Change::Promote { id }).await.map_err(change_error)?;
@@ -95,8 +80,7 @@ pub(crate) async fn promote(State(state): State<ApiState>, Path(id): Path<String
 #[utoipa::path(delete, path = "/v1/cluster/members/{id}", tag = "cluster", summary = "Remove a member",
     params(("id" = u64, Path)),
     responses((status = 200, body = Removed), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
-pub(crate) async fn remove(State(state): State<ApiState>, Path(id): Path<String>, req: Request) -> ApiResult<Json<Removed>> {
-    unrestricted(&req)?;
+pub(crate) async fn remove(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Json<Removed>> {
     let m = member(&state)?;
     let id = member_id(&id)?;
     m.change_membership(Change::Remove { id }).await.map_err(change_error)?;

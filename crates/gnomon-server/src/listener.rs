@@ -114,6 +114,18 @@ impl ListenConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientCert(pub bool);
 
+/// The client address of the connection a request came on (an extension
+/// on every request, for audit lines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub IpAddr);
+
+impl ClientAddr {
+    /// The address for an audit line ("-" when the request has none).
+    pub fn shown(a: Option<&ClientAddr>) -> String {
+        a.map(|a| a.0.to_string()).unwrap_or_else(|| "-".into())
+    }
+}
+
 /// Whether the listener requires worker sessions to present a client
 /// certificate (an extension on every request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -415,6 +427,7 @@ async fn track(ctx: Arc<ConnCtx>, mut request: Request, next: Next) -> Response 
     let busy = Busy::new(ctx.conn.clone());
     request.extensions_mut().insert(ctx.cert);
     request.extensions_mut().insert(ctx.mutual);
+    request.extensions_mut().insert(ClientAddr(ctx.conn.client));
     let version = request.version();
     let stalled = if is_stream_path(request.uri().path()) {
         None

@@ -7,21 +7,22 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use gnomon_backend::StoreError;
 use gnomon_core::spec::DEFAULT_NAMESPACE;
 use gnomon_core::SpecError;
 use serde::Deserialize;
 
-use crate::auth::{Authenticator, Denied, Principal, Role};
+use crate::auth::{Authenticator, Denied, Principal};
 use crate::browser::HostPolicy;
 use crate::node::NodeHandle;
 
+pub mod authz;
 pub mod forward;
 pub(crate) mod jobs;
 pub(crate) mod runs;
@@ -111,23 +112,36 @@ impl From<StoreError> for ApiError {
 
 pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
+/// Every `/v1` operation with the policy its caller must meet.
+fn v1_routes() -> Router<ApiState> {
+    use authz::{delete, get, post, put, Policy};
+    const READ: Policy = Policy::viewer("reading");
+    Router::new()
+        .route("/jobs", post(Policy::admin("creating a job"), jobs::create_job).merge(get(READ, jobs::list_jobs)))
+        .route(
+            "/jobs/{name}",
+            get(READ, jobs::get_job)
+                .merge(put(Policy::admin("creating or updating a job"), jobs::put_job))
+                .merge(delete(Policy::admin("deleting a job"), jobs::delete_job)),
+        )
+        .route("/jobs/{name}/trigger", post(Policy::operator("triggering a job"), jobs::trigger_job))
+        .route("/jobs/{name}/pause", post(Policy::operator("pausing a job"), jobs::pause_job))
+        .route("/jobs/{name}/resume", post(Policy::operator("resuming a job"), jobs::resume_job))
+        .route("/schedules/preview", post(Policy::viewer("previewing a schedule"), jobs::preview_schedule))
+        .route("/runs", get(READ, runs::list_runs))
+        .route("/runs/{id}", get(READ, runs::get_run))
+        .route("/runs/{id}/cancel", post(Policy::operator("cancelling a run"), runs::cancel_run))
+        .route("/workers", get(READ, status::list_workers))
+        .route("/whoami", get(READ, status::whoami))
+        .route("/leader", get(READ, status::leader))
+}
+
 pub fn router(state: ApiState) -> Router {
-    let v1 = Router::new()
-        .route("/jobs", post(jobs::create_job).get(jobs::list_jobs))
-        .route("/jobs/{name}", get(jobs::get_job).put(jobs::put_job).delete(jobs::delete_job))
-        .route("/jobs/{name}/trigger", post(jobs::trigger_job))
-        .route("/jobs/{name}/pause", post(jobs::pause_job))
-        .route("/jobs/{name}/resume", post(jobs::resume_job))
-        .route("/schedules/preview", post(jobs::preview_schedule))
-        .route("/runs", get(runs::list_runs))
-        .route("/runs/{id}", get(runs::get_run))
-        .route("/runs/{id}/cancel", post(runs::cancel_run))
-        .route("/workers", get(status::list_workers))
-        .route("/whoami", get(status::whoami))
-        .route("/leader", get(status::leader))
+    use authz::Policy;
+    let v1 = v1_routes()
         .merge(crate::cluster_api::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
-        .layer(axum::middleware::from_fn_with_state(state.clone(), authorize));
+        .layer(axum::middleware::from_fn_with_state(state.clone(), authz::authenticate));
     let grpc =
         gnomon_proto::v1::worker_server::WorkerServer::new(crate::sessions::WorkerService::new(state.node.clone(), state.auth.clone()))
             .max_decoding_message_size(8 << 20);
@@ -136,21 +150,29 @@ pub fn router(state: ApiState) -> Router {
         // The worker protocol (gRPC over HTTP/2) shares the listener.
         .route_service("/gnomon.worker.v1.Worker/Session", grpc);
     if let Some(svc) = state.raft.clone() {
-        // So do the members of a raft cluster, with an admin credential.
+        // So do the members of a raft cluster, with a member credential
+        // (no client role, however high, speaks for a member).
         let auth = state.auth.clone();
         let server = gnomon_proto::raft::raft_server::RaftServer::new(svc).max_decoding_message_size(usize::MAX);
         #[allow(clippy::result_large_err)] // tonic's interceptor signature
         let raft = tonic::service::interceptor::InterceptedService::new(server, move |req: tonic::Request<()>| {
             let given = req.metadata().get("authorization").map(|v| v.to_str().unwrap_or(""));
-            match auth.authenticate(given) {
-                Ok(p) if p.role == crate::auth::Role::Admin => Ok(req),
-                Ok(p) => Err(tonic::Status::permission_denied(format!(
-                    "credential {:?} ({}) may not speak for a raft member; members use an admin credential",
-                    p.name,
-                    p.role.as_str()
-                ))),
-                Err(d) => Err(tonic::Status::unauthenticated(d.to_string())),
-            }
+            let refused = match auth.authenticate_as(given, crate::auth::Role::Member) {
+                Ok(p) if p.role == crate::auth::Role::Member => return Ok(req),
+                Ok(p) => tonic::Status::permission_denied(
+                    Denied::Role {
+                        name: p.name.to_string(),
+                        have: p.role,
+                        need: crate::auth::Role::Member,
+                        what: "speaking for a raft member".into(),
+                    }
+                    .to_string(),
+                ),
+                Err(d) => tonic::Status::unauthenticated(d.to_string()),
+            };
+            let peer = crate::listener::ClientAddr::shown(req.extensions().get());
+            tracing::warn!(target: "gnomon::audit", %peer, "raft call refused: {}", refused.message());
+            Err(refused)
         });
         app = app.route_service("/gnomon.raft.v1.Raft/{method}", raft);
     }
@@ -158,7 +180,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/readyz", get(status::readyz))
         // The API's description is the same for every server: no credential.
         .route("/v1/openapi.json", get(|| async { Json(crate::openapi::document()) }))
-        .route("/metrics", get(status::metrics_text).route_layer(axum::middleware::from_fn_with_state(state.clone(), authorize)))
+        .route(
+            "/metrics",
+            authz::get(Policy::viewer("reading metrics"), status::metrics_text)
+                .route_layer(axum::middleware::from_fn_with_state(state.clone(), authz::authenticate)),
+        )
         .merge(crate::ui::routes())
         .layer(axum::middleware::from_fn_with_state(state.hosts.clone(), crate::browser::guard))
         .layer(axum::middleware::from_fn(json_errors))
@@ -209,84 +235,13 @@ async fn json_errors(request: Request, next: Next) -> Response {
     out
 }
 
-/// The role a `/v1` call needs (paths as seen inside `/v1`), and what the
-/// call is, for the refusal.
-fn required_role(method: &axum::http::Method, path: &str) -> (Role, &'static str) {
-    use axum::http::Method;
-    if matches!(*method, Method::GET | Method::HEAD) || path == "/schedules/preview" {
-        return (Role::Viewer, "reading");
-    }
-    if path.starts_with("/jobs/") && path.ends_with("/trigger") {
-        return (Role::Operator, "triggering a job");
-    }
-    if path.starts_with("/jobs/") && (path.ends_with("/pause") || path.ends_with("/resume")) {
-        return (Role::Operator, "pausing or resuming a job");
-    }
-    if path.starts_with("/runs/") && path.ends_with("/cancel") {
-        return (Role::Operator, "cancelling a run");
-    }
-    if path.starts_with("/cluster") {
-        return (Role::Admin, "changing the cluster's members");
-    }
-    (Role::Admin, "creating, updating or deleting a job")
-}
-
-fn denied(d: &Denied) -> Response {
-    let status = if d.is_unauthenticated() { StatusCode::UNAUTHORIZED } else { StatusCode::FORBIDDEN };
-    let mut resp = ApiError::new(status, d.code(), d.to_string()).into_response();
-    if d.is_unauthenticated() {
-        resp.headers_mut().insert(header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
-    }
-    resp
-}
-
-/// Authenticates the caller, checks its role, hands it to the handler (a
-/// [`Principal`] extension) and writes an audit line for every write.
-async fn authorize(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
-    let method = request.method().clone();
-    let path = request.uri().path().to_string();
-    let write = !matches!(method, axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS);
-    let full = request.extensions().get::<axum::extract::OriginalUri>().map(|u| u.0.path().to_string()).unwrap_or_else(|| path.clone());
-    let given = request.headers().get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
-    let principal = match state.auth.authenticate(given) {
-        Ok(p) => p,
-        Err(d) => {
-            if write {
-                tracing::warn!(target: "gnomon::audit", credential = "-", %method, path = %full, status = 401, "refused: {d}");
-            }
-            return denied(&d);
-        }
-    };
-    let (need, what) = if full == "/metrics" { (Role::Viewer, "reading metrics") } else { required_role(&method, &path) };
-    if !principal.role.covers(need) {
-        let d = Denied::Role { name: principal.name.to_string(), have: principal.role, need, what: what.to_string() };
-        if write {
-            tracing::warn!(target: "gnomon::audit", credential = %principal.name, role = %principal.role, %method, path = %full, status = 403, "refused: {d}");
-        }
-        return denied(&d);
-    }
-    request.extensions_mut().insert(principal.clone());
-    let response = next.run(request).await;
-    if write {
-        tracing::info!(
-            target: "gnomon::audit",
-            credential = %principal.name,
-            role = %principal.role,
-            %method,
-            path = %full,
-            status = response.status().as_u16(),
-            "api write"
-        );
-    }
-    response
-}
-
-/// The caller, as [`authorize`] left it (fails closed if it is missing).
+/// The caller, as its operation's policy let it through ([`authz`]); fails
+/// closed on a route that declared none.
 pub(crate) fn caller(req: &Request) -> ApiResult<Principal> {
     req.extensions()
         .get::<Principal>()
         .cloned()
-        .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", "no credential was checked for this request"))
+        .ok_or_else(|| ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this operation declares no policy; nobody may call it"))
 }
 
 /// Refuses a namespace the caller may not use.
