@@ -25,6 +25,10 @@ pub struct Worker {
     pub id: String,
     pub session: String,
     pub labels: BTreeMap<String, String>,
+    /// The namespaces whose runs it may be given (its credential's);
+    /// absent: every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<Vec<String>>,
     /// Attempts it runs at once.
     pub capacity: usize,
     /// Assignments it queues beyond its capacity.

@@ -4,6 +4,7 @@
 //! Store and election are separate seams and can be combined; fencing works
 //! across any pair because the *store* checks the token of every leader write.
 
+pub mod caller;
 pub mod election;
 #[cfg(feature = "etcd")]
 pub mod etcd;

@@ -423,9 +423,9 @@ views.run = async (el, id) => {
 views.workers = async (el) => {
   const w = await api('GET', '/v1/workers');
   el.innerHTML = `<h1>Workers</h1>${w.workers.length ? '' : '<p class="mute">No worker is connected to the leader.</p>'}
-  <div class="tbl"><table><thead><tr><th>worker</th><th>state</th><th>session</th><th>labels</th><th>running</th><th>queued</th><th>capacity</th><th>prefetch</th><th>load</th><th>executors</th><th>handlers</th><th>lease expires</th></tr></thead><tbody>
+  <div class="tbl"><table><thead><tr><th>worker</th><th>state</th><th>session</th><th>labels</th><th>namespaces</th><th>running</th><th>queued</th><th>capacity</th><th>prefetch</th><th>load</th><th>executors</th><th>handlers</th><th>lease expires</th></tr></thead><tbody>
   ${w.workers.map((x) => `<tr><td class="mono">${esc(x.id)}</td><td>${st(x.state)}</td><td class="mono small">${esc(x.session)}</td>` +
-    `<td>${Object.entries(x.labels).map(([k, v]) => `<code>${esc(k)}=${esc(v)}</code>`).join(' ') || '-'}</td><td>${Math.min(x.running, x.capacity)}</td><td>${Math.max(0, x.running - x.capacity)}</td><td>${x.capacity}</td><td>${x.prefetch}</td>` +
+    `<td>${Object.entries(x.labels).map(([k, v]) => `<code>${esc(k)}=${esc(v)}</code>`).join(' ') || '-'}</td><td>${x.namespaces ? esc(x.namespaces.join(', ')) : 'all'}</td><td>${Math.min(x.running, x.capacity)}</td><td>${Math.max(0, x.running - x.capacity)}</td><td>${x.capacity}</td><td>${x.prefetch}</td>` +
     `<td>${Math.round(x.load * 100)}%</td><td>${esc(x.executors.join(', '))}</td><td>${esc(x.handlers.join(', ') || '-')}</td><td>${when(x.lease_expires_at)}</td></tr>`).join('')}
   </tbody></table></div>`;
 };

@@ -76,8 +76,8 @@ impl WorkerService {
     }
 }
 
-/// Checks a session's credential: a worker (or admin) credential, and a
-/// worker id under the credential's prefix, if it has one.
+/// Checks a session's credential: a worker credential (no other role opens
+/// a session), and a worker id under the credential's prefix, if it has one.
 #[allow(clippy::result_large_err)] // tonic::Status is what the service returns
 pub fn authorize_worker(p: &crate::auth::Principal, worker_id: Option<&str>) -> Result<(), Status> {
     use crate::auth::{Denied, Role};
@@ -140,6 +140,24 @@ impl worker_server::Worker for WorkerService {
     type SessionStream = SessionStream;
 
     async fn session(&self, request: Request<Streaming<v1::WorkerMessage>>) -> Result<Response<Self::SessionStream>, Status> {
+        let peer = crate::listener::ClientAddr::shown(request.extensions().get());
+        let mut seen = Seen::default();
+        self.open(request, &mut seen).await.inspect_err(|status| {
+            tracing::warn!(target: "gnomon::audit", credential = %seen.credential, worker = %seen.worker, %peer,
+                "worker session refused: {}", status.message());
+        })
+    }
+}
+
+/// What a session attempt had told before it was refused.
+#[derive(Default)]
+struct Seen {
+    credential: String,
+    worker: String,
+}
+
+impl WorkerService {
+    async fn open(&self, request: Request<Streaming<v1::WorkerMessage>>, seen: &mut Seen) -> Result<Response<SessionStream>, Status> {
         let mutual = request.extensions().get::<crate::listener::MutualTls>().is_some_and(|m| m.0);
         let has_cert = request.extensions().get::<crate::listener::ClientCert>().is_some_and(|c| c.0);
         if mutual && !has_cert {
@@ -148,7 +166,8 @@ impl worker_server::Worker for WorkerService {
             ));
         }
         let given = request.metadata().get("authorization").map(|v| v.to_str().unwrap_or(""));
-        let principal = self.auth.authenticate(given).map_err(|d| Status::unauthenticated(d.to_string()))?;
+        let principal = self.auth.authenticate_as(given, crate::auth::Role::Worker).map_err(|d| Status::unauthenticated(d.to_string()))?;
+        seen.credential = principal.name.to_string();
         // Refuse a non-worker credential before reading anything.
         authorize_worker(&principal, None)?;
         let mut inbound = request.into_inner();
@@ -156,10 +175,11 @@ impl worker_server::Worker for WorkerService {
             Some(v1::WorkerMessage { msg: Some(worker_message::Msg::Hello(h)) }) => h,
             _ => return Err(Status::invalid_argument("the first message of a session must be Hello")),
         };
+        seen.worker.clone_from(&hello.worker_id);
         validate_hello(&hello)?;
         authorize_worker(&principal, Some(&hello.worker_id))?;
         self.claim(&hello.worker_id, &principal.name)?;
-        tracing::info!(target: "gnomon::audit", credential = %principal.name, worker = %hello.worker_id, "worker session opened");
+        tracing::info!(target: "gnomon::audit", credential = %principal.name, worker = %hello.worker_id, namespaces = ?principal.namespaces, "worker session opened");
         let (tx, rx) = mpsc::unbounded_channel();
         let Some(commands) = self.node.leader_commands() else {
             let address = self.node.leader_address().await.unwrap_or_default();
@@ -169,7 +189,12 @@ impl worker_server::Worker for WorkerService {
         let worker = hello.worker_id.clone();
         let (reply_tx, reply_rx) = oneshot::channel();
         commands
-            .send(LeaderCommand::SessionOpen { hello: Box::new(hello), outbound: tx, reply: reply_tx })
+            .send(LeaderCommand::SessionOpen {
+                hello: Box::new(hello),
+                namespaces: principal.namespaces.clone(),
+                outbound: tx,
+                reply: reply_tx,
+            })
             .await
             .map_err(|_| Status::unavailable("leadership changed; reconnect"))?;
         let session = reply_rx.await.map_err(|_| Status::unavailable("leadership changed; reconnect"))??;

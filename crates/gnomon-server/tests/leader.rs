@@ -577,7 +577,7 @@ async fn open_session(
         protocol_version: PROTOCOL_VERSION,
         ..Default::default()
     };
-    commands.send(LeaderCommand::SessionOpen { hello: Box::new(hello), outbound: out_tx, reply }).await.unwrap();
+    commands.send(LeaderCommand::SessionOpen { hello: Box::new(hello), namespaces: None, outbound: out_tx, reply }).await.unwrap();
     (out, session.await.unwrap().expect("welcomed"))
 }
 

@@ -4,7 +4,7 @@ use std::io::Read;
 
 use anyhow::{anyhow, bail};
 use clap::{Args, Subcommand};
-use gnomon_server::auth::{check_token_strength, new_token, token_hash, Role};
+use gnomon_server::auth::{check_token_strength, new_token, token_hash, Derived, Role};
 
 #[derive(Subcommand, Debug)]
 pub enum AuthCmd {
@@ -14,13 +14,36 @@ pub enum AuthCmd {
     /// Print the SHA-256 of a token read from standard input (for an auth
     /// file entry of an existing token).
     Hash,
+    /// Print the credential that servers sharing the admin token read from
+    /// standard input accept from a worker (`worker`) or a raft member
+    /// (`member`): give it to external workers, so they never hold the
+    /// admin token.
+    Derive(DeriveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DeriveArgs {
+    /// worker or member.
+    #[arg(value_parser = ["worker", "member"])]
+    kind: String,
+}
+
+fn read_stdin_token() -> anyhow::Result<String> {
+    let mut s = String::new();
+    std::io::stdin().read_to_string(&mut s)?;
+    let token = s.trim();
+    if token.is_empty() {
+        bail!("no token on standard input");
+    }
+    check_token_strength("the token", token).map_err(|e| anyhow!(e))?;
+    Ok(token.to_string())
 }
 
 #[derive(Args, Debug)]
 pub struct NewArgs {
     /// The credential's name (shown in audit lines and errors).
     name: String,
-    /// viewer, operator, admin or worker.
+    /// viewer, operator, admin, worker or member.
     #[arg(long)]
     role: String,
     /// Limit it to these namespaces (repeat or comma-separate).
@@ -38,7 +61,8 @@ fn toml_string(s: &str) -> String {
 pub fn run(cmd: AuthCmd) -> anyhow::Result<()> {
     match cmd {
         AuthCmd::New(a) => {
-            let role = Role::parse(&a.role).ok_or_else(|| anyhow!("--role {:?} must be viewer, operator, admin or worker", a.role))?;
+            let role =
+                Role::parse(&a.role).ok_or_else(|| anyhow!("--role {:?} must be viewer, operator, admin, worker or member", a.role))?;
             let token = new_token();
             let mut entry = format!(
                 "[[credential]]\nname = {}\nrole = \"{role}\"\ntoken_sha256 = \"{}\"\n",
@@ -61,14 +85,12 @@ pub fn run(cmd: AuthCmd) -> anyhow::Result<()> {
             Ok(())
         }
         AuthCmd::Hash => {
-            let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s)?;
-            let token = s.trim();
-            if token.is_empty() {
-                bail!("no token on standard input");
-            }
-            check_token_strength("the token", token).map_err(|e| anyhow!(e))?;
-            println!("{}", hex::encode(token_hash(token)));
+            println!("{}", hex::encode(token_hash(&read_stdin_token()?)));
+            Ok(())
+        }
+        AuthCmd::Derive(a) => {
+            let kind = if a.kind == "member" { Derived::Member } else { Derived::Worker };
+            println!("{}", kind.token(&read_stdin_token()?));
             Ok(())
         }
     }

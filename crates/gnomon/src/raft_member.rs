@@ -33,6 +33,11 @@ pub struct RaftArgs {
     /// further behind than the entries kept after one is sent a snapshot.
     #[arg(long, value_name = "N", env = "GNOMON_RAFT_SNAPSHOT_EVERY")]
     pub raft_snapshot_every: Option<u64>,
+    /// A file holding the member credential this member presents to the
+    /// others (a `member` entry of their --auth-file). Without it, the
+    /// credential every member derives from the shared --token/--token-file.
+    #[arg(long, value_name = "FILE", env = "GNOMON_RAFT_TOKEN_FILE")]
+    pub raft_token_file: Option<PathBuf>,
 }
 
 /// The directory of a `raft://DIR` store URL.
@@ -85,16 +90,27 @@ fn connect(tls: bool, ca: Option<&Path>) -> anyhow::Result<Option<gnomon_backend
     })))
 }
 
-/// The admin credential this member presents to the others: `--token`, or
-/// the contents of `--token-file`.
-pub fn own_credential(token: Option<&str>, token_file: Option<&Path>) -> anyhow::Result<Option<String>> {
-    Ok(match (token, token_file) {
-        (Some(t), _) => Some(t.to_string()),
-        (None, Some(f)) => {
-            Some(std::fs::read_to_string(f).with_context(|| format!("reading --token-file {}", f.display()))?.trim().to_string())
+/// The member credential this member presents to the others: the contents
+/// of `--raft-token-file`, or the one every member derives from the shared
+/// `--token` or `--token-file` (never the admin token itself, which a
+/// member refuses).
+pub fn own_credential(raft_token_file: Option<&Path>, token: Option<&str>, token_file: Option<&Path>) -> anyhow::Result<Option<String>> {
+    let read = |f: &Path, flag: &str| -> anyhow::Result<String> {
+        let t = std::fs::read_to_string(f).with_context(|| format!("reading {flag} {}", f.display()))?.trim().to_string();
+        if t.is_empty() {
+            bail!("{flag} {} is empty", f.display());
         }
+        Ok(t)
+    };
+    if let Some(f) = raft_token_file {
+        return read(f, "--raft-token-file").map(Some);
+    }
+    let shared = match (token, token_file) {
+        (Some(t), _) => Some(t.to_string()),
+        (None, Some(f)) => Some(read(f, "--token-file")?),
         (None, None) => None,
-    })
+    };
+    Ok(shared.map(|t| gnomon_server::auth::Derived::Member.token(&t)))
 }
 
 /// Starts this member (and bootstraps the cluster when asked and new).

@@ -204,11 +204,12 @@ pub fn workers(v: &WorkerList, out: Output) -> anyhow::Result<()> {
                 w.capacity.to_string(),
                 w.prefetch.to_string(),
                 if labels.is_empty() { "-".into() } else { labels.join(",") },
+                w.namespaces.as_ref().map_or_else(|| "all".into(), |n| n.join(",")),
                 w.lease_expires_at.clone(),
             ]
         })
         .collect();
-    print_table(&["id", "state", "running", "capacity", "prefetch", "labels", "lease expires"], rows);
+    print_table(&["id", "state", "running", "capacity", "prefetch", "labels", "namespaces", "lease expires"], rows);
     Ok(())
 }
 

@@ -72,6 +72,25 @@ fn worker_ids(url: &str, ca: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The worker credential the server derives from its admin token, as
+/// `gnomon auth derive worker` prints it (the admin token itself opens no
+/// worker session).
+fn worker_token() -> String {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .args(["auth", "derive", "worker"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(TOKEN.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(token.len() == 64 && token != TOKEN, "{token}");
+    token
+}
+
 fn spawn_worker(dir: &Path, name: &str, url: &str, extra: &[&str]) -> Proc {
     let mut args: Vec<String> = vec!["--server".into(), url.into(), "worker".into(), "--id".into(), name.into()];
     args.extend(["--data-dir".into(), dir.join(name).display().to_string()]);
@@ -80,7 +99,8 @@ fn spawn_worker(dir: &Path, name: &str, url: &str, extra: &[&str]) -> Proc {
     let f = std::fs::File::create(&log).unwrap();
     let child = Command::new(BIN)
         .args(&args)
-        .env("GNOMON_TOKEN", TOKEN)
+        .env("GNOMON_TOKEN", worker_token())
+        .env("GNOMON_ALLOW_ROOT_JOBS", "1")
         .env("GNOMON_LOG", "info")
         .stdout(f.try_clone().unwrap())
         .stderr(f)

@@ -173,7 +173,13 @@ impl Net {
             Rpc::AppendEntries => to_binary(req).map_err(CallError::Codec)?,
             _ => serde_json::to_vec(req).map_err(|e| CallError::Codec(e.to_string()))?,
         };
-        let request = self.request(Payload { json, wall_ms: 0 }, timeout)?;
+        let mut request = self.request(Payload { json, wall_ms: 0 }, timeout)?;
+        if matches!(rpc, Rpc::Forward | Rpc::Membership) {
+            if let Some(c) = crate::caller::current() {
+                let json = serde_json::to_vec(&c).map_err(|e| CallError::Codec(e.to_string()))?;
+                request.metadata_mut().insert_bin(CALLER_HEADER, tonic::metadata::MetadataValue::from_bytes(&json));
+            }
+        }
         let sent = wall_ms();
         let mut client = self.client(addr)?;
         let call = async {
@@ -520,6 +526,9 @@ impl raft_server::Raft for Service {
     async fn forward(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
         let msg: super::Forwarded = decode(request.get_ref())?;
         self.heard(Some(msg.from))?;
+        if let Some(need) = msg.command.need() {
+            authorize(Some(msg.from), &caller_of(&request)?, &need)?;
+        }
         encode(&self.member.propose_here(msg.command).await)
     }
 
@@ -535,6 +544,9 @@ impl raft_server::Raft for Service {
 
     async fn membership(&self, request: tonic::Request<Payload>) -> Result<tonic::Response<Payload>, tonic::Status> {
         let change: super::Change = decode(request.get_ref())?;
+        let need = crate::caller::Need { what: "changing the cluster's members", role: "admin", namespace: None, unrestricted: true };
+        authorize(None, &caller_of(&request)?, &need)?;
+        tracing::info!(target: "gnomon::audit", ?change, "raft membership change received");
         encode(&self.member.change_here(change).await)
     }
 
@@ -542,6 +554,45 @@ impl raft_server::Raft for Service {
         let (from, last): (NodeId, Option<u64>) = decode(request.get_ref())?;
         self.heard(Some(from))?;
         encode(&self.member.take_over(last).await)
+    }
+}
+
+/// The gRPC metadata (binary) that names the client a forwarded write or
+/// membership change is made for.
+const CALLER_HEADER: &str = "gnomon-caller-bin";
+
+/// The client a forwarded write is made for, if the sender named one.
+#[allow(clippy::result_large_err)] // tonic::Status is what the service returns
+fn caller_of<T>(request: &tonic::Request<T>) -> Result<Option<crate::caller::Caller>, tonic::Status> {
+    let Some(v) = request.metadata().get_bin(CALLER_HEADER) else {
+        return Ok(None);
+    };
+    let bytes = v.to_bytes().map_err(|e| tonic::Status::invalid_argument(format!("{CALLER_HEADER}: {e}")))?;
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| tonic::Status::invalid_argument(format!("{CALLER_HEADER}: {e}")))
+}
+
+/// Checks a client write another member sent here against the caller it
+/// was made for, as the API operation would, and audits it. Without a
+/// caller the write is the sending member's own (the member credential
+/// that the interceptor checked answers for it).
+#[allow(clippy::result_large_err)] // tonic::Status is what the service returns
+fn authorize(from: Option<NodeId>, caller: &Option<crate::caller::Caller>, need: &crate::caller::Need) -> Result<(), tonic::Status> {
+    let ns = need.namespace.as_deref().unwrap_or("-");
+    match caller {
+        None => {
+            tracing::info!(target: "gnomon::audit", member = ?from, caller = "-", namespace = ns, "forwarded {}: the member's own", need.what);
+            Ok(())
+        }
+        Some(c) => match c.may(need) {
+            Ok(()) => {
+                tracing::info!(target: "gnomon::audit", member = ?from, caller = %c, namespace = ns, "forwarded {}", need.what);
+                Ok(())
+            }
+            Err(why) => {
+                tracing::warn!(target: "gnomon::audit", member = ?from, caller = %c, namespace = ns, "forwarded write refused: {why}");
+                Err(tonic::Status::permission_denied(why))
+            }
+        },
     }
 }
 

@@ -121,6 +121,27 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// What a client write needs of the caller it is made for: the same
+    /// as the API operation that makes it. `None`: not a client's write
+    /// (the scheduler's own, fenced by its term).
+    pub fn need(&self) -> Option<crate::caller::Need> {
+        use crate::caller::Need;
+        let need = |what, role, namespace: &str| Need { what, role, namespace: Some(namespace.to_string()), unrestricted: false };
+        match self {
+            Command::PutJob { spec, .. } => Some(need("creating or updating a job", "admin", spec.namespace())),
+            Command::DeleteJob { namespace, .. } => Some(need("deleting a job", "admin", namespace)),
+            Command::SetJobPaused { namespace, paused: true, .. } => Some(need("pausing a job", "operator", namespace)),
+            Command::SetJobPaused { namespace, paused: false, .. } => Some(need("resuming a job", "operator", namespace)),
+            // The run's namespace was checked where the run was looked up.
+            Command::RequestCancel { .. } => {
+                Some(Need { what: "cancelling a run", role: "operator", namespace: None, unrestricted: false })
+            }
+            _ => None,
+        }
+    }
+}
+
 /// What applying a command gave (the same on every member).
 pub type Applied = Result<Reply, StoreError>;
 

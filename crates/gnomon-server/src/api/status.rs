@@ -44,6 +44,7 @@ pub(super) async fn list_workers(State(state): State<ApiState>, req: axum::extra
             id: w.id,
             session: w.session,
             labels: w.labels,
+            namespaces: w.namespaces,
             capacity: w.capacity,
             prefetch: w.prefetch,
             running: w.running,

@@ -3,7 +3,7 @@
 //! ```toml
 //! [[credential]]
 //! name = "ci"
-//! role = "admin"                 # viewer | operator | admin | worker
+//! role = "admin"                 # viewer | operator | admin | worker | member
 //! token_sha256 = "9f86d081…"     # printed by `gnomon auth new`
 //! namespaces = ["payments"]      # optional: only these namespaces
 //!
@@ -12,6 +12,12 @@
 //! role = "worker"
 //! token_sha256 = "…"
 //! worker_prefix = "pool-a-"      # optional: its worker ids start with this
+//! namespaces = ["payments"]      # optional: only these namespaces' runs
+//!
+//! [[credential]]
+//! name = "raft"
+//! role = "member"                # raft members speak to each other with it
+//! token_sha256 = "…"
 //! ```
 
 use std::collections::HashSet;
@@ -66,8 +72,8 @@ pub fn parse(text: &str) -> Result<Vec<([u8; 32], Principal)>, String> {
                     gnomon_core::spec::validate_name("namespace", ns, gnomon_core::spec::MAX_NAME_LEN)
                         .map_err(|err| format!("{at}: namespace {ns:?}: {}", err.message))?;
                 }
-                if e.role == Role::Worker {
-                    return Err(format!("{at}: a worker credential has no namespaces"));
+                if e.role == Role::Member {
+                    return Err(format!("{at}: a member credential speaks for the whole cluster; it has no namespaces"));
                 }
                 Some(Arc::from(list))
             }
@@ -93,11 +99,15 @@ mod tests {
     fn a_good_file_parses() {
         let text = format!(
             "[[credential]]\nname = \"ci\"\nrole = \"operator\"\ntoken_sha256 = \"{H}\"\nnamespaces = [\"a\", \"b\"]\n\n\
-             [[credential]]\nname = \"pool\"\nrole = \"worker\"\ntoken_sha256 = \"{}\"\nworker_prefix = \"pool-\"\n",
-            H.replace('9', "8")
+             [[credential]]\nname = \"pool\"\nrole = \"worker\"\ntoken_sha256 = \"{}\"\nworker_prefix = \"pool-\"\nnamespaces = [\"a\"]\n\n\
+             [[credential]]\nname = \"raft\"\nrole = \"member\"\ntoken_sha256 = \"{}\"\n",
+            H.replace('9', "8"),
+            H.replace('9', "7")
         );
         let v = parse(&text).unwrap();
-        assert_eq!(v.len(), 2);
+        assert_eq!(v.len(), 3);
+        assert!(v[1].1.sees("a") && !v[1].1.sees("b"), "a worker credential may be limited to namespaces");
+        assert_eq!(v[2].1.role, Role::Member);
         assert_eq!(v[0].1.role, Role::Operator);
         assert!(v[0].1.sees("a") && !v[0].1.sees("c"));
         assert_eq!(v[1].1.worker_prefix.as_deref(), Some("pool-"));
@@ -112,6 +122,7 @@ mod tests {
             (entry("namespaces = []"), "namespaces is empty"),
             (entry("worker_prefix = \"w-\""), "worker role only"),
             (entry("namespaces = [\"a b\"]"), "namespace"),
+            (entry("namespaces = [\"a\"]").replace("viewer", "member"), "no namespaces"),
             (format!("{}\n{}", entry(""), entry("")), "used twice"),
             ("[[credential]]\nname = \"x\"\nrole = \"root\"\ntoken_sha256 = \"00\"\n".into(), "role"),
             ("[[credential]]\nname = \"x\"\nrole = \"viewer\"\ntoken_sha256 = \"zz\"\n".into(), "64 hex"),

@@ -22,7 +22,9 @@ use subtle::ConstantTimeEq;
 pub const MIN_TOKEN_BYTES: usize = 16;
 
 /// What a credential may do. `Viewer` < `Operator` < `Admin` on the API;
-/// `Worker` may only open worker sessions.
+/// `Worker` may only open worker sessions, `Member` may only speak for a
+/// member of a raft cluster. No role covers another kind's: an admin
+/// cannot open a worker session or call a raft member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -30,6 +32,7 @@ pub enum Role {
     Operator,
     Admin,
     Worker,
+    Member,
 }
 
 impl Role {
@@ -39,6 +42,7 @@ impl Role {
             Role::Operator => "operator",
             Role::Admin => "admin",
             Role::Worker => "worker",
+            Role::Member => "member",
         }
     }
 
@@ -48,24 +52,29 @@ impl Role {
             "operator" => Some(Role::Operator),
             "admin" => Some(Role::Admin),
             "worker" => Some(Role::Worker),
+            "member" => Some(Role::Member),
             _ => None,
         }
     }
 
-    /// Whether this role covers `need`. An admin may also open worker
-    /// sessions (the single-token setup); a worker may do nothing else.
+    /// Whether this role covers `need`: the client roles rank among
+    /// themselves; `worker` and `member` cover only themselves.
     pub fn covers(self, need: Role) -> bool {
         let rank = |r: Role| match r {
-            Role::Viewer => 1,
-            Role::Operator => 2,
-            Role::Admin => 3,
-            Role::Worker => 0,
+            Role::Viewer => Some(1),
+            Role::Operator => Some(2),
+            Role::Admin => Some(3),
+            Role::Worker | Role::Member => None,
         };
-        match (self, need) {
-            (Role::Worker, Role::Worker) | (Role::Admin, Role::Worker) => true,
-            (_, Role::Worker) | (Role::Worker, _) => false,
-            (have, need) => rank(have) >= rank(need),
+        match (rank(self), rank(need)) {
+            (Some(have), Some(need)) => have >= need,
+            _ => self == need,
         }
+    }
+
+    /// A client role (viewer, operator, admin): one that may call the API.
+    pub fn is_client(self) -> bool {
+        matches!(self, Role::Viewer | Role::Operator | Role::Admin)
     }
 }
 
@@ -113,6 +122,8 @@ pub enum Denied {
     Namespace { name: String, namespace: String, allowed: Vec<String> },
     /// A worker credential used for a worker id outside its prefix.
     WorkerId { name: String, worker: String, prefix: String },
+    /// A namespace-limited credential for a call that needs an unlimited one.
+    Unrestricted { name: String, what: String },
 }
 
 impl Denied {
@@ -145,7 +156,48 @@ impl std::fmt::Display for Denied {
             Denied::WorkerId { name, worker, prefix } => {
                 write!(f, "credential {name:?} may only open sessions for worker ids starting with {prefix:?}, not {worker:?}")
             }
+            Denied::Unrestricted { name, what } => {
+                write!(f, "credential {name:?} is limited to namespaces; {what} needs an admin credential that is not")
+            }
         }
+    }
+}
+
+/// What a shared admin secret (`--token`, `--token-file`) also stands for:
+/// each server holding it derives the same narrower credentials from it,
+/// so the embedded workers and the raft members of a cluster that shares
+/// one token can reach each other without ever presenting the admin token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Derived {
+    /// A worker credential (`embedded-worker`): opens worker sessions only.
+    Worker,
+    /// A member credential (`member`): speaks for a raft member only.
+    Member,
+}
+
+impl Derived {
+    fn purpose(self) -> &'static [u8] {
+        match self {
+            Derived::Worker => b"gnomon embedded worker credential v1",
+            Derived::Member => b"gnomon raft member credential v1",
+        }
+    }
+
+    /// The credential this kind derives from `secret` (HMAC-SHA256, hex):
+    /// knowing it tells nothing of the admin token.
+    pub fn token(self, secret: &str) -> String {
+        use hmac::Mac;
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes a key of any length");
+        mac.update(self.purpose());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    fn principal(self) -> Principal {
+        let (name, role) = match self {
+            Derived::Worker => ("embedded-worker", Role::Worker),
+            Derived::Member => ("member", Role::Member),
+        };
+        Principal { name: Arc::from(name), role, namespaces: None, worker_prefix: None }
     }
 }
 
@@ -228,7 +280,7 @@ impl Authenticator {
     /// Loads every source; any error (unreadable file, bad entry, weak
     /// token) is returned for start-up to report.
     pub fn load(config: AuthConfig) -> Result<Self, String> {
-        let enabled = config.token.as_deref().is_some_and(|t| !t.is_empty()) || config.token_file.is_some() || config.auth_file.is_some();
+        let enabled = config.token.is_some() || config.token_file.is_some() || config.auth_file.is_some();
         let set = build(&config)?;
         Ok(Self { config: Arc::new(config), set: Arc::new(RwLock::new(Arc::new(set))), enabled })
     }
@@ -238,9 +290,16 @@ impl Authenticator {
         match token.filter(|t| !t.is_empty()) {
             None => Self::open(),
             Some(t) => {
-                let mut set = CredentialSet::default();
-                set.by_hash.insert(token_hash(t), admin("token"));
                 let config = AuthConfig { token: Some(t.to_string()), ..Default::default() };
+                let set = build(&config).unwrap_or_else(|_| {
+                    // A short test token: the admin credential alone.
+                    let mut set = CredentialSet::default();
+                    set.by_hash.insert(token_hash(t), admin("token"));
+                    for d in [Derived::Worker, Derived::Member] {
+                        set.by_hash.insert(token_hash(&d.token(t)), d.principal());
+                    }
+                    set
+                });
                 Self { config: Arc::new(config), set: Arc::new(RwLock::new(Arc::new(set))), enabled: true }
             }
         }
@@ -270,6 +329,16 @@ impl Authenticator {
         }
         let token = bearer(authorization)?;
         self.current().by_hash.get(&token_hash(token)).cloned().ok_or(Denied::Unknown)
+    }
+
+    /// The caller of a protocol that only `kind` may speak (worker
+    /// sessions, raft calls): with no credential configured, the anonymous
+    /// caller of that kind.
+    pub fn authenticate_as(&self, authorization: Option<&str>, kind: Role) -> Result<Principal, Denied> {
+        if !self.enabled {
+            return Ok(Principal { role: kind, ..Principal::anonymous() });
+        }
+        self.authenticate(authorization)
     }
 
     /// Re-reads the files; on error the credentials in force stay.
@@ -328,15 +397,25 @@ fn build(config: &AuthConfig) -> Result<CredentialSet, String> {
         set.by_hash.insert(hash, p);
         Ok(())
     };
-    if let Some(t) = config.token.as_deref().filter(|t| !t.is_empty()) {
+    let shared = |t: &str, name: &str, add: &mut dyn FnMut([u8; 32], Principal) -> Result<(), String>| -> Result<(), String> {
+        add(token_hash(t), admin(name))?;
+        for d in [Derived::Worker, Derived::Member] {
+            add(token_hash(&d.token(t)), d.principal())?;
+        }
+        Ok(())
+    };
+    if let Some(t) = config.token.as_deref() {
+        if t.is_empty() {
+            return Err("--token (GNOMON_TOKEN) is empty; give a token of at least 16 bytes, or leave it unset".into());
+        }
         check_token_strength("--token", t)?;
-        add(token_hash(t), admin("token"))?;
+        shared(t, "token", &mut add)?;
     }
     if let Some(path) = &config.token_file {
         let t = std::fs::read_to_string(path).map_err(|e| format!("--token-file {}: {e}", path.display()))?;
         let t = t.trim();
         check_token_strength(&format!("the token in {}", path.display()), t)?;
-        add(token_hash(t), admin("token-file"))?;
+        shared(t, "token-file", &mut add)?;
     }
     if let Some(path) = &config.auth_file {
         for (hash, p) in file::read(path)? {
@@ -406,10 +485,12 @@ mod tests {
     #[test]
     fn roles_cover_what_they_should() {
         use Role::*;
-        assert!(Admin.covers(Viewer) && Admin.covers(Operator) && Admin.covers(Admin) && Admin.covers(Worker));
+        assert!(Admin.covers(Viewer) && Admin.covers(Operator) && Admin.covers(Admin));
+        assert!(!Admin.covers(Worker) && !Admin.covers(Member), "an admin is neither a worker nor a raft member");
         assert!(Operator.covers(Viewer) && Operator.covers(Operator) && !Operator.covers(Admin) && !Operator.covers(Worker));
         assert!(Viewer.covers(Viewer) && !Viewer.covers(Operator) && !Viewer.covers(Worker));
-        assert!(Worker.covers(Worker) && !Worker.covers(Viewer) && !Worker.covers(Admin));
+        assert!(Worker.covers(Worker) && !Worker.covers(Viewer) && !Worker.covers(Admin) && !Worker.covers(Member));
+        assert!(Member.covers(Member) && !Member.covers(Viewer) && !Member.covers(Admin) && !Member.covers(Worker));
     }
 
     #[test]
@@ -422,5 +503,20 @@ mod tests {
         assert_eq!(a.authenticate(Some("Bearer 0123456789abcdeX")).unwrap_err(), Denied::Unknown);
         assert_eq!(a.authenticate(None).unwrap_err(), Denied::Missing);
         assert!(Authenticator::open().authenticate(None).is_ok());
+        let empty = Authenticator::load(AuthConfig { token: Some(String::new()), ..Default::default() }).unwrap_err();
+        assert!(empty.contains("empty"), "an empty token is an error, not authentication off: {empty}");
+    }
+
+    #[test]
+    fn a_shared_token_derives_a_worker_and_a_member_credential_and_nothing_more() {
+        let t = "0123456789abcdef0123";
+        let a = Authenticator::load(AuthConfig { token: Some(t.into()), ..Default::default() }).unwrap();
+        let w = a.authenticate(Some(&format!("Bearer {}", Derived::Worker.token(t)))).unwrap();
+        assert_eq!((w.role, &*w.name), (Role::Worker, "embedded-worker"));
+        let m = a.authenticate(Some(&format!("Bearer {}", Derived::Member.token(t)))).unwrap();
+        assert_eq!(m.role, Role::Member);
+        assert_ne!(Derived::Worker.token(t), Derived::Member.token(t));
+        assert_ne!(Derived::Worker.token(t), Derived::Worker.token("another-token-0123"));
+        assert!(!Derived::Worker.token(t).contains(t));
     }
 }

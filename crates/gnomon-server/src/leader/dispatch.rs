@@ -25,6 +25,7 @@ impl LeaderRuntime {
             .iter()
             .filter(|(_, s)| s.tx.is_some() && !s.draining && s.executors.contains(kind))
             .filter(|(_, s)| handler.is_none_or(|h| s.handlers.contains(h)))
+            .filter(|(_, s)| s.namespaces.as_ref().is_none_or(|n| n.iter().any(|ns| *ns == job.record.key.namespace)))
             .filter(|(_, s)| job.route.as_ref().is_none_or(|r| r.labels.iter().all(|(k, v)| s.labels.get(k) == Some(v))))
             .map(|(id, s)| {
                 let queue = if job_is_slow { 0 } else { s.queue_open };
@@ -254,7 +255,11 @@ pub(super) fn waiting_reason(job: &JobEntry, strategy: gnomon_core::spec::RouteS
             Executor::Handler(h) => format!("handler {:?}", h.name),
         };
         let labels = job.route.as_ref().filter(|r| !r.labels.is_empty()).map(|r| format!(" and labels {:?}", r.labels));
-        format!("no connected worker offers {needs}{}", labels.unwrap_or_default())
+        format!(
+            "no connected worker offers {needs}{} to namespace {:?} (a worker credential limited to namespaces takes only theirs)",
+            labels.unwrap_or_default(),
+            job.record.key.namespace
+        )
     } else if strategy == gnomon_core::spec::RouteStrategy::ConsistentHash {
         "its consistent-hash worker is at capacity".to_string()
     } else {

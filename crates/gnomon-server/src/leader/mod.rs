@@ -134,7 +134,13 @@ pub enum LeaderCommand {
     RunChanged { run_id: String },
     /// A worker said Hello on this leader; the reply is the session id (the
     /// leader has sent `Welcome`) or the refusal.
-    SessionOpen { hello: Box<v1::Hello>, outbound: Outbound, reply: oneshot::Sender<std::result::Result<String, tonic::Status>> },
+    SessionOpen {
+        hello: Box<v1::Hello>,
+        /// The namespaces its credential limits it to (`None`: all).
+        namespaces: Option<Arc<[String]>>,
+        outbound: Outbound,
+        reply: oneshot::Sender<std::result::Result<String, tonic::Status>>,
+    },
     /// A message on an open session.
     FromWorker { session: String, msg: worker_message::Msg },
     /// The session's stream ended (its lease keeps running).
@@ -551,10 +557,10 @@ impl LeaderRuntime {
                     }
                 }
             }
-            LeaderCommand::SessionOpen { hello, outbound, reply } => {
+            LeaderCommand::SessionOpen { hello, namespaces, outbound, reply } => {
                 let worker = hello.worker_id.clone();
                 let old_lease = self.sessions.get(&worker).and_then(|s| s.store_lease).or_else(|| self.adopted.get(&worker).copied());
-                let result = self.open_session(*hello, outbound);
+                let result = self.open_session(*hello, namespaces, outbound);
                 if result.is_ok() {
                     if let Some(leases) = self.leases.clone() {
                         let ttl = Duration::from_millis(u64::try_from(self.config.lease_ttl_ms).unwrap_or(10_000));

@@ -23,6 +23,8 @@ pub struct WorkerInfo {
     pub id: String,
     pub session: String,
     pub labels: BTreeMap<String, String>,
+    /// The namespaces whose runs it may be given (`None`: all).
+    pub namespaces: Option<Vec<String>>,
     pub capacity: usize,
     /// Assignments it queues beyond its capacity.
     pub prefetch: usize,
@@ -68,6 +70,7 @@ impl LeaderRuntime {
                 id: id.clone(),
                 session: s.session_id.clone(),
                 labels: s.labels.clone(),
+                namespaces: s.namespaces.as_ref().map(|n| n.to_vec()),
                 capacity: s.capacity,
                 prefetch: s.prefetch,
                 running: s.attempts.len(),

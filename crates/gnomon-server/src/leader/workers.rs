@@ -5,6 +5,8 @@ use super::*;
 pub(super) struct Session {
     pub(super) session_id: String,
     pub(super) labels: BTreeMap<String, String>,
+    /// The namespaces whose runs it may be given (its credential's; `None`: all).
+    pub(super) namespaces: Option<Arc<[String]>>,
     pub(super) capacity: usize,
     /// Attempts it queues beyond `capacity` (its Hello's `prefetch`).
     pub(super) prefetch: usize,
@@ -67,7 +69,12 @@ impl LeaderRuntime {
     /// Registers a worker session (answering `Welcome`), reclaiming the
     /// attempts it still runs, or refuses it.
     #[allow(clippy::result_large_err)] // tonic::Status is what the service returns
-    pub(super) fn open_session(&mut self, hello: v1::Hello, outbound: Outbound) -> std::result::Result<String, tonic::Status> {
+    pub(super) fn open_session(
+        &mut self,
+        hello: v1::Hello,
+        namespaces: Option<Arc<[String]>>,
+        outbound: Outbound,
+    ) -> std::result::Result<String, tonic::Status> {
         let now = self.clock.now_millis();
         let worker = hello.worker_id.clone();
         if let Some(old) = self.sessions.get(&worker) {
@@ -128,6 +135,7 @@ impl LeaderRuntime {
             Session {
                 session_id: session_id.clone(),
                 labels: hello.labels.into_iter().collect(),
+                namespaces,
                 capacity: usize::try_from(hello.capacity).unwrap_or(1),
                 prefetch: usize::try_from(hello.prefetch).unwrap_or(0),
                 queue_open: 0,

@@ -211,7 +211,7 @@ impl SimWorker {
             ..Default::default()
         };
         self.hello_sent = self.now;
-        if commands.try_send(LeaderCommand::SessionOpen { hello: Box::new(hello), outbound: tx, reply }).is_ok() {
+        if commands.try_send(LeaderCommand::SessionOpen { hello: Box::new(hello), namespaces: None, outbound: tx, reply }).is_ok() {
             self.session = Some(Session { rx, reply: Some(answer), id: None });
         }
     }
