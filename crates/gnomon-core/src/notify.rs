@@ -85,9 +85,12 @@ pub struct NotifyTarget {
 #[serde(deny_unknown_fields)]
 pub struct WebhookSpec {
     pub url: String,
-    /// The name of a signing secret the servers hold (the environment
-    /// variable `GNOMON_NOTIFY_SECRET_<NAME>`); with it, each delivery
+    /// The name of a signing secret the servers hold for the job's own
+    /// namespace (the environment variable
+    /// `GNOMON_NOTIFY_SECRET_<namespace>__<NAME>`; in the `default`
+    /// namespace also `GNOMON_NOTIFY_SECRET_<NAME>`); with it, each delivery
     /// carries `Gnomon-Signature: sha256=<HMAC of "<timestamp>.<body>">`.
+    /// A job can never name another namespace's secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
     /// Extra request headers.
@@ -212,18 +215,49 @@ fn check_url(field: &str, text: &str) -> Result<(), SpecError> {
     Ok(())
 }
 
-/// A secret's name: what follows `GNOMON_NOTIFY_SECRET_` in the servers'
-/// environment (letters, digits and `_`, at most 64).
+/// A secret's name: letters, digits and `_`, at most 64, neither starting
+/// with `_` nor holding `__`. The name is looked up in the job's own
+/// namespace only (see [`secret_envs`]); the `__` that separates a
+/// namespace from a name in a variable can therefore never be part of a
+/// name, so no job can spell its way into another namespace's secret.
 pub fn check_secret_name(field: &str, name: &str) -> Result<(), SpecError> {
     if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(SpecError::new("invalid_notify", field, "a secret name is 1-64 letters, digits or '_'"));
     }
+    if name.starts_with('_') || name.contains("__") {
+        return Err(SpecError::new(
+            "invalid_notify",
+            field,
+            "a secret name may not start with '_' or contain '__': it names a secret of the job's own namespace \
+             (GNOMON_NOTIFY_SECRET_<namespace>__<NAME>), never another namespace's",
+        ));
+    }
     Ok(())
 }
 
-/// The environment variable that holds the signing secret `name`.
-pub fn secret_env(name: &str) -> String {
-    format!("GNOMON_NOTIFY_SECRET_{}", name.to_ascii_uppercase())
+/// The prefix of every signing secret's environment variable.
+pub const SECRET_ENV_PREFIX: &str = "GNOMON_NOTIFY_SECRET_";
+
+/// The environment variable that holds the signing secret `name` of
+/// `namespace`: `GNOMON_NOTIFY_SECRET_<namespace>__<NAME>`, the namespace
+/// exactly as written, the name in capitals.
+pub fn secret_env(namespace: &str, name: &str) -> String {
+    format!("{SECRET_ENV_PREFIX}{namespace}__{}", name.to_ascii_uppercase())
+}
+
+/// The variables that may hold the secret `name` for a job of `namespace`,
+/// first match wins: the namespace's own, then, in the `default` namespace
+/// only, the unscoped `GNOMON_NOTIFY_SECRET_<NAME>`. A name that is not
+/// valid (see [`check_secret_name`]) has none.
+pub fn secret_envs(namespace: &str, name: &str) -> Vec<String> {
+    if check_secret_name("", name).is_err() {
+        return Vec::new();
+    }
+    let mut v = vec![secret_env(namespace, name)];
+    if namespace == crate::spec::DEFAULT_NAMESPACE {
+        v.push(format!("{SECRET_ENV_PREFIX}{}", name.to_ascii_uppercase()));
+    }
+    v
 }
 
 fn check_header(field: &str, name: &str, value: &str) -> Result<(), SpecError> {
@@ -323,6 +357,22 @@ mod tests {
     fn ids_are_one_per_run_outcome_and_target() {
         assert_eq!(notification_id("j1-5", NotifyOn::Failed, 2), "j1-5/failed/2");
         assert_eq!(NotifyOn::parse("late"), Some(NotifyOn::Late));
-        assert_eq!(secret_env("ops_1"), "GNOMON_NOTIFY_SECRET_OPS_1");
+        assert_eq!(secret_env("payments", "ops_1"), "GNOMON_NOTIFY_SECRET_payments__OPS_1");
+    }
+
+    #[test]
+    fn secrets_are_scoped_to_the_job_namespace() {
+        assert_eq!(secret_envs("default", "ops"), vec!["GNOMON_NOTIFY_SECRET_default__OPS", "GNOMON_NOTIFY_SECRET_OPS"]);
+        assert_eq!(secret_envs("team-b", "ops"), vec!["GNOMON_NOTIFY_SECRET_team-b__OPS"]);
+        // No name reaches another namespace's variable: "__" and a leading
+        // '_' are refused, so the split of a variable is unique.
+        for bad in ["a__ops", "_ops", "x___y", "__"] {
+            assert!(secret_envs("b", bad).is_empty(), "{bad}");
+            assert!(check_secret_name("f", bad).is_err(), "{bad}");
+        }
+        assert_ne!(secret_env("a", "b_ops"), secret_env("a_b", "ops"));
+        assert_ne!(secret_env("a_", "c"), secret_env("a", "c_"));
+        let t = r#"[{"on":["failed"],"webhook":{"url":"http://h/","secret":"A__OPS"}}]"#;
+        assert_eq!(target(t).unwrap_err().field, "notify[0].webhook.secret");
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gnomon_backend::{Delivery, Fence, Notification, NotificationState, RunDetail, RunFilter, Store, StoreError};
-use gnomon_core::notify::{retry_delay, secret_env, status_is_final, NotifyOn, NotifyTarget};
+use gnomon_core::notify::{retry_delay, secret_env, secret_envs, status_is_final, NotifyOn, NotifyTarget, SECRET_ENV_PREFIX};
 use gnomon_core::{Clock, Millis, RunState};
 use hmac::{Hmac, Mac};
 use serde_json::json;
@@ -42,12 +42,41 @@ pub enum Sent {
     },
 }
 
-/// Looks up a signing secret by name (the environment, in a server).
-pub type Secrets = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+/// Looks up a signing secret: `(namespace, name)` → the secret.
+pub type Secrets = Arc<dyn Fn(&str, &str) -> Option<String> + Send + Sync>;
 
-/// The secrets of the process environment: `GNOMON_NOTIFY_SECRET_<NAME>`.
+/// The `GNOMON_NOTIFY_SECRET_*` variables, read once at start.
+static CAPTURED: std::sync::OnceLock<std::collections::HashMap<String, String>> = std::sync::OnceLock::new();
+
+/// Reads every `GNOMON_NOTIFY_SECRET_*` variable of the process environment
+/// into a table this module owns, once (later calls change nothing), so the
+/// variables can then be removed from the environment. Returns their names.
+/// Call at start, while the process is single-threaded.
+pub fn capture_env_secrets() -> Vec<String> {
+    let table = CAPTURED.get_or_init(|| {
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .filter(|(k, v)| k.starts_with(SECRET_ENV_PREFIX) && !v.is_empty())
+            .collect()
+    });
+    let mut names: Vec<String> = table.keys().cloned().collect();
+    names.sort();
+    names
+}
+
+/// The signing secrets captured at start (see [`capture_env_secrets`]): a
+/// job's secret `NAME` resolves in its own namespace only
+/// (`GNOMON_NOTIFY_SECRET_<namespace>__<NAME>`, and in `default` also the
+/// unscoped `GNOMON_NOTIFY_SECRET_<NAME>`).
 pub fn env_secrets() -> Secrets {
-    Arc::new(|name| std::env::var(secret_env(name)).ok().filter(|v| !v.is_empty()))
+    capture_env_secrets();
+    let table = CAPTURED.get().cloned().unwrap_or_default();
+    secrets_from(table)
+}
+
+/// [`Secrets`] over a table of variables.
+pub fn secrets_from(table: std::collections::HashMap<String, String>) -> Secrets {
+    Arc::new(move |namespace, name| secret_envs(namespace, name).iter().find_map(|var| table.get(var).cloned()))
 }
 
 /// Delivers due notifications while the term lasts (returns when fenced).
@@ -247,9 +276,12 @@ async fn post(client: &reqwest::Client, secrets: &Secrets, target: &NotifyTarget
             let body = payload(n, run, now).to_string().into_bytes();
             let mut h: Vec<(String, String)> = w.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             if let Some(name) = &w.secret {
-                let Some(secret) = secrets(name) else {
+                let Some(secret) = secrets(&n.namespace, name) else {
                     return Sent::Failed {
-                        error: format!("the signing secret {} is not set on the leader", secret_env(name)),
+                        error: format!(
+                            "the signing secret {} is not set on the leader (a job signs only with a secret of its own namespace)",
+                            secret_env(&n.namespace, name)
+                        ),
                         r#final: false,
                     };
                 };
@@ -299,6 +331,19 @@ mod tests {
         assert_eq!(sig, "sha256=1ba6b8171186efc613e8bcc0cbdab2748f24984d7c5a84faa2637afa0e40d224");
         assert_ne!(sig, signature("other", 1, b"{}"));
         assert_ne!(sig, signature("key", 2, b"{}"));
+    }
+
+    #[test]
+    fn a_secret_resolves_in_its_job_namespace_only() {
+        let table =
+            [("GNOMON_NOTIFY_SECRET_OPS", "legacy"), ("GNOMON_NOTIFY_SECRET_A__OPS", "team-a"), ("GNOMON_NOTIFY_SECRET_default__KEY", "d")];
+        let s = secrets_from(table.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        assert_eq!(s("A", "ops").as_deref(), Some("team-a"));
+        assert_eq!(s("default", "ops").as_deref(), Some("legacy"), "the unscoped variable serves the default namespace");
+        assert_eq!(s("default", "key").as_deref(), Some("d"));
+        assert_eq!(s("b", "ops"), None, "not another namespace's, nor the unscoped one");
+        assert_eq!(s("b", "A__OPS"), None);
+        assert_eq!(s("a", "ops"), None, "namespaces are exact");
     }
 
     #[test]

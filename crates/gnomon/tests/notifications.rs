@@ -190,3 +190,65 @@ fn outcomes_are_posted_signed_retried_and_shown() {
     assert_eq!(r.at("/hook").len(), 2, "and nothing was sent twice");
     drop(dev);
 }
+
+/// A signing secret belongs to a namespace: a job signs only with its own
+/// namespace's (`GNOMON_NOTIFY_SECRET_<namespace>__<NAME>`; the unscoped
+/// `GNOMON_NOTIFY_SECRET_<NAME>` serves `default` only). A job naming
+/// another namespace's secret is refused at write; one naming a secret its
+/// namespace lacks is never signed with someone else's.
+#[test]
+fn a_job_signs_only_with_a_secret_of_its_own_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = Receiver::start(HashMap::from([("/a", vec![200]), ("/b", vec![200])]));
+    let addr = format!("127.0.0.1:{}", free_port());
+    let dev = Proc::spawn_env(
+        dir.path(),
+        "dev",
+        &["dev".into(), "--listen".into(), addr.clone(), "--data-dir".into(), dir.path().join("data").display().to_string()],
+        &[("GNOMON_NOTIFY_SECRET_A__OPS".into(), "team-a-secret".into()), ("GNOMON_NOTIFY_SECRET_OPS".into(), "default-secret".into())],
+    );
+    wait_until("the server to lead", Duration::from_secs(60), || {
+        http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == json!(true)).unwrap_or(false)
+    });
+    let base = format!("http://{}", r.addr);
+    let job = |namespace: &str, secret: &str, path: &str| {
+        json!({"name": "report", "namespace": namespace, "executor": {"shell": {"command": "false"}},
+            "notify": [{"on": ["failed"], "webhook": {"url": format!("{base}{path}"), "secret": secret}, "max_attempts": 2}]})
+    };
+    // Team B spelling out team A's variable: refused, nothing written.
+    let (status, v) = http(&addr, "POST", "/v1/jobs", Some(job("b", "A__OPS", "/b").to_string().as_bytes())).unwrap();
+    assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_notify")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().starts_with("notify[0].webhook.secret:"), "{v}");
+    assert_eq!(http(&addr, "GET", "/v1/jobs/report?namespace=b", None).unwrap().0, 404);
+    for bad in ["_OPS", "a__ops"] {
+        let (status, _) = http(&addr, "POST", "/v1/jobs", Some(job("b", bad, "/b").to_string().as_bytes())).unwrap();
+        assert_eq!(status, 400, "{bad}");
+    }
+
+    // Team B naming "ops": neither team A's nor the default namespace's.
+    let (status, v) = http(&addr, "POST", "/v1/jobs", Some(job("b", "ops", "/b").to_string().as_bytes())).unwrap();
+    assert_eq!(status, 201, "{v}");
+    // Team A naming "ops": its own.
+    let (status, v) = http(&addr, "POST", "/v1/jobs", Some(job("A", "ops", "/a").to_string().as_bytes())).unwrap();
+    assert_eq!(status, 201, "{v}");
+    let trigger_in = |ns: &str| {
+        let (status, v) = http(&addr, "POST", &format!("/v1/jobs/report/trigger?namespace={ns}"), None).unwrap();
+        assert_eq!(status, 201, "{v}");
+        v["id"].as_str().unwrap().to_string()
+    };
+    let (run_b, run_a) = (trigger_in("b"), trigger_in("A"));
+    wait_state(&addr, &run_b, "failed");
+    wait_state(&addr, &run_a, "failed");
+    wait_until("team A's signed notice", Duration::from_secs(30), || !r.at("/a").is_empty());
+    let got = &r.at("/a")[0];
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(b"team-a-secret").unwrap();
+    mac.update(format!("{}.{}", got.headers["gnomon-timestamp"], got.body).as_bytes());
+    assert_eq!(got.headers["gnomon-signature"], format!("sha256={}", hex::encode(mac.finalize().into_bytes())));
+    wait_until("team B's delivery given up", Duration::from_secs(30), || {
+        notifications(&addr, &run_b).first().is_some_and(|n| n["state"] == "failed")
+    });
+    let n = &notifications(&addr, &run_b)[0];
+    assert!(n["last_error"].as_str().unwrap().contains("GNOMON_NOTIFY_SECRET_b__OPS"), "{n}");
+    assert!(r.at("/b").is_empty(), "nothing was sent unsigned or signed with another namespace's secret: {:?}", r.at("/b"));
+    drop(dev);
+}
