@@ -6,4 +6,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_toolchain
 cargo build --release -p gnomon --bin gnomon
-exec target/release/gnomon dev "$@"
+# As root, shell jobs would run as root: gnomon refuses that unless told.
+root_flags=()
+case " $* " in *" --run-as "*|*" --run-as="*|*" --allow-root-jobs "*) ;; *) mapfile -t root_flags < <(root_jobs_flags) ;; esac
+exec target/release/gnomon dev "${root_flags[@]}" "$@"

@@ -149,3 +149,13 @@ ensure_faketime() {
   # The clock-skew test runs a raft member under libfaketime.
   need_apt faketime faketime
 }
+
+root_jobs_flags() {
+  # root_jobs_flags: as root, the flag that lets a local demo run its shell
+  # jobs as root (gnomon refuses otherwise), with a note saying so; nothing
+  # for anyone else. Use: flags=($(root_jobs_flags)).
+  if [ "$(id -u)" = 0 ]; then
+    echo "note: running as root, so shell jobs run as root too (--allow-root-jobs); start gnomon as an unprivileged user, or pass --run-as USER, to keep jobs away from this machine's root" >&2
+    echo --allow-root-jobs
+  fi
+}

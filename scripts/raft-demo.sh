@@ -31,6 +31,7 @@ esac
 ensure_toolchain
 cargo build --release -p gnomon --bin gnomon
 mkdir -p "$DATA"
+mapfile -t root_flags < <(root_jobs_flags)
 for i in 1 2 3; do
     if [ -f "$DATA/m$i.pid" ] && kill -0 "$(cat "$DATA/m$i.pid")" 2>/dev/null; then
         echo "member $i is already running (pid $(cat "$DATA/m$i.pid"))"
@@ -39,7 +40,7 @@ for i in 1 2 3; do
     extra=()
     [ "$i" = 1 ] && extra=(--raft-bootstrap)
     target/release/gnomon server --store "raft://$PWD/$DATA/m$i" --raft-id "$i" --raft-peers "$PEERS" \
-        --listen "127.0.0.1:740$i" --node-id "member-$i" --capacity 4 "${extra[@]}" >"$DATA/m$i.log" 2>&1 &
+        --listen "127.0.0.1:740$i" --node-id "member-$i" --capacity 4 "${root_flags[@]}" "${extra[@]}" >"$DATA/m$i.log" 2>&1 &
     echo $! >"$DATA/m$i.pid"
 done
 for i in 1 2 3; do wait_port "740$i" 30 || { echo "member $i did not start; see $DATA/m$i.log" >&2; exit 1; }; done

@@ -42,13 +42,25 @@ pub struct DoctorArgs {
     /// leader they report, whether they agree).
     #[arg(long)]
     workers_view: bool,
+    /// The user a worker here would run shell jobs as (checked: it must
+    /// exist, and this must run as root to switch to it).
+    #[arg(long, value_name = "USER", env = "GNOMON_RUN_AS")]
+    run_as: Option<String>,
+    /// As a worker's --allow-root-jobs: root jobs are accepted.
+    #[arg(long, env = "GNOMON_ALLOW_ROOT_JOBS", value_parser = clap::builder::BoolishValueParser::new())]
+    allow_root_jobs: bool,
 }
 
 struct Report {
     failed: usize,
+    warned: usize,
 }
 
 impl Report {
+    fn warn(&mut self, what: impl std::fmt::Display) {
+        self.warned += 1;
+        println!("WARN  {what}");
+    }
     fn ok(&mut self, what: impl std::fmt::Display) {
         println!("ok    {what}");
     }
@@ -68,7 +80,7 @@ impl Report {
 }
 
 pub async fn run(args: DoctorArgs, server: &str, token: Option<&str>, ca: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let mut r = Report { failed: 0 };
+    let mut r = Report { failed: 0, warned: 0 };
     if args.store.is_none() && args.etcd.is_none() && args.listen.is_none() && !args.workers_view {
         anyhow::bail!("nothing to check: give --store, --etcd, --listen or --workers-view (or set them in --config's [server])");
     }
@@ -87,11 +99,15 @@ pub async fn run(args: DoctorArgs, server: &str, token: Option<&str>, ca: Option
     if args.workers_view {
         servers(&mut r, server, token, ca).await;
     }
+    jobs_user(&mut r, args.run_as.as_deref(), args.allow_root_jobs);
     if r.failed > 0 {
         println!("{} check(s) failed", r.failed);
         std::process::exit(1);
     }
-    println!("all checks passed");
+    match r.warned {
+        0 => println!("all checks passed"),
+        n => println!("all checks passed, with {n} warning(s)"),
+    }
     Ok(())
 }
 
@@ -106,6 +122,30 @@ fn listener(r: &mut Report, listen: &str, authenticated: bool, tls: bool, insecu
         Ok(()) if addr.ip().is_loopback() => r.ok(format!("{addr} is loopback: reachable from this host only")),
         Ok(()) => r.ok(format!("{addr} is not loopback, and a server there would have what that needs")),
         Err(e) => r.fail(e),
+    }
+}
+
+/// Which user a worker started here (as this user) would run shell jobs as.
+fn jobs_user(r: &mut Report, run_as: Option<&str>, allow_root_jobs: bool) {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    match run_as {
+        Some(u) => match gnomon_worker::isolation::RunAs::lookup(u) {
+            Ok(user) => r.ok(format!(
+                "shell jobs would run as {} (uid {}), out of reach of the data dir and the process's memory",
+                user.name, user.uid
+            )),
+            Err(e) => r.fail(e),
+        },
+        None if euid == 0 && !allow_root_jobs => r.warn(
+            "running as root without --run-as: a worker (or a server with an embedded worker, or dev) started so refuses \
+             to run shell jobs; pass --run-as USER (or --allow-root-jobs to accept root jobs)",
+        ),
+        None if euid == 0 => r.warn("shell jobs would run as root (--allow-root-jobs): every job can do anything on this host"),
+        None => r.warn(format!(
+            "shell jobs would run as this user (uid {euid}) and could reach what it can (data dir, token and key files, \
+             configuration); run as root with --run-as USER to run them as another user"
+        )),
     }
 }
 

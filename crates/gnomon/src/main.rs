@@ -5,6 +5,7 @@ mod client;
 mod commands;
 mod config;
 mod doctor;
+mod hardening;
 mod leader_args;
 mod raft_member;
 mod serve;
@@ -278,13 +279,42 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let cli = Cli::parse_from(args);
+    let matches = <Cli as clap::CommandFactory>::command().get_matches_from(args);
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.format(&mut <Cli as clap::CommandFactory>::command()).exit(),
+    };
     let serving = matches!(&cli.command, Command::Dev(_) | Command::Server(_) | Command::Migrate(_))
         || matches!(&cli.command, Command::Worker(w) if w.cmd.is_none());
+    // clap reads an empty variable as unset: an empty GNOMON_TOKEN would
+    // quietly mean "no credentials".
+    if serving && cli.token.is_none() && std::env::var_os("GNOMON_TOKEN").is_some_and(|v| v.is_empty()) {
+        eprintln!("error: GNOMON_TOKEN is set but empty; give a token of at least 16 bytes, or unset it");
+        std::process::exit(2);
+    }
     if serving {
         // The store, the spool and the credentials' files are the process's
         // own: files it creates are private (jobs keep the usual umask).
         gnomon_worker::isolation::private_files();
+        // Jobs running as this process's user cannot read its memory or
+        // environment, and nothing it starts inherits its secrets. Still
+        // single-threaded: the runtime starts below.
+        let mut notes = Vec::new();
+        if !hardening::non_dumpable() {
+            notes.push(format!(
+                "cannot mark this process non-dumpable ({}): processes of its user can read its memory",
+                std::io::Error::last_os_error()
+            ));
+        }
+        gnomon_server::notifier::capture_env_secrets();
+        hardening::scrub_environment();
+        for flag in hardening::secrets_on_command_line(&matches) {
+            notes.push(format!(
+                "a secret is given as the command-line flag {flag}: every local user can read it in /proc/PID/cmdline; \
+                 use its environment variable or a file (--token-file) instead"
+            ));
+        }
+        let _ = hardening::NOTES.set(notes);
     }
     if !serving {
         // Client output piped into `head` ends quietly, like other Unix tools.

@@ -37,6 +37,8 @@ pub struct DevArgs {
     #[command(flatten)]
     access: AccessArgs,
     #[command(flatten)]
+    jobs: JobUserArgs,
+    #[command(flatten)]
     leader: LeaderArgs,
     /// This node's name in leadership records and logs (default: dev).
     #[arg(long, env = "GNOMON_NODE_ID")]
@@ -86,37 +88,34 @@ pub struct AccessArgs {
 
 impl AccessArgs {
     /// The credentials in force, with an embedded worker's own when there is
-    /// one and no `--token` for it to use.
+    /// one. The embedded worker never holds the admin token: with `--token`
+    /// it uses the worker credential every server derives from that token
+    /// (so it can follow the leader to another server); otherwise a worker
+    /// credential made here for its own id, valid on this server only.
     fn authenticator(&self, token: Option<&str>, embedded_worker: Option<&mut WorkerConfig>) -> anyhow::Result<Authenticator> {
         let mut config = AuthConfig {
-            token: token.filter(|t| !t.is_empty()).map(str::to_string),
+            token: token.map(str::to_string),
             token_file: self.token_file.clone(),
             auth_file: self.auth_file.clone(),
             extra: Vec::new(),
         };
         let enabled = config.token.is_some() || config.token_file.is_some() || config.auth_file.is_some();
         if let Some(w) = embedded_worker {
-            if enabled {
-                // The embedded worker gets a credential of its own: a worker
-                // credential for its own id, valid on this node only.
-                let t = match &config.token {
-                    Some(t) => t.clone(),
-                    None => {
-                        let t = gnomon_server::auth::new_token();
-                        let p = Principal {
-                            name: Arc::from("embedded-worker"),
-                            role: Role::Worker,
-                            namespaces: None,
-                            worker_prefix: Some(Arc::from(w.id.as_str())),
-                        };
-                        config.extra.push((t.clone(), p));
-                        t
-                    }
-                };
-                w.token = Some(t);
-            } else {
-                w.token = None;
-            }
+            w.token = match (&config.token, enabled) {
+                (_, false) => None,
+                (Some(t), true) => Some(gnomon_server::auth::Derived::Worker.token(t)),
+                (None, true) => {
+                    let t = gnomon_server::auth::new_token();
+                    let p = Principal {
+                        name: Arc::from("embedded-worker"),
+                        role: Role::Worker,
+                        namespaces: None,
+                        worker_prefix: Some(Arc::from(w.id.as_str())),
+                    };
+                    config.extra.push((t.clone(), p));
+                    Some(t)
+                }
+            };
         }
         Authenticator::load(config).map_err(|e| anyhow!(e))
     }
@@ -167,6 +166,62 @@ impl AccessArgs {
     }
 }
 
+/// Which user shell jobs run as, shared by `worker`, `dev` and `server`.
+#[derive(Args, Debug, Default)]
+pub struct JobUserArgs {
+    /// Run shell jobs as this user (this process must run as root; jobs
+    /// get that user's primary group only and its HOME). Without it, jobs
+    /// run as this process's own user and can reach what it can: its data
+    /// dir, its files (a --token-file, TLS keys), its other jobs' files.
+    #[arg(long, value_name = "USER", env = "GNOMON_RUN_AS")]
+    pub run_as: Option<String>,
+    /// Run shell jobs as root when this process runs as root without
+    /// --run-as (refused otherwise): every job can then do anything on
+    /// this host.
+    #[arg(long, env = "GNOMON_ALLOW_ROOT_JOBS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub allow_root_jobs: bool,
+}
+
+impl JobUserArgs {
+    /// The user shell jobs run as, checked before anything is created:
+    /// `--run-as` looked up; without it, a root process refuses to start
+    /// unless `--allow-root-jobs`, and any other warns (when `exposed`
+    /// says what a job could reach) that its jobs run as its own user.
+    fn resolve(&self, shell: bool, exposed: Option<&str>) -> anyhow::Result<Option<gnomon_worker::isolation::RunAs>> {
+        if let Some(u) = &self.run_as {
+            let user = gnomon_worker::isolation::RunAs::lookup(u).map_err(|e| anyhow!(e))?;
+            tracing::info!(user = %user.name, uid = user.uid, "shell jobs run as {}", user.name);
+            return Ok(Some(user));
+        }
+        if !shell {
+            return Ok(None);
+        }
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if euid == 0 {
+            if !self.allow_root_jobs {
+                bail!(
+                    "refusing to run shell jobs as root: every job could do anything on this host. \
+                     Pass --run-as USER to run them as an unprivileged user (for example --run-as nobody), \
+                     or --allow-root-jobs (GNOMON_ALLOW_ROOT_JOBS=1) to accept root jobs"
+                );
+            }
+            tracing::warn!(
+                "shell jobs run as root (--allow-root-jobs): every job can do anything on this host, {}; \
+                 --run-as USER runs them as an unprivileged user",
+                exposed.unwrap_or("this process's files included")
+            );
+        } else if let Some(what) = exposed {
+            tracing::warn!(
+                uid = euid,
+                "shell jobs run as this process's user (uid {euid}) and can reach what it can: {what}; \
+                 run this process as root with --run-as USER to run them as another user"
+            );
+        }
+        Ok(None)
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct WorkerArgs {
     /// Stable worker id (default: generated once and kept in the data dir).
@@ -194,10 +249,8 @@ pub struct WorkerArgs {
     /// shell command.
     #[arg(long, value_delimiter = ',', value_parser = ["shell", "http", "handler"], env = "GNOMON_EXECUTORS")]
     executors: Vec<String>,
-    /// Run shell jobs as this user (the worker must run as root; jobs get
-    /// that user's groups dropped to its primary group and its HOME).
-    #[arg(long, value_name = "USER", env = "GNOMON_RUN_AS")]
-    run_as: Option<String>,
+    #[command(flatten)]
+    jobs: JobUserArgs,
     /// Run each shell attempt in its own cgroup v2 (auto: when this
     /// process may create them, with a note at start when not; off;
     /// required: refuse to start without). In a cgroup, ending an attempt
@@ -353,6 +406,8 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 0, env = "GNOMON_CAPACITY")]
     capacity: u32,
     #[command(flatten)]
+    jobs: JobUserArgs,
+    #[command(flatten)]
     access: AccessArgs,
     #[command(flatten)]
     leader: LeaderArgs,
@@ -385,11 +440,20 @@ fn init_tracing() {
         tracing_subscriber::EnvFilter::try_from_env("GNOMON_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG));
     if LOG_FORMAT.get() == Some(&LogFormat::Json) {
         let _ = tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+        log_start_notes();
         return;
     }
     // Colours only on a terminal: log files and collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    log_start_notes();
+}
+
+/// The warnings `main` found before logging was set up.
+fn log_start_notes() {
+    for note in crate::hardening::NOTES.get().into_iter().flatten() {
+        tracing::warn!("{note}");
+    }
 }
 
 fn parse_listen(listen: &str) -> anyhow::Result<SocketAddr> {
@@ -446,16 +510,24 @@ pub async fn dev(args: DevArgs, token: Option<String>, ca: Option<PathBuf>) -> a
     // Every flag is checked before anything is created or opened.
     let config = args.leader.node_config(node_id.clone(), addr.to_string(), "10s")?;
     let mut worker = embedded_worker(&node_id, args.capacity, Some(args.data_dir.join("worker-spool")));
-    worker.isolation = Arc::new(gnomon_worker::isolation::Isolation {
-        work_root: Some(args.data_dir.join("worker-work")),
-        run_as: None,
-        cgroups: embedded_cgroups(),
-    });
     let auth = args.access.authenticator(token.as_deref(), Some(&mut worker))?;
     let listen = args.access.listen_config()?;
     gnomon_server::auth::check_listen(&addr, auth.enabled(), listen.tls.is_some(), args.insecure).map_err(|e| anyhow!(e))?;
     let hosts = args.access.hosts(&addr.to_string(), auth.enabled())?;
     worker.tls = args.access.embedded_worker_tls(ca.as_deref());
+    // A tokenless dev on loopback holds nothing a local user could not use
+    // through its API anyway; anything else has something to keep.
+    let exposed = (auth.enabled() || !addr.ip().is_loopback()).then(|| {
+        format!(
+            "the data dir {} (the store: every job, run and output), the files this process reads \
+             (--token-file, --auth-file, TLS keys, a --config file) and its processes",
+            args.data_dir.display()
+        )
+    });
+    let run_as = args.jobs.resolve(true, exposed.as_deref())?;
+    let cgroups = worker.isolation.cgroups.clone();
+    worker.isolation =
+        Arc::new(gnomon_worker::isolation::Isolation { work_root: Some(args.data_dir.join("worker-work")), run_as, cgroups });
     let _lock = lock_data_dir(&args.data_dir)?;
     let db = args.data_dir.join("gnomon.db");
     let url = format!("sqlite://{}", db.display());
@@ -486,14 +558,25 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
     let hosts = args.access.hosts(&advertise, auth.enabled())?;
     if let Some(w) = worker.as_mut() {
         w.tls = args.access.embedded_worker_tls(ca.as_deref());
+        let exposed = "the store's files or credentials where this process can read them (a --config file, \
+             the SQLite or raft data dir), the files it reads (--token-file, --auth-file, TLS keys) and its processes";
+        let run_as = args.jobs.resolve(true, Some(exposed))?;
+        let cgroups = w.isolation.cgroups.clone();
+        w.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: None, run_as, cgroups });
+    } else if args.jobs.run_as.is_some() {
+        bail!("--run-as applies to the embedded worker: give --capacity N too");
     }
     if store_kind == "raft" {
         if !matches!(args.election.as_str(), "auto" | "raft") {
             bail!("--store raft:// elects with raft itself; leave --election at auto");
         }
-        let own = crate::raft_member::own_credential(token.as_deref(), args.access.token_file.as_deref())?;
+        let own =
+            crate::raft_member::own_credential(args.raft.raft_token_file.as_deref(), token.as_deref(), args.access.token_file.as_deref())?;
         if auth.enabled() && own.is_none() {
-            bail!("a raft member needs --token or --token-file: the admin credential it presents to the other members");
+            bail!(
+                "a raft member with credentials needs the member credential it presents to the others: --raft-token-file FILE \
+                 (a member entry of their --auth-file), or --token/--token-file (every member derives one from the shared secret)"
+            );
         }
         let dir = crate::raft_member::raft_dir(&args.store.store)?;
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -703,6 +786,9 @@ pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>, ca: 
     if list.is_empty() {
         bail!("--server needs at least one address (host:port, comma-separated)");
     }
+    if token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+        bail!("--token (GNOMON_TOKEN) is empty; give the worker credential, or leave it unset for a server without credentials");
+    }
     let https = list.iter().filter(|s| s.starts_with("https://")).count();
     if https != 0 && https != list.len() {
         bail!("--server: use https:// for every server or for none");
@@ -726,6 +812,14 @@ pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>, ca: 
         labels.insert(k.to_string(), v.to_string());
     }
     let drain = gnomon_core::duration::parse_duration(&args.drain_timeout).map_err(|e| anyhow!("--drain-timeout: {e}"))?;
+    let shell = args.executors.is_empty() || args.executors.iter().any(|k| k == "shell");
+    let exposed = format!(
+        "its data dir {} (the spool, other attempts' working directories), the files it reads (TLS keys, a --config file{}) \
+         and its processes",
+        args.data_dir.display(),
+        if token.as_deref().is_some_and(|t| !t.is_empty()) { " that may hold its token" } else { "" }
+    );
+    let run_as = args.jobs.resolve(shell, Some(&exposed))?;
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
     let _lock = lock_data_dir(&args.data_dir)?;
     let id = match args.id {
@@ -752,12 +846,8 @@ pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>, ca: 
     config.labels = labels;
     config.spool_dir = Some(args.data_dir.join("spool"));
     config.drain_timeout = drain;
-    config.token = token.filter(|t| !t.is_empty());
+    config.token = token;
     config.executors = args.executors.clone();
-    let run_as = match &args.run_as {
-        None => None,
-        Some(u) => Some(gnomon_worker::isolation::RunAs::lookup(u).map_err(|e| anyhow!(e))?),
-    };
     let cgroups = gnomon_worker::cgroup::Cgroups::shared(args.cgroups).map_err(|e| anyhow!(e))?;
     config.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: Some(args.data_dir.join("work")), run_as, cgroups });
     let mut egress =

@@ -99,7 +99,14 @@ impl Dev {
                 ]);
             }
         }
-        let child = cmd.env_remove("GNOMON_TOKEN").env_remove("GNOMON_STORE").stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        let child = cmd
+            .env_remove("GNOMON_TOKEN")
+            .env_remove("GNOMON_STORE")
+            .env("GNOMON_ALLOW_ROOT_JOBS", "1")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
         let dev = Dev { child, url: format!("http://127.0.0.1:{port}") };
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {

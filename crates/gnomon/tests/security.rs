@@ -311,6 +311,7 @@ fn worker_credentials_open_only_worker_sessions_under_their_prefix() {
         let child = Command::new(BIN)
             .args(["worker", "--server", &addr, "--id", id, "--data-dir", dir.path().join(name).to_str().unwrap()])
             .env("GNOMON_TOKEN", token)
+            .env("GNOMON_ALLOW_ROOT_JOBS", "1")
             .env("GNOMON_LOG", "info")
             .stdout(f.try_clone().unwrap())
             .stderr(f)

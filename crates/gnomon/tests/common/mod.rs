@@ -93,12 +93,17 @@ pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool
 /// A `gnomon dev` on a free loopback port with its data in `dir`, once it
 /// leads: the process and its address.
 pub fn leading_dev(dir: &Path) -> (Proc, String) {
+    leading_dev_with(dir, &[])
+}
+
+/// As [`leading_dev`], with more flags (an `--auth-file`): leading is
+/// asked of `/readyz`, which needs no credential.
+pub fn leading_dev_with(dir: &Path, extra: &[String]) -> (Proc, String) {
     let addr = format!("127.0.0.1:{}", free_port());
-    let dev = Proc::spawn(
-        dir,
-        "dev",
-        &["dev".into(), "--listen".into(), addr.clone(), "--data-dir".into(), dir.join("data").display().to_string()],
-    );
+    let mut args: Vec<String> =
+        vec!["dev".into(), "--listen".into(), addr.clone(), "--data-dir".into(), dir.join("data").display().to_string()];
+    args.extend(extra.iter().cloned());
+    let dev = Proc::spawn(dir, "dev", &args);
     wait_until("the server to lead", Duration::from_secs(60), || {
         http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == serde_json::json!(true)).unwrap_or(false)
     });
@@ -127,19 +132,29 @@ impl Proc {
 
     /// As [`Proc::spawn`], with more environment variables.
     pub fn spawn_env(dir: &Path, name: &str, args: &[String], env: &[(String, String)]) -> Proc {
+        Proc::spawn_with(dir, name, args, env, |_| {})
+    }
+
+    /// As [`Proc::spawn_env`], with the command adjusted by `adjust` last
+    /// (another user, a variable removed).
+    ///
+    /// The tests run as root and start servers and workers that run shell
+    /// jobs without `--run-as`: they say so with `GNOMON_ALLOW_ROOT_JOBS`.
+    pub fn spawn_with(dir: &Path, name: &str, args: &[String], env: &[(String, String)], adjust: impl FnOnce(&mut Command)) -> Proc {
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-        let child = Command::new(BIN)
+        let mut cmd = Command::new(BIN);
+        cmd.env_remove("GNOMON_TOKEN")
+            .env_remove("GNOMON_STORE")
+            .env("GNOMON_ALLOW_ROOT_JOBS", "1")
+            .env("GNOMON_LOG", "info,sqlx=warn")
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .args(args)
-            .env_remove("GNOMON_TOKEN")
-            .env_remove("GNOMON_STORE")
-            .env("GNOMON_LOG", "info,sqlx=warn")
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap();
+            .stderr(file);
+        adjust(&mut cmd);
+        let child = cmd.spawn().unwrap();
         Proc { child, log }
     }
 
