@@ -32,10 +32,14 @@ pub struct DoctorArgs {
     /// With --listen: the credentials and TLS a server there would have.
     #[arg(long, env = "GNOMON_AUTH_FILE")]
     auth_file: Option<std::path::PathBuf>,
+    /// With --listen: as the server's --token-file (credentials are set).
     #[arg(long, env = "GNOMON_TOKEN_FILE")]
     token_file: Option<std::path::PathBuf>,
+    /// With --listen: as the server's --tls-cert (the listener has TLS).
     #[arg(long, env = "GNOMON_TLS_CERT")]
     tls_cert: Option<std::path::PathBuf>,
+    /// With --listen: as the server's --insecure (a public listener
+    /// without credentials or TLS is accepted).
     #[arg(long, env = "GNOMON_INSECURE")]
     insecure: bool,
     /// Check the servers in --server as a worker reaches them (health, the

@@ -94,7 +94,10 @@ enum Command {
     Auth(auth_cmd::AuthCmd),
     /// Print a shell completion script: `gnomon completions bash >
     /// /etc/bash_completion.d/gnomon` (or zsh, fish, elvish, powershell).
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
     /// Print the manual page (roff): `gnomon man > gnomon.1; man ./gnomon.1`.
     Man,
     /// The configuration: file, environment and flags.
@@ -126,14 +129,21 @@ enum ClusterCmd {
     /// Add a member that receives the log but does not vote (answers once
     /// it has caught up); start it first with its own --raft-id.
     AddLearner {
+        /// The new member's id (not used by any member yet).
         id: u64,
         /// HOST:PORT of the new member's gnomon listener.
         address: String,
     },
     /// Make a learner a voter.
-    Promote { id: u64 },
+    Promote {
+        /// The learner's member id.
+        id: u64,
+    },
     /// Remove a voter or a learner from the cluster.
-    Remove { id: u64 },
+    Remove {
+        /// The member's id.
+        id: u64,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -142,13 +152,18 @@ enum JobCmd {
     Create(CreateArgs),
     /// Create or update jobs from a JSON file (one job or an array); `-` reads stdin.
     Apply {
+        /// The JSON file (`-`: standard input).
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
     },
+    /// List jobs: schedule, next fire time, paused or not.
     List {
+        /// Only this namespace's jobs (default: every namespace the
+        /// credential may see).
         #[arg(long)]
         namespace: Option<String>,
     },
+    /// Show one job: its spec and status (version, next fire time).
     Get(NameArg),
     /// Trigger manual runs now.
     Trigger {
@@ -161,14 +176,20 @@ enum JobCmd {
     /// The next fire times of a job's schedule, or of a schedule given here,
     /// with daylight-saving changes marked.
     Preview(PreviewArgs),
+    /// Stop a job's schedule firing: times that elapse while it is paused
+    /// are neither fired nor recorded.
     Pause(NameArg),
+    /// Let a paused job's schedule fire again.
     Resume(NameArg),
+    /// Delete a job: it stops firing at once.
     Delete(NameArg),
 }
 
 #[derive(Args, Debug)]
 struct NameArg {
+    /// The job's name.
     name: String,
+    /// The job's namespace (default: `default`).
     #[arg(long)]
     namespace: Option<String>,
 }
@@ -178,6 +199,7 @@ struct PreviewArgs {
     /// A job whose schedule to preview (or give --cron, --every or --at).
     #[arg(conflicts_with_all = ["cron", "every", "at"])]
     name: Option<String>,
+    /// The job's namespace (default: `default`).
     #[arg(long)]
     namespace: Option<String>,
     #[command(flatten)]
@@ -209,11 +231,14 @@ struct ScheduleArgs {
 
 #[derive(Args, Debug)]
 struct CreateArgs {
+    /// The job's name (letters, digits, `-`, `_`, `.`).
     name: String,
     #[command(flatten)]
     schedule: ScheduleArgs,
+    /// An attempt running longer than this is ended (e.g. 10m).
     #[arg(long)]
     timeout: Option<String>,
+    /// Attempts per run, the first included (retries after a failure).
     #[arg(long)]
     max_attempts: Option<u32>,
     /// What to do with times missed while no leader ran.
@@ -222,6 +247,7 @@ struct CreateArgs {
     /// What a fire does while a run of the job is still active.
     #[arg(long, value_parser = ["allow", "forbid", "replace", "buffer_one"])]
     overlap: Option<String>,
+    /// The job's namespace (default: `default`).
     #[arg(long)]
     namespace: Option<String>,
     /// The command and its arguments (after `--`).
@@ -231,15 +257,22 @@ struct CreateArgs {
 
 #[derive(Subcommand, Debug)]
 enum RunCmd {
+    /// List runs, newest first (every scheduled instant is a run or a skip).
     List {
+        /// Only this job's runs.
         #[arg(long)]
         job: Option<String>,
+        /// Only runs in this state.
         #[arg(long, value_parser = ["pending", "assigned", "running", "retrying", "succeeded", "failed", "cancelled", "skipped"])]
         state: Option<String>,
+        /// Only this namespace's runs (needed when the credential is
+        /// limited to several).
         #[arg(long)]
         namespace: Option<String>,
+        /// At most this many runs (a page).
         #[arg(long, default_value_t = 20)]
         limit: u32,
+        /// The next page: the cursor a previous page printed.
         #[arg(long)]
         cursor: Option<String>,
         /// Keep watching: redraw the table every 2 s (with `-o jsonl`,
@@ -247,10 +280,15 @@ enum RunCmd {
         #[arg(long, conflicts_with = "cursor")]
         watch: bool,
     },
+    /// Show one run: its attempts, their workers, exit codes and output.
     Get {
+        /// The run's id.
         id: String,
     },
+    /// Cancel a run: one not yet started ends at once; a running attempt
+    /// is ended by its worker (its whole process group).
     Cancel {
+        /// The run's id.
         id: String,
     },
 }
@@ -378,5 +416,37 @@ async fn run(cli: Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every subcommand says what it does and every flag and argument what
+    /// it takes, in `--help` and the manual page.
+    #[test]
+    fn every_command_and_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if matches!(id, "help" | "version") || a.is_hide_set() {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                let here = format!("{path} {}", sub.get_name());
+                if sub.get_name() != "help" && sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(here.clone());
+                }
+                walk(sub, &here, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "gnomon", &mut missing);
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
     }
 }

@@ -28,13 +28,19 @@
 //! present a certificate signed by it (mutual TLS); the worker protocol
 //! then requires one (see [`ClientCert`]).
 
-use std::collections::HashMap;
+mod table;
+mod tls;
+
+use table::{client_key, Busy, Conn, Leave, Table};
+pub use tls::tls_config;
+use tls::ReloaderGuard;
+
 use std::future::Future;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -47,13 +53,9 @@ use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
-use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// TLS settings of the listener.
@@ -131,87 +133,6 @@ impl ClientAddr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MutualTls(pub bool);
 
-fn crypto() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// Reads a PEM certificate chain and its key.
-fn load_key(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, String> {
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?;
-    if chain.is_empty() {
-        return Err(format!("--tls-cert {}: no certificate in the file", cert.display()));
-    }
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
-    let signing = crypto().key_provider.load_private_key(key_der).map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
-    let ck = CertifiedKey::new(chain, signing);
-    ck.keys_match().map_err(|e| format!("--tls-cert and --tls-key do not belong together: {e}"))?;
-    Ok(Arc::new(ck))
-}
-
-/// The certificate in force, swapped when the files change.
-#[derive(Debug)]
-struct ReloadingCert {
-    current: RwLock<Arc<CertifiedKey>>,
-}
-
-impl ResolvesServerCert for ReloadingCert {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.current.read().ok().map(|c| c.clone())
-    }
-}
-
-/// Builds the rustls configuration and a task that reloads the certificate.
-pub fn tls_config(files: &TlsFiles) -> Result<(Arc<rustls::ServerConfig>, tokio::task::JoinHandle<()>), String> {
-    let resolver = Arc::new(ReloadingCert { current: RwLock::new(load_key(&files.cert, &files.key)?) });
-    let builder = rustls::ServerConfig::builder_with_provider(crypto()).with_safe_default_protocol_versions().map_err(|e| e.to_string())?;
-    let builder = match &files.client_ca {
-        None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(ca).map_err(|e| format!("--client-ca {}: {e}", ca.display()))? {
-                let c = c.map_err(|e| format!("--client-ca {}: {e}", ca.display()))?;
-                roots.add(c).map_err(|e| format!("--client-ca {}: {e}", ca.display()))?;
-            }
-            // API clients need no certificate; worker sessions are checked
-            // for one (MutualTls / ClientCert).
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crypto())
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| format!("--client-ca {}: {e}", ca.display()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-    };
-    let mut config = builder.with_cert_resolver(resolver.clone());
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let files = files.clone();
-    let task = tokio::spawn(async move {
-        let stamp = crate::auth::file_stamp;
-        let mut last = (stamp(&files.cert), stamp(&files.key));
-        loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let now = (stamp(&files.cert), stamp(&files.key));
-            if now == last {
-                continue;
-            }
-            last = now;
-            match load_key(&files.cert, &files.key) {
-                Ok(k) => {
-                    if let Ok(mut cur) = resolver.current.write() {
-                        *cur = k;
-                    }
-                    tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded");
-                }
-                // A half-written pair (cert renewed, key not yet): keep the old one.
-                Err(e) => tracing::warn!(error = %e, "TLS certificate not reloaded; the previous one stays in force"),
-            }
-        }
-    });
-    Ok((Arc::new(config), task))
-}
-
 /// How long a connection that was asked to close (idle, shed, timed out)
 /// may take to say goodbye (HTTP/2 GOAWAY) before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
@@ -222,193 +143,6 @@ const TICK: Duration = Duration::from_millis(500);
 /// The long-lived streams: exempt from the request-body deadline.
 fn is_stream_path(path: &str) -> bool {
     path.starts_with("/gnomon.worker.v1.Worker/") || path.starts_with("/gnomon.raft.v1.Raft/")
-}
-
-/// The address a client is counted under: IPv4 as is, IPv6 by its /64.
-fn client_key(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        v4 => v4,
-    }
-}
-
-/// One open connection, as the table and its own task see it.
-#[derive(Debug)]
-struct Conn {
-    id: u64,
-    client: IpAddr,
-    opened: Instant,
-    /// Requests whose answer is not finished (a stream counts until it ends).
-    in_flight: AtomicUsize,
-    /// Whether a request ever started.
-    served: AtomicBool,
-    /// Milliseconds after `opened` when the last request finished.
-    idle_since_ms: AtomicU64,
-    /// Asked to close (to make room, or at shutdown).
-    shed: Notify,
-}
-
-impl Conn {
-    fn idle(&self) -> bool {
-        self.in_flight.load(Ordering::SeqCst) == 0
-    }
-
-    /// Whether this connection has been idle past its allowance: the first
-    /// request's (`first`) or the one between requests (`between`).
-    fn expired(&self, now: Instant, first: Duration, between: Duration) -> bool {
-        if !self.idle() {
-            return false;
-        }
-        if !self.served.load(Ordering::SeqCst) {
-            return now.duration_since(self.opened) >= first;
-        }
-        let since = self.opened + Duration::from_millis(self.idle_since_ms.load(Ordering::SeqCst));
-        now.saturating_duration_since(since) >= between
-    }
-}
-
-/// A request in flight on a connection (dropped with its answer's body).
-struct Busy(Arc<Conn>);
-
-impl Busy {
-    fn new(conn: Arc<Conn>) -> Self {
-        conn.served.store(true, Ordering::SeqCst);
-        conn.in_flight.fetch_add(1, Ordering::SeqCst);
-        Busy(conn)
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        let ms = self.0.opened.elapsed().as_millis().min(u64::MAX as u128) as u64;
-        self.0.idle_since_ms.store(ms, Ordering::SeqCst);
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-#[derive(Debug, Default)]
-struct Inner {
-    next_id: u64,
-    conns: HashMap<u64, Arc<Conn>>,
-    per_client: HashMap<IpAddr, usize>,
-    /// Refusals since the last warning, and when it was logged.
-    refused: u64,
-    warned: Option<Instant>,
-}
-
-impl Inner {
-    fn evict(&mut self, id: u64) -> Option<Arc<Conn>> {
-        let c = self.conns.remove(&id)?;
-        if let Some(n) = self.per_client.get_mut(&c.client) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_client.remove(&c.client);
-            }
-        }
-        Some(c)
-    }
-}
-
-/// Every open connection, by client: the limits are enforced here.
-#[derive(Debug)]
-struct Table {
-    inner: Mutex<Inner>,
-    emptied: Notify,
-    max: usize,
-    per_client: usize,
-}
-
-impl Table {
-    fn new(max: usize, per_client: usize) -> Self {
-        Table { inner: Mutex::default(), emptied: Notify::new(), max: max.max(1), per_client: per_client.max(1) }
-    }
-
-    /// Room for a new connection from `client`: making it by shedding an
-    /// idle connection if a limit is reached, or a refusal saying why.
-    fn admit(&self, client: IpAddr) -> Result<Arc<Conn>, String> {
-        let mut t = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let held = t.per_client.get(&client).copied().unwrap_or(0);
-        let victim = if held >= self.per_client {
-            // The client's own oldest idle connection.
-            match t.conns.values().filter(|c| c.client == client && c.idle()).min_by_key(|c| (c.opened, c.id)) {
-                Some(v) => Some(v.id),
-                None => {
-                    return Err(format!("{client} holds {held} connections, all busy (--max-connections-per-client {})", self.per_client))
-                }
-            }
-        } else if t.conns.len() >= self.max {
-            // The oldest idle connection of the client holding the most.
-            let counts = &t.per_client;
-            match t
-                .conns
-                .values()
-                .filter(|c| c.idle())
-                .max_by_key(|c| (counts.get(&c.client).copied().unwrap_or(0), std::cmp::Reverse((c.opened, c.id))))
-            {
-                Some(v) => Some(v.id),
-                None => return Err(format!("{} connections open, all busy (--max-connections {})", t.conns.len(), self.max)),
-            }
-        } else {
-            None
-        };
-        if let Some(v) = victim.and_then(|id| t.evict(id)) {
-            tracing::debug!(client = %v.client, "closing an idle connection to make room for a new one");
-            v.shed.notify_one();
-        }
-        t.next_id += 1;
-        let conn = Arc::new(Conn {
-            id: t.next_id,
-            client,
-            opened: Instant::now(),
-            in_flight: AtomicUsize::new(0),
-            served: AtomicBool::new(false),
-            idle_since_ms: AtomicU64::new(0),
-            shed: Notify::new(),
-        });
-        t.conns.insert(conn.id, conn.clone());
-        *t.per_client.entry(client).or_default() += 1;
-        Ok(conn)
-    }
-
-    fn leave(&self, id: u64) {
-        let mut t = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        t.evict(id);
-        if t.conns.is_empty() {
-            self.emptied.notify_waiters();
-        }
-    }
-
-    /// Logs a refusal, at most one line every 10 s.
-    fn refused(&self, why: &str) {
-        let mut t = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        t.refused += 1;
-        if t.warned.is_none_or(|w| w.elapsed() >= Duration::from_secs(10)) {
-            tracing::warn!(refused = t.refused, "new connection closed at once: {why}");
-            t.refused = 0;
-            t.warned = Some(Instant::now());
-        }
-    }
-
-    async fn wait_empty(&self) {
-        loop {
-            let notified = self.emptied.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.inner.lock().unwrap_or_else(|e| e.into_inner()).conns.is_empty() {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-/// Takes a connection out of the table when its task ends, however it ends.
-struct Leave(Arc<Table>, u64);
-
-impl Drop for Leave {
-    fn drop(&mut self) {
-        self.0.leave(self.1);
-    }
 }
 
 /// What every request of one connection carries.
@@ -657,15 +391,6 @@ async fn drive<I>(
 /// Resolves when `shutdown` turns true (or its sender is gone).
 async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|s| *s).await.is_ok();
-}
-
-/// Stops the certificate reloader with the listener.
-struct ReloaderGuard(tokio::task::JoinHandle<()>);
-
-impl Drop for ReloaderGuard {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 #[cfg(test)]

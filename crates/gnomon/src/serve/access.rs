@@ -1,0 +1,189 @@
+//! Who may call a server (`AccessArgs`: credentials, TLS, hosts,
+//! connection limits) and which user its shell jobs run as (`JobUserArgs`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail};
+use clap::Args;
+use gnomon_server::auth::{AuthConfig, Authenticator, Principal, Role};
+use gnomon_server::browser::HostPolicy;
+use gnomon_server::listener::{ListenConfig, TlsFiles};
+use gnomon_worker::{WorkerConfig, WorkerTls};
+
+/// Who may call the server, shared by `dev` and `server`.
+#[derive(Args, Debug)]
+pub struct AccessArgs {
+    /// A file holding one admin token (re-read when it changes).
+    #[arg(long, env = "GNOMON_TOKEN_FILE")]
+    pub(super) token_file: Option<PathBuf>,
+    /// A TOML file of named credentials with roles (viewer, operator,
+    /// admin, worker), kept as SHA-256 hashes; re-read when it changes.
+    /// `gnomon auth new` makes entries.
+    #[arg(long, env = "GNOMON_AUTH_FILE")]
+    auth_file: Option<PathBuf>,
+    /// Host names requests may be addressed to, besides IP addresses,
+    /// localhost and the --advertise host (comma-separated; `*`: any, only
+    /// with credentials). Other names are refused, which defeats DNS
+    /// rebinding.
+    #[arg(long, value_delimiter = ',', env = "GNOMON_ALLOWED_HOSTS")]
+    allowed_hosts: Vec<String>,
+    /// TLS certificate chain (PEM) for the listener: the API, the UI and
+    /// the worker protocol. Re-read when it changes.
+    #[arg(long, requires = "tls_key", env = "GNOMON_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert", env = "GNOMON_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// CA (PEM) of worker client certificates: workers must then present
+    /// one signed by it (mutual TLS). API clients need none.
+    #[arg(long, requires = "tls_cert", env = "GNOMON_CLIENT_CA")]
+    client_ca: Option<PathBuf>,
+    /// Most connections open at once. Past it, a new connection takes the
+    /// place of an idle one (no request in flight), or is closed at once
+    /// when all are busy.
+    #[arg(long, default_value_t = 4096, env = "GNOMON_MAX_CONNECTIONS")]
+    max_connections: usize,
+    /// Most connections one client address may hold (an IPv6 client counts
+    /// by its /64; loopback too). Past it, the client's own oldest idle
+    /// connection makes room, or the new one is closed at once. Default: a
+    /// quarter of --max-connections, at least 16.
+    #[arg(long, value_name = "N", env = "GNOMON_MAX_CONNECTIONS_PER_CLIENT")]
+    max_connections_per_client: Option<usize>,
+}
+
+impl AccessArgs {
+    /// The credentials in force, with an embedded worker's own when there is
+    /// one. The embedded worker never holds the admin token: with `--token`
+    /// it uses the worker credential every server derives from that token
+    /// (so it can follow the leader to another server); otherwise a worker
+    /// credential made here for its own id, valid on this server only.
+    pub(super) fn authenticator(&self, token: Option<&str>, embedded_worker: Option<&mut WorkerConfig>) -> anyhow::Result<Authenticator> {
+        let mut config = AuthConfig {
+            token: token.map(str::to_string),
+            token_file: self.token_file.clone(),
+            auth_file: self.auth_file.clone(),
+            extra: Vec::new(),
+        };
+        let enabled = config.token.is_some() || config.token_file.is_some() || config.auth_file.is_some();
+        if let Some(w) = embedded_worker {
+            w.token = match (&config.token, enabled) {
+                (_, false) => None,
+                (Some(t), true) => Some(gnomon_server::auth::Derived::Worker.token(t)),
+                (None, true) => {
+                    let t = gnomon_server::auth::new_token();
+                    let p = Principal {
+                        name: Arc::from("embedded-worker"),
+                        role: Role::Worker,
+                        namespaces: None,
+                        worker_prefix: Some(Arc::from(w.id.as_str())),
+                    };
+                    config.extra.push((t.clone(), p));
+                    Some(t)
+                }
+            };
+        }
+        Authenticator::load(config).map_err(|e| anyhow!(e))
+    }
+
+    /// The listener's settings.
+    pub(super) fn listen_config(&self) -> anyhow::Result<ListenConfig> {
+        if self.max_connections == 0 {
+            bail!("--max-connections must be at least 1");
+        }
+        match self.max_connections_per_client {
+            Some(0) => bail!("--max-connections-per-client must be at least 1"),
+            Some(n) if n > self.max_connections => {
+                bail!("--max-connections-per-client ({n}) cannot be more than --max-connections ({})", self.max_connections)
+            }
+            _ => {}
+        }
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: self.client_ca.clone() }),
+            _ => None,
+        };
+        if let Some(t) = &tls {
+            // Fail at start, not at the first handshake.
+            gnomon_server::listener::tls_config(t).map(|(_, task)| task.abort()).map_err(|e| anyhow!(e))?;
+        }
+        Ok(ListenConfig {
+            max_connections: self.max_connections,
+            max_connections_per_client: self.max_connections_per_client,
+            tls,
+            ..Default::default()
+        })
+    }
+
+    /// With TLS on, the embedded worker dials its own listener over
+    /// loopback and accepts that listener's certificate as is (pinned);
+    /// other servers it is sent to are checked against `--ca` (or the
+    /// public roots). With `--client-ca` it presents the server's
+    /// certificate, which must then allow client authentication.
+    pub(super) fn embedded_worker_tls(&self, ca: Option<&Path>) -> Option<WorkerTls> {
+        let (cert, key) = (self.tls_cert.clone()?, self.tls_key.clone()?);
+        Some(WorkerTls { ca: ca.map(Path::to_path_buf), identity: self.client_ca.as_ref().map(|_| (cert.clone(), key)), pin: Some(cert) })
+    }
+
+    /// The Host policy; `credentials`: whether any are configured (`*` is
+    /// refused without).
+    pub(super) fn hosts(&self, advertise: &str, credentials: bool) -> anyhow::Result<HostPolicy> {
+        let names = self.allowed_hosts.iter().cloned().chain(gnomon_server::browser::advertised_host(advertise));
+        HostPolicy::new(names).and_then(|p| p.with_credentials(credentials)).map_err(|e| anyhow!(e))
+    }
+}
+
+/// Which user shell jobs run as, shared by `worker`, `dev` and `server`.
+#[derive(Args, Debug, Default)]
+pub struct JobUserArgs {
+    /// Run shell jobs as this user (this process must run as root; jobs
+    /// get that user's primary group only and its HOME). Without it, jobs
+    /// run as this process's own user and can reach what it can: its data
+    /// dir, its files (a --token-file, TLS keys), its other jobs' files.
+    #[arg(long, value_name = "USER", env = "GNOMON_RUN_AS")]
+    pub run_as: Option<String>,
+    /// Run shell jobs as root when this process runs as root without
+    /// --run-as (refused otherwise): every job can then do anything on
+    /// this host.
+    #[arg(long, env = "GNOMON_ALLOW_ROOT_JOBS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub allow_root_jobs: bool,
+}
+
+impl JobUserArgs {
+    /// The user shell jobs run as, checked before anything is created:
+    /// `--run-as` looked up; without it, a root process refuses to start
+    /// unless `--allow-root-jobs`, and any other warns (when `exposed`
+    /// says what a job could reach) that its jobs run as its own user.
+    pub(super) fn resolve(&self, shell: bool, exposed: Option<&str>) -> anyhow::Result<Option<gnomon_worker::isolation::RunAs>> {
+        if let Some(u) = &self.run_as {
+            let user = gnomon_worker::isolation::RunAs::lookup(u).map_err(|e| anyhow!(e))?;
+            tracing::info!(user = %user.name, uid = user.uid, "shell jobs run as {}", user.name);
+            return Ok(Some(user));
+        }
+        if !shell {
+            return Ok(None);
+        }
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if euid == 0 {
+            if !self.allow_root_jobs {
+                bail!(
+                    "refusing to run shell jobs as root: every job could do anything on this host. \
+                     Pass --run-as USER to run them as an unprivileged user (for example --run-as nobody), \
+                     or --allow-root-jobs (GNOMON_ALLOW_ROOT_JOBS=1) to accept root jobs"
+                );
+            }
+            tracing::warn!(
+                "shell jobs run as root (--allow-root-jobs): every job can do anything on this host, {}; \
+                 --run-as USER runs them as an unprivileged user",
+                exposed.unwrap_or("this process's files included")
+            );
+        } else if let Some(what) = exposed {
+            tracing::warn!(
+                uid = euid,
+                "shell jobs run as this process's user (uid {euid}) and can reach what it can: {what}; \
+                 run this process as root with --run-as USER to run them as another user"
+            );
+        }
+        Ok(None)
+    }
+}
