@@ -1,5 +1,9 @@
 //! The `gnomon` binary: `dev`, `server`, and the client commands.
 
+// Doc comments here are the CLI's help text (clap), not rustdoc: brackets
+// such as "[server]" or "<cluster>" are words, not links or tags.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 mod auth_cmd;
 mod client;
 mod commands;

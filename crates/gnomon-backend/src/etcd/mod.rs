@@ -39,21 +39,24 @@
 //!   one; a catch-up too large for one txn advances the job in its last
 //!   chunk, and a crash in between leaves runs whose re-fire is `Existed`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
 use gnomon_core::spec::JobSpec;
-use gnomon_core::{Millis, RunState};
+use gnomon_core::Millis;
 use serde::{Deserialize, Serialize};
 
 use crate::*;
 
 mod clock;
 mod election;
+mod jobs;
+mod leadership;
 mod notify;
 mod records;
 mod retention;
+mod runs;
 mod sessions;
 mod url;
 mod writes;
@@ -305,127 +308,15 @@ impl Store for EtcdStore {
     }
 
     async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
-        let ns = spec.namespace().to_string();
-        let what = format!("job {ns}/{}", spec.name);
-        for _ in 0..CAS_ROUNDS {
-            let existing = self.job_by_name(&ns, &spec.name).await?;
-            match (&existing, precondition) {
-                (Some(_), Precondition::DoesNotExist) => return Err(StoreError::AlreadyExists(what)),
-                (None, Precondition::MatchesVersion(_)) => return Err(StoreError::NotFound(what)),
-                (Some((j, _, _)), Precondition::MatchesVersion(v)) if j.version != v => {
-                    return Err(StoreError::VersionConflict { what, expected: v, actual: j.version })
-                }
-                _ => {}
-            }
-            let name_key = self.k(&format!("job_names/{ns}/{}", spec.name));
-            let (record, compares, ops) = match existing {
-                Some((mut j, job_rev, name_rev)) => {
-                    if j.spec.schedule != spec.schedule {
-                        j.previous_schedule = Some(j.spec.schedule.clone());
-                        j.schedule_changed_at = Some(now);
-                    }
-                    j.spec = spec.clone();
-                    j.version += 1;
-                    j.updated_at = now;
-                    let key = self.k(&format!("jobs/{}", j.uid));
-                    let compares = vec![
-                        Compare::mod_revision(key.clone(), CompareOp::Equal, job_rev),
-                        Compare::mod_revision(name_key, CompareOp::Equal, name_rev),
-                    ];
-                    let ops = vec![TxnOp::put(key, json(&ejob(&j)), None)];
-                    (j, compares, ops)
-                }
-                None => {
-                    let j = JobRecord {
-                        uid: format!("{:016x}", rand::random::<u64>()),
-                        namespace: ns.clone(),
-                        name: spec.name.clone(),
-                        spec: spec.clone(),
-                        version: 1,
-                        paused: false,
-                        created_at: now,
-                        updated_at: now,
-                        last_scheduled_at: None,
-                        paused_at: None,
-                        resumed_at: None,
-                        schedule_changed_at: None,
-                        previous_schedule: None,
-                        change_seq: 0,
-                    };
-                    let compares = vec![Compare::version(name_key.clone(), CompareOp::Equal, 0)];
-                    let ops = vec![
-                        TxnOp::put(self.k(&format!("jobs/{}", j.uid)), json(&ejob(&j)), None),
-                        TxnOp::put(name_key, j.uid.clone(), None),
-                    ];
-                    (j, compares, ops)
-                }
-            };
-            if self.cas_txn(compares, ops).await? {
-                let (j, _, _) = self.job_by_name(&ns, &record.name).await?.ok_or_else(|| StoreError::Backend("job vanished".into()))?;
-                return Ok(j);
-            }
-        }
-        Err(StoreError::Unavailable(format!("{what}: too many concurrent writers; try again")))
+        self.write_job(spec, precondition, now).await
     }
 
     async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError> {
-        for _ in 0..CAS_ROUNDS {
-            let Some((mut j, rev, _)) = self.job_by_name(namespace, name).await? else {
-                return Err(StoreError::NotFound(format!("job {namespace}/{name}")));
-            };
-            if j.paused != paused {
-                if paused {
-                    j.paused_at = Some(now);
-                } else {
-                    j.resumed_at = Some(now);
-                }
-            }
-            j.paused = paused;
-            j.version += 1;
-            j.updated_at = now;
-            let key = self.k(&format!("jobs/{}", j.uid));
-            if self
-                .cas_txn(vec![Compare::mod_revision(key.clone(), CompareOp::Equal, rev)], vec![TxnOp::put(key, json(&ejob(&j)), None)])
-                .await?
-            {
-                let (j, _, _) = self.job_by_name(namespace, name).await?.ok_or_else(|| StoreError::Backend("job vanished".into()))?;
-                return Ok(j);
-            }
-        }
-        Err(StoreError::Unavailable("too many concurrent writers; try again".into()))
+        self.pause_job(namespace, name, paused, now).await
     }
 
     async fn delete_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError> {
-        let what = format!("job {namespace}/{name}");
-        for _ in 0..CAS_ROUNDS {
-            let (j, rev, name_rev) = match (self.job_by_name(namespace, name).await?, precondition) {
-                (None, _) => return Err(StoreError::NotFound(what)),
-                (Some((j, _, _)), Precondition::MatchesVersion(v)) if j.version != v => {
-                    return Err(StoreError::VersionConflict { what, expected: v, actual: j.version })
-                }
-                (Some(_), Precondition::DoesNotExist) => return Err(StoreError::AlreadyExists(what)),
-                (Some(found), _) => found,
-            };
-            let key = self.k(&format!("jobs/{}", j.uid));
-            let name_key = self.k(&format!("job_names/{namespace}/{name}"));
-            let ok = self
-                .cas_txn(
-                    vec![
-                        Compare::mod_revision(key.clone(), CompareOp::Equal, rev),
-                        Compare::mod_revision(name_key.clone(), CompareOp::Equal, name_rev),
-                    ],
-                    vec![
-                        TxnOp::delete(key, None),
-                        TxnOp::delete(name_key, None),
-                        TxnOp::put(self.k(&format!("job_tombstones/{}", j.uid)), "", None),
-                    ],
-                )
-                .await?;
-            if ok {
-                return Ok(());
-            }
-        }
-        Err(StoreError::Unavailable("too many concurrent writers; try again".into()))
+        self.remove_job(namespace, name, precondition).await
     }
 
     async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<JobRecord>, StoreError> {
@@ -441,155 +332,27 @@ impl Store for EtcdStore {
     }
 
     async fn job_changes(&self, since: u64) -> Result<JobChanges, StoreError> {
-        // One read txn: both ranges at the same revision, so nothing at or
-        // below the returned seq can appear later.
-        let min = i64::try_from(since).unwrap_or(i64::MAX).saturating_add(1);
-        let ops = vec![
-            TxnOp::get(self.k("jobs/"), Some(GetOptions::new().with_prefix().with_min_mod_revision(min))),
-            TxnOp::get(self.k("job_tombstones/"), Some(GetOptions::new().with_prefix().with_min_mod_revision(min))),
-        ];
-        let resp = retry_read(|| {
-            let mut c = self.c();
-            let ops = ops.clone();
-            async move { c.txn(Txn::new().and_then(ops)).await }
-        })
-        .await?;
-        let mut ranges = gets(&resp).into_iter();
-        let jobs = ranges.next().unwrap_or_default();
-        let tombs = ranges.next().unwrap_or_default();
-        let mut seq = since;
-        let mut upserted = Vec::new();
-        for kv in &jobs {
-            seq = seq.max(u64::try_from(kv.mod_revision()).unwrap_or(0));
-            upserted.push(job_record(kv)?);
-        }
-        upserted.sort_by_key(|j| j.change_seq);
-        let live: HashSet<&str> = upserted.iter().map(|j| j.uid.as_str()).collect();
-        let mut deleted = Vec::new();
-        let mut tombs: Vec<&etcd_client::KeyValue> = tombs.iter().collect();
-        tombs.sort_by_key(|kv| kv.mod_revision());
-        for kv in tombs {
-            seq = seq.max(u64::try_from(kv.mod_revision()).unwrap_or(0));
-            let key = kv.key_str().map_err(|e| corrupt("tombstone", e))?;
-            let uid = key.rsplit('/').next().unwrap_or_default().to_string();
-            if !live.contains(uid.as_str()) {
-                deleted.push(uid);
-            }
-        }
-        Ok(JobChanges { upserted, deleted, seq })
+        self.changes_since(since).await
     }
 
     async fn job_heads(&self) -> Result<JobHeads, StoreError> {
-        /// A job's value, read without building its spec.
-        #[derive(Deserialize)]
-        struct EHead {
-            uid: String,
-            version: u64,
-            last_scheduled_at: Option<Millis>,
-        }
-        let resp = self.get(self.k("jobs/"), Some(GetOptions::new().with_prefix())).await?;
-        // Everything up to the read's revision is in it.
-        let seq = resp.header().map_or(0, |h| u64::try_from(h.revision()).unwrap_or(0));
-        let heads = resp
-            .kvs()
-            .iter()
-            .map(|kv| {
-                let h: EHead = parse("job", kv.value())?;
-                Ok(JobHead { uid: h.uid, version: h.version, last_scheduled_at: h.last_scheduled_at })
-            })
-            .collect::<Result<_, StoreError>>()?;
-        Ok(JobHeads { heads, seq })
+        self.heads().await
     }
 
     async fn jobs_by_uid(&self, uids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
-        let keys: Vec<String> = uids.iter().map(|u| self.k(&format!("jobs/{u}"))).collect();
-        self.get_many(&keys).await?.into_iter().flatten().map(|kv| job_record(&kv)).collect()
+        self.by_uids(uids).await
     }
 
     async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {
-        let key = self.k(&format!("epochs/{scope}"));
-        for _ in 0..CAS_ROUNDS {
-            let (epoch, rev) = {
-                let r = self.get(key.clone(), None).await?;
-                match r.kvs().first() {
-                    Some(kv) => (kv.value_str().ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0), kv.mod_revision()),
-                    None => (0, 0),
-                }
-            };
-            let fenced = self.leadership(scope).await?.map(|l| l.token).unwrap_or(0);
-            let next = epoch.max(fenced) + 1;
-            let cmp = if rev == 0 {
-                Compare::version(key.clone(), CompareOp::Equal, 0)
-            } else {
-                Compare::mod_revision(key.clone(), CompareOp::Equal, rev)
-            };
-            if self.cas_txn(vec![cmp], vec![TxnOp::put(key.clone(), next.to_string(), None)]).await? {
-                return Ok(next);
-            }
-        }
-        Err(StoreError::Unavailable("epoch: too many concurrent writers".into()))
+        self.bump_epoch(scope).await
     }
 
     async fn fence(&self, fence: &Fence, holder: &LeaderInfo, now: Millis) -> Result<(), StoreError> {
-        let fkey = self.k(&format!("fence/{}", fence.scope));
-        // The election key whose create revision is this token, if the
-        // term came from the etcd election of this cluster.
-        let election = self.get(self.k(&format!("election/{}/", fence.scope)), Some(GetOptions::new().with_prefix())).await?;
-        let leader_key = election
-            .kvs()
-            .iter()
-            .find(|kv| u64::try_from(kv.create_revision()).ok() == Some(fence.token))
-            .and_then(|kv| kv.key_str().ok().map(str::to_string));
-        for _ in 0..CAS_ROUNDS {
-            let r = self.get(fkey.clone(), None).await?;
-            let (current, rev) = match r.kvs().first() {
-                Some(kv) => (kv.value_str().ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0), kv.mod_revision()),
-                None => (0, 0),
-            };
-            if fence.token <= current {
-                return Err(StoreError::StaleToken { scope: fence.scope.clone(), token: fence.token, current });
-            }
-            let mut compares = vec![if rev == 0 {
-                Compare::version(fkey.clone(), CompareOp::Equal, 0)
-            } else {
-                Compare::mod_revision(fkey.clone(), CompareOp::Equal, rev)
-            }];
-            if let Some(k) = &leader_key {
-                compares.push(Compare::create_revision(k.clone(), CompareOp::Equal, i64::try_from(fence.token).unwrap_or(i64::MAX)));
-            }
-            let rec = ELeadership {
-                token: fence.token,
-                holder: holder.holder.clone(),
-                address: holder.address.clone(),
-                backend: holder.backend.clone(),
-                since: now,
-                leader_key: leader_key.clone(),
-            };
-            let ops = vec![
-                TxnOp::put(fkey.clone(), fence.token.to_string(), None),
-                TxnOp::put(self.k(&format!("leadership/{}", fence.scope)), json(&rec), None),
-            ];
-            if self.cas_txn(compares, ops).await? {
-                self.terms.lock().unwrap_or_else(|p| p.into_inner()).insert(fence.scope.clone(), (fence.token, leader_key));
-                return Ok(());
-            }
-        }
-        Err(StoreError::Unavailable("fence: too many concurrent writers".into()))
+        self.take_fence(fence, holder, now).await
     }
 
     async fn leadership(&self, scope: &str) -> Result<Option<LeadershipRecord>, StoreError> {
-        let r = self.get(self.k(&format!("leadership/{scope}")), None).await?;
-        let Some(kv) = r.kvs().first() else { return Ok(None) };
-        let l: ELeadership = parse("leadership", kv.value())?;
-        Ok(Some(LeadershipRecord {
-            scope: scope.into(),
-            token: l.token,
-            holder: l.holder,
-            address: l.address,
-            backend: l.backend,
-            since: l.since,
-            leader_time: self.read_leader_time(scope).await?.0,
-        }))
+        self.read_leadership(scope).await
     }
 
     async fn advance_leader_time(&self, fence: &Fence, at: Millis) -> Result<Millis, StoreError> {
@@ -605,34 +368,7 @@ impl Store for EtcdStore {
     }
 
     async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
-        for _ in 0..CAS_ROUNDS {
-            let runs = self.read_runs(&[run_id.to_string()]).await?;
-            let Some((mut run, rev)) = runs.into_iter().next().map(|(_, v)| v) else {
-                return Err(StoreError::NotFound(format!("run {run_id}")));
-            };
-            let key = self.k(&format!("runs/{run_id}"));
-            let (outcome, ops) = match run.state {
-                RunState::Pending | RunState::Retrying => {
-                    run.state = RunState::Cancelled;
-                    run.reason = Some("cancelled by request".into());
-                    run.updated_at = now;
-                    (
-                        CancelOutcome::Cancelled,
-                        vec![TxnOp::put(key.clone(), json(&run), None), TxnOp::delete(self.k(&format!("open/{run_id}")), None)],
-                    )
-                }
-                RunState::Assigned | RunState::Running => {
-                    run.cancel_requested = true;
-                    run.updated_at = now;
-                    (CancelOutcome::Requested, vec![TxnOp::put(key.clone(), json(&run), None)])
-                }
-                _ => return Err(StoreError::Terminal(run_id.to_string())),
-            };
-            if self.cas_txn(vec![Compare::mod_revision(key, CompareOp::Equal, rev)], ops).await? {
-                return Ok(outcome);
-            }
-        }
-        Err(StoreError::Unavailable("cancel: too many concurrent writers".into()))
+        self.cancel(run_id, now).await
     }
 
     async fn due_notifications(&self, now: Millis, limit: u32) -> Result<Vec<Notification>, StoreError> {
@@ -648,113 +384,23 @@ impl Store for EtcdStore {
     }
 
     async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError> {
-        let r = self.get(self.k(&format!("runs/{run_id}")), None).await?;
-        let Some(kv) = r.kvs().first() else { return Ok(None) };
-        let run: RunRecord = parse::<ERun>("run", kv.value())?.into();
-        let a = self.get(self.k(&format!("attempts/{run_id}/")), Some(GetOptions::new().with_prefix())).await?;
-        let mut attempts: Vec<AttemptRecord> = Vec::new();
-        for kv in a.kvs() {
-            let e: EAttempt = parse("attempt", kv.value())?;
-            attempts.push(AttemptRecord {
-                attempt: e.attempt,
-                worker: e.worker,
-                token: e.token,
-                state: e.state,
-                assigned_at: e.assigned_at,
-                started_at: e.started_at,
-                ended_at: e.ended_at,
-                exit_code: e.exit_code,
-                output: e.output,
-            });
-        }
-        attempts.sort_by_key(|a| a.attempt);
-        Ok(Some(RunDetail { run, attempts }))
+        self.run(run_id).await
     }
 
     async fn list_runs(&self, filter: &RunFilter, limit: u32, cursor: Option<i64>) -> Result<RunPage, StoreError> {
-        let limit = limit.clamp(1, 1000) as usize;
-        let base = match &filter.job {
-            Some(job) => self.k(&format!("idx/job/{job}/")),
-            None => self.k("idx/seq/"),
-        };
-        let mut runs: Vec<RunRecord> = Vec::new();
-        let mut upper = match cursor {
-            Some(c) => format!("{base}{}", seq_key(c)),
-            None => format!("{base}g"), // past every hex digit
-        };
-        loop {
-            // The next page of the index, newest first, below `upper`.
-            let resp = self
-                .get(
-                    base.clone(),
-                    Some(
-                        GetOptions::new()
-                            .with_range(upper.clone())
-                            .with_sort(SortTarget::Key, SortOrder::Descend)
-                            .with_limit((limit + 1) as i64),
-                    ),
-                )
-                .await?;
-            let kvs = resp.kvs();
-            if kvs.is_empty() {
-                break;
-            }
-            let ids: Vec<String> = kvs.iter().filter_map(|kv| kv.value_str().ok().map(str::to_string)).collect();
-            for r in self.runs_by_ids(&ids).await? {
-                if filter.namespace.as_ref().is_some_and(|ns| *ns != r.namespace) || filter.state.is_some_and(|s| s != r.state) {
-                    continue;
-                }
-                runs.push(r);
-            }
-            runs.sort_by_key(|r| std::cmp::Reverse(r.seq));
-            if runs.len() > limit || !resp.more() {
-                break;
-            }
-            upper = kvs.last().and_then(|kv| kv.key_str().ok()).unwrap_or_default().to_string();
-        }
-        let next_cursor = if runs.len() > limit {
-            runs.truncate(limit);
-            runs.last().map(|r| r.seq)
-        } else {
-            None
-        };
-        Ok(RunPage { runs, next_cursor })
+        self.page(filter, limit, cursor).await
     }
 
     async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        let r = self.get(self.k("open/"), Some(GetOptions::new().with_prefix().with_keys_only())).await?;
-        let ids: Vec<String> =
-            r.kvs().iter().filter_map(|kv| kv.key_str().ok().and_then(|k| k.rsplit('/').next()).map(str::to_string)).collect();
-        let mut runs = self.runs_by_ids(&ids).await?;
-        runs.retain(|r| !r.state.is_terminal());
-        runs.sort_by_key(|r| r.seq);
-        Ok(runs)
+        self.open_run_records().await
     }
 
     async fn live_attempts(&self) -> Result<Vec<LiveAttempt>, StoreError> {
-        // The live runs' current attempts, read in batches (not a get per run).
-        let live: Vec<(String, u32)> = self
-            .open_runs()
-            .await?
-            .into_iter()
-            .filter(|r| matches!(r.state, RunState::Assigned | RunState::Running))
-            .map(|r| (r.id, r.attempt))
-            .collect();
-        let keys: Vec<String> = live.iter().map(|(id, a)| self.k(&format!("attempts/{id}/{a:08}"))).collect();
-        let mut out = Vec::with_capacity(live.len());
-        for ((run_id, attempt), kv) in live.into_iter().zip(self.get_many(&keys).await?) {
-            if let Some(kv) = kv {
-                let e: EAttempt = parse("attempt", kv.value())?;
-                out.push(LiveAttempt { run_id, attempt, worker: e.worker });
-            }
-        }
-        Ok(out)
+        self.attempts_live().await
     }
 
     async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError> {
-        let mut runs = self.open_runs().await?;
-        runs.retain(|r| r.cancel_requested && matches!(r.state, RunState::Assigned | RunState::Running));
-        Ok(runs)
+        self.cancelling().await
     }
 
     async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {

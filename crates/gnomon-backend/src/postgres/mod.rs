@@ -1,7 +1,7 @@
 //! The PostgreSQL store (`postgres://…`), PostgreSQL 12 or newer.
 //!
 //! Runs at PostgreSQL's default READ COMMITTED isolation; correctness comes
-//! from the row locks described in [`crate::sql`]. TLS, the application name
+//! from the row locks described in `sql/`. TLS, the application name
 //! and the like come from the URL's standard parameters (`sslmode=require`,
 //! `sslrootcert=…`); `statement_timeout` and `lock_timeout` are set on every
 //! connection from [`StoreOptions`].

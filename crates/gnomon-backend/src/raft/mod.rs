@@ -29,6 +29,7 @@ mod log;
 mod membership;
 mod network;
 mod prevote;
+mod service;
 mod state;
 pub mod types;
 
@@ -47,8 +48,9 @@ use serde::{Deserialize, Serialize};
 
 pub use elector::RaftElector;
 pub use membership::{valid_address, Change, ChangeError, MemberStatus, Status};
-pub use network::{Connect, Service};
+pub use network::Connect;
 use network::{Factory, Net, Rpc};
+pub use service::Service;
 use state::Current;
 use types::{Applied, Command, NodeId, Raft, Reply};
 
@@ -227,7 +229,7 @@ impl Member {
 
     /// While this member leads: its clock minus the median of the voters'
     /// clocks (ms), measured on replication round trips, when enough of
-    /// them answered lately (see [`network::skew_from_offsets`]).
+    /// them answered lately (see `network::skew_from_offsets`).
     pub fn cluster_clock_skew(&self) -> Option<i64> {
         if !self.is_leader() {
             return None;

@@ -4,10 +4,10 @@
 //! SQLite's single write lock from its first statement: the fencing check
 //! and the writes that follow cannot interleave with another writer, in this
 //! process or another one sharing the file. Reads and the API's writes use
-//! sqlx and the shared queries of [`crate::sql`] (without `FOR UPDATE`,
+//! sqlx and the shared queries of `sql/` (without `FOR UPDATE`,
 //! which that lock makes moot). The leader's writes (fires, transitions and
 //! both in one turn) run in one call on a kept `rusqlite` connection, see
-//! [`crate::sqlite::write`]. Both writer connections are used under one lock.
+//! `sqlite/write.rs`. Both writer connections are used under one lock.
 
 pub(crate) mod write;
 
@@ -199,7 +199,7 @@ struct Checkpointer(tokio::task::JoinHandle<()>);
 struct Writer {
     conn: SqliteConnection,
     checked: std::time::Instant,
-    /// The leader's writes ([`crate::sqlite::write`]); `None` while a write
+    /// The leader's writes (`sqlite/write.rs`); `None` while a write
     /// has it on a blocking thread, or after one panicked (reopened then).
     native: Option<rusqlite::Connection>,
 }
@@ -318,7 +318,7 @@ impl SqliteStore {
 #[async_trait::async_trait]
 impl crate::sql::NativeWrites for SqliteStore {
     /// A leader write (fire, transitions or both) in one call on a blocking
-    /// thread, on the kept `rusqlite` connection: see [`crate::sqlite::write`].
+    /// thread, on the kept `rusqlite` connection: see `sqlite/write.rs`.
     async fn native_turn_write(
         &self,
         fence: &crate::Fence,

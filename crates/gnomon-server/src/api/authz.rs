@@ -7,7 +7,7 @@
 //! for exactly one method of one route, checks that caller against the
 //! operation's [`Policy`] (403 if it falls short) and only then hands the
 //! handler its [`Principal`]. A handler reading its caller with
-//! [`super::caller`] therefore fails closed on a route that declared no
+//! `api::caller` therefore fails closed on a route that declared no
 //! policy, and an operation without one answers nothing but a refusal
 //! (`crates/gnomon/tests/authz_matrix.rs` walks every operation of the
 //! published document with every kind of credential).

@@ -4,7 +4,7 @@
 //! audit lines and errors), a [`Role`], and optionally the namespaces it is
 //! limited to and, for a worker, the prefix its worker ids must carry.
 //! Credentials come from `--token`/`--token-file` (one admin credential)
-//! and from `--auth-file` (see [`file`]); both files are re-read when they
+//! and from `--auth-file` (see `auth/file.rs`); both files are re-read when they
 //! change, so rotating a token needs no restart. With no credential at all
 //! (a loopback `gnomon dev`), every caller is the anonymous admin.
 

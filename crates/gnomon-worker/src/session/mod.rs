@@ -7,7 +7,7 @@
 //!   Attempts keep running across reconnects and are listed in the next
 //!   `Hello` so the leader can reclaim them.
 //! - **Persist, then forget**: every report is appended to the spool (a
-//!   segment log, see [`SegmentLog`]) before it is sent, and forgotten only
+//!   segment log, see `SegmentLog`) before it is sent, and forgotten only
 //!   when the leader acks it; after a reconnect or a restart the spool
 //!   is sent again (the leader dedupes by `(run, attempt)`).
 //! - **Self-fencing**: when heartbeats have not been acked for
@@ -22,7 +22,6 @@
 //!   reports to be acked, and returns.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,89 +36,6 @@ use crate::{execute, ExecOutcome, ExecRequest, HandlerRegistry};
 
 /// How long an attempt runs before the worker sends its `Started`.
 const STARTED_AFTER: Duration = Duration::from_millis(20);
-
-/// The largest `prefetch` a worker may ask for (the server refuses more).
-pub const MAX_PREFETCH: u32 = 65_536;
-
-/// The largest `capacity` a worker may announce (the server refuses more).
-/// With a full prefetch queue, a heartbeat listing every attempt held stays
-/// under the 8 MiB message limit of both ends.
-pub const MAX_CAPACITY: u32 = 65_536;
-
-/// The prefetch queue of a worker that does not choose one: eight times its
-/// capacity. This is the most the worker holds, not what it is given: the
-/// leader fills a queue only with short runs, only as deep as the worker's
-/// recent attempt durations let a queued run start within about 100 ms
-/// (the whole depth only for runs of a few milliseconds), and halves it
-/// under backpressure.
-pub fn default_prefetch(capacity: u32) -> u32 {
-    capacity.saturating_mul(8).min(MAX_PREFETCH)
-}
-
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// Stable worker id.
-    pub id: String,
-    /// Server addresses (`host:port`), tried in turn.
-    pub servers: Vec<String>,
-    pub labels: BTreeMap<String, String>,
-    /// Attempts executed at once.
-    pub capacity: u32,
-    /// Assignments accepted beyond `capacity`, queued and started as soon
-    /// as a slot frees (the leader fills them only with short runs).
-    pub prefetch: u32,
-    /// Where unacked reports are kept; `None` keeps them in memory only.
-    pub spool_dir: Option<PathBuf>,
-    pub drain_timeout: Duration,
-    /// Fraction of the lease TTL after which unacked heartbeats make the
-    /// worker kill its attempts.
-    pub self_fence_fraction: f64,
-    /// Bearer token for the servers, if they require one.
-    pub token: Option<String>,
-    /// The executor kinds this worker runs (`shell`, `http`, `handler`);
-    /// empty: all of them.
-    pub executors: Vec<String>,
-    /// How shell jobs are isolated.
-    pub isolation: Arc<crate::isolation::Isolation>,
-    /// TLS to the servers (`https://`); `None`: plain HTTP/2.
-    pub tls: Option<WorkerTls>,
-    /// Where HTTP jobs may connect.
-    pub egress: crate::egress::Egress,
-}
-
-/// TLS settings of a worker's connections. Files are read at every connect,
-/// so renewed certificates are picked up without a restart.
-#[derive(Debug, Clone, Default)]
-pub struct WorkerTls {
-    /// PEM roots to trust; `None`: the public web roots.
-    pub ca: Option<PathBuf>,
-    /// Client certificate and key (PEM), for servers that require mutual TLS.
-    pub identity: Option<(PathBuf, PathBuf)>,
-    /// A certificate (PEM, first in the file) accepted as is: an embedded
-    /// worker's own server's, so a self-signed one works over loopback.
-    pub pin: Option<PathBuf>,
-}
-
-impl WorkerConfig {
-    pub fn new(id: impl Into<String>, servers: Vec<String>) -> Self {
-        let capacity = 16;
-        Self {
-            id: id.into(),
-            servers,
-            labels: BTreeMap::new(),
-            capacity,
-            prefetch: default_prefetch(capacity),
-            spool_dir: None,
-            drain_timeout: Duration::from_secs(30),
-            self_fence_fraction: 0.7,
-            token: None,
-            executors: Vec::new(),
-            isolation: Arc::default(),
-            tls: None,
-            egress: crate::egress::Egress::with_defaults(),
-        }
-    }
-}
 
 /// An attempt the worker holds: queued for a slot, then executing.
 struct Running {
@@ -275,143 +191,6 @@ impl WorkerRuntime {
         }
     }
 
-    fn start_attempt(&self, a: v1::Assign) {
-        let refuse = |a: v1::Assign, why: String| {
-            let now = now_ms();
-            self.spool_report(v1::Report {
-                run_id: a.run_id,
-                attempt: a.attempt,
-                outcome: v1::Outcome::Failed as i32,
-                output: why,
-                started_at_ms: now,
-                ended_at_ms: now,
-                token: a.token,
-                ..Default::default()
-            });
-        };
-        let executor: Executor = match serde_json::from_str(&a.executor_json) {
-            Ok(e) => e,
-            Err(e) => return refuse(a, format!("worker cannot read the executor spec: {e}")),
-        };
-        if !self.runs_kind(executor.kind()) {
-            let why = format!("worker {} does not run {} jobs (its --executors leave them out)", self.config.id, executor.kind());
-            return refuse(a, why);
-        }
-        let key = (a.run_id.clone(), a.attempt);
-        let (cancel_tx, cancel_rx) = watch::channel(false);
-        {
-            let mut inner = self.lock();
-            if inner.running.contains_key(&key) || inner.spool.contains_key(&key) {
-                return; // a duplicate Assign: already running or done
-            }
-            inner.running.insert(key.clone(), Running { cancel: cancel_tx, token: a.token, aborted: false, lost: false });
-        }
-        let request = ExecRequest {
-            run_id: a.run_id.clone(),
-            attempt: a.attempt,
-            job: a.job.clone(),
-            namespace: a.namespace.clone(),
-            scheduled_at: a.scheduled_at_ms,
-            token: a.token,
-            worker_id: self.config.id.clone(),
-            executor,
-            timeout: (a.timeout_ms > 0).then(|| Duration::from_millis(a.timeout_ms)),
-            isolation: self.config.isolation.clone(),
-            egress: Arc::new(self.config.egress.clone()),
-        };
-        let rt = self.clone();
-        let mut cancel_rx = cancel_rx;
-        tokio::spawn(async move {
-            // Wait for a slot (FIFO); a Cancel, Abort or self-fence while
-            // queued ends the attempt without running it.
-            let permit = tokio::select! {
-                biased;
-                _ = cancel_rx.wait_for(|c| *c) => None,
-                p = rt.slots.clone().acquire_owned() => p.ok(),
-            };
-            // Stopped while it waited (a slot may have freed at that moment),
-            // or the fence lapsed meanwhile: it never starts.
-            let permit = permit.filter(|_| !*cancel_rx.borrow());
-            let permit = match permit {
-                Some(p) if rt.fence_lapsed() => {
-                    drop(p);
-                    if let Some(r) = rt.lock().running.get_mut(&key) {
-                        r.lost = true;
-                    }
-                    None
-                }
-                p => p,
-            };
-            let started = now_ms();
-            let outcome = match permit.as_ref() {
-                Some(_) => {
-                    // `Started` goes out once the attempt has run for a
-                    // moment; one that ends sooner is reported by its
-                    // `Report` alone (which carries its start time), so a
-                    // short attempt costs one message, not two.
-                    let run = execute(&request, &rt.http, &rt.handlers, cancel_rx);
-                    tokio::pin!(run);
-                    tokio::select! {
-                        biased;
-                        outcome = &mut run => outcome,
-                        _ = tokio::time::sleep(STARTED_AFTER) => {
-                            if let Some(tx) = rt.lock().outbound.clone() {
-                                let _ = tx.send(msg(worker_message::Msg::Started(v1::Started {
-                                    run_id: key.0.clone(),
-                                    attempt: key.1,
-                                    started_at_ms: started,
-                                })));
-                            }
-                            run.await
-                        }
-                    }
-                }
-                None => ExecOutcome { state: AttemptState::Cancelled, exit_code: None, output: "cancelled before it started".into() },
-            };
-            // Stamped before the slot is given back, so the next attempt's
-            // start never precedes this one's end.
-            let ended = now_ms();
-            drop(permit);
-            let mut inner = rt.lock();
-            let Some(state) = inner.running.remove(&key) else { return };
-            if state.aborted {
-                drop(inner);
-                tracing::info!(run = %key.0, attempt = key.1, "superseded attempt stopped; not reported");
-                return;
-            }
-            let outcome_state = if state.lost { AttemptState::Lost } else { outcome.state };
-            let http_status = matches!(request.executor, Executor::Http(_)).then_some(outcome.exit_code).flatten();
-            // Out of `running` and into the spool (and the stream) at once.
-            Self::spool_locked(
-                &mut inner,
-                v1::Report {
-                    run_id: key.0.clone(),
-                    attempt: key.1,
-                    outcome: outcome_of(outcome_state) as i32,
-                    exit_code: if http_status.is_some() { None } else { outcome.exit_code },
-                    http_status: http_status.and_then(|s| u32::try_from(s).ok()),
-                    output: outcome.output,
-                    started_at_ms: started,
-                    ended_at_ms: ended,
-                    token: state.token,
-                },
-            );
-        });
-    }
-
-    /// Stops an attempt. `report_as`: `None` aborts it silently (superseded),
-    /// `Some(lost)` reports it cancelled (`false`) or lost (`true`).
-    fn stop_attempt(&self, run: &str, attempt: u32, report_as: Option<bool>) {
-        let mut inner = self.lock();
-        if let Some(r) = inner.running.get_mut(&(run.to_string(), attempt)) {
-            match report_as {
-                None => r.aborted = true,
-                Some(lost) => r.lost = lost,
-            }
-            let _ = r.cancel.send(true);
-        }
-    }
-
     /// No heartbeat sent within the safety fraction of the lease has been
     /// acknowledged: this worker may no longer be the holder of anything.
     fn fence_lapsed(&self) -> bool {
@@ -515,8 +294,12 @@ impl WorkerRuntime {
     }
 }
 
+mod attempts;
+mod config;
 mod connect;
 mod tls;
+
+pub use config::{default_prefetch, WorkerConfig, WorkerTls, MAX_CAPACITY, MAX_PREFETCH};
 
 #[cfg(test)]
 mod tests {

@@ -2,16 +2,20 @@
 //! (reqwest with rustls) and named `handler`s registered by library users.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use gnomon_core::spec::{Executor, HttpSpec, ShellSpec};
 use gnomon_core::{AttemptState, Millis};
-use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
-use crate::isolation::{apply_in_child, rlimits, Isolation};
+mod http;
+mod shell;
+
+use http::run_http;
+use shell::run_shell;
+
+use crate::isolation::Isolation;
 use crate::tail::{OutputTail, MAX_OUTPUT_BYTES};
 
 /// Everything an attempt needs, including its idempotency key and fence.
@@ -161,7 +165,7 @@ pub async fn execute(req: &ExecRequest, http: &reqwest::Client, handlers: &Handl
     }
 }
 
-fn truncate(mut s: String) -> String {
+pub(super) fn truncate(mut s: String) -> String {
     if s.len() > MAX_OUTPUT_BYTES {
         let mut t = OutputTail::default();
         t.push(s.as_bytes());
@@ -170,21 +174,21 @@ fn truncate(mut s: String) -> String {
     s
 }
 
-async fn wait_cancel(mut cancel: watch::Receiver<bool>) {
+pub(super) async fn wait_cancel(mut cancel: watch::Receiver<bool>) {
     if cancel.wait_for(|c| *c).await.is_err() {
         // The sender is gone: nobody can cancel any more.
         std::future::pending::<()>().await;
     }
 }
 
-async fn sleep_opt(timeout: Option<Duration>) {
+pub(super) async fn sleep_opt(timeout: Option<Duration>) {
     match timeout {
         Some(t) => tokio::time::sleep(t).await,
         None => std::future::pending().await,
     }
 }
 
-async fn bounded(
+pub(super) async fn bounded(
     timeout: Option<Duration>,
     cancel: watch::Receiver<bool>,
     work: impl std::future::Future<Output = ExecOutcome>,
@@ -193,238 +197,6 @@ async fn bounded(
         out = work => out,
         _ = sleep_opt(timeout) => ExecOutcome { state: AttemptState::TimedOut, exit_code: None, output: format!("timed out after {}", gnomon_core::duration::format_duration(timeout.unwrap_or_default())) },
         _ = wait_cancel(cancel) => ExecOutcome { state: AttemptState::Cancelled, exit_code: None, output: "cancelled".into() },
-    }
-}
-
-async fn run_http(req: &ExecRequest, spec: &HttpSpec, http: &reqwest::Client) -> ExecOutcome {
-    let method = match reqwest::Method::from_bytes(spec.method.as_bytes()) {
-        Ok(m) => m,
-        Err(e) => return ExecOutcome::failed(format!("bad method: {e}")),
-    };
-    match reqwest::Url::parse(&spec.url) {
-        Ok(url) => {
-            if let Err(e) = req.egress.check_url(&url) {
-                return ExecOutcome::failed(format!("request refused: {e}"));
-            }
-        }
-        Err(e) => return ExecOutcome::failed(format!("bad url: {e}")),
-    }
-    let mut builder = http.request(method, &spec.url).timeout(req.timeout.unwrap_or(crate::egress::DEFAULT_TOTAL_TIMEOUT));
-    for (k, v) in &spec.headers {
-        builder = builder.header(k.as_str(), v.as_str());
-    }
-    for (k, v) in req.gnomon_vars() {
-        let name = format!("Gnomon-{}", k.split('_').map(title).collect::<Vec<_>>().join("-"));
-        builder = builder.header(name, v);
-    }
-    if let Some(body) = &spec.body {
-        builder = builder.body(body.clone());
-    }
-    let response = match builder.send().await {
-        Ok(r) => r,
-        Err(e) => return ExecOutcome::failed(format!("request failed: {}", crate::error_chain(&e))),
-    };
-    let status = response.status().as_u16();
-    let mut tail = OutputTail::default();
-    let mut response = response;
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => tail.push(&chunk),
-            Ok(None) => break,
-            Err(e) => {
-                tail.push(format!("\n[gnomon: body read failed: {e}]").as_bytes());
-                break;
-            }
-        }
-    }
-    let ok = match spec.expect_status {
-        Some(expected) => status == expected,
-        None => (200..300).contains(&status),
-    };
-    ExecOutcome {
-        state: if ok { AttemptState::Succeeded } else { AttemptState::Failed },
-        exit_code: Some(i32::from(status)),
-        output: tail.into_string(),
-    }
-}
-
-fn title(word: &str) -> String {
-    let lower = word.to_ascii_lowercase();
-    let mut chars = lower.chars();
-    match chars.next() {
-        Some(first) => first.to_ascii_uppercase().to_string() + chars.as_str(),
-        None => String::new(),
-    }
-}
-
-/// Kills what is left in an attempt's cgroup and removes it (it waits for
-/// the kernel, so off the async threads).
-async fn end_cgroup(cg: Option<crate::cgroup::AttemptCgroup>) {
-    if let Some(cg) = cg {
-        let _ = tokio::task::spawn_blocking(move || cg.end()).await;
-    }
-}
-
-/// A cgroup name from a run id: letters, digits, `-`, `_`, `.` only.
-fn sanitize(s: &str) -> String {
-    s.chars().take(100).map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' }).collect()
-}
-
-fn next_cgroup_id() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-fn kill_group(pgid: i32) {
-    if pgid > 0 {
-        // SAFETY: killpg only sends a signal to a process group we created.
-        unsafe {
-            libc::killpg(pgid, libc::SIGKILL);
-        }
-    }
-}
-
-async fn run_shell(req: &ExecRequest, spec: &ShellSpec, cancel: watch::Receiver<bool>) -> ExecOutcome {
-    let iso = &req.isolation;
-    // A fresh private directory per attempt, unless the job names one.
-    let workdir = match &spec.cwd {
-        Some(_) => None,
-        None => match iso.make_workdir(&req.run_id, req.attempt) {
-            Ok(d) => Some(d),
-            Err(e) => return ExecOutcome::failed(format!("cannot create the attempt's working directory: {e}")),
-        },
-    };
-    let outcome = spawn_shell(req, spec, workdir.as_deref(), cancel).await;
-    if let Some(d) = &workdir {
-        if !spec.keep_workdir {
-            Isolation::remove_workdir(d);
-        }
-    }
-    outcome
-}
-
-async fn spawn_shell(req: &ExecRequest, spec: &ShellSpec, workdir: Option<&std::path::Path>, cancel: watch::Receiver<bool>) -> ExecOutcome {
-    let iso = &req.isolation;
-    let mut cmd = tokio::process::Command::new(&spec.command);
-    cmd.args(&spec.args)
-        .env_clear()
-        .envs(iso.environment(&spec.env, &req.gnomon_vars()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    match (&spec.cwd, workdir) {
-        (Some(cwd), _) => {
-            cmd.current_dir(cwd);
-        }
-        (None, Some(d)) => {
-            cmd.current_dir(d);
-        }
-        (None, None) => {}
-    }
-    // The attempt's own cgroup, when the worker has them: made before the
-    // fork, entered by the child before exec.
-    let cgroup = match &iso.cgroups {
-        None => None,
-        Some(cgs) => {
-            let l = spec.limits.as_ref();
-            let memory = l.and_then(|l| l.memory.as_deref()).and_then(|m| gnomon_core::spec::parse_bytes(m).ok());
-            let name = format!("{}-{}-{}", sanitize(&req.run_id), req.attempt, next_cgroup_id());
-            match cgs.attempt(&name, memory, l.and_then(|l| l.processes)) {
-                Ok(cg) => Some(cg),
-                Err(e) => return ExecOutcome::failed(format!("cannot create the attempt's cgroup under {}: {e}", cgs.base.display())),
-            }
-        }
-    };
-    let by_cgroup = iso.cgroups.as_ref().map_or((false, false), |c| (c.memory, c.pids));
-    let limits = rlimits(spec.limits.as_ref(), by_cgroup);
-    let cgroup_fd = cgroup.as_ref().map(|c| c.procs_fd());
-    let run_as = iso.run_as.as_ref().map(|u| (u.uid, u.gid));
-    // Limits, then the user switch, then: if the worker dies (SIGKILL,
-    // OOM), its job's top process dies with it instead of running on beside
-    // the retry the leader will dispatch (set last: a credential change
-    // clears it).
-    // SAFETY: setrlimit, setgroups, setgid, setuid and prctl are
-    // async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(fd) = cgroup_fd {
-                crate::cgroup::enter_in_child(fd)?;
-            }
-            apply_in_child(&limits, run_as)?;
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            end_cgroup(cgroup).await;
-            return ExecOutcome { state: AttemptState::Failed, exit_code: None, output: format!("cannot start {:?}: {e}", spec.command) };
-        }
-    };
-    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0);
-    let tail = Arc::new(std::sync::Mutex::new(OutputTail::default()));
-    let mut readers = Vec::new();
-    if let Some(out) = child.stdout.take() {
-        readers.push(tokio::spawn(pump(out, tail.clone())));
-    }
-    if let Some(err) = child.stderr.take() {
-        readers.push(tokio::spawn(pump(err, tail.clone())));
-    }
-    let (state, exit_code) = tokio::select! {
-        status = child.wait() => match status {
-            Ok(s) => {
-                let code = s.code();
-                (if s.success() { AttemptState::Succeeded } else { AttemptState::Failed }, code.or_else(|| signal_code(&s)))
-            }
-            Err(e) => {
-                tail.lock().unwrap_or_else(|p| p.into_inner()).push(format!("[gnomon: wait failed: {e}]").as_bytes());
-                (AttemptState::Failed, None)
-            }
-        },
-        _ = sleep_opt(req.timeout) => (AttemptState::TimedOut, None),
-        _ = wait_cancel(cancel) => (AttemptState::Cancelled, None),
-    };
-    // Whatever ended the attempt, nothing of its process group — nor of its
-    // cgroup, which also holds what left the group — outlives it.
-    kill_group(pgid);
-    let _ = child.wait().await;
-    let oom = cgroup.as_ref().is_some_and(|c| c.oom_killed());
-    end_cgroup(cgroup).await;
-    for r in readers {
-        let _ = tokio::time::timeout(Duration::from_secs(5), r).await;
-    }
-    let mut text = std::mem::take(&mut *tail.lock().unwrap_or_else(|p| p.into_inner())).into_string();
-    match state {
-        AttemptState::TimedOut => text.push_str(&format!(
-            "\n[gnomon: timed out after {}; process group killed]",
-            gnomon_core::duration::format_duration(req.timeout.unwrap_or_default())
-        )),
-        AttemptState::Cancelled => text.push_str("\n[gnomon: cancelled; process group killed]"),
-        _ => {}
-    }
-    if oom {
-        text.push_str("\n[gnomon: the attempt reached its memory limit; the kernel killed a process]");
-    }
-    ExecOutcome { state, exit_code, output: text }
-}
-
-fn signal_code(status: &std::process::ExitStatus) -> Option<i32> {
-    use std::os::unix::process::ExitStatusExt;
-    status.signal().map(|s| 128 + s)
-}
-
-async fn pump(mut reader: impl tokio::io::AsyncRead + Unpin, tail: Arc<std::sync::Mutex<OutputTail>>) {
-    let mut buf = [0u8; 8192];
-    loop {
-        match reader.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => tail.lock().unwrap_or_else(|p| p.into_inner()).push(&buf[..n]),
-        }
     }
 }
 

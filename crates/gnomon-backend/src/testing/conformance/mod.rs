@@ -1,0 +1,102 @@
+//! Conformance suites shared by every backend, in the manner of openraft's
+//! `Suite::test_all(builder)`. A backend's tests call [`store_suite`] with a
+//! builder that opens a *new handle to the same database* each time (so
+//! concurrent handles behave like separate servers), and [`elector_suite`]
+//! with an elector over a store.
+//!
+//! The suites panic with a description on the first violation.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use gnomon_core::spec::{parse_job_json, JobSpec};
+use gnomon_core::RunState;
+
+use crate::*;
+
+mod election;
+mod firing;
+mod jobs;
+mod runs;
+
+pub use election::{contested_elector_suite, elector_suite, ElectorFixture};
+use firing::*;
+use jobs::*;
+use runs::*;
+
+pub(super) fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", rand::random::<u32>())
+}
+
+/// A valid job spec (`every: 1s`, `shell: true`) named `name`.
+pub fn job_spec(name: &str) -> JobSpec {
+    parse_job_json(format!(r#"{{"name":"{name}","schedule":{{"every":"1s"}},"executor":{{"shell":{{"command":"true"}}}}}}"#).as_bytes())
+        .and_then(|s| s.compile())
+        .map(|c| c.spec)
+        .expect("suite job spec is valid")
+}
+
+pub(super) fn new_run(job: &JobRecord, t: i64) -> NewRun {
+    NewRun {
+        job_uid: job.uid.clone(),
+        namespace: job.namespace.clone(),
+        job: job.name.clone(),
+        scheduled_at: t,
+        fired_at: t + 1,
+        state: RunState::Pending,
+        reason: None,
+        manual: false,
+    }
+}
+
+pub(super) fn tr(run: &str, from: RunState, fa: u32, to: RunState, ta: u32, attempt: Option<AttemptChange>) -> Transition {
+    Transition {
+        run_id: run.into(),
+        from,
+        from_attempt: fa,
+        to,
+        to_attempt: ta,
+        reason: None,
+        next_attempt_at: None,
+        attempt,
+        at: 5,
+        notify: Vec::new(),
+    }
+}
+
+/// Takes a fresh term on `scope` and returns its fence.
+pub(super) async fn lead(store: &dyn Store, scope: &str) -> Fence {
+    let token = store.next_epoch(scope).await.expect("next_epoch");
+    let fence = Fence { scope: scope.into(), token };
+    store
+        .fence(&fence, &LeaderInfo { holder: "suite".into(), address: "127.0.0.1:0".into(), backend: "test".into() }, 1)
+        .await
+        .expect("fence");
+    fence
+}
+
+/// Runs every store test. `open` must return a new handle to one shared database.
+pub async fn store_suite<F, Fut>(open: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Arc<dyn Store>>,
+{
+    let a = open().await;
+    let b = open().await;
+    jobs_and_preconditions(a.as_ref()).await;
+    job_change_feed(a.as_ref(), b.as_ref()).await;
+    fire_uniqueness_under_concurrency(a.clone(), b.clone()).await;
+    two_servers_race_fire_in_a_tight_loop(a.clone(), b.clone()).await;
+    fire_advances_last_scheduled_at(a.as_ref()).await;
+    job_heads_and_reads_by_uid(a.as_ref(), b.as_ref()).await;
+    manual_and_scheduled_runs_share_an_instant(a.as_ref()).await;
+    stale_token_writes_are_rejected(a.as_ref(), b.as_ref()).await;
+    cas_transitions_and_terminal_finality(a.as_ref()).await;
+    fire_and_transition_in_one_write(a.as_ref(), b.as_ref()).await;
+    a_large_turn_write_mixes_new_existing_and_folded_runs(a.as_ref()).await;
+    pagination_is_stable_under_inserts(a.as_ref()).await;
+    cancel_requests(a.as_ref()).await;
+    leader_time_only_moves_forward(a.as_ref(), b.as_ref()).await;
+    super::notifications::notifications_ride_with_their_transition(a.as_ref(), b.as_ref()).await;
+    retention_deletes_only_old_terminal_runs(a.as_ref()).await;
+}
