@@ -18,6 +18,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo doc (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 echo "== cargo test"
 cargo test --workspace 2>&1 | tee target/test-output.log
 # One closing line for the whole run.

@@ -10,19 +10,30 @@ pub struct ClusterStatus {
     pub this: u64,
     /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
     pub state: String,
+    /// The Raft term this member is in; it rises with every election.
     pub term: u64,
+    /// The id of the member it knows as the Raft leader, which is also the
+    /// scheduling leader; absent: it knows none.
     pub leader: Option<u64>,
+    /// The index of the last entry in its log; absent: its log is empty.
     pub last_log: Option<u64>,
+    /// The index of the last log entry applied to its copy of the store;
+    /// absent: none yet.
     pub applied: Option<u64>,
+    /// The last log index its latest snapshot covers; absent: it has no
+    /// snapshot yet.
     pub snapshot: Option<u64>,
+    /// Every member of the cluster, voters and learners.
     pub members: Vec<ClusterMember>,
     /// A voter that has heard from no leader within the election timeout:
     /// it serves no linearizable reads and takes no writes.
     pub degraded: bool,
 }
 
+/// One member of a `raft://` cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ClusterMember {
+    /// The member's id (its `--raft-id`, 1 or more).
     pub id: u64,
     /// `HOST:PORT` of its gnomon listener.
     pub address: String,
@@ -36,6 +47,7 @@ pub struct ClusterMember {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewLearner {
+    /// The id the new member was started with (`--raft-id`, 1 or more).
     pub id: u64,
     /// `HOST:PORT` of the new member's gnomon listener.
     pub address: String,
@@ -44,6 +56,8 @@ pub struct NewLearner {
 /// The answer to removing a member.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Removed {
+    /// The id of the member that was removed.
     pub removed: u64,
+    /// The cluster after the removal, as the answering member sees it.
     pub status: ClusterStatus,
 }

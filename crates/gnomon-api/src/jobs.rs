@@ -7,8 +7,12 @@ use utoipa::ToSchema;
 /// A job: its spec as written (normalised) and its status.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Job {
+    /// The job's spec, normalised (namespace filled in, durations in
+    /// canonical form); its fields sit at the top level of the object.
     #[serde(flatten)]
     pub spec: JobSpec,
+    /// What the server keeps about the job besides its spec; ignored when
+    /// the job is written back.
     pub status: JobStatus,
 }
 
@@ -17,8 +21,14 @@ pub struct Job {
 pub struct JobStatus {
     /// Bumped by every change; pass it back as `If-Match` or `?version=`.
     pub version: u64,
+    /// Whether the job is paused: its schedule fires nothing until it is
+    /// resumed, and times that elapse meanwhile are neither fired nor
+    /// recorded. A paused job can still be triggered.
     pub paused: bool,
+    /// When the job was created.
     pub created_at: String,
+    /// When the job was last written: created, changed, paused or resumed
+    /// (firing does not change it).
     pub updated_at: String,
     /// The newest scheduled time the leader has fired.
     pub last_scheduled_at: Option<String>,
@@ -26,8 +36,10 @@ pub struct JobStatus {
     pub next_fire_at: Option<String>,
 }
 
+/// `GET /v1/jobs`: the jobs the caller may see.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct JobList {
+    /// The jobs, sorted by namespace, then name.
     pub jobs: Vec<Job>,
 }
 
@@ -35,6 +47,7 @@ pub struct JobList {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SchedulePreviewRequest {
+    /// The schedule to preview, written as a job's `schedule`.
     pub schedule: ScheduleSpec,
     /// How many fire times to list (1 to 100, default 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -50,10 +63,16 @@ pub struct SchedulePreview {
     /// The zone wall-clock times are shown in (a cron schedule's own; UTC
     /// for `every` and `at`).
     pub timezone: String,
+    /// The instant the listed fire times come after: the request's
+    /// `after`, or the time the request was answered.
     pub after: String,
+    /// The fire times, earliest first: `count` of them, or fewer when the
+    /// schedule fires no more (an `at` schedule fires once, a manual one
+    /// never).
     pub fires: Vec<PreviewFire>,
 }
 
+/// One fire time of a schedule preview.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct PreviewFire {
     /// The instant, in UTC.

@@ -5,6 +5,8 @@
 //!
 //! Timestamps are RFC 3339 strings in UTC with millisecond precision.
 
+#![warn(missing_docs)]
+
 pub mod cluster;
 pub mod jobs;
 pub mod runs;
@@ -22,9 +24,11 @@ use utoipa::ToSchema;
 /// status.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
+    /// What went wrong.
     pub error: ErrorDetail,
 }
 
+/// The content of an error answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     /// A stable, machine-readable code such as `invalid_cron`, `not_found`
@@ -36,6 +40,7 @@ pub struct ErrorDetail {
 }
 
 impl ErrorBody {
+    /// An error answer with the given code and message.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
         Self { error: ErrorDetail { code: code.into(), message: message.into() } }
     }

@@ -10,19 +10,32 @@ pub struct Run {
     /// Derived from the job and the scheduled time: the idempotency key
     /// handed to the job.
     pub id: String,
+    /// The job's name.
     pub job: String,
+    /// The job's namespace.
     pub namespace: String,
+    /// The scheduled time this run is for. A manual run is given an instant
+    /// of its own at or just after the trigger's time (1 ms apart for the
+    /// runs of one trigger).
     pub scheduled_at: String,
+    /// When the leader created the run (for a skipped run, when it recorded
+    /// the skip); later than `scheduled_at` for a time fired late.
     pub fired_at: String,
+    /// Where the run is in its lifecycle.
     pub state: RunState,
     /// The current attempt number (0 before the first).
     pub attempt: u32,
     /// Why it ended as it did, or why it is retrying.
     pub reason: Option<String>,
+    /// Whether a trigger created the run, rather than the schedule.
     pub manual: bool,
     /// When a retrying run's next attempt is due.
     pub next_attempt_at: Option<String>,
+    /// A cancel was requested while an attempt was live (assigned or
+    /// running): the leader is having its worker stop it.
     pub cancel_requested: bool,
+    /// When the run was last written (a change of state or attempt, a
+    /// cancel request).
     pub updated_at: String,
     /// Its attempts, oldest first (on a single run's answer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,6 +51,9 @@ pub struct Run {
 /// One notification of a run: where it goes and how its delivery stands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RunNotification {
+    /// The notification's id, `<run id>/<outcome>/<target>` (`target` is
+    /// the target's index in the job's `notify`, from 0): the `id` of the
+    /// body and the `Gnomon-Notification-Id` header of every delivery.
     pub id: String,
     /// `failed`, `succeeded`, `late` or `recovered`.
     pub outcome: String,
@@ -54,21 +70,35 @@ pub struct RunNotification {
     pub next_at: Option<String>,
     /// The last failed delivery's error, or why it was skipped.
     pub last_error: Option<String>,
+    /// When the outcome raised it (written together with the outcome).
     pub created_at: String,
+    /// When its state or its delivery count last changed.
     pub updated_at: String,
 }
 
 /// One execution of a run on a worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Attempt {
+    /// Its number within the run, from 1 (`GNOMON_ATTEMPT`).
     pub attempt: u32,
+    /// The id of the worker it was assigned to.
     pub worker: String,
     /// The leader's fencing token when it assigned the attempt.
     pub token: u64,
+    /// Whether it is live, or how it ended.
     pub state: AttemptState,
+    /// When the leader assigned it to the worker.
     pub assigned_at: String,
+    /// When the worker reported its start; absent before that, and when
+    /// it ended without its start being recorded.
     pub started_at: Option<String>,
+    /// When it ended; absent while it is live.
     pub ended_at: Option<String>,
+    /// A shell command's exit status (128 + the signal's number when a
+    /// signal ended it) or an HTTP request's answer status. Absent while
+    /// the attempt is live, and when there is none: a handler, a timeout,
+    /// a cancel, a lost attempt, a command that could not start, a request
+    /// that got no answer.
     pub exit_code: Option<i32>,
     /// The tail of its output (stdout and stderr, at most 64 KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,6 +108,7 @@ pub struct Attempt {
 /// A page of runs, newest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RunList {
+    /// The runs of this page (at most `limit`), without their attempts.
     pub runs: Vec<Run>,
     /// Pass as `cursor=` for the next page; none on the last page.
     pub next_cursor: Option<String>,
@@ -86,7 +117,9 @@ pub struct RunList {
 /// The answer to a trigger with `count` above 1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Triggered {
+    /// How many runs it created: the request's `count`.
     pub count: usize,
+    /// The new runs' ids, in the order of their scheduled instants.
     pub ids: Vec<String>,
 }
 
@@ -94,7 +127,9 @@ pub struct Triggered {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum TriggerAnswer {
+    /// `count` above 1: how many runs were created, and their ids.
     Many(Triggered),
+    /// `count` 1 (the default): the new run.
     One(Box<Run>),
 }
 

@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 
 use crate::cluster::ClusterStatus;
 
+/// Whether a worker session takes work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkerState {
@@ -22,8 +23,14 @@ pub enum WorkerState {
 /// One worker session, as the leader sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Worker {
+    /// The worker's id, stable across its restarts (`--id`, or one it
+    /// generated once and keeps in its data dir).
     pub id: String,
+    /// This session's id, given by the leader when the worker connected
+    /// (`<worker id>-<8 hex digits>`); every new connection gets a new one.
     pub session: String,
+    /// The labels it announced (`--label KEY=VALUE`), which a job's
+    /// `route.labels` select on.
     pub labels: BTreeMap<String, String>,
     /// The namespaces whose runs it may be given (its credential's);
     /// absent: every namespace.
@@ -37,7 +44,10 @@ pub struct Worker {
     pub running: usize,
     /// `running / capacity`.
     pub load: f64,
+    /// Whether it takes work.
     pub state: WorkerState,
+    /// When its lease runs out unless a heartbeat renews it: its attempts
+    /// are then `lost` and retried elsewhere.
     pub lease_expires_at: String,
     /// Executor kinds it runs (`shell`, `http`, `handler`).
     pub executors: Vec<String>,
@@ -45,17 +55,23 @@ pub struct Worker {
     pub handlers: Vec<String>,
 }
 
+/// `GET /v1/workers`: the worker sessions the leader holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct WorkerList {
+    /// The sessions, sorted by worker id; a disconnected one is listed
+    /// until its lease runs out.
     pub workers: Vec<Worker>,
 }
 
 /// The leader's admission state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Backpressure {
+    /// The current state: `green`, `yellow` (dispatch throttled) or `red`
+    /// (new fires deferred).
     pub state: Pressure,
     /// Runs waiting for a worker.
     pub pending: usize,
+    /// The leader's `--max-pending`: yellow from 70 % of it, red from 90 %.
     pub max_pending: usize,
 }
 
@@ -73,6 +89,7 @@ pub struct ClockInfo {
 /// `GET /v1/leader`: who leads the scheduler now, as this server sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Leader {
+    /// The leadership scope: `scheduler`.
     pub scope: String,
     /// The election backend (`sqlite`, `mysql`, `postgres`, `etcd`, `raft`, `local`).
     pub backend: String,
@@ -82,28 +99,35 @@ pub struct Leader {
     pub token: Option<u64>,
     /// The leader's advertised address.
     pub address: Option<String>,
+    /// When the leader's term began (when it fenced the store with its
+    /// token); absent: no leader recorded.
     pub since: Option<String>,
     /// The newest committed leader time: firing never goes below it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader_time: Option<String>,
+    /// Whether the server that answered is the leader.
     pub is_self: bool,
     /// The node that answered.
     pub answered_by: String,
     /// The leader's admission state (on the leader only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backpressure: Option<Backpressure>,
+    /// How the answering server's clock compares with the leader's.
     pub clock: ClockInfo,
     /// The raft cluster, on a `raft://` member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raft: Option<ClusterStatus>,
 }
 
+/// `GET /healthz`: the process is up (no credential needed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Health {
     /// Always `ok`: the process answers.
     pub status: String,
 }
 
+/// `GET /readyz`: this server can serve (no credential needed); it
+/// answers 503 with an error instead when it cannot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Ready {
     /// `ready`: a leader is recorded and the store answers.

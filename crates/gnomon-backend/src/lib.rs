@@ -19,16 +19,16 @@ pub mod raft;
 mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod store;
 /// The conformance suites every backend passes, and throwaway test
 /// databases (`test-util` feature).
 #[cfg(feature = "test-util")]
 pub mod testing;
 
 pub use model::*;
+pub use store::*;
 
 use async_trait::async_trait;
-use gnomon_core::spec::JobSpec;
-use gnomon_core::Millis;
 
 /// Errors of the store. Each says whether retrying may help.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
@@ -76,204 +76,14 @@ pub enum Precondition {
     MatchesVersion(u64),
 }
 
-/// What [`Store::fire_and_transition`] wrote.
+/// What [`LeaderWrites::fire_and_transition`] wrote.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct TurnWrite {
-    /// Per new run, as [`Store::fire`] answers.
+    /// Per new run, as [`LeaderWrites::fire`] answers.
     pub fired: Vec<FireOutcome>,
-    /// Per transition, as [`Store::transition`] answers; an error here means
+    /// Per transition, as [`LeaderWrites::transition`] answers; an error here means
     /// the fire committed and the transitions did not.
     pub applied: Result<Vec<bool>, StoreError>,
-}
-
-/// The persistent state of gnomon.
-///
-/// # To be correct, an implementation must…
-/// - **Fire uniqueness** (invariant 1): `fire` creates at most one run per
-///   `(job_uid, scheduled_at)` even when called concurrently from several
-///   handles or processes; a duplicate is reported as [`FireOutcome::Existed`]
-///   and changes nothing. The run and the job's `last_scheduled_at` advance are
-///   written in the same transaction.
-/// - **Fencing** (invariant 2): every method taking a [`Fence`] checks, in the
-///   same transaction as its writes, that the fence's token is the current
-///   token of its scope, and fails with [`StoreError::Fenced`] (writing
-///   nothing) otherwise. `fence` only ever raises the token.
-/// - **CAS transitions** (invariant 3): a [`Transition`] applies only when the
-///   run is in `(from, from_attempt)`; otherwise it is reported as not applied
-///   and writes nothing. Transitions outside the lifecycle are rejected;
-///   terminal states are final.
-/// - **Preconditions** on job writes are checked atomically with the write.
-/// - **Pagination** of runs is newest first and stable under concurrent
-///   inserts: a cursor never yields a run twice or skips an older one.
-/// - **Notifications** are written by the transition that carries them,
-///   only if it applies, and are never written twice (insert-or-ignore by
-///   id); a delivery changes one only while it is pending with the attempts
-///   the deliverer read; pruning a run deletes its notifications.
-/// - **Leader time** only moves forward: `advance_leader_time` is fenced and
-///   takes the maximum; `fence` leaves it as it is.
-#[async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug {
-    /// `sqlite`, `mysql`, `postgres`, `etcd` or `raft`.
-    fn backend(&self) -> &'static str;
-
-    // --- jobs (any replica writes these directly) ---
-    async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError>;
-    async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError>;
-    async fn delete_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError>;
-    async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<JobRecord>, StoreError>;
-    async fn list_jobs(&self, namespace: Option<&str>) -> Result<Vec<JobRecord>, StoreError>;
-    /// The job change feed: jobs written and uids deleted after `since`.
-    async fn job_changes(&self, since: u64) -> Result<JobChanges, StoreError>;
-    /// Every job's head (uid, version, last fire) without its spec, at one
-    /// feed position: what a leader rebuilding its state reads to keep the
-    /// jobs it already holds at the stored version.
-    async fn job_heads(&self) -> Result<JobHeads, StoreError> {
-        let all = self.job_changes(0).await?;
-        Ok(JobHeads {
-            heads: all
-                .upserted
-                .into_iter()
-                .map(|j| JobHead { uid: j.uid, version: j.version, last_scheduled_at: j.last_scheduled_at })
-                .collect(),
-            seq: all.seq,
-        })
-    }
-    /// The stored jobs among these uids (a uid with no job is left out).
-    async fn jobs_by_uid(&self, uids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
-        let wanted: std::collections::HashSet<&str> = uids.iter().map(String::as_str).collect();
-        let mut jobs = self.job_changes(0).await?.upserted;
-        jobs.retain(|j| wanted.contains(j.uid.as_str()));
-        Ok(jobs)
-    }
-
-    // --- leadership ---
-    /// Bumps and returns the scope's epoch counter (token source for electors
-    /// that have no native token).
-    async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError>;
-    /// Installs `token` as the scope's current token if it is higher than the
-    /// stored one; fails with [`StoreError::StaleToken`] otherwise.
-    async fn fence(&self, fence: &Fence, holder: &LeaderInfo, now: Millis) -> Result<(), StoreError>;
-    async fn leadership(&self, scope: &str) -> Result<Option<LeadershipRecord>, StoreError>;
-    /// Raises the scope's committed leader time to `at` if `fence` is the
-    /// current token (never lowers it) and returns the committed time;
-    /// [`StoreError::Fenced`] otherwise. The leader writes its clock here
-    /// every half second; a new leader's clock starts at or above it.
-    async fn advance_leader_time(&self, fence: &Fence, at: Millis) -> Result<Millis, StoreError>;
-
-    // --- leader writes (token-checked) ---
-    async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError>;
-    async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError>;
-
-    /// One leader write per turn: `fire`, then `transition` (which may move
-    /// the runs just fired). The SQL stores do both in one transaction, one
-    /// commit. This default makes the two calls; a transition failure after
-    /// the fire committed comes back in [`TurnWrite::applied`] (the fire
-    /// stands). `Err` means nothing was written.
-    async fn fire_and_transition(
-        &self,
-        fence: &Fence,
-        runs: &[NewRun],
-        advances: &[JobAdvance],
-        transitions: &[Transition],
-    ) -> Result<TurnWrite, StoreError> {
-        let fired = if runs.is_empty() && advances.is_empty() { Vec::new() } else { self.fire(fence, runs, advances).await? };
-        let applied = if transitions.is_empty() { Ok(Vec::new()) } else { self.transition(fence, transitions).await };
-        Ok(TurnWrite { fired, applied })
-    }
-
-    // --- user writes on runs ---
-    /// Cancels a run that has not started (directly) or asks the leader to
-    /// stop a live one (`cancel_requested`). Fails on a terminal run.
-    async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError>;
-
-    // --- queries ---
-    async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError>;
-    async fn list_runs(&self, filter: &RunFilter, limit: u32, cursor: Option<i64>) -> Result<RunPage, StoreError>;
-    /// Every run that is not terminal (for leader recovery).
-    async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError>;
-    /// Live attempts of runs whose cancellation was requested.
-    async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError>;
-    /// The worker of every live attempt (runs `assigned` or `running`), for
-    /// leader recovery. The default reads each such run; the SQL stores
-    /// answer with one join.
-    async fn live_attempts(&self) -> Result<Vec<LiveAttempt>, StoreError> {
-        let mut out = Vec::new();
-        for run in self.open_runs().await? {
-            if !matches!(run.state, gnomon_core::RunState::Assigned | gnomon_core::RunState::Running) {
-                continue;
-            }
-            let Some(detail) = self.get_run(&run.id).await? else { continue };
-            if let Some(a) = detail.attempts.iter().find(|a| a.attempt == detail.run.attempt) {
-                out.push(LiveAttempt { run_id: run.id.clone(), attempt: a.attempt, worker: a.worker.clone() });
-            }
-        }
-        Ok(out)
-    }
-
-    // --- notifications (the outbox) ---
-    /// Pending notifications due at `now` (oldest due first), at most `limit`.
-    async fn due_notifications(&self, now: Millis, limit: u32) -> Result<Vec<Notification>, StoreError>;
-    /// Records a delivery, fenced: applies only while the notification is
-    /// still pending with `attempts_before` attempts (false otherwise).
-    async fn settle_notification(&self, fence: &Fence, delivery: &Delivery) -> Result<bool, StoreError>;
-    /// A run's notifications, in id order.
-    async fn run_notifications(&self, run_id: &str) -> Result<Vec<Notification>, StoreError>;
-
-    // --- retention (token-checked) ---
-    /// Deletes terminal runs (with their attempts) beyond the newest
-    /// `keep_per_job` of each job or fired before `before`, at most `max`
-    /// of them; returns how many. Open runs are never deleted, and fire
-    /// uniqueness holds because a job's `last_scheduled_at` only moves
-    /// forward. Every store prunes; this default (nothing) is for test stores.
-    async fn prune(&self, _fence: &Fence, _keep_per_job: usize, _before: Millis, _max: usize) -> Result<u64, StoreError> {
-        Ok(0)
-    }
-    /// The store's size in bytes, where the backend reports one (etcd).
-    async fn size_bytes(&self) -> Option<u64> {
-        None
-    }
-
-    // --- worker session leases ---
-    /// Worker session liveness kept in the store itself, where the backend
-    /// has leases (etcd); `None` keeps it only in the leader's memory.
-    fn session_leases(&self) -> Option<std::sync::Arc<dyn SessionLeases>> {
-        None
-    }
-
-    /// A view of this store whose reads answer from this replica's copy
-    /// as it is, without confirming it is current (raft: no read index), for
-    /// clients that ask for stale reads; `None` where reads have no such
-    /// choice.
-    fn stale_reads(&self) -> Option<std::sync::Arc<dyn Store>> {
-        None
-    }
-
-    /// Where the store's members see each other's clocks (raft: measured on
-    /// replication): this leader's clock minus the members' median, in ms,
-    /// when a majority answered lately. `None` elsewhere.
-    fn cluster_clock_skew(&self) -> Option<i64> {
-        None
-    }
-
-    /// Whether [`Store::cluster_clock_skew`] can answer here once the
-    /// members have been heard from (raft with three voters or more).
-    fn measures_cluster_clocks(&self) -> bool {
-        false
-    }
-
-    /// The store server's own clock (Unix ms) where it has one apart from
-    /// this machine's (MySQL, PostgreSQL): the reference a node's clock is
-    /// checked against. `None` elsewhere.
-    async fn server_clock(&self) -> Result<Option<Millis>, StoreError> {
-        Ok(None)
-    }
-
-    /// A signal on every job write, where the backend can push one (an etcd
-    /// watch): the leader reads `job_changes` at once instead of at its next
-    /// poll. `None`: the leader polls (at most a second late).
-    fn job_change_signal(&self) -> Option<tokio::sync::mpsc::Receiver<()>> {
-        None
-    }
 }
 
 /// A worker session's lease as the store keeps it.

@@ -28,7 +28,7 @@ pub struct LeadershipRecord {
     pub backend: String,
     pub since: Millis,
     /// The committed leader time: the highest time a leader of the scope
-    /// has written with [`crate::Store::advance_leader_time`] (0: none yet).
+    /// has written with [`crate::LeadershipStore::advance_leader_time`] (0: none yet).
     /// A new leader's clock never runs below it.
     pub leader_time: Millis,
 }

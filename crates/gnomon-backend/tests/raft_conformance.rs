@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gnomon_backend::raft::{Member, RaftConfig, RaftElector, RaftStore};
+use gnomon_backend::roles::*;
 use gnomon_backend::testing::conformance::{contested_elector_suite, store_suite, ElectorFixture};
 use gnomon_backend::{Elector, Store};
 use gnomon_proto::raft::raft_server::RaftServer;

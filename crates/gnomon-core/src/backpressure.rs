@@ -18,16 +18,27 @@
 
 use serde::Serialize;
 
+/// The leader's admission state, from least to most loaded: `green`,
+/// `yellow` (dispatch throttled) or `red` (new fires deferred).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Pressure {
+    /// Runs fire and are dispatched freely.
     Green,
+    /// Pending runs reached the yellow threshold, or every worker slot is
+    /// taken while runs wait: workers' prefetch queues are filled to half
+    /// their depth (free slots are still filled).
     Yellow,
+    /// Pending runs reached the red threshold: new fires are deferred (not
+    /// dropped) until pressure falls, and dispatch is throttled as in
+    /// yellow.
     Red,
 }
 
 impl Pressure {
+    /// The state's name as the API and logs write it: `green`, `yellow` or
+    /// `red`.
     pub fn as_str(self) -> &'static str {
         match self {
             Pressure::Green => "green",
@@ -46,12 +57,22 @@ impl Pressure {
     }
 }
 
+/// The thresholds of the backpressure controller (`--max-pending`; the
+/// default is 10,000 pending runs, yellow at 70 %, red at 90 %, with 5 %
+/// hysteresis).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BackpressureConfig {
+    /// The number of pending runs (runs waiting for a worker) that the
+    /// thresholds are fractions of. 0 is treated as 1.
     pub max_pending: usize,
-    /// Fractions of `max_pending`.
+    /// Fractions of `max_pending`: the state is at least yellow from
+    /// `yellow × max_pending` pending runs.
     pub yellow: f64,
+    /// The state is red from `red × max_pending` pending runs (a fraction of
+    /// `max_pending`, normally above `yellow`).
     pub red: f64,
+    /// How far (a fraction of `max_pending`) the pending ratio must fall
+    /// below a threshold before the state drops below it.
     pub hysteresis: f64,
 }
 
@@ -61,8 +82,11 @@ impl Default for BackpressureConfig {
     }
 }
 
+/// The controller: holds the current [`Pressure`] and moves it on each
+/// [`update`](Self::update) the leader makes.
 #[derive(Debug, Clone)]
 pub struct Backpressure {
+    /// The thresholds it applies.
     pub config: BackpressureConfig,
     state: Pressure,
     /// Whether the workers were saturated at the last update.
@@ -70,10 +94,13 @@ pub struct Backpressure {
 }
 
 impl Backpressure {
+    /// A controller with the given thresholds, starting green.
     pub fn new(config: BackpressureConfig) -> Self {
         Self { config, state: Pressure::Green, saturated: false }
     }
 
+    /// The state as of the last [`update`](Self::update) (green before the
+    /// first).
     pub fn state(&self) -> Pressure {
         self.state
     }
@@ -117,6 +144,7 @@ impl Backpressure {
         }
     }
 
+    /// Whether new fires are deferred now (the state is red).
     pub fn defers_fires(&self) -> bool {
         self.state == Pressure::Red
     }

@@ -8,6 +8,7 @@ use crate::Millis;
 
 /// A source of "now" in milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// The current time, in milliseconds since the Unix epoch (UTC).
     fn now_millis(&self) -> Millis;
 }
 
@@ -28,12 +29,18 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// A clock that reads `start` (milliseconds since the epoch) until it
+    /// is moved.
     pub fn new(start: Millis) -> Self {
         Self { now: Arc::new(AtomicI64::new(start)) }
     }
+    /// Moves the clock, and every clone of it, to `ms` (milliseconds since
+    /// the epoch; it may go backwards).
     pub fn set(&self, ms: Millis) {
         self.now.store(ms, Ordering::SeqCst);
     }
+    /// Moves the clock, and every clone of it, `ms` milliseconds forward
+    /// (backwards when negative).
     pub fn advance(&self, ms: Millis) {
         self.now.fetch_add(ms, Ordering::SeqCst);
     }

@@ -3,11 +3,14 @@
 //! This crate does no I/O and has no async runtime. Everything here can be
 //! tested with an injected [`clock::Clock`] and without sleeping.
 
+#![warn(missing_docs)]
+
 pub mod backpressure;
 pub mod clock;
 pub mod duration;
 pub mod error;
 pub mod notify;
+pub mod outcome;
 pub mod policy;
 pub mod preview;
 pub mod retry;

@@ -15,14 +15,18 @@ use crate::SpecError;
 pub const MAX_TARGETS: usize = 8;
 /// How late a run may start before a `late` notification, by default.
 pub const DEFAULT_LATE_AFTER: Duration = Duration::from_secs(60);
-/// A delivery's own timeout, by default, and its bound.
+/// A delivery's own timeout, by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest delivery timeout a target may set (longer ones are refused
+/// at write, and clamped to this when read).
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
-/// Deliveries tried before giving up, by default, and the bound.
+/// Deliveries tried before giving up, by default.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
+/// The most deliveries a target may ask for (`max_attempts` is 1 to this).
 pub const MAX_ATTEMPTS: u32 = 50;
 /// The first retry's delay; each one after doubles, up to [`MAX_BACKOFF`].
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(2);
+/// The longest delay between two deliveries of one notification.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(600);
 
 /// An outcome a target may be told of.
@@ -42,6 +46,8 @@ pub enum NotifyOn {
 }
 
 impl NotifyOn {
+    /// The outcome's name as job JSON and the API write it: `failed`,
+    /// `succeeded`, `late` or `recovered`.
     pub fn as_str(self) -> &'static str {
         match self {
             NotifyOn::Failed => "failed",
@@ -51,6 +57,8 @@ impl NotifyOn {
         }
     }
 
+    /// The outcome named `s` (as [`as_str`](Self::as_str) writes it);
+    /// `None` for any other text.
     pub fn parse(s: &str) -> Option<NotifyOn> {
         [NotifyOn::Failed, NotifyOn::Succeeded, NotifyOn::Late, NotifyOn::Recovered].into_iter().find(|o| o.as_str() == s)
     }
@@ -62,9 +70,14 @@ impl NotifyOn {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NotifyTarget {
+    /// The outcomes this target is told of: at least one, each at most
+    /// once (stored sorted).
     pub on: Vec<NotifyOn>,
+    /// Post a JSON notification to a webhook; give this or `slack`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<WebhookSpec>,
+    /// Post a one-line message to a Slack-compatible incoming webhook;
+    /// give this or `webhook`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slack: Option<SlackSpec>,
     /// For `late`: how long after its scheduled time a run may start (default 1m).
@@ -84,6 +97,8 @@ pub struct NotifyTarget {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WebhookSpec {
+    /// Where the notification is posted: an `http://` or `https://` URL
+    /// with a host, at most 2048 bytes.
     pub url: String,
     /// The name of a signing secret the servers hold for the job's own
     /// namespace (the environment variable
@@ -103,14 +118,20 @@ pub struct WebhookSpec {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SlackSpec {
+    /// The incoming webhook's URL: `http://` or `https://` with a host, at
+    /// most 2048 bytes.
     pub url: String,
 }
 
 /// A target's validated settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompiledTarget {
+    /// How long after its scheduled time a run's first attempt may be
+    /// handed to a worker before `late` is raised, in milliseconds.
     pub late_after_ms: i64,
+    /// One delivery's timeout (at most [`MAX_TIMEOUT`]).
     pub timeout: Duration,
+    /// Deliveries tried before giving up (1 to [`MAX_ATTEMPTS`]).
     pub max_attempts: u32,
 }
 
@@ -135,6 +156,7 @@ impl NotifyTarget {
         }
     }
 
+    /// The target's kind: `slack` when it has `slack`, else `webhook`.
     pub fn kind(&self) -> &'static str {
         if self.slack.is_some() {
             "slack"

@@ -16,18 +16,28 @@ pub const MAX_INDIVIDUAL_SKIPS: usize = 100;
 /// from the returned `last_scheduled_at` when `more` is set.
 pub const MAX_FIRES_PER_PLAN: usize = 1000;
 
+/// What becomes of one scheduled time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
+    /// It gets a run that executes.
     Fire,
+    /// It is recorded as a `skipped` run with this reason (e.g.
+    /// `misfire: policy skip`).
     Skip(String),
 }
 
+/// One scheduled time of a plan and its decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedTime {
+    /// The scheduled time, in milliseconds since the Unix epoch: the run's
+    /// `scheduled_at`.
     pub scheduled_at: Millis,
+    /// Whether it fires or is skipped.
     pub decision: Decision,
 }
 
+/// The outcome of [`plan_fires`]: the due times of one job in order, each
+/// fired or skipped.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FirePlan {
     /// In time order.
@@ -38,17 +48,26 @@ pub struct FirePlan {
     pub more: bool,
 }
 
+/// What [`plan_fires`] needs to know about one job and the time.
 pub struct PlanInput<'a> {
+    /// The job's compiled schedule.
     pub schedule: &'a Schedule,
     /// The persisted `last_scheduled_at`, or the job's creation time for a job
     /// that never fired (a new job does not fire for times before it existed).
     pub after: Millis,
+    /// The leader's current time, in milliseconds since the Unix epoch.
     pub now: Millis,
     /// Only times up to this are planned (a previous version's times up to
     /// its change); lateness is still measured against `now`.
     pub until: Millis,
+    /// The job's misfire policy, for times reached more than `grace_ms`
+    /// late.
     pub misfire: MisfirePolicy,
+    /// How far before `now` missed times may still fire, in milliseconds;
+    /// older ones are skipped whatever the policy.
     pub catchup_window_ms: i64,
+    /// How late a time may be reached and still count as on time, in
+    /// milliseconds (`--misfire-grace`).
     pub grace_ms: i64,
 }
 
@@ -135,9 +154,11 @@ fn last_fire_at_or_before(schedule: &Schedule, t: Millis) -> Option<Millis> {
 /// are still open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OverlapDecision {
+    /// Fire; the open runs are left alone.
     Fire,
     /// Fire, and cancel the job's open runs.
     FireAndCancelOpen,
+    /// Do not fire: record the time as a `skipped` run with this reason.
     Skip(String),
 }
 

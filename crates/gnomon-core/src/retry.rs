@@ -2,10 +2,17 @@
 
 use std::time::Duration;
 
+/// How long to wait before each retry of a run: `initial × multiplier^(n-1)`
+/// after the `n`-th failed attempt, capped at `max`, then spread by
+/// `jitter`. The default is 1s, doubling, up to 60s, ±20 %.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BackoffPolicy {
+    /// The delay after the first failed attempt (before jitter).
     pub initial: Duration,
+    /// The longest delay, jitter included.
     pub max: Duration,
+    /// The factor by which each delay grows over the one before (1.0 keeps
+    /// it constant).
     pub multiplier: f64,
     /// Fraction in `[0, 1]`: the delay is spread uniformly over `base × (1 ± jitter)`.
     pub jitter: f64,

@@ -8,8 +8,11 @@
 
 use crate::spec::RouteStrategy;
 
+/// A worker the leader found eligible for an attempt, with what it holds.
 #[derive(Debug, Clone)]
 pub struct Candidate<'a> {
+    /// The worker's id (stable across its sessions); `consistent_hash`
+    /// hashes it with the job name.
     pub id: &'a str,
     /// Attempts it holds (executing or queued).
     pub running: usize,
@@ -26,6 +29,7 @@ impl<'a> Candidate<'a> {
         Self { id, running, capacity, limit: capacity }
     }
 
+    /// Whether it may take one more attempt (`running < limit`).
     pub fn has_room(&self) -> bool {
         self.running < self.limit
     }

@@ -7,20 +7,36 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Where a run is in its lifecycle: `pending`, `assigned`, `running` and
+/// `retrying` are open; `succeeded`, `failed`, `cancelled` and `skipped`
+/// are terminal and final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
+    /// Waiting for a worker: just fired or triggered, or a retry whose
+    /// delay has passed.
     Pending,
+    /// An attempt has been handed to a worker, which has not reported its
+    /// start yet (it may be queued behind the worker's running attempts).
     Assigned,
+    /// An attempt is executing on a worker.
     Running,
+    /// An attempt failed, timed out or was lost and attempts remain: the
+    /// next one is due at the run's `next_attempt_at`.
     Retrying,
+    /// An attempt succeeded.
     Succeeded,
+    /// The last allowed attempt failed, timed out or was lost.
     Failed,
+    /// Cancelled on request, or by the job's `replace` overlap policy.
     Cancelled,
+    /// Never executed: a scheduled time the misfire or overlap policy
+    /// skipped; the run's `reason` says why.
     Skipped,
 }
 
+/// Every run state, in lifecycle order.
 pub const ALL_RUN_STATES: [RunState; 8] = [
     RunState::Pending,
     RunState::Assigned,
@@ -33,6 +49,8 @@ pub const ALL_RUN_STATES: [RunState; 8] = [
 ];
 
 impl RunState {
+    /// The state's name as the API and the store write it (`pending`,
+    /// `succeeded`, …).
     pub fn as_str(self) -> &'static str {
         match self {
             RunState::Pending => "pending",
@@ -46,10 +64,14 @@ impl RunState {
         }
     }
 
+    /// The state named `text` (as [`as_str`](Self::as_str) writes it);
+    /// `None` for any other text.
     pub fn parse(text: &str) -> Option<Self> {
         ALL_RUN_STATES.into_iter().find(|s| s.as_str() == text)
     }
 
+    /// Whether the run has ended: `succeeded`, `failed`, `cancelled` or
+    /// `skipped`. A terminal state never changes again.
     pub fn is_terminal(self) -> bool {
         matches!(self, RunState::Succeeded | RunState::Failed | RunState::Cancelled | RunState::Skipped)
     }
@@ -80,19 +102,34 @@ impl std::fmt::Display for RunState {
     }
 }
 
+/// Where one attempt of a run (one execution on a worker) is: `assigned`
+/// and `running` are live; the others are how it ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptState {
+    /// Handed to a worker, not started yet (it may wait in the worker's
+    /// prefetch queue).
     Assigned,
+    /// The worker started it.
     Running,
+    /// It ended well: exit code 0, the expected HTTP status, or a handler
+    /// that returned without error.
     Succeeded,
+    /// It ended badly: a non-zero exit code or a signal, another HTTP
+    /// status or a failed request, a handler error, or it could not start.
     Failed,
+    /// It ran past the job's `timeout` and was killed.
     TimedOut,
+    /// Its worker stopped holding it: the worker's lease ran out, the
+    /// worker drained before the attempt ended or fenced itself, or the
+    /// assignment never reached it.
     Lost,
+    /// Stopped because its run was cancelled.
     Cancelled,
 }
 
+/// Every attempt state, live ones first.
 pub const ALL_ATTEMPT_STATES: [AttemptState; 7] = [
     AttemptState::Assigned,
     AttemptState::Running,
@@ -104,6 +141,8 @@ pub const ALL_ATTEMPT_STATES: [AttemptState; 7] = [
 ];
 
 impl AttemptState {
+    /// The state's name as the API and the store write it (`timed_out`
+    /// for [`TimedOut`](Self::TimedOut), snake case throughout).
     pub fn as_str(self) -> &'static str {
         match self {
             AttemptState::Assigned => "assigned",
@@ -116,10 +155,14 @@ impl AttemptState {
         }
     }
 
+    /// The state named `text` (as [`as_str`](Self::as_str) writes it);
+    /// `None` for any other text.
     pub fn parse(text: &str) -> Option<Self> {
         ALL_ATTEMPT_STATES.into_iter().find(|s| s.as_str() == text)
     }
 
+    /// Whether the attempt is still held by its worker (`assigned` or
+    /// `running`), as opposed to ended.
     pub fn is_live(self) -> bool {
         matches!(self, AttemptState::Assigned | AttemptState::Running)
     }

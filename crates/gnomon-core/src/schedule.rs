@@ -26,22 +26,32 @@ use crate::{Millis, SpecError};
 /// A parsed, validated schedule.
 #[derive(Debug, Clone)]
 pub enum Schedule {
+    /// Fires when the cron expression matches the zone's wall clock, per
+    /// the module's DST policy.
     Cron(Box<CronSchedule>),
     /// Fires at every multiple of `every_ms` since the Unix epoch.
     Every {
+        /// The interval, in milliseconds (at least 100 in a compiled job;
+        /// 0 or less never fires).
         every_ms: i64,
     },
     /// Fires once at the given instant.
     At {
+        /// The instant, in milliseconds since the Unix epoch.
         at_ms: Millis,
     },
     /// Never fires by itself; manual triggers only.
     Manual,
 }
 
+/// A parsed cron expression and the zone whose wall clock it is evaluated
+/// on. Built only by [`CronSchedule::parse`], which rejects expressions
+/// that never match.
 #[derive(Debug, Clone)]
 pub struct CronSchedule {
+    /// The expression as given, trimmed of surrounding whitespace.
     pub expression: String,
+    /// The IANA zone the expression's wall-clock times are in.
     pub timezone: Tz,
     cron: croner::Cron,
     /// Its minute or hour field is a wildcard: it runs on absolute time

@@ -11,10 +11,15 @@ use crate::retry::BackoffPolicy;
 use crate::schedule::{CronSchedule, Schedule};
 use crate::{Millis, SpecError};
 
+/// The longest job or handler name, in characters.
 pub const MAX_NAME_LEN: usize = 128;
+/// The longest namespace name, in characters.
 pub const MAX_NAMESPACE_LEN: usize = 64;
+/// The most attempts `retry.max_attempts` may give a run.
 pub const MAX_ATTEMPTS_LIMIT: u32 = 100;
+/// The largest handler payload, in bytes of its JSON.
 pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+/// The namespace of a job that names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// A job as users write it (and as it is stored, normalised). Unknown fields
@@ -23,24 +28,50 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
+    /// The job's name, unique within its namespace: 1 to 128 letters,
+    /// digits, `_`, `.` or `-`, starting with a letter or digit.
     pub name: String,
+    /// The namespace the job belongs to (credentials and notification
+    /// secrets are scoped by namespace): 1 to 64 characters, by the same
+    /// rules as `name`. Absent: `default`; a stored job always has it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// Free text for people, at most 4096 bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// When the job fires by itself. Absent or `{}`: never; it runs only
+    /// when triggered.
     #[serde(default)]
     pub schedule: ScheduleSpec,
+    /// What each attempt runs: exactly one of `shell`, `http` or
+    /// `handler`.
     pub executor: Executor,
+    /// How many attempts a run gets and the delay between them. Absent:
+    /// one attempt, no retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetrySpec>,
+    /// How long one attempt may run before the worker kills it and ends it
+    /// `timed_out`: a duration such as `"30s"` or `"10m"`, 1ms to one year
+    /// (stored in canonical form, e.g. `"1m30s"`). Absent: no limit (an
+    /// `http` request still gives up after the worker's own 5-minute
+    /// limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// What a fire does while an earlier run of the job is still open
+    /// (default `allow`).
     #[serde(default)]
     pub overlap: OverlapPolicy,
+    /// What becomes of scheduled times that were missed (default
+    /// `fire_once`).
     #[serde(default)]
     pub misfire: MisfirePolicy,
+    /// How far back missed scheduled times may still fire under `misfire`:
+    /// a duration, 1ms to one year (default `1h`). Missed times older than
+    /// this are recorded `skipped` whatever `misfire` says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catchup_window: Option<String>,
+    /// Which workers may run the job and how one is chosen. Absent: any
+    /// worker that runs the executor, `least_loaded`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteSpec>,
     /// Who is told of the runs' outcomes.
@@ -59,26 +90,44 @@ pub struct JobSpec {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
+    /// A cron expression on the wall clock of `timezone`: 6 fields
+    /// (seconds first) or 5 (seconds 0); `L`, `W`, `#` and `@hourly`-style
+    /// macros work. At most 256 characters; it must match some real date.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
+    /// The IANA time zone `cron` is evaluated in, e.g. `Europe/Berlin`.
+    /// Only with `cron`; default `UTC` (a stored cron schedule always has
+    /// it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+    /// A fixed interval, a duration such as `"10s"` (100ms to one year):
+    /// the job fires at every multiple of it since the Unix epoch, on
+    /// absolute time, whatever the wall clock does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub every: Option<String>,
+    /// An instant (RFC 3339) at which the job fires once; stored in UTC
+    /// with millisecond precision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<String>,
 }
 
+/// What an attempt runs: job JSON holds exactly one of `shell`, `http` or
+/// `handler`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Executor {
+    /// Execute a command on the worker.
     Shell(ShellSpec),
+    /// Make an HTTP request from the worker.
     Http(HttpSpec),
+    /// Call a handler registered on the worker.
     Handler(HandlerSpec),
 }
 
 impl Executor {
+    /// The executor's kind, as workers announce what they run: `shell`,
+    /// `http` or `handler`.
     pub fn kind(&self) -> &'static str {
         match self {
             Executor::Shell(_) => "shell",
@@ -94,9 +143,16 @@ impl Executor {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ShellSpec {
+    /// The program to execute: a path, or a name looked up in `PATH`.
+    /// Must not be empty.
     pub command: String,
+    /// Its arguments, passed as they are (no expansion, no quoting).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
+    /// Environment variables to set, by name (names without `=`, never
+    /// `GNOMON_*`). Besides these the command sees only `PATH`, `HOME`,
+    /// `LANG` and `TZ` from the worker and the attempt's `GNOMON_*`
+    /// variables; a name given here replaces the worker's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     /// The working directory; by default a fresh directory per attempt
@@ -154,15 +210,26 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     n.checked_mul(1u64 << shift).ok_or_else(|| format!("{text:?} is too large"))
 }
 
+/// An HTTP request the worker makes. Besides `headers` it carries the
+/// attempt's `Gnomon-Run-Id`, `Gnomon-Attempt`, `Gnomon-Fence-Token`, …
+/// headers; the attempt's exit code is the answer's status and its output
+/// the answer's body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct HttpSpec {
+    /// `GET` (default), `POST`, `PUT`, `PATCH`, `DELETE`, `HEAD` or
+    /// `OPTIONS`, in capitals.
     #[serde(default = "default_method")]
     pub method: String,
+    /// The URL to request: `http://` or `https://`, with a host.
     pub url: String,
+    /// Extra request headers, by name (valid header names; values without
+    /// CR, LF or NUL).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// The request body, sent as it is (set `Content-Type` in `headers`
+    /// when the receiver needs it). Absent: no body.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
     /// Expected status; when absent any 2xx succeeds.
@@ -174,22 +241,33 @@ fn default_method() -> String {
     "GET".into()
 }
 
+/// A call of a named handler registered on the worker (every worker has
+/// `noop` and `echo`); its attempts go only to workers that registered it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct HandlerSpec {
+    /// The handler's name: 1 to 128 letters, digits, `_`, `.` or `-`,
+    /// starting with a letter or digit.
     pub name: String,
+    /// Any JSON value, handed to the handler as it is; at most 256 KiB as
+    /// JSON. Absent: `null`.
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub payload: serde_json::Value,
 }
 
+/// How a run is retried after an attempt fails, times out or is lost.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RetrySpec {
+    /// Attempts a run gets in all, the first included: 1 (the default: no
+    /// retry) to 100.
     #[serde(default = "one")]
     pub max_attempts: u32,
+    /// The delay before each retry. Absent: from 1s, doubling, up to 1m,
+    /// with ±20 % jitter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff: Option<BackoffSpec>,
 }
@@ -198,20 +276,34 @@ fn one() -> u32 {
     1
 }
 
+/// Exponential backoff between attempts: after the n-th failed attempt
+/// the run waits `initial × multiplier^(n-1)`, at most `max`, spread by
+/// `jitter`. Each field left out keeps its default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BackoffSpec {
+    /// The delay before the first retry: a duration such as `"1s"`, 1ms to
+    /// one year (default `1s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial: Option<String>,
+    /// The longest delay: a duration, at least `initial` and at most one
+    /// year (default `1m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<String>,
+    /// How much each delay grows over the one before: 1.0 (constant) to
+    /// 10.0 (default 2.0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multiplier: Option<f64>,
+    /// The random spread of each delay, as a fraction: the delay is drawn
+    /// uniformly from `delay × (1 ± jitter)`, never above `max`. 0.0 (none)
+    /// to 1.0 (default 0.2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter: Option<f64>,
 }
 
+/// What a fire does while an earlier run of the job is still open
+/// (pending, assigned, running or retrying).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
@@ -227,6 +319,11 @@ pub enum OverlapPolicy {
     BufferOne,
 }
 
+/// What becomes of scheduled times that were missed: reached more than the
+/// misfire grace (`--misfire-grace`, default 1s) late, because no leader
+/// was running, the leader was held up, or backpressure deferred new
+/// fires. Times older than the job's `catchup_window` are skipped under
+/// every policy.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
@@ -240,22 +337,36 @@ pub enum MisfirePolicy {
     FireAll,
 }
 
+/// How a worker is chosen among those eligible for an attempt (connected,
+/// not draining, running the job's executor kind and handler, matching
+/// its labels).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RouteStrategy {
+    /// The worker holding the fewest attempts relative to its capacity, so
+    /// a free slot anywhere beats a queue; ties rotate.
     #[default]
     LeastLoaded,
+    /// Each worker with room in turn.
     RoundRobin,
+    /// The same worker for the same job name (rendezvous hashing: about
+    /// 1/N of jobs move when a worker joins or leaves); a run waits while
+    /// that worker is full instead of going elsewhere.
     ConsistentHash,
 }
 
+/// Which workers may run a job's attempts, and how one is chosen.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RouteSpec {
+    /// How one worker is chosen (default `least_loaded`).
     #[serde(default)]
     pub strategy: RouteStrategy,
+    /// A label selector: a worker is eligible only when it has every one
+    /// of these labels with exactly this value (keys 1 to 63 bytes, values
+    /// at most 63). Empty: any worker.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
 }
@@ -263,14 +374,24 @@ pub struct RouteSpec {
 /// A validated job: the normalised spec plus its compiled parts.
 #[derive(Debug, Clone)]
 pub struct CompiledJob {
+    /// The normalised spec (namespace filled in, durations and times in
+    /// canonical form, no `status`): what is stored.
     pub spec: JobSpec,
+    /// The compiled schedule ([`Schedule::Manual`] when none is given).
     pub schedule: Schedule,
+    /// One attempt's timeout; `None`: no limit.
     pub timeout: Option<Duration>,
+    /// Attempts a run gets in all (1 to [`MAX_ATTEMPTS_LIMIT`]).
     pub max_attempts: u32,
+    /// The delay between attempts (the defaults when `retry.backoff` is
+    /// absent).
     pub backoff: BackoffPolicy,
+    /// How far back missed times may still fire, in milliseconds
+    /// ([`DEFAULT_CATCHUP_WINDOW`] when none is given).
     pub catchup_window_ms: i64,
 }
 
+/// The catch-up window of a job that sets none: one hour.
 pub const DEFAULT_CATCHUP_WINDOW: Duration = Duration::from_secs(3600);
 
 /// Parses a JSON job document; serde errors are mapped to stable codes and
@@ -335,6 +456,8 @@ fn positive_duration_field(field: &str, text: &str) -> Result<Duration, SpecErro
 }
 
 impl JobSpec {
+    /// The job's namespace: `namespace`, or [`DEFAULT_NAMESPACE`] when it
+    /// is absent.
     pub fn namespace(&self) -> &str {
         self.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE)
     }

@@ -81,7 +81,7 @@ pub fn secrets_from(table: std::collections::HashMap<String, String>) -> Secrets
 
 /// Delivers due notifications while the term lasts (returns when fenced).
 pub async fn notify_loop(store: Arc<dyn Store>, fence: Fence, clock: Arc<dyn Clock>, secrets: Secrets) {
-    let client = gnomon_worker::egress::Egress::with_defaults().client();
+    let client = gnomon_egress::Egress::with_defaults().client();
     let mut tick = tokio::time::interval(NOTIFY_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -106,18 +106,18 @@ pub fn validate_hello(h: &v1::Hello) -> Result<(), Status> {
     if h.capacity == 0 {
         return Err(Status::invalid_argument("capacity must be at least 1"));
     }
-    if h.capacity > gnomon_worker::session::MAX_CAPACITY {
+    if h.capacity > gnomon_proto::limits::MAX_CAPACITY {
         return Err(Status::invalid_argument(format!(
             "capacity {} is over the limit of {}",
             h.capacity,
-            gnomon_worker::session::MAX_CAPACITY
+            gnomon_proto::limits::MAX_CAPACITY
         )));
     }
-    if h.prefetch > gnomon_worker::session::MAX_PREFETCH {
+    if h.prefetch > gnomon_proto::limits::MAX_PREFETCH {
         return Err(Status::invalid_argument(format!(
             "prefetch {} is over the limit of {}",
             h.prefetch,
-            gnomon_worker::session::MAX_PREFETCH
+            gnomon_proto::limits::MAX_PREFETCH
         )));
     }
     if h.worker_id.is_empty()

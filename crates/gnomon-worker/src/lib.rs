@@ -9,7 +9,6 @@
 //! (see `examples/custom_handler.rs`) all run it.
 
 pub mod cgroup;
-pub mod egress;
 pub mod executor;
 pub mod isolation;
 pub mod session;
@@ -17,6 +16,8 @@ mod spool;
 mod tail;
 
 pub use executor::{execute, ExecOutcome, ExecRequest, Handler, HandlerContext, HandlerRegistry};
+/// Where HTTP jobs may connect (the `gnomon-egress` crate).
+pub use gnomon_egress as egress;
 pub use session::{WorkerConfig, WorkerRuntime, WorkerTls};
 pub use tail::{OutputTail, MAX_OUTPUT_BYTES};
 

@@ -1,5 +1,5 @@
 /// Output kept per attempt: the last 64 KiB of stdout and stderr, interleaved.
-pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+pub use gnomon_proto::limits::MAX_OUTPUT_BYTES;
 
 /// A bounded tail of bytes.
 #[derive(Debug, Default, Clone)]

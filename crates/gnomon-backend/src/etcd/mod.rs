@@ -302,11 +302,7 @@ impl EtcdStore {
 }
 
 #[async_trait]
-impl Store for EtcdStore {
-    fn backend(&self) -> &'static str {
-        "etcd"
-    }
-
+impl JobStore for EtcdStore {
     async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
         self.write_job(spec, precondition, now).await
     }
@@ -342,7 +338,10 @@ impl Store for EtcdStore {
     async fn jobs_by_uid(&self, uids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
         self.by_uids(uids).await
     }
+}
 
+#[async_trait]
+impl LeadershipStore for EtcdStore {
     async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {
         self.bump_epoch(scope).await
     }
@@ -358,7 +357,10 @@ impl Store for EtcdStore {
     async fn advance_leader_time(&self, fence: &Fence, at: Millis) -> Result<Millis, StoreError> {
         self.advance_clock(fence, at).await
     }
+}
 
+#[async_trait]
+impl LeaderWrites for EtcdStore {
     async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
         self.fire_runs(fence, runs, advances).await
     }
@@ -366,21 +368,12 @@ impl Store for EtcdStore {
     async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
         self.transition_all(fence, transitions).await
     }
+}
 
+#[async_trait]
+impl RunStore for EtcdStore {
     async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
         self.cancel(run_id, now).await
-    }
-
-    async fn due_notifications(&self, now: Millis, limit: u32) -> Result<Vec<Notification>, StoreError> {
-        self.due(now, limit).await
-    }
-
-    async fn settle_notification(&self, fence: &Fence, delivery: &Delivery) -> Result<bool, StoreError> {
-        self.settle(fence, delivery).await
-    }
-
-    async fn run_notifications(&self, run_id: &str) -> Result<Vec<Notification>, StoreError> {
-        self.of_run(run_id).await
     }
 
     async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError> {
@@ -402,9 +395,40 @@ impl Store for EtcdStore {
     async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError> {
         self.cancelling().await
     }
+}
 
+#[async_trait]
+impl NotificationStore for EtcdStore {
+    async fn due_notifications(&self, now: Millis, limit: u32) -> Result<Vec<Notification>, StoreError> {
+        self.due(now, limit).await
+    }
+
+    async fn settle_notification(&self, fence: &Fence, delivery: &Delivery) -> Result<bool, StoreError> {
+        self.settle(fence, delivery).await
+    }
+
+    async fn run_notifications(&self, run_id: &str) -> Result<Vec<Notification>, StoreError> {
+        self.of_run(run_id).await
+    }
+}
+
+#[async_trait]
+impl RetentionStore for EtcdStore {
     async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
         self.prune_runs(fence, keep_per_job, before, max).await
+    }
+
+    async fn size_bytes(&self) -> Option<u64> {
+        let mut c = self.c();
+        let status = tokio::time::timeout(std::time::Duration::from_secs(3), c.status()).await.ok()?.ok()?;
+        u64::try_from(status.db_size()).ok()
+    }
+}
+
+#[async_trait]
+impl StoreProbes for EtcdStore {
+    fn backend(&self) -> &'static str {
+        "etcd"
     }
 
     fn session_leases(&self) -> Option<std::sync::Arc<dyn SessionLeases>> {
@@ -416,11 +440,5 @@ impl Store for EtcdStore {
         let store = self.clone();
         tokio::spawn(async move { watch_job_writes(store, tx).await });
         Some(rx)
-    }
-
-    async fn size_bytes(&self) -> Option<u64> {
-        let mut c = self.c();
-        let status = tokio::time::timeout(std::time::Duration::from_secs(3), c.status()).await.ok()?.ok()?;
-        u64::try_from(status.db_size()).ok()
     }
 }

@@ -26,7 +26,8 @@ use tokio::sync::watch;
 use super::network::Rpc;
 use super::{term_token, token_term, wall_ms, Member, RaftStore};
 use crate::election::count_election;
-use crate::{ElectionError, Elector, Fence, LeaderInfo, Leadership, Store, StoreError};
+use crate::roles::*;
+use crate::{ElectionError, Elector, Fence, LeaderInfo, Leadership, StoreError};
 
 /// The elector over one member.
 #[derive(Debug, Clone)]

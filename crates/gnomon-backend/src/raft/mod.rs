@@ -376,11 +376,7 @@ impl RaftStore {
 }
 
 #[async_trait]
-impl Store for RaftStore {
-    fn backend(&self) -> &'static str {
-        "raft"
-    }
-
+impl JobStore for RaftStore {
     async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
         let uid = format!("{:016x}", rand::random::<u64>());
         proposed!(self, Command::PutJob { spec: Box::new(spec.clone()), precondition, now, uid }, Reply::Job(j) => *j)
@@ -413,7 +409,10 @@ impl Store for RaftStore {
     async fn jobs_by_uid(&self, uids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
         self.read().await?.jobs_by_uid(uids).await
     }
+}
 
+#[async_trait]
+impl LeadershipStore for RaftStore {
     async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {
         proposed!(self, Command::NextEpoch { scope: scope.into() }, Reply::Epoch(n) => n)
     }
@@ -426,18 +425,13 @@ impl Store for RaftStore {
         self.read().await?.leadership(scope).await
     }
 
-    fn cluster_clock_skew(&self) -> Option<i64> {
-        self.member.cluster_clock_skew()
-    }
-
-    fn measures_cluster_clocks(&self) -> bool {
-        self.member.measures_clocks()
-    }
-
     async fn advance_leader_time(&self, fence: &Fence, at: Millis) -> Result<Millis, StoreError> {
         proposed!(self, Command::LeaderTime { fence: fence.clone(), at }, Reply::LeaderTime(t) => t)
     }
+}
 
+#[async_trait]
+impl LeaderWrites for RaftStore {
     async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
         proposed!(self, Command::Fire { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec() }, Reply::Fired(v) => v)
     }
@@ -455,29 +449,16 @@ impl Store for RaftStore {
     ) -> Result<TurnWrite, StoreError> {
         proposed!(self, Command::Turn { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec(), transitions: transitions.to_vec() }, Reply::Turn(t) => t)
     }
+}
 
+#[async_trait]
+impl RunStore for RaftStore {
     async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
         proposed!(self, Command::RequestCancel { run_id: run_id.into(), now }, Reply::Cancel(c) => c)
     }
 
-    async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
-        proposed!(self, Command::Prune { fence: fence.clone(), keep_per_job, before, max }, Reply::Pruned(n) => n)
-    }
-
     async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError> {
         self.read().await?.get_run(run_id).await
-    }
-
-    async fn due_notifications(&self, now: Millis, limit: u32) -> Result<Vec<Notification>, StoreError> {
-        self.read().await?.due_notifications(now, limit).await
-    }
-
-    async fn settle_notification(&self, fence: &Fence, delivery: &Delivery) -> Result<bool, StoreError> {
-        proposed!(self, Command::SettleNotification { fence: fence.clone(), delivery: delivery.clone() }, Reply::Settled(b) => b)
-    }
-
-    async fn run_notifications(&self, run_id: &str) -> Result<Vec<Notification>, StoreError> {
-        self.read().await?.run_notifications(run_id).await
     }
 
     async fn list_runs(&self, filter: &RunFilter, limit: u32, cursor: Option<i64>) -> Result<RunPage, StoreError> {
@@ -495,9 +476,46 @@ impl Store for RaftStore {
     async fn live_attempts(&self) -> Result<Vec<LiveAttempt>, StoreError> {
         self.read().await?.live_attempts().await
     }
+}
+
+#[async_trait]
+impl NotificationStore for RaftStore {
+    async fn due_notifications(&self, now: Millis, limit: u32) -> Result<Vec<Notification>, StoreError> {
+        self.read().await?.due_notifications(now, limit).await
+    }
+
+    async fn settle_notification(&self, fence: &Fence, delivery: &Delivery) -> Result<bool, StoreError> {
+        proposed!(self, Command::SettleNotification { fence: fence.clone(), delivery: delivery.clone() }, Reply::Settled(b) => b)
+    }
+
+    async fn run_notifications(&self, run_id: &str) -> Result<Vec<Notification>, StoreError> {
+        self.read().await?.run_notifications(run_id).await
+    }
+}
+
+#[async_trait]
+impl RetentionStore for RaftStore {
+    async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
+        proposed!(self, Command::Prune { fence: fence.clone(), keep_per_job, before, max }, Reply::Pruned(n) => n)
+    }
 
     async fn size_bytes(&self) -> Option<u64> {
         self.member.current.store().size_bytes().await
+    }
+}
+
+#[async_trait]
+impl StoreProbes for RaftStore {
+    fn backend(&self) -> &'static str {
+        "raft"
+    }
+
+    fn cluster_clock_skew(&self) -> Option<i64> {
+        self.member.cluster_clock_skew()
+    }
+
+    fn measures_cluster_clocks(&self) -> bool {
+        self.member.measures_clocks()
     }
 
     fn stale_reads(&self) -> Option<Arc<dyn Store>> {

@@ -3,6 +3,9 @@
 //! membership, take-over), and the check of the client a forwarded write
 //! names.
 
+// tonic::Status is what the service answers with.
+#![allow(clippy::result_large_err)]
+
 use std::sync::Arc;
 
 use gnomon_proto::raft::raft_server;

@@ -28,8 +28,9 @@ use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
 use super::types::{Applied, Command, Entry, LogId, Reply, SnapshotFile, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::roles::*;
 use crate::sqlite::SqliteStore;
-use crate::{Store, StoreError};
+use crate::StoreError;
 
 /// The database that reads are served from; swapped when a snapshot is
 /// installed.

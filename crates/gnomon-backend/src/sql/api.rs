@@ -6,11 +6,7 @@
 macro_rules! sql_api {
     ($store:ident, $db:ty, $row:ty) => {
         #[async_trait]
-        impl Store for $store {
-            fn backend(&self) -> &'static str {
-                D.name
-            }
-
+        impl JobStore for $store {
             async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
                 let ns = spec.namespace().to_string();
                 let spec_text = serde_json::to_string(spec).map_err(|e| StoreError::Backend(e.to_string()))?;
@@ -237,7 +233,10 @@ macro_rules! sql_api {
                 }
                 Ok(out)
             }
+        }
 
+        #[async_trait]
+        impl LeadershipStore for $store {
             async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {
                 let mut w = self.writer_conn().await?;
                 let mut tx = Self::begin_write(&mut w).await?;
@@ -323,7 +322,10 @@ macro_rules! sql_api {
                 tx.commit().await.map_err(db_err)?;
                 Ok(committed)
             }
+        }
 
+        #[async_trait]
+        impl LeaderWrites for $store {
             async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
                 if let Some(r) = self.native_turn_write(fence, runs, advances, &[]).await {
                     return r.map(|(fired, _)| fired);
@@ -356,7 +358,10 @@ macro_rules! sql_api {
                 let (fired, applied) = self.fire_and_transition_tx(fence, runs, advances, transitions).await?;
                 Ok(TurnWrite { fired, applied: Ok(applied) })
             }
+        }
 
+        #[async_trait]
+        impl RunStore for $store {
             async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
                 let mut w = self.writer_conn().await?;
                 let mut tx = Self::begin_write(&mut w).await?;
@@ -463,17 +468,10 @@ macro_rules! sql_api {
                     .map_err(db_err)?;
                 rows.iter().map(run_from_row).collect()
             }
+        }
 
-            async fn server_clock(&self) -> Result<Option<Millis>, StoreError> {
-                let Some(q) = D.clock_query else { return Ok(None) };
-                sqlx::query_scalar(q).fetch_one(&self.pool).await.map(Some).map_err(db_err)
-            }
-
-            async fn size_bytes(&self) -> Option<u64> {
-                let n: Option<i64> = sqlx::query_scalar(D.size_query).fetch_one(&self.pool).await.ok();
-                n.and_then(|n| u64::try_from(n).ok())
-            }
-
+        #[async_trait]
+        impl NotificationStore for $store {
             async fn due_notifications(&self, now: Millis, limit: u32) -> Result<Vec<Notification>, StoreError> {
                 let rows = sqlx::query(&D.q("SELECT * FROM notifications WHERE state = 'pending' AND next_at <= ? ORDER BY next_at LIMIT ?"))
                     .bind(now)
@@ -514,6 +512,14 @@ macro_rules! sql_api {
                     .await
                     .map_err(db_err)?;
                 rows.iter().map(notification_from_row).collect()
+            }
+        }
+
+        #[async_trait]
+        impl RetentionStore for $store {
+            async fn size_bytes(&self) -> Option<u64> {
+                let n: Option<i64> = sqlx::query_scalar(D.size_query).fetch_one(&self.pool).await.ok();
+                n.and_then(|n| u64::try_from(n).ok())
             }
 
             async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
@@ -634,6 +640,18 @@ macro_rules! sql_api {
                 }
                 tx.commit().await.map_err(db_err)?;
                 Ok(deleted)
+            }
+        }
+
+        #[async_trait]
+        impl StoreProbes for $store {
+            fn backend(&self) -> &'static str {
+                D.name
+            }
+
+            async fn server_clock(&self) -> Result<Option<Millis>, StoreError> {
+                let Some(q) = D.clock_query else { return Ok(None) };
+                sqlx::query_scalar(q).fetch_one(&self.pool).await.map(Some).map_err(db_err)
             }
         }
     };

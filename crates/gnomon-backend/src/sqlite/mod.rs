@@ -367,6 +367,7 @@ mod store_impl {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::roles::*;
 
     async fn open_temp() -> (tempfile::TempDir, String) {
         let dir = tempfile::tempdir().unwrap();

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gnomon_backend::{AttemptChange, Fence, FireOutcome, JobAdvance, JobRecord, NewRun, SessionLeases, Store, StoreError, Transition};
+use gnomon_core::outcome::ExecOutcome;
 use gnomon_core::policy::{decide_overlap, plan_fires, Decision, OverlapDecision, PlanInput};
 use gnomon_core::retry::BackoffPolicy;
 use gnomon_core::run::run_state_after_attempt;
@@ -21,7 +22,6 @@ use gnomon_core::schedule::Schedule;
 use gnomon_core::spec::{Executor, MisfirePolicy, OverlapPolicy, RouteSpec};
 use gnomon_core::{AttemptState, Clock, Millis, RunState};
 use gnomon_proto::v1::{self, server_message, worker_message};
-use gnomon_worker::ExecOutcome;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use gnomon_core::backpressure::{Backpressure, BackpressureConfig, Pressure};

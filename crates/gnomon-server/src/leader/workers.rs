@@ -209,8 +209,8 @@ impl LeaderRuntime {
                 };
                 let exit_code = r.exit_code.or(r.http_status.and_then(|s| i32::try_from(s).ok()));
                 let mut output = r.output;
-                if output.len() > gnomon_worker::MAX_OUTPUT_BYTES {
-                    let cut = output.len() - gnomon_worker::MAX_OUTPUT_BYTES;
+                if output.len() > gnomon_proto::limits::MAX_OUTPUT_BYTES {
+                    let cut = output.len() - gnomon_proto::limits::MAX_OUTPUT_BYTES;
                     let cut = (cut..output.len()).find(|i| output.is_char_boundary(*i)).unwrap_or(output.len());
                     output = output[cut..].to_string();
                 }

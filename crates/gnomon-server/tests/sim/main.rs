@@ -29,6 +29,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use gnomon_backend::roles::*;
 use history::History;
 use store::{FaultRates, FaultyStore};
 use worker::SimWorker;

@@ -159,58 +159,75 @@ impl FaultyStore {
 }
 
 #[async_trait]
-impl Store for FaultyStore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
+impl JobStore for FaultyStore {
     async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
         self.inner.put_job(spec, precondition, now).await
     }
+
     async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError> {
         self.inner.set_job_paused(namespace, name, paused, now).await
     }
+
     async fn delete_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError> {
         self.inner.delete_job(namespace, name, precondition).await
     }
+
     async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<JobRecord>, StoreError> {
         self.read_fault()?;
         self.inner.get_job(namespace, name).await
     }
+
     async fn list_jobs(&self, namespace: Option<&str>) -> Result<Vec<JobRecord>, StoreError> {
         self.inner.list_jobs(namespace).await
     }
+
     async fn job_changes(&self, since: u64) -> Result<JobChanges, StoreError> {
         self.read_fault()?;
         self.inner.job_changes(since).await
     }
+
     async fn job_heads(&self) -> Result<JobHeads, StoreError> {
         self.read_fault()?;
         self.inner.job_heads().await
     }
+
     async fn jobs_by_uid(&self, uids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
         self.read_fault()?;
         self.inner.jobs_by_uid(uids).await
     }
+}
+
+#[async_trait]
+impl LeadershipStore for FaultyStore {
     async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {
         self.inner.next_epoch(scope).await
     }
+
     async fn fence(&self, fence: &Fence, holder: &LeaderInfo, now: Millis) -> Result<(), StoreError> {
         self.inner.fence(fence, holder, now).await?;
         self.current.fetch_max(fence.token, Ordering::SeqCst);
         Ok(())
     }
+
     async fn leadership(&self, scope: &str) -> Result<Option<LeadershipRecord>, StoreError> {
         self.inner.leadership(scope).await
     }
+
     async fn advance_leader_time(&self, fence: &Fence, at: Millis) -> Result<Millis, StoreError> {
         self.write(fence, self.inner.advance_leader_time(fence, at)).await
     }
+}
+
+#[async_trait]
+impl LeaderWrites for FaultyStore {
     async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
         self.write(fence, self.inner.fire(fence, runs, advances)).await
     }
+
     async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
         self.write(fence, self.inner.transition(fence, transitions)).await
     }
+
     async fn fire_and_transition(
         &self,
         fence: &Fence,
@@ -220,36 +237,61 @@ impl Store for FaultyStore {
     ) -> Result<TurnWrite, StoreError> {
         self.write(fence, self.inner.fire_and_transition(fence, runs, advances, transitions)).await
     }
+}
+
+#[async_trait]
+impl RunStore for FaultyStore {
     async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
         self.inner.request_cancel(run_id, now).await
     }
+
     async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError> {
         self.read_fault()?;
         self.inner.get_run(run_id).await
     }
+
     async fn list_runs(&self, filter: &RunFilter, limit: u32, cursor: Option<i64>) -> Result<RunPage, StoreError> {
         self.inner.list_runs(filter, limit, cursor).await
     }
+
     async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
         self.read_fault()?;
         self.inner.open_runs().await
     }
+
     async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError> {
         self.read_fault()?;
         self.inner.cancel_requests().await
     }
+
     async fn live_attempts(&self) -> Result<Vec<LiveAttempt>, StoreError> {
         self.read_fault()?;
         self.inner.live_attempts().await
     }
+}
+
+#[async_trait]
+impl NotificationStore for FaultyStore {
     async fn due_notifications(&self, now: Millis, limit: u32) -> Result<Vec<Notification>, StoreError> {
         self.read_fault()?;
         self.inner.due_notifications(now, limit).await
     }
+
     async fn settle_notification(&self, fence: &Fence, delivery: &Delivery) -> Result<bool, StoreError> {
         self.write(fence, self.inner.settle_notification(fence, delivery)).await
     }
+
     async fn run_notifications(&self, run_id: &str) -> Result<Vec<Notification>, StoreError> {
         self.inner.run_notifications(run_id).await
+    }
+}
+
+#[async_trait]
+impl RetentionStore for FaultyStore {}
+
+#[async_trait]
+impl StoreProbes for FaultyStore {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
     }
 }

@@ -52,20 +52,7 @@ impl ExecRequest {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExecOutcome {
-    /// `Succeeded`, `Failed`, `TimedOut` or `Cancelled`.
-    pub state: AttemptState,
-    /// Process exit code (shell) or HTTP status (http).
-    pub exit_code: Option<i32>,
-    pub output: String,
-}
-
-impl ExecOutcome {
-    fn failed(message: impl Into<String>) -> Self {
-        Self { state: AttemptState::Failed, exit_code: None, output: message.into() }
-    }
-}
+pub use gnomon_core::outcome::ExecOutcome;
 
 /// Context handed to a handler.
 #[derive(Debug, Clone)]

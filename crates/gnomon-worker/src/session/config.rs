@@ -6,13 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The largest `prefetch` a worker may ask for (the server refuses more).
-pub const MAX_PREFETCH: u32 = 65_536;
-
-/// The largest `capacity` a worker may announce (the server refuses more).
-/// With a full prefetch queue, a heartbeat listing every attempt held stays
-/// under the 8 MiB message limit of both ends.
-pub const MAX_CAPACITY: u32 = 65_536;
+/// The largest `prefetch` a worker may ask for and the largest `capacity`
+/// it may announce (the server refuses more). With a full prefetch queue, a
+/// heartbeat listing every attempt held stays under the 8 MiB message limit
+/// of both ends.
+pub use gnomon_proto::limits::{MAX_CAPACITY, MAX_PREFETCH};
 
 /// The prefetch queue of a worker that does not choose one: eight times its
 /// capacity. This is the most the worker holds, not what it is given: the

@@ -208,27 +208,23 @@ mod tests {
         assert!(Egress::parse_cidr("ten").is_err());
     }
 
-    async fn run_http(url: String, egress: Egress) -> crate::ExecOutcome {
-        let req = crate::ExecRequest {
-            run_id: "r-1".into(),
-            attempt: 1,
-            job: "j".into(),
-            namespace: "default".into(),
-            scheduled_at: 0,
-            token: 1,
-            worker_id: "w".into(),
-            executor: gnomon_core::spec::Executor::Http(gnomon_core::spec::HttpSpec {
-                method: "GET".into(),
-                url,
-                headers: Default::default(),
-                body: None,
-                expect_status: None,
-            }),
-            timeout: Some(Duration::from_secs(20)),
-            isolation: Arc::default(),
-            egress: Arc::new(egress.clone()),
-        };
-        crate::execute(&req, &egress.client(), &crate::HandlerRegistry::default(), tokio::sync::watch::channel(false).1).await
+    /// A GET through this egress, as an HTTP job makes it: the URL checked
+    /// first, then the request through the egress's client. The body, or
+    /// the error with its causes.
+    async fn run_http(url: String, egress: Egress) -> Result<String, String> {
+        fn chain(e: &dyn std::error::Error) -> String {
+            let mut s = e.to_string();
+            let mut src = e.source();
+            while let Some(x) = src {
+                s.push_str(&format!(": {x}"));
+                src = x.source();
+            }
+            s
+        }
+        let parsed: reqwest::Url = url.parse().map_err(|e| format!("{e}"))?;
+        egress.check_url(&parsed).map_err(|e| format!("request refused: {e}"))?;
+        let r = egress.client().get(&url).send().await.map_err(|e| chain(&e))?;
+        r.text().await.map_err(|e| chain(&e))
     }
 
     #[tokio::test]
@@ -243,18 +239,17 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         let e = Egress::with_defaults();
-        assert_eq!(run_http(format!("http://{addr}/ok"), e.clone()).await.state, gnomon_core::AttemptState::Succeeded);
-        let out = run_http("http://169.254.169.254/latest/meta-data".into(), e.clone()).await;
-        assert!(out.output.contains("request refused"), "{}", out.output);
-        let out = run_http(format!("http://{addr}/metadata"), e.clone()).await;
-        assert!(out.output.contains("redirect refused"), "{}", out.output);
-        let out = run_http(format!("http://{addr}/loop"), e.clone()).await;
-        assert!(out.output.contains("redirects"), "{}", out.output);
+        assert_eq!(run_http(format!("http://{addr}/ok"), e.clone()).await.as_deref(), Ok("fine"));
+        let out = run_http("http://169.254.169.254/latest/meta-data".into(), e.clone()).await.unwrap_err();
+        assert!(out.contains("request refused"), "{out}");
+        let out = run_http(format!("http://{addr}/metadata"), e.clone()).await.unwrap_err();
+        assert!(out.contains("redirect refused"), "{out}");
+        let out = run_http(format!("http://{addr}/loop"), e.clone()).await.unwrap_err();
+        assert!(out.contains("redirects"), "{out}");
         // A name that resolves only to denied addresses.
         let no_loopback = Egress { denied: vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()], ..Default::default() };
-        let out = run_http(format!("http://localhost:{}/ok", addr.port()), no_loopback).await;
-        assert_eq!(out.state, gnomon_core::AttemptState::Failed);
-        assert!(out.output.contains("denies"), "{}", out.output);
+        let out = run_http(format!("http://localhost:{}/ok", addr.port()), no_loopback).await.unwrap_err();
+        assert!(out.contains("denies"), "{out}");
     }
 
     /// A proxy on loopback that records each request's first line and
@@ -306,18 +301,17 @@ mod tests {
         pin(&mut e, "app.test", &["127.0.0.1"]);
         // An allowed name goes through the proxy.
         let out = run_http("http://app.test/x".into(), e.clone()).await;
-        assert_eq!(out.state, gnomon_core::AttemptState::Succeeded, "{}", out.output);
+        assert_eq!(out.as_deref(), Ok("ok"));
         assert_eq!(*seen.lock().unwrap(), vec!["GET http://app.test/x HTTP/1.1".to_string()]);
         // Names that resolve to a denied address never reach it, over
         // http or https (CONNECT), nor does a redirect to one.
         for url in ["http://metadata.test/latest/meta-data", "http://mixed.test/", "http://v6.test/", "https://metadata.test/"] {
-            let out = run_http(url.into(), e.clone()).await;
-            assert_eq!(out.state, gnomon_core::AttemptState::Failed, "{url}: {}", out.output);
-            assert!(out.output.contains("denies"), "{url}: {}", out.output);
+            let out = run_http(url.into(), e.clone()).await.unwrap_err();
+            assert!(out.contains("denies"), "{url}: {out}");
         }
         assert_eq!(seen.lock().unwrap().len(), 1, "{:?}", seen.lock().unwrap());
         let out = run_http("http://app.test/hop".into(), e.clone()).await;
-        assert_eq!(out.state, gnomon_core::AttemptState::Failed, "{}", out.output);
+        assert!(out.is_err(), "{out:?}");
         assert_eq!(seen.lock().unwrap().len(), 2, "only the first hop reached the proxy: {:?}", seen.lock().unwrap());
         // Without --http-proxy the proxy variables are ignored: a name that
         // does not resolve fails here instead of going to the proxy.
