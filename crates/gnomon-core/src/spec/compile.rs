@@ -1,0 +1,391 @@
+//! Parsing and checking a job: JSON to [`JobSpec`] with the path of the
+//! offending field, every field validated where it is parsed, and the
+//! schedule and backoff compiled ([`CompiledJob`]).
+
+use super::*;
+
+/// Parses a JSON job document; serde errors are mapped to stable codes and
+/// carry the path of the offending field.
+pub fn parse_job_json(bytes: &[u8]) -> Result<JobSpec, SpecError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| SpecError::new("invalid_encoding", "body", format!("body is not UTF-8: {e}")))?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let spec: JobSpec = serde_path_to_error::deserialize(&mut de).map_err(|e| json_error(&e))?;
+    de.end().map_err(|e| SpecError::new("invalid_json", "body", e.to_string()))?;
+    Ok(spec)
+}
+
+fn json_error(e: &serde_path_to_error::Error<serde_json::Error>) -> SpecError {
+    let path = e.path().to_string();
+    let field = if path == "." || path == "?" { "body".to_string() } else { path };
+    let inner = e.inner();
+    let message = inner.to_string();
+    let code = if message.starts_with("unknown field") {
+        "unknown_field"
+    } else if message.starts_with("missing field") {
+        "missing_field"
+    } else if inner.is_syntax() || inner.is_eof() {
+        "invalid_json"
+    } else {
+        "invalid_field"
+    };
+    SpecError::new(code, field, message)
+}
+
+/// Checks a job or namespace name: 1..=max characters from `[A-Za-z0-9_.-]`,
+/// starting with a letter or digit.
+pub fn validate_name(field: &str, name: &str, max: usize) -> Result<(), SpecError> {
+    if name.is_empty() {
+        return Err(SpecError::new("invalid_name", field, "must not be empty"));
+    }
+    if name.len() > max {
+        return Err(SpecError::new("invalid_name", field, format!("longer than {max} characters")));
+    }
+    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))) {
+        return Err(SpecError::new("invalid_name", field, format!("contains {bad:?}; only letters, digits, '_', '.' and '-' are allowed")));
+    }
+    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err(SpecError::new("invalid_name", field, "must start with a letter or digit"));
+    }
+    Ok(())
+}
+
+fn duration_field(field: &str, text: &str) -> Result<Duration, SpecError> {
+    parse_duration(text).map_err(|m| SpecError::new("invalid_duration", field, m))
+}
+
+fn positive_duration_field(field: &str, text: &str) -> Result<Duration, SpecError> {
+    let d = duration_field(field, text)?;
+    if d < Duration::from_millis(1) {
+        // Sub-millisecond durations would round to zero (no timeout at all).
+        return Err(SpecError::new("invalid_duration", field, "must be at least 1ms"));
+    }
+    if d > Duration::from_secs(366 * 24 * 3600) {
+        return Err(SpecError::new("invalid_duration", field, "must be at most one year"));
+    }
+    Ok(d)
+}
+
+impl JobSpec {
+    /// The job's namespace: `namespace`, or [`DEFAULT_NAMESPACE`] when it
+    /// is absent.
+    pub fn namespace(&self) -> &str {
+        self.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE)
+    }
+
+    /// Validates every field and compiles the schedule. On success the
+    /// returned spec is normalised (namespace filled in, durations
+    /// canonicalised) and is what gets stored.
+    pub fn compile(&self) -> Result<CompiledJob, SpecError> {
+        let mut spec = self.clone();
+        spec.status = None;
+        validate_name("name", &spec.name, MAX_NAME_LEN)?;
+        let ns = spec.namespace().to_string();
+        validate_name("namespace", &ns, MAX_NAMESPACE_LEN)?;
+        spec.namespace = Some(ns);
+        if let Some(d) = &spec.description {
+            if d.len() > 4096 {
+                return Err(SpecError::new("invalid_field", "description", "longer than 4096 bytes"));
+            }
+        }
+        let schedule = compile_schedule(&mut spec.schedule)?;
+        validate_executor(&spec.executor)?;
+        let timeout = match &spec.timeout {
+            Some(t) => {
+                let d = positive_duration_field("timeout", t)?;
+                spec.timeout = Some(format_duration(d));
+                Some(d)
+            }
+            None => None,
+        };
+        let (max_attempts, backoff) = match &mut spec.retry {
+            None => (1, BackoffPolicy::default()),
+            Some(retry) => {
+                if retry.max_attempts == 0 {
+                    return Err(SpecError::new("invalid_retry", "retry.max_attempts", "must be at least 1"));
+                }
+                if retry.max_attempts > MAX_ATTEMPTS_LIMIT {
+                    return Err(SpecError::new("invalid_retry", "retry.max_attempts", format!("must be at most {MAX_ATTEMPTS_LIMIT}")));
+                }
+                let backoff = compile_backoff(retry.backoff.as_mut())?;
+                (retry.max_attempts, backoff)
+            }
+        };
+        let catchup = match &spec.catchup_window {
+            Some(w) => {
+                let d = positive_duration_field("catchup_window", w)?;
+                spec.catchup_window = Some(format_duration(d));
+                d
+            }
+            None => DEFAULT_CATCHUP_WINDOW,
+        };
+        if let Some(route) = &spec.route {
+            for (k, v) in &route.labels {
+                if k.is_empty() || k.len() > 63 || v.len() > 63 {
+                    return Err(SpecError::new(
+                        "invalid_route",
+                        format!("route.labels.{k}"),
+                        "label keys must be 1-63 bytes, values at most 63",
+                    ));
+                }
+            }
+        }
+        crate::notify::compile_targets(&mut spec.notify)?;
+        Ok(CompiledJob {
+            spec,
+            schedule,
+            timeout,
+            max_attempts,
+            backoff,
+            catchup_window_ms: i64::try_from(catchup.as_millis()).unwrap_or(i64::MAX),
+        })
+    }
+}
+
+impl ScheduleSpec {
+    /// The schedule this describes (as a job's spec compiles it).
+    pub fn compile(&self) -> Result<Schedule, SpecError> {
+        compile_schedule(&mut self.clone())
+    }
+}
+
+fn compile_schedule(s: &mut ScheduleSpec) -> Result<Schedule, SpecError> {
+    let given = [s.cron.is_some(), s.every.is_some(), s.at.is_some()].iter().filter(|b| **b).count();
+    if given > 1 {
+        return Err(SpecError::new("invalid_schedule", "schedule", "give exactly one of cron, every or at (or none for manual only)"));
+    }
+    if s.timezone.is_some() && s.cron.is_none() {
+        return Err(SpecError::new("invalid_schedule", "schedule.timezone", "timezone applies only to cron schedules"));
+    }
+    if let Some(expr) = &s.cron {
+        let tz = s.timezone.clone().unwrap_or_else(|| "UTC".into());
+        let c = CronSchedule::parse(expr, &tz)?;
+        s.cron = Some(c.expression.clone());
+        s.timezone = Some(tz);
+        return Ok(Schedule::Cron(Box::new(c)));
+    }
+    if let Some(every) = &s.every {
+        let d = positive_duration_field("schedule.every", every)?;
+        if d < Duration::from_millis(100) {
+            return Err(SpecError::new("invalid_duration", "schedule.every", "must be at least 100ms"));
+        }
+        s.every = Some(format_duration(d));
+        return Ok(Schedule::Every { every_ms: i64::try_from(d.as_millis()).unwrap_or(i64::MAX) });
+    }
+    if let Some(at) = &s.at {
+        let t = chrono::DateTime::parse_from_rfc3339(at)
+            .map_err(|e| SpecError::new("invalid_schedule", "schedule.at", format!("not an RFC 3339 time: {e}")))?;
+        let at_ms: Millis = t.timestamp_millis();
+        s.at = Some(crate::format_millis(at_ms));
+        return Ok(Schedule::At { at_ms });
+    }
+    Ok(Schedule::Manual)
+}
+
+fn compile_backoff(b: Option<&mut BackoffSpec>) -> Result<BackoffPolicy, SpecError> {
+    let mut policy = BackoffPolicy::default();
+    let Some(b) = b else { return Ok(policy) };
+    if let Some(i) = &b.initial {
+        policy.initial = positive_duration_field("retry.backoff.initial", i)?;
+        b.initial = Some(format_duration(policy.initial));
+    }
+    if let Some(m) = &b.max {
+        policy.max = positive_duration_field("retry.backoff.max", m)?;
+        b.max = Some(format_duration(policy.max));
+    }
+    if policy.max < policy.initial {
+        return Err(SpecError::new("invalid_retry", "retry.backoff.max", "must be at least retry.backoff.initial"));
+    }
+    if let Some(m) = b.multiplier {
+        if !(1.0..=10.0).contains(&m) {
+            return Err(SpecError::new("invalid_retry", "retry.backoff.multiplier", "must be between 1.0 and 10.0"));
+        }
+        policy.multiplier = m;
+    }
+    if let Some(j) = b.jitter {
+        if !(0.0..=1.0).contains(&j) {
+            return Err(SpecError::new("invalid_retry", "retry.backoff.jitter", "must be between 0.0 and 1.0"));
+        }
+        policy.jitter = j;
+    }
+    Ok(policy)
+}
+
+fn validate_limits(l: &Limits) -> Result<(), SpecError> {
+    let bad = |field: &str, msg: String| SpecError::new("invalid_limits", format!("executor.shell.limits.{field}"), msg);
+    if l.cpu_seconds == Some(0) {
+        return Err(bad("cpu_seconds", "must be at least 1".into()));
+    }
+    if let Some(m) = &l.memory {
+        let bytes = parse_bytes(m).map_err(|e| bad("memory", e))?;
+        if bytes < 1 << 20 {
+            return Err(bad("memory", "must be at least 1MiB".into()));
+        }
+    }
+    if l.open_files.is_some_and(|n| n < 8) {
+        return Err(bad("open_files", "must be at least 8".into()));
+    }
+    if l.processes == Some(0) {
+        return Err(bad("processes", "must be at least 1".into()));
+    }
+    Ok(())
+}
+
+fn validate_executor(e: &Executor) -> Result<(), SpecError> {
+    match e {
+        Executor::Shell(s) => {
+            if s.command.trim().is_empty() {
+                return Err(SpecError::new("invalid_executor", "executor.shell.command", "must not be empty"));
+            }
+            let texts = std::iter::once(&s.command).chain(s.args.iter()).chain(s.env.values()).chain(s.cwd.iter());
+            for t in texts {
+                if t.contains('\0') {
+                    return Err(SpecError::new("invalid_executor", "executor.shell", "strings must not contain NUL bytes"));
+                }
+            }
+            if let Some(l) = &s.limits {
+                validate_limits(l)?;
+            }
+            for k in s.env.keys() {
+                if k.is_empty() || k.contains('=') || k.contains('\0') {
+                    return Err(SpecError::new(
+                        "invalid_executor",
+                        format!("executor.shell.env.{k}"),
+                        "environment names must be non-empty without '=' or NUL",
+                    ));
+                }
+                if k.starts_with("GNOMON_") {
+                    return Err(SpecError::new(
+                        "invalid_executor",
+                        format!("executor.shell.env.{k}"),
+                        "GNOMON_* variables are set by gnomon itself",
+                    ));
+                }
+            }
+        }
+        Executor::Http(h) => {
+            let url =
+                url::Url::parse(&h.url).map_err(|e| SpecError::new("invalid_url", "executor.http.url", format!("{e}: {:?}", h.url)))?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(SpecError::new("invalid_url", "executor.http.url", "scheme must be http or https"));
+            }
+            if url.host_str().is_none_or(str::is_empty) {
+                return Err(SpecError::new("invalid_url", "executor.http.url", "URL has no host"));
+            }
+            const METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+            if !METHODS.contains(&h.method.as_str()) {
+                return Err(SpecError::new("invalid_executor", "executor.http.method", format!("must be one of {}", METHODS.join(", "))));
+            }
+            for (k, v) in &h.headers {
+                let token_ok = !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                if !token_ok || v.contains(['\r', '\n', '\0']) {
+                    return Err(SpecError::new("invalid_executor", format!("executor.http.headers.{k}"), "not a valid HTTP header"));
+                }
+            }
+            if let Some(s) = h.expect_status {
+                if !(100..=599).contains(&s) {
+                    return Err(SpecError::new("invalid_executor", "executor.http.expect_status", "must be an HTTP status 100-599"));
+                }
+            }
+        }
+        Executor::Handler(h) => {
+            validate_name("executor.handler.name", &h.name, MAX_NAME_LEN).map_err(|e| SpecError { code: "invalid_executor", ..e })?;
+            let size = serde_json::to_vec(&h.payload).map(|v| v.len()).unwrap_or(usize::MAX);
+            if size > MAX_PAYLOAD_BYTES {
+                return Err(SpecError::new(
+                    "payload_too_large",
+                    "executor.handler.payload",
+                    format!("payload is {size} bytes; at most {MAX_PAYLOAD_BYTES}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compile(json: &str) -> Result<CompiledJob, SpecError> {
+        parse_job_json(json.as_bytes())?.compile()
+    }
+
+    #[test]
+    fn design_example_compiles() {
+        let j = compile(
+            r#"{"name":"hello","schedule":{"cron":"*/5 * * * * *","timezone":"Europe/Berlin"},
+ "executor":{"shell":{"command":"echo","args":["hi"]}},
+ "retry":{"max_attempts":3,"backoff":{"initial":"1s","max":"1m","multiplier":2.0,"jitter":0.2}},
+ "timeout":"30s","overlap":"allow","misfire":"fire_once","catchup_window":"1h",
+ "route":{"strategy":"least_loaded","labels":{"region":"eu"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(j.max_attempts, 3);
+        assert_eq!(j.timeout, Some(Duration::from_secs(30)));
+        assert_eq!(j.spec.namespace(), "default");
+        // The normalised spec round-trips.
+        let again = parse_job_json(&serde_json::to_vec(&j.spec).unwrap()).unwrap().compile().unwrap();
+        assert_eq!(again.spec, j.spec);
+    }
+
+    #[test]
+    fn bad_inputs_have_codes_and_fields() {
+        let cases = [
+            (r#"{"name":"a","schedule":{"cron":"x"},"executor":{"shell":{"command":"true"}}}"#, "invalid_cron", "schedule.cron"),
+            (
+                r#"{"name":"a","schedule":{"cron":"* * * * *","timezone":"Nowhere/City"},"executor":{"shell":{"command":"true"}}}"#,
+                "invalid_timezone",
+                "schedule.timezone",
+            ),
+            (r#"{"name":"a","schedule":{"every":"-1s"},"executor":{"shell":{"command":"true"}}}"#, "invalid_duration", "schedule.every"),
+            (r#"{"name":"a","timeout":"soon","executor":{"shell":{"command":"true"}}}"#, "invalid_duration", "timeout"),
+            (r#"{"name":"a","timeout":"500us","executor":{"shell":{"command":"true"}}}"#, "invalid_duration", "timeout"),
+            (
+                r#"{"name":"a","executor":{"shell":{"command":"true","limits":{"memory":"12 parsecs"}}}}"#,
+                "invalid_limits",
+                "executor.shell.limits.memory",
+            ),
+            (
+                r#"{"name":"a","executor":{"shell":{"command":"true","limits":{"memory":"1K"}}}}"#,
+                "invalid_limits",
+                "executor.shell.limits.memory",
+            ),
+            (
+                r#"{"name":"a","executor":{"shell":{"command":"true","limits":{"cpu_seconds":0}}}}"#,
+                "invalid_limits",
+                "executor.shell.limits.cpu_seconds",
+            ),
+            (
+                r#"{"name":"a","executor":{"shell":{"command":"true","limits":{"open_files":2}}}}"#,
+                "invalid_limits",
+                "executor.shell.limits.open_files",
+            ),
+            (r#"{"name":"a","retry":{"max_attempts":0},"executor":{"shell":{"command":"true"}}}"#, "invalid_retry", "retry.max_attempts"),
+            (
+                r#"{"name":"a","retry":{"max_attempts":100000},"executor":{"shell":{"command":"true"}}}"#,
+                "invalid_retry",
+                "retry.max_attempts",
+            ),
+            (r#"{"name":"a","bogus":1,"executor":{"shell":{"command":"true"}}}"#, "unknown_field", "bogus"),
+            (r#"{"name":"a/b","executor":{"shell":{"command":"true"}}}"#, "invalid_name", "name"),
+            (r#"{"name":"a","executor":{"http":{"url":"ftp://x"}}}"#, "invalid_url", "executor.http.url"),
+            (r#"{"name":"a","executor":{"http":{"url":"not a url"}}}"#, "invalid_url", "executor.http.url"),
+            (
+                r#"{"name":"a","schedule":{"cron":"* * * * *","every":"1s"},"executor":{"shell":{"command":"true"}}}"#,
+                "invalid_schedule",
+                "schedule",
+            ),
+            (r#"{"name":"a","executor":{"shell":{"command":""}}}"#, "invalid_executor", "executor.shell.command"),
+            (r#"{"name":"a","executor":{"shell":{"command":"true","oops":1}}}"#, "unknown_field", "executor.shell.oops"),
+            (r#"{"name":"a"}"#, "missing_field", "body"),
+            (r#"{"name":"a","#, "invalid_json", "body"),
+        ];
+        for (json, code, field) in cases {
+            let err = compile(json).expect_err(json);
+            assert_eq!((err.code, err.field.as_str()), (code, field), "{json}: {err}");
+        }
+        let long = format!(r#"{{"name":"{}","executor":{{"shell":{{"command":"true"}}}}}}"#, "a".repeat(129));
+        assert_eq!(compile(&long).unwrap_err().code, "invalid_name");
+        assert_eq!(parse_job_json(b"{\"name\":\"\xff\"}").unwrap_err().code, "invalid_encoding");
+    }
+}
