@@ -6,6 +6,7 @@
 
 pub mod caller;
 pub mod election;
+pub mod electors;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod model;
@@ -65,6 +66,58 @@ pub enum StoreError {
 impl StoreError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// The kind of store a URL names, from its scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    /// `sqlite://FILE`: embedded, one server.
+    Sqlite,
+    /// `mysql://` or `mariadb://`.
+    MySql,
+    /// `postgres://` or `postgresql://`.
+    Postgres,
+    /// `etcd://HOST:PORT,…`.
+    Etcd,
+    /// `raft://DIR`: this server is a member of an embedded Raft cluster.
+    Raft,
+}
+
+impl StoreKind {
+    /// The kind of `url`, or `None` for a scheme no store has.
+    pub fn of(url: &str) -> Option<StoreKind> {
+        Some(match url.split_once("://")?.0 {
+            "sqlite" => StoreKind::Sqlite,
+            "mysql" | "mariadb" => StoreKind::MySql,
+            "postgres" | "postgresql" => StoreKind::Postgres,
+            "etcd" => StoreKind::Etcd,
+            "raft" => StoreKind::Raft,
+            _ => return None,
+        })
+    }
+
+    /// Its name in messages and the backend label of metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Sqlite => "sqlite",
+            StoreKind::MySql => "mysql",
+            StoreKind::Postgres => "postgres",
+            StoreKind::Etcd => "etcd",
+            StoreKind::Raft => "raft",
+        }
+    }
+
+    /// Whether servers on other machines may share it, so that a local
+    /// elector would make each of them a leader.
+    pub fn is_shared(self) -> bool {
+        matches!(self, StoreKind::MySql | StoreKind::Postgres | StoreKind::Etcd)
+    }
+}
+
+impl std::fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

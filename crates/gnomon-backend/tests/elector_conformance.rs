@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gnomon_backend::election::{lock_elector_for, ElectionConfig};
+use gnomon_backend::election::ElectionConfig;
+use gnomon_backend::electors::lock_elector_for;
 use gnomon_backend::testing::conformance::{contested_elector_suite, ElectorFixture};
 use gnomon_backend::testing::testdb::{etcd_endpoints, Server, TestDb};
 use gnomon_backend::{open_store, ElectionError, Elector, Store};

@@ -29,7 +29,7 @@ use axum::http::{header, HeaderValue, Method, StatusCode, Version};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::api::ApiError;
+use crate::api::error::ApiError;
 
 /// The host names a request may be addressed to.
 #[derive(Debug, Clone, Default)]

@@ -11,7 +11,9 @@ use gnomon_api::{ClusterStatus, NewLearner, Removed};
 use gnomon_backend::raft::{Change, ChangeError, Member};
 
 use crate::api::authz::{delete, get, post, Policy};
-use crate::api::{cluster_view, ApiError, ApiResult, ApiState};
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::state::ApiState;
+use crate::api::status::cluster_view;
 
 pub fn routes() -> Router<ApiState> {
     const CHANGE: Policy = Policy::UnrestrictedAdmin("changing the cluster's members");
@@ -54,7 +56,7 @@ pub(crate) async fn status(State(state): State<ApiState>) -> ApiResult<Json<Clus
     responses((status = 200, body = ClusterStatus), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
 pub(crate) async fn add_learner(State(state): State<ApiState>, req: Request) -> ApiResult<Json<ClusterStatus>> {
     let m = member(&state)?;
-    let bytes = crate::api::read_body(req.into_body()).await?;
+    let bytes = crate::api::extract::read_body(req.into_body()).await?;
     let body: NewLearner = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad("invalid_json", format!("a learner is {{\"id\": N, \"address\": \"HOST:PORT\"}}: {e}")))?;
     if body.id == 0 {

@@ -14,6 +14,7 @@ pub mod node;
 pub mod notifier;
 pub mod openapi;
 mod outbound;
+pub mod server;
 pub mod sessions;
 mod ui;
 

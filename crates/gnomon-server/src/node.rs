@@ -8,8 +8,13 @@ use gnomon_backend::{Elector, Fence, LeaderInfo, Store};
 use gnomon_core::Clock;
 use tokio::sync::{mpsc, watch};
 
-use crate::leader::{LeaderCommand, LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime, PressureInfo, WorkerInfo, WorkersView};
-use crate::leader_time::{self, ClockStatus, Keeper, LeaderClock, Meters, SharedStatus, SkewLimits, Verdict};
+use crate::leader::{LeaderCommand, LeaderConfig, LeaderExit, PressureInfo, WorkerInfo, WorkersView};
+use crate::leader_time::{self, ClockStatus, Meters, SharedStatus, SkewLimits};
+
+mod admission;
+mod term;
+
+use admission::Admission;
 
 pub const SCOPE: &str = "scheduler";
 
@@ -137,14 +142,12 @@ impl Node {
 
     /// Campaigns and leads until `shutdown` turns true; then resigns.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        let backend = self.elector.backend();
         let me = LeaderInfo {
             holder: self.handle.config.node_id.clone(),
             address: self.handle.config.advertise.clone(),
-            backend: backend.to_string(),
+            backend: self.elector.backend().to_string(),
         };
         metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(0.0);
-        let limits = self.handle.config.clock;
         let meters = Arc::new(Meters::default());
         let observer = {
             let h = self.handle.clone();
@@ -154,178 +157,23 @@ impl Node {
                 h.clock.clone(),
                 meters.clone(),
                 h.clock_status.clone(),
-                limits,
+                self.handle.config.clock,
                 move || h.leading_token().is_some(),
             ))
         };
+        // Campaign, admit the term (its clock against the committed leader
+        // time), lead until the term ends, give it back; again.
         while !*shutdown.borrow() {
-            let leadership = tokio::select! {
-                r = self.elector.campaign(SCOPE, &me) => r,
-                _ = shutdown.changed() => break,
-            };
-            let leadership = match leadership {
-                Ok(l) => l,
-                Err(e) => {
-                    metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => "error").increment(1);
-                    tracing::warn!(error = %e, "campaign failed; retrying");
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                        _ = shutdown.changed() => {}
-                    }
+            let Some(leadership) = self.campaign(&me, &mut shutdown).await else { break };
+            let start = match self.admit(&leadership, &meters, &mut shutdown).await {
+                Admission::Start(start) => start,
+                Admission::Refused(pause) => {
+                    self.hold_off(pause, &mut shutdown).await;
                     continue;
                 }
+                Admission::Shutdown => break,
             };
-            // The term starts from the committed leader time, and not at all
-            // if this node's clock is too far from it.
-            let Some(committed) = self.committed_leader_time().await else {
-                tracing::warn!("cannot read the committed leader time; giving the term back");
-                let _ = self.elector.resign(&leadership).await;
-                self.hold_off(Duration::from_secs(1), &mut shutdown).await;
-                continue;
-            };
-            // Where the store measures the members' clocks (raft), their
-            // median is the better reference. A cluster's first leader has
-            // no committed time and no readings to judge itself by: it
-            // waits (briefly) for the first round trips to measure the
-            // members, so that a wrong clock never commits the first
-            // leader time, which every later leader would start from.
-            let mut cluster_skew = self.handle.store.cluster_clock_skew();
-            if committed == 0 && cluster_skew.is_none() && self.handle.store.measures_cluster_clocks() {
-                let until = Instant::now() + FIRST_MEASURE;
-                while cluster_skew.is_none() && Instant::now() < until {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    cluster_skew = self.handle.store.cluster_clock_skew();
-                }
-            }
-            // Where the store server has a clock: this node against the
-            // median of it, this node and the last leader.
-            let mut server_center = None;
-            if cluster_skew.is_none() {
-                if let Some(me) = leader_time::server_offset(&*self.handle.store, &*self.handle.clock, 3).await {
-                    let leader = meters.leader_vs_server.lock().unwrap_or_else(|p| p.into_inner()).estimate(Instant::now()).map(|e| -e);
-                    cluster_skew = Some(leader_time::server_skew(me, leader));
-                    server_center = cluster_skew.map(|s| me - s);
-                }
-            }
-            let wall = self.handle.clock.now_millis();
-            let estimate = meters.leader.lock().unwrap_or_else(|p| p.into_inner()).estimate(Instant::now());
-            let start_skew = cluster_skew.or_else(|| leader_time::takeover_skew(committed, wall, estimate));
-            if leader_time::report(&self.handle.clock_status, start_skew, limits, "new leader") == Some(Verdict::StepDown) {
-                leader_time::stepped_down(&self.handle.clock_status, start_skew.unwrap_or(0), limits, wall, "taking over");
-                metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => "refused").increment(1);
-                if let Err(e) = self.elector.resign(&leadership).await {
-                    tracing::warn!(error = %e, "resign failed");
-                }
-                self.hold_off(leader_time::HOLD_OFF, &mut shutdown).await;
-                continue;
-            }
-            // A clock behind the committed time (within the bound, or the
-            // term was refused above) waits until it reaches it: no time-based
-            // decision of this term is taken at a time the cluster has
-            // already passed, nor at one ahead of this node's own clock (a
-            // committed time that a fast clock left ahead stays unreached
-            // here until it is true).
-            // A committed time further ahead than the bound, of a node that
-            // agrees with the cluster's clocks (a reference says so), was
-            // left by a wrong clock: waiting for it would stop scheduling
-            // for as long, and starting at it would fire early. The term
-            // starts from this node's clock.
-            let ahead = committed - self.handle.clock.now_millis();
-            let poisoned = cluster_skew.is_some() && ahead > i64::try_from(limits.step_down.as_millis()).unwrap_or(i64::MAX);
-            let committed = if poisoned {
-                metrics::counter!("gnomon_clock_skew_warnings_total").increment(1);
-                tracing::error!(
-                    ahead_ms = ahead,
-                    "the committed leader time is ahead of this node's clock, which agrees with the cluster's, by more than --clock-skew-step-down: a wrong clock set it; this term starts from this node's clock"
-                );
-                self.handle.clock.now_millis()
-            } else {
-                committed
-            };
-            if !self.wait_for_committed_time(committed, &limits, &leadership, &mut shutdown).await {
-                let _ = self.elector.resign(&leadership).await;
-                if *shutdown.borrow() {
-                    break;
-                }
-                self.hold_off(Duration::from_secs(1), &mut shutdown).await;
-                continue;
-            }
-            metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => "acquired").increment(1);
-            metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(1.0);
-            tracing::info!(token = leadership.token, backend, "leading scope {SCOPE}");
-            let (cmd_tx, cmd_rx) = mpsc::channel(8192);
-            let view = WorkersView::default();
-            {
-                let mut st = self.handle.write();
-                st.term = Some((leadership.token, cmd_tx));
-                st.workers = view.clone();
-            }
-            let fence = Fence { scope: SCOPE.into(), token: leadership.token };
-            let clock = Arc::new(LeaderClock::new(self.handle.clock.clone(), committed, start_skew, limits));
-            // The term ends when the elector says so or the keeper does.
-            let (step_tx, step_rx) = watch::channel(false);
-            let forward = tokio::spawn({
-                let (mut lost, step_tx) = (leadership.lost.clone(), step_tx.clone());
-                async move {
-                    if lost.wait_for(|l| *l).await.is_ok() {
-                        let _ = step_tx.send(true);
-                    }
-                }
-            });
-            let stepped_before = self.handle.clock_status().stepped_down_at;
-            let (keeper_stop, keeper_stopped) = watch::channel(false);
-            let keeper = tokio::spawn(
-                Keeper {
-                    store: self.handle.store.clone(),
-                    fence: fence.clone(),
-                    clock: clock.clone(),
-                    skew_known: start_skew.is_some(),
-                    server_center,
-                    limits,
-                    status: self.handle.clock_status.clone(),
-                    step_down: step_tx,
-                }
-                .run(keeper_stopped),
-            );
-            let runtime = LeaderRuntime::new(LeaderParts {
-                store: self.handle.store.clone(),
-                fence: fence.clone(),
-                clock: clock.clone(),
-                config: self.handle.config.leader.clone(),
-                commands: cmd_rx,
-                lost: step_rx,
-                shutdown: shutdown.clone(),
-                view,
-            });
-            let retention =
-                tokio::spawn(retention_loop(self.handle.store.clone(), fence.clone(), self.handle.config.leader.clone(), clock.clone()));
-            let notifier =
-                tokio::spawn(crate::notifier::notify_loop(self.handle.store.clone(), fence, clock, crate::notifier::env_secrets()));
-            let exit = runtime.run().await;
-            retention.abort();
-            notifier.abort();
-            forward.abort();
-            // The keeper finishes a commit under way (bounded: the store
-            // may be gone), so none lands after the term has ended here.
-            let _ = keeper_stop.send(true);
-            let keeper_abort = keeper.abort_handle();
-            if tokio::time::timeout(KEEPER_STOP, keeper).await.is_err() {
-                keeper_abort.abort();
-            }
-            let clock_fault = self.handle.clock_status().stepped_down_at != stepped_before;
-            {
-                let mut st = self.handle.write();
-                st.term = None;
-                st.workers = WorkersView::default();
-            }
-            metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(0.0);
-            metrics::gauge!("gnomon_workers", "state" => "live").set(0.0);
-            let result = match exit {
-                LeaderExit::Shutdown => "resigned",
-                LeaderExit::Lost | LeaderExit::Fenced => "lost",
-            };
-            metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => result).increment(1);
-            tracing::info!(?exit, "leader loops stopped");
+            let (exit, clock_fault) = self.lead(&leadership, start, &shutdown).await;
             if let Err(e) = self.elector.resign(&leadership).await {
                 tracing::warn!(error = %e, "resign failed");
             }

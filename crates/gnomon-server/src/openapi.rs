@@ -5,7 +5,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api;
+use crate::api::{jobs, runs, status};
 use crate::cluster_api;
 
 #[derive(OpenApi)]
@@ -17,11 +17,11 @@ use crate::cluster_api;
             (viewer: reads; operator: triggers, pause, resume, cancel; admin: jobs and the cluster)."
     ),
     paths(
-        api::jobs::create_job, api::jobs::list_jobs, api::jobs::get_job, api::jobs::put_job,
-        api::jobs::delete_job, api::jobs::trigger_job, api::jobs::pause_job, api::jobs::resume_job,
-        api::jobs::preview_schedule,
-        api::runs::list_runs, api::runs::get_run, api::runs::cancel_run,
-        api::status::list_workers, api::status::whoami, api::status::leader, api::status::healthz, api::status::readyz,
+        jobs::create_job, jobs::list_jobs, jobs::get_job, jobs::put_job,
+        jobs::delete_job, jobs::trigger_job, jobs::pause_job, jobs::resume_job,
+        jobs::preview_schedule,
+        runs::list_runs, runs::get_run, runs::cancel_run,
+        status::list_workers, status::whoami, status::leader, status::healthz, status::readyz,
         cluster_api::status, cluster_api::add_learner, cluster_api::promote, cluster_api::remove,
     ),
     components(schemas(gnomon_api::ErrorBody, gnomon_api::TriggerAnswer)),

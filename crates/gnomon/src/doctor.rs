@@ -162,7 +162,7 @@ async fn store(r: &mut Report, url: &str) {
         Ok(Ok(s)) => s,
     };
     r.ok(format!("store {shown} opens, its schema is current and this user has every privilege gnomon uses"));
-    match gnomon_backend::election::lock_elector_for(url, store.clone(), ElectionConfig::default()).await {
+    match gnomon_backend::electors::lock_elector_for(url, store.clone(), ElectionConfig::default()).await {
         Ok(Some(_)) => r.ok("the store's election lock can be taken and released"),
         Ok(None) => {}
         Err(e) => r.fail(format!("election lock: {e}")),

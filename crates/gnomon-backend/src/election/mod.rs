@@ -329,32 +329,6 @@ mod tests {
     }
 }
 
-/// The database-lock elector that goes with a store URL: `GET_LOCK` for
-/// `mysql://`, an advisory lock for `postgres://`; `None` for other stores.
-/// Probes the lock once, so a user who may not take it is told at start.
-pub async fn lock_elector_for(url: &str, store: Arc<dyn Store>, config: ElectionConfig) -> Result<Option<DbLockElector>, ElectionError> {
-    let connector: Arc<dyn LockConnector> = if url.starts_with("mysql://") || url.starts_with("mariadb://") {
-        #[cfg(feature = "mysql")]
-        {
-            Arc::new(crate::mysql::lock::MySqlLock::new(url, config.ttl)?)
-        }
-        #[cfg(not(feature = "mysql"))]
-        return Err(ElectionError::Refused("the mysql backend is not compiled into this build".into()));
-    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        #[cfg(feature = "postgres")]
-        {
-            Arc::new(crate::postgres::lock::PgLock::new(url, config.ttl)?)
-        }
-        #[cfg(not(feature = "postgres"))]
-        return Err(ElectionError::Refused("the postgres backend is not compiled into this build".into()));
-    } else {
-        return Ok(None);
-    };
-    let elector = DbLockElector::new(connector, store, config);
-    elector.probe().await?;
-    Ok(Some(elector))
-}
-
 /// `--election`: which elector a server uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ElectionKind {
@@ -417,24 +391,25 @@ pub enum ElectionPlan {
 pub fn plan_election(
     kind: ElectionKind,
     etcd_given: bool,
-    store: &str,
+    store: crate::StoreKind,
     fallback: Fallback,
     single_server: bool,
 ) -> Result<ElectionPlan, String> {
-    let shared = matches!(store, "mysql" | "postgres" | "etcd");
-    if store == "etcd" && fallback == Fallback::Local {
+    use crate::StoreKind;
+    let shared = store.is_shared();
+    if store == StoreKind::Etcd && fallback == Fallback::Local {
         return Err("--election-fallback local makes no sense with the etcd store: without etcd there is no store either".into());
     }
     let plan = match kind {
-        ElectionKind::Auto if etcd_given || store == "etcd" => ElectionPlan::Etcd { fallback_local: fallback == Fallback::Local },
+        ElectionKind::Auto if etcd_given || store == StoreKind::Etcd => ElectionPlan::Etcd { fallback_local: fallback == Fallback::Local },
         ElectionKind::Auto if shared => ElectionPlan::StoreLock,
         ElectionKind::Auto => ElectionPlan::Local,
-        ElectionKind::Etcd if !etcd_given && store != "etcd" => return Err("--election etcd needs the etcd endpoints: --etcd host:2379,host:2379,…".into()),
+        ElectionKind::Etcd if !etcd_given && store != StoreKind::Etcd => return Err("--election etcd needs the etcd endpoints: --etcd host:2379,host:2379,…".into()),
         ElectionKind::Etcd => ElectionPlan::Etcd { fallback_local: fallback == Fallback::Local },
-        ElectionKind::MySql if store != "mysql" => {
+        ElectionKind::MySql if store != StoreKind::MySql => {
             return Err(format!("--election mysql takes GET_LOCK in the store's database, but the store is {store}; use a mysql:// store or --election auto"))
         }
-        ElectionKind::Postgres if store != "postgres" => {
+        ElectionKind::Postgres if store != StoreKind::Postgres => {
             return Err(format!("--election postgres takes an advisory lock in the store's database, but the store is {store}; use a postgres:// store or --election auto"))
         }
         ElectionKind::MySql | ElectionKind::Postgres => ElectionPlan::StoreLock,
@@ -458,32 +433,33 @@ pub fn plan_election(
 #[cfg(test)]
 mod plan_tests {
     use super::*;
+    use crate::StoreKind;
     use ElectionKind::*;
 
     #[test]
     fn the_factory_chain_of_seed_000() {
-        assert_eq!(plan_election(Auto, true, "postgres", Fallback::None, false), Ok(ElectionPlan::Etcd { fallback_local: false }));
-        assert_eq!(plan_election(Auto, true, "sqlite", Fallback::Local, false), Ok(ElectionPlan::Etcd { fallback_local: true }));
-        assert_eq!(plan_election(Auto, false, "mysql", Fallback::None, false), Ok(ElectionPlan::StoreLock));
-        assert_eq!(plan_election(Auto, false, "postgres", Fallback::None, false), Ok(ElectionPlan::StoreLock));
-        assert_eq!(plan_election(Auto, false, "sqlite", Fallback::None, false), Ok(ElectionPlan::Local));
-        assert_eq!(plan_election(MySql, false, "mysql", Fallback::None, false), Ok(ElectionPlan::StoreLock));
+        assert_eq!(plan_election(Auto, true, StoreKind::Postgres, Fallback::None, false), Ok(ElectionPlan::Etcd { fallback_local: false }));
+        assert_eq!(plan_election(Auto, true, StoreKind::Sqlite, Fallback::Local, false), Ok(ElectionPlan::Etcd { fallback_local: true }));
+        assert_eq!(plan_election(Auto, false, StoreKind::MySql, Fallback::None, false), Ok(ElectionPlan::StoreLock));
+        assert_eq!(plan_election(Auto, false, StoreKind::Postgres, Fallback::None, false), Ok(ElectionPlan::StoreLock));
+        assert_eq!(plan_election(Auto, false, StoreKind::Sqlite, Fallback::None, false), Ok(ElectionPlan::Local));
+        assert_eq!(plan_election(MySql, false, StoreKind::MySql, Fallback::None, false), Ok(ElectionPlan::StoreLock));
     }
 
     #[test]
     fn unsafe_or_senseless_combinations_are_refused() {
-        let e = plan_election(Local, false, "mysql", Fallback::None, false).unwrap_err();
+        let e = plan_election(Local, false, StoreKind::MySql, Fallback::None, false).unwrap_err();
         assert!(e.contains("every server") && e.contains("--single-server"), "{e}");
-        assert_eq!(plan_election(Local, false, "mysql", Fallback::None, true), Ok(ElectionPlan::Local));
-        assert!(plan_election(Etcd, false, "sqlite", Fallback::None, false).unwrap_err().contains("--etcd"));
-        assert!(plan_election(MySql, false, "postgres", Fallback::None, false).unwrap_err().contains("mysql://"));
-        assert!(plan_election(Postgres, false, "sqlite", Fallback::None, false).is_err());
-        assert!(plan_election(Auto, false, "mysql", Fallback::Local, false).unwrap_err().contains("only applies to the etcd"));
-        assert!(plan_election(Local, true, "sqlite", Fallback::None, false).unwrap_err().contains("--etcd was given"));
-        assert_eq!(plan_election(Auto, false, "etcd", Fallback::None, false), Ok(ElectionPlan::Etcd { fallback_local: false }));
-        assert_eq!(plan_election(Etcd, false, "etcd", Fallback::None, false), Ok(ElectionPlan::Etcd { fallback_local: false }));
-        assert!(plan_election(Auto, false, "etcd", Fallback::Local, false).unwrap_err().contains("etcd store"));
-        assert!(plan_election(Local, false, "etcd", Fallback::None, false).unwrap_err().contains("--single-server"));
+        assert_eq!(plan_election(Local, false, StoreKind::MySql, Fallback::None, true), Ok(ElectionPlan::Local));
+        assert!(plan_election(Etcd, false, StoreKind::Sqlite, Fallback::None, false).unwrap_err().contains("--etcd"));
+        assert!(plan_election(MySql, false, StoreKind::Postgres, Fallback::None, false).unwrap_err().contains("mysql://"));
+        assert!(plan_election(Postgres, false, StoreKind::Sqlite, Fallback::None, false).is_err());
+        assert!(plan_election(Auto, false, StoreKind::MySql, Fallback::Local, false).unwrap_err().contains("only applies to the etcd"));
+        assert!(plan_election(Local, true, StoreKind::Sqlite, Fallback::None, false).unwrap_err().contains("--etcd was given"));
+        assert_eq!(plan_election(Auto, false, StoreKind::Etcd, Fallback::None, false), Ok(ElectionPlan::Etcd { fallback_local: false }));
+        assert_eq!(plan_election(Etcd, false, StoreKind::Etcd, Fallback::None, false), Ok(ElectionPlan::Etcd { fallback_local: false }));
+        assert!(plan_election(Auto, false, StoreKind::Etcd, Fallback::Local, false).unwrap_err().contains("etcd store"));
+        assert!(plan_election(Local, false, StoreKind::Etcd, Fallback::None, false).unwrap_err().contains("--single-server"));
         assert!("raft".parse::<ElectionKind>().is_err());
         assert!("maybe".parse::<Fallback>().is_err());
     }

@@ -1,6 +1,5 @@
 //! What backend tests share: the conformance suites and throwaway databases.
 
 pub mod conformance;
-mod notifications;
 #[cfg(all(feature = "mysql", feature = "postgres"))]
 pub mod testdb;

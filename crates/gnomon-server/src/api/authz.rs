@@ -19,7 +19,8 @@ use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{on, MethodFilter, MethodRouter};
 
-use super::{ApiError, ApiState};
+use super::error::ApiError;
+use super::state::ApiState;
 use crate::auth::{Denied, Principal, Role};
 
 /// What an operation needs of its caller.

@@ -5,53 +5,18 @@
 //! forwarded request is marked, and a server that is not the leader either
 //! answers `not_leader` rather than forwarding it again.
 
-use std::time::Duration;
-
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::{read_body, ApiError, ApiResult, ApiState};
+use super::error::{ApiError, ApiResult};
+use super::extract::read_body;
+use super::state::ApiState;
 
 /// Marks a request one server forwarded to another (its value: the
 /// forwarding node).
 pub const FORWARDED_BY: &str = "gnomon-forwarded-by";
-
-/// How the API reaches the leader.
-#[derive(Clone)]
-pub struct Forwarder {
-    client: reqwest::Client,
-    scheme: &'static str,
-}
-
-impl Forwarder {
-    /// Plain HTTP, as the servers of a cluster without TLS speak.
-    pub fn plain() -> Self {
-        Self { client: client(reqwest::Client::builder()), scheme: "http" }
-    }
-
-    /// HTTPS to the leader's listener, trusting `ca` (PEM) besides the
-    /// public roots.
-    pub fn tls(ca: Option<&[u8]>) -> Result<Self, String> {
-        let mut builder = reqwest::Client::builder();
-        if let Some(pem) = ca {
-            for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(|e| format!("--ca: {e}"))? {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
-        Ok(Self { client: client(builder), scheme: "https" })
-    }
-}
-
-fn client(builder: reqwest::ClientBuilder) -> reqwest::Client {
-    builder
-        .timeout(Duration::from_secs(40))
-        .connect_timeout(Duration::from_secs(3))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap_or_default()
-}
 
 /// A `not_leader` answer: this server does not lead, and `why` it cannot
 /// help further.

@@ -11,8 +11,10 @@ use gnomon_core::spec::{parse_job_json, JobSpec, DEFAULT_NAMESPACE};
 use serde::Deserialize;
 use tokio::sync::oneshot;
 
+use super::error::{ApiError, ApiResult};
+use super::extract::{caller, check_ns, marked, query, read_body, reader, NsQuery};
 use super::forward::not_leader;
-use super::{caller, check_ns, marked, query, read_body, reader, ApiError, ApiResult, ApiState, NsQuery};
+use super::state::ApiState;
 use crate::leader::LeaderCommand;
 
 /// A job as the API shows it.

@@ -9,7 +9,9 @@ use gnomon_backend::{CancelOutcome, RunDetail, RunFilter, RunRecord};
 use gnomon_core::{format_millis, RunState};
 use serde::Deserialize;
 
-use super::{caller, check_ns, marked, query, reader, ApiError, ApiResult, ApiState};
+use super::error::{ApiError, ApiResult};
+use super::extract::{caller, check_ns, marked, query, reader};
+use super::state::ApiState;
 use crate::auth::Principal;
 
 /// A run as the API shows it: with its attempts when `detail` is given,

@@ -8,7 +8,9 @@ use gnomon_api::{Backpressure, ClockInfo, ClusterMember, ClusterStatus, Health, 
 use gnomon_core::format_millis;
 use serde::Deserialize;
 
-use super::{marked, query, reader, ApiError, ApiResult, ApiState};
+use super::error::{ApiError, ApiResult};
+use super::extract::{marked, query, reader};
+use super::state::ApiState;
 use crate::node::SCOPE;
 
 #[utoipa::path(get, path = "/v1/whoami", tag = "cluster", summary = "The credential this call was made with, and its role",
@@ -144,9 +146,6 @@ pub(super) async fn leader(State(state): State<ApiState>, uri: axum::http::Uri) 
 /// How long a readiness answer is reused: `/readyz` needs no credential,
 /// so a flood of probes must not become a flood of store queries.
 const READY_CACHE: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// The last readiness check: when, and whether a leader is recorded (or why not).
-pub type ReadyCheck = Option<(std::time::Instant, Result<bool, ApiError>)>;
 
 #[utoipa::path(get, path = "/healthz", tag = "operations", summary = "The process answers (no credential)",
     security(()), responses((status = 200, body = Health)))]

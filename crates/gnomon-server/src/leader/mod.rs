@@ -29,7 +29,7 @@ use gnomon_core::routing::{pick_worker, Candidate};
 
 /// The most ready runs one dispatch pass looks at.
 const MAX_DISPATCH_SCAN: usize = 8192;
-use crate::sessions::Outbound;
+use crate::outbound::Outbound;
 
 /// The longest the actor sleeps between turns, which bounds how stale the
 /// job feed and cancel requests can get (and step-down latency).

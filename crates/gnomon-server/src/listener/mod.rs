@@ -180,7 +180,7 @@ async fn track(ctx: Arc<ConnCtx>, mut request: Request, next: Next) -> Response 
     let mut response = next.run(request).await;
     if stalled.is_some_and(|f| f.load(Ordering::SeqCst)) {
         let message = format!("the request body did not arrive within {}s", ctx.body_timeout.as_secs());
-        response = crate::api::ApiError::new(StatusCode::REQUEST_TIMEOUT, "timeout", message).into_response();
+        response = crate::api::error::ApiError::new(StatusCode::REQUEST_TIMEOUT, "timeout", message).into_response();
         if version <= Version::HTTP_11 {
             response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }

@@ -23,14 +23,14 @@ use std::time::Duration;
 
 use crate::leader_args::LeaderArgs;
 use gnomon_backend::election::LocalElector;
-use gnomon_backend::election::{lock_elector_for, plan_election, ElectionConfig, ElectionKind, ElectionPlan, Fallback, FallbackElector};
+use gnomon_backend::election::{plan_election, ElectionConfig, ElectionKind, ElectionPlan, Fallback, FallbackElector};
+use gnomon_backend::electors::lock_elector_for;
 use gnomon_backend::etcd::EtcdElector;
-use gnomon_backend::{open_store, open_store_with, Elector};
-use gnomon_server::api::{router, ApiState};
+use gnomon_backend::{open_store, open_store_with, Elector, StoreKind};
 use gnomon_server::auth::Authenticator;
 use gnomon_server::browser::HostPolicy;
 use gnomon_server::listener::ListenConfig;
-use gnomon_server::{Node, NodeConfig};
+use gnomon_server::NodeConfig;
 use gnomon_worker::{HandlerRegistry, WorkerConfig, WorkerRuntime};
 
 #[derive(Args, Debug)]
@@ -245,11 +245,11 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
     let store_kind = store_kind(&args.store.store)?;
     // A raft member is reached at its --raft-peers address.
     let raft_addr = match (store_kind, &args.raft.raft_peers, args.raft.raft_id) {
-        ("raft", Some(p), Some(id)) => crate::raft_member::parse_peers(p)?.get(&id).cloned(),
+        (StoreKind::Raft, Some(p), Some(id)) => crate::raft_member::parse_peers(p)?.get(&id).cloned(),
         _ => None,
     };
     let advertise = args.advertise.clone().or(raft_addr).unwrap_or_else(|| addr.to_string());
-    let config = args.leader.node_config(node_id.clone(), advertise.clone(), if store_kind == "etcd" { "15s" } else { "10s" })?;
+    let config = args.leader.node_config(node_id.clone(), advertise.clone(), if store_kind == StoreKind::Etcd { "15s" } else { "10s" })?;
     let hosts = args.access.hosts(&advertise, auth.enabled())?;
     if let Some(w) = worker.as_mut() {
         w.tls = args.access.embedded_worker_tls(ca.as_deref());
@@ -261,7 +261,7 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
     } else if args.jobs.run_as.is_some() {
         bail!("--run-as applies to the embedded worker: give --capacity N too");
     }
-    if store_kind == "raft" {
+    if store_kind == StoreKind::Raft {
         if !matches!(args.election.as_str(), "auto" | "raft") {
             bail!("--store raft:// elects with raft itself; leave --election at auto");
         }
@@ -300,7 +300,7 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
     // writes compare the term's election key) on the store's endpoints
     // unless --etcd names others.
     let etcd_store = match store_kind {
-        "etcd" => Some(gnomon_backend::etcd::parse_url(&args.store.store).map_err(|e| anyhow!("--store: {e}"))?),
+        StoreKind::Etcd => Some(gnomon_backend::etcd::parse_url(&args.store.store).map_err(|e| anyhow!("--store: {e}"))?),
         _ => None,
     };
     if (args.etcd_ca.is_some() || args.etcd_cert.is_some() || args.etcd_key.is_some()) && args.etcd.is_none() {
@@ -361,8 +361,11 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
             Err(e) => bail!("cannot use the {store_kind} election lock: {e}"),
         },
         ElectionPlan::Local => {
-            if store_kind != "sqlite" {
-                tracing::warn!(backend = store_kind, "--single-server: the local elector leads unconditionally on this shared store");
+            if store_kind != StoreKind::Sqlite {
+                tracing::warn!(
+                    backend = store_kind.name(),
+                    "--single-server: the local elector leads unconditionally on this shared store"
+                );
             }
             Arc::new(LocalElector::new(store.clone()))
         }
@@ -384,15 +387,9 @@ fn without_credentials(url: &str) -> String {
 }
 
 /// The store's kind from its URL, before connecting (for the election plan).
-fn store_kind(url: &str) -> anyhow::Result<&'static str> {
-    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
-    Ok(match scheme {
-        "sqlite" => "sqlite",
-        "mysql" | "mariadb" => "mysql",
-        "postgres" | "postgresql" => "postgres",
-        "etcd" => "etcd",
-        "raft" => "raft",
-        _ => bail!("--store {:?} must start with sqlite://, mysql://, postgres://, etcd:// or raft://", without_credentials(url)),
+fn store_kind(url: &str) -> anyhow::Result<StoreKind> {
+    StoreKind::of(url).ok_or_else(|| {
+        anyhow!("--store {:?} must start with sqlite://, mysql://, postgres://, etcd:// or raft://", without_credentials(url))
     })
 }
 
@@ -407,6 +404,9 @@ fn embedded_worker(node_id: &str, capacity: u32, spool_dir: Option<PathBuf>) -> 
     w
 }
 
+/// Starts the server, and the embedded worker beside it (over loopback to
+/// the listener, the same protocol as `gnomon worker`), until SIGTERM; then
+/// stops them in the server's order.
 async fn run_node(
     config: NodeConfig,
     store: Arc<dyn gnomon_backend::Store>,
@@ -416,60 +416,26 @@ async fn run_node(
     embedded_worker: Option<WorkerConfig>,
     raft: Option<gnomon_backend::raft::Service>,
 ) -> anyhow::Result<()> {
-    let metrics = gnomon_server::metrics_setup::install();
-    let resign_first = elector.backend() != "local";
-    let node = Node::new(config, store, elector, Arc::new(gnomon_core::SystemClock));
-    let _reloader = auth.spawn_reloader(Duration::from_secs(1));
-    let forward = match (&listen.tls, ca) {
-        (None, _) => gnomon_server::api::forward::Forwarder::plain(),
-        (Some(_), ca) => {
-            let pem = ca.map(|p| std::fs::read(p).with_context(|| format!("reading --ca {}", p.display()))).transpose()?;
-            gnomon_server::api::forward::Forwarder::tls(pem.as_deref()).map_err(|e| anyhow!(e))?
-        }
+    let ca_pem = match (&listen.tls, ca) {
+        (Some(_), Some(p)) => Some(std::fs::read(p).with_context(|| format!("reading --ca {}", p.display()))?),
+        _ => None,
     };
-    let state =
-        ApiState { node: node.handle.clone(), metrics, auth, hosts: Arc::new(hosts), ready: Arc::default(), raft, forward: Some(forward) };
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-    let local = listener.local_addr()?;
-    let scheme = if listen.tls.is_some() { "https" } else { "http" };
-    tracing::info!("gnomon listening on {scheme}://{local} (console at {scheme}://{local}/, workers connect here too)");
-    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let node_task = tokio::spawn(node.run(shutdown_rx));
-    let (http_stop_tx, http_shutdown) = tokio::sync::watch::channel(false);
-    let server_task = tokio::spawn(gnomon_server::listener::serve(listener, router(state), listen, http_shutdown, Duration::from_secs(5)));
-    // The embedded worker speaks the same protocol as `gnomon worker`, over
-    // loopback to this listener: one code path for both.
+    let config = gnomon_server::server::ServerConfig { node: config, addr, auth, hosts, listen, ca_pem, raft };
+    let server = gnomon_server::server::Server::start(config, store, elector).await.map_err(|e| anyhow!(e))?;
     let (worker_stop_tx, worker_stop_rx) = tokio::sync::watch::channel(false);
     let worker_task = embedded_worker.map(|mut w| {
-        w.servers = vec![local.to_string()];
+        w.servers = vec![server.local_addr().to_string()];
         let drain = w.drain_timeout;
         (tokio::spawn(WorkerRuntime::new(w, HandlerRegistry::with_builtins()).run(worker_stop_rx)), drain)
     });
     wait_for_signal().await;
-    // With an HA elector: resign first, so another replica
-    // takes over within about a second, then drain (workers connected here
-    // are answered NotLeader and follow the new leader). The local elector
-    // has nobody to hand over to: drain first, so the embedded worker's
-    // last results still reach this leader.
-    let drain = |task: Option<(tokio::task::JoinHandle<()>, Duration)>| async move {
-        if let Some((task, drain)) = task {
-            let _ = tokio::time::timeout(drain + Duration::from_secs(6), task).await;
-        }
-    };
-    if resign_first {
-        tracing::info!("shutting down: resigning leadership, then draining");
-        let _ = shutdown_tx.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(10), node_task).await;
-        let _ = worker_stop_tx.send(true);
-        drain(worker_task).await;
-    } else {
-        tracing::info!("shutting down: draining the embedded worker, then resigning");
-        let _ = worker_stop_tx.send(true);
-        drain(worker_task).await;
-        let _ = shutdown_tx.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(10), node_task).await;
-    }
-    let _ = http_stop_tx.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(5), server_task).await;
+    server
+        .shutdown(async move {
+            let _ = worker_stop_tx.send(true);
+            if let Some((task, drain)) = worker_task {
+                let _ = tokio::time::timeout(drain + Duration::from_secs(6), task).await;
+            }
+        })
+        .await;
     Ok(())
 }

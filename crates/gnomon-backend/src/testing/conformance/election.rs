@@ -1,9 +1,11 @@
 //! The elector suites: one leader at a time, hand-over, growing tokens,
 //! a severed leader fenced.
 
+use std::future::Future;
 use std::sync::Arc;
 
-use super::*;
+use super::fixtures::*;
+use crate::*;
 
 /// Runs every elector test against `elector`, which must be backed by `store`.
 pub async fn elector_suite(store: Arc<dyn Store>, elector: Arc<dyn Elector>) {

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use gnomon_core::{AttemptState, RunState};
 
-use super::*;
+use super::fixtures::*;
+use crate::*;
 
 pub(super) async fn fire_uniqueness_under_concurrency(a: Arc<dyn Store>, b: Arc<dyn Store>) {
     let scope = unique("scope");

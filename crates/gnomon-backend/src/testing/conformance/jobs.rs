@@ -1,7 +1,8 @@
 //! Job writes, preconditions, the change feed and the reads a rebuilding
 //! leader makes.
 
-use super::*;
+use super::fixtures::*;
+use crate::*;
 
 pub(super) async fn jobs_and_preconditions(s: &dyn Store) {
     let name = unique("crud");

@@ -9,71 +9,21 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use gnomon_core::spec::{parse_job_json, JobSpec};
-use gnomon_core::RunState;
-
 use crate::*;
 
 mod election;
 mod firing;
+mod fixtures;
 mod jobs;
+mod notifications;
 mod runs;
 
 pub use election::{contested_elector_suite, elector_suite, ElectorFixture};
 use firing::*;
+pub use fixtures::job_spec;
 use jobs::*;
+use notifications::*;
 use runs::*;
-
-pub(super) fn unique(prefix: &str) -> String {
-    format!("{prefix}-{:08x}", rand::random::<u32>())
-}
-
-/// A valid job spec (`every: 1s`, `shell: true`) named `name`.
-pub fn job_spec(name: &str) -> JobSpec {
-    parse_job_json(format!(r#"{{"name":"{name}","schedule":{{"every":"1s"}},"executor":{{"shell":{{"command":"true"}}}}}}"#).as_bytes())
-        .and_then(|s| s.compile())
-        .map(|c| c.spec)
-        .expect("suite job spec is valid")
-}
-
-pub(super) fn new_run(job: &JobRecord, t: i64) -> NewRun {
-    NewRun {
-        job_uid: job.uid.clone(),
-        namespace: job.namespace.clone(),
-        job: job.name.clone(),
-        scheduled_at: t,
-        fired_at: t + 1,
-        state: RunState::Pending,
-        reason: None,
-        manual: false,
-    }
-}
-
-pub(super) fn tr(run: &str, from: RunState, fa: u32, to: RunState, ta: u32, attempt: Option<AttemptChange>) -> Transition {
-    Transition {
-        run_id: run.into(),
-        from,
-        from_attempt: fa,
-        to,
-        to_attempt: ta,
-        reason: None,
-        next_attempt_at: None,
-        attempt,
-        at: 5,
-        notify: Vec::new(),
-    }
-}
-
-/// Takes a fresh term on `scope` and returns its fence.
-pub(super) async fn lead(store: &dyn Store, scope: &str) -> Fence {
-    let token = store.next_epoch(scope).await.expect("next_epoch");
-    let fence = Fence { scope: scope.into(), token };
-    store
-        .fence(&fence, &LeaderInfo { holder: "suite".into(), address: "127.0.0.1:0".into(), backend: "test".into() }, 1)
-        .await
-        .expect("fence");
-    fence
-}
 
 /// Runs every store test. `open` must return a new handle to one shared database.
 pub async fn store_suite<F, Fut>(open: F)
@@ -97,6 +47,6 @@ where
     pagination_is_stable_under_inserts(a.as_ref()).await;
     cancel_requests(a.as_ref()).await;
     leader_time_only_moves_forward(a.as_ref(), b.as_ref()).await;
-    super::notifications::notifications_ride_with_their_transition(a.as_ref(), b.as_ref()).await;
+    notifications_ride_with_their_transition(a.as_ref(), b.as_ref()).await;
     retention_deletes_only_old_terminal_runs(a.as_ref()).await;
 }

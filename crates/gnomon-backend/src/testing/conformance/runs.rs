@@ -2,7 +2,9 @@
 
 use gnomon_core::{AttemptState, RunState};
 
-use super::*;
+use super::firing::s_run;
+use super::fixtures::*;
+use crate::*;
 
 pub(super) async fn pagination_is_stable_under_inserts(s: &dyn Store) {
     let scope = unique("scope");

@@ -4,7 +4,7 @@
 
 use gnomon_core::RunState;
 
-use super::conformance::{job_spec, lead, new_run, tr, unique};
+use super::fixtures::{job_spec, lead, new_run, tr, unique};
 use crate::*;
 
 fn note(run: &str, outcome: &str, at: i64) -> NewNotification {

@@ -1,0 +1,98 @@
+//! The API's error answer, `{"error":{"code","message"}}`, what store and
+//! spec errors become, and the layer that rewrites the framework's own
+//! error answers to that form.
+
+use axum::extract::Request;
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use gnomon_backend::StoreError;
+use gnomon_core::SpecError;
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    pub(super) message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into() }
+    }
+    pub(crate) fn bad(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(gnomon_api::ErrorBody::new(self.code, self.message))).into_response()
+    }
+}
+
+impl From<SpecError> for ApiError {
+    fn from(e: SpecError) -> Self {
+        let status = if e.code == "payload_too_large" { StatusCode::PAYLOAD_TOO_LARGE } else { StatusCode::BAD_REQUEST };
+        Self::new(status, e.code, format!("{}: {}", e.field, e.message))
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let (status, code) = match &e {
+            StoreError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            StoreError::AlreadyExists(_) => (StatusCode::CONFLICT, "already_exists"),
+            StoreError::VersionConflict { .. } => (StatusCode::CONFLICT, "version_conflict"),
+            StoreError::Terminal(_) => (StatusCode::CONFLICT, "run_terminal"),
+            StoreError::Fenced { .. } => (StatusCode::SERVICE_UNAVAILABLE, "not_leader"),
+            StoreError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        Self::new(status, code, e.to_string())
+    }
+}
+
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
+
+/// Every error answer is `{"error":{"code","message"}}`: the ones the
+/// framework makes itself (a method not allowed, a path segment that is not
+/// UTF-8, …) are rewritten to that form, keeping their status and headers.
+pub(super) async fn json_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if content_type.starts_with("application/json") || content_type.starts_with("application/grpc") {
+        return response;
+    }
+    let code = match status {
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::REQUEST_TIMEOUT => "timeout",
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    };
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.map(|b| String::from_utf8_lossy(&b).trim().to_string()).unwrap_or_default();
+    let message = if !text.is_empty() {
+        text
+    } else if status == StatusCode::METHOD_NOT_ALLOWED {
+        let allow = parts.headers.get(header::ALLOW).and_then(|v| v.to_str().ok()).unwrap_or("");
+        format!("this method is not allowed here (allowed: {allow})")
+    } else {
+        status.canonical_reason().unwrap_or("error").to_string()
+    };
+    let mut out = ApiError::new(status, code, message).into_response();
+    for name in [header::ALLOW, header::WWW_AUTHENTICATE, header::RETRY_AFTER] {
+        if let Some(v) = parts.headers.get(&name) {
+            out.headers_mut().insert(name, v.clone());
+        }
+    }
+    out
+}
