@@ -1,4 +1,4 @@
-//! The run state machine of DESIGN.md "Run lifecycle".
+//! The run state machine: a run's lifecycle (README "Semantics"; ARCHITECTURE.md invariant 3).
 //!
 //! `pending → assigned → running → succeeded`; an attempt can end `failed`,
 //! `timed_out` or `lost`, and the run then goes `retrying → pending` while

@@ -37,7 +37,7 @@ pub struct ExecRequest {
 }
 
 impl ExecRequest {
-    /// The attempt environment (DESIGN.md "Interfaces"): the run id is the
+    /// The attempt environment (README "What a shell job sees"): the run id is the
     /// idempotency key; token and attempt let a job fence its side effects.
     pub fn gnomon_vars(&self) -> Vec<(&'static str, String)> {
         vec![
