@@ -38,6 +38,11 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
     ("gnomon_leader_election_total", Kind::Counter, "Leader election outcomes by backend and result (acquired, lost, error, refused)"),
     ("gnomon_fencing_rejections_total", Kind::Counter, "Leader writes the store rejected for carrying a stale fencing token"),
     (
+        "gnomon_connections_closed_total",
+        Kind::Counter,
+        "Connections the listener closed by reason: shed (idle, to make room), refused (at once, every one busy), idle (no request within its deadline)",
+    ),
+    (
         "gnomon_leader_rebuilds_total",
         Kind::Counter,
         "Times the leader rebuilt its state from the store after an error it could not classify",

@@ -74,7 +74,7 @@ pub enum Output {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// One process: server, embedded worker, SQLite store, local election.
-    Dev(serve::DevArgs),
+    Dev(Box<serve::DevArgs>),
     /// A server replica (leader candidate) on a shared store.
     Server(Box<serve::ServerArgs>),
     /// Apply the store's migrations and exit (servers also apply them on start).
@@ -382,7 +382,7 @@ async fn run(cli: Cli, loaded: config::Loaded) -> anyhow::Result<()> {
     let out = cli.output;
     let _ = serve::LOG_FORMAT.set(cli.log_format);
     match cli.command {
-        Command::Dev(args) => serve::dev(args, cli.token, cli.ca).await,
+        Command::Dev(args) => serve::dev(*args, cli.token, cli.ca).await,
         Command::Server(args) => serve::server(*args, cli.token, cli.ca).await,
         Command::Migrate(args) => serve::migrate(args).await,
         Command::Auth(cmd) => auth_cmd::run(cmd),

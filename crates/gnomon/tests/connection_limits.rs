@@ -280,3 +280,31 @@ fn a_stalled_body_is_answered_408_and_a_busy_address_at_its_cap_leaves_others_se
     drop(busy);
     wait_until("the address served again", Duration::from_secs(10), || get_within(&addr, "/healthz", Duration::from_secs(5)) == 200);
 }
+
+/// The deadlines are flags: with `--header-read-timeout 2s` a socket that
+/// sends nothing is closed well before the 10 s default, and every close
+/// is counted by reason in `/metrics`. A deadline out of range stops the
+/// start.
+#[test]
+fn deadlines_are_flags_and_closes_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["dev", "--listen", "127.0.0.1:1", "--data-dir", dir.path().join("bad").to_str().unwrap(), "--idle-timeout", "0s"])
+        .env("GNOMON_ALLOW_ROOT_JOBS", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--idle-timeout must be between 1s and 1h"), "{err}");
+    let (_dev, addr) = dev(dir.path(), &["--header-read-timeout", "2s", "--idle-timeout", "3s", "--body-timeout", "2s"], leading);
+    let mut s = idle_socket(&addr);
+    let opened = Instant::now();
+    assert!(closed_by_peer(&mut s, Duration::from_secs(30)), "the idle socket was never closed");
+    assert!(opened.elapsed() < Duration::from_secs(9), "closed after {:?}: the 2 s deadline was not used", opened.elapsed());
+    wait_until("the close counted", Duration::from_secs(10), || {
+        let Ok(mut m) = TcpStream::connect(&addr) else { return false };
+        let _ = write!(m, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let mut text = String::new();
+        let _ = m.read_to_string(&mut text);
+        text.lines().any(|l| l.starts_with("gnomon_connections_closed_total{reason=\"idle\"}"))
+    });
+}

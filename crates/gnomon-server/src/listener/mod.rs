@@ -378,6 +378,7 @@ async fn drive<I>(
                     Some(_) => {}
                     None if conn.expired(now, config.header_read_timeout, config.idle_timeout) => {
                         tracing::debug!(client = %conn.client, "closing an idle connection");
+                        metrics::counter!("gnomon_connections_closed_total", "reason" => "idle").increment(1);
                         served.as_mut().graceful_shutdown();
                         drop_at = Some(now + CLOSE_GRACE);
                     }

@@ -140,6 +140,7 @@ impl Table {
         };
         if let Some(v) = victim.and_then(|id| t.evict(id)) {
             tracing::debug!(client = %v.client, "closing an idle connection to make room for a new one");
+            metrics::counter!("gnomon_connections_closed_total", "reason" => "shed").increment(1);
             v.shed.notify_one();
         }
         t.next_id += 1;
@@ -167,6 +168,7 @@ impl Table {
 
     /// Logs a refusal, at most one line every 10 s.
     pub(super) fn refused(&self, why: &str) {
+        metrics::counter!("gnomon_connections_closed_total", "reason" => "refused").increment(1);
         let mut t = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         t.refused += 1;
         if t.warned.is_none_or(|w| w.elapsed() >= Duration::from_secs(10)) {

@@ -50,6 +50,21 @@ pub struct AccessArgs {
     /// quarter of --max-connections, at least 16.
     #[arg(long, value_name = "N", env = "GNOMON_MAX_CONNECTIONS_PER_CLIENT")]
     max_connections_per_client: Option<usize>,
+    /// A connection must start its first request (TLS handshake included)
+    /// within this, and an HTTP/1 request's headers must arrive within it.
+    #[arg(long, default_value = "10s", value_name = "DURATION", env = "GNOMON_HEADER_READ_TIMEOUT",
+          value_parser = crate::leader_args::duration_arg)]
+    header_read_timeout: String,
+    /// A connection with no request in flight this long is closed (worker
+    /// sessions and raft streams count as in flight while they last).
+    #[arg(long, default_value = "30s", value_name = "DURATION", env = "GNOMON_IDLE_TIMEOUT",
+          value_parser = crate::leader_args::duration_arg)]
+    idle_timeout: String,
+    /// An API request's body must arrive whole within this of the request's
+    /// start (408 otherwise).
+    #[arg(long, default_value = "30s", value_name = "DURATION", env = "GNOMON_BODY_TIMEOUT",
+          value_parser = crate::leader_args::duration_arg)]
+    body_timeout: String,
 }
 
 impl AccessArgs {
@@ -106,11 +121,20 @@ impl AccessArgs {
             // Fail at start, not at the first handshake.
             gnomon_server::listener::tls_config(t).map(|(_, task)| task.abort()).map_err(|e| anyhow!(e))?;
         }
+        let deadline = |flag: &str, text: &str| -> anyhow::Result<std::time::Duration> {
+            let d = gnomon_core::duration::parse_duration(text).map_err(|e| anyhow!("--{flag}: {e}"))?;
+            if !(std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(3600)).contains(&d) {
+                bail!("--{flag} must be between 1s and 1h");
+            }
+            Ok(d)
+        };
         Ok(ListenConfig {
             max_connections: self.max_connections,
             max_connections_per_client: self.max_connections_per_client,
+            header_read_timeout: deadline("header-read-timeout", &self.header_read_timeout)?,
+            idle_timeout: deadline("idle-timeout", &self.idle_timeout)?,
+            body_timeout: deadline("body-timeout", &self.body_timeout)?,
             tls,
-            ..Default::default()
         })
     }
 
