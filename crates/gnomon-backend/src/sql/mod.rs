@@ -38,6 +38,7 @@ use crate::sql::migrate::Migration;
 use crate::{AttemptChange, StoreError, Transition};
 
 pub(crate) mod api;
+pub(crate) mod api_runs;
 pub(crate) mod migrate;
 pub(crate) mod store;
 pub(crate) mod writes;

@@ -351,6 +351,7 @@ macro_rules! sql_store {
         }
         $crate::sql::writes::sql_writes!($store, $db);
         $crate::sql::api::sql_api!($store, $db, $row);
+        $crate::sql::api_runs::sql_api_runs!($store, $db, $row);
     };
 }
 

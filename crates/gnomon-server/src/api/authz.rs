@@ -146,16 +146,19 @@ async fn enforce(State(policy): State<Policy>, mut request: Request, next: Next)
     if let Err(d) = policy.check(&p) {
         return denied(&d);
     }
-    // The store writes the operation makes are made for this caller: a
+    // The store writes a write operation makes are made for this caller: a
     // store that forwards them (raft) names it to the member that applies
-    // them, which checks and audits it.
-    let caller = gnomon_backend::caller::Caller {
+    // them, which checks and audits it. Reads write nothing.
+    let caller = is_write(request.method()).then(|| gnomon_backend::caller::Caller {
         name: p.name.to_string(),
         role: p.role.to_string(),
         namespaces: p.namespaces.as_ref().map(|n| n.to_vec()),
-    };
+    });
     request.extensions_mut().insert(p);
-    gnomon_backend::caller::on_behalf(caller, next.run(request)).await
+    match caller {
+        Some(caller) => gnomon_backend::caller::on_behalf(caller, next.run(request)).await,
+        None => next.run(request).await,
+    }
 }
 
 #[cfg(test)]
