@@ -16,7 +16,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Executor, MySqlPool};
 
 use crate::sql::migrate::Migration;
-use crate::sql::{explain_open_error, redact, Dialect};
+use crate::sql::{db_err, explain_open_error, redact, Backend, Dialect, SqlStore};
 use crate::StoreOptions;
 
 const MIGRATIONS: &[Migration] = &[
@@ -108,10 +108,31 @@ const DIALECT: Dialect = Dialect {
     // between MariaDB and MySQL 8; the CASE statements work on both.
 };
 
+/// The MySQL/MariaDB store.
+pub type MySqlStore = SqlStore<MySqlBackend>;
+
+/// A MySQL or MariaDB database as the SQL store uses it: a pool, whose
+/// connections also carry write transactions.
 #[derive(Debug, Clone)]
-pub struct MySqlStore {
+pub struct MySqlBackend {
     pool: MySqlPool,
     flavor: Flavor,
+}
+
+impl Backend for MySqlBackend {
+    type Db = sqlx::MySql;
+    /// Write transactions take a connection from the pool, a fresh one
+    /// after the server closed one.
+    type Writer = sqlx::pool::PoolConnection<sqlx::MySql>;
+    const DIALECT: &'static Dialect = &DIALECT;
+
+    fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    async fn writer(&self) -> Result<Self::Writer, crate::StoreError> {
+        self.pool.acquire().await.map_err(db_err)
+    }
 }
 
 /// Which server answered.
@@ -192,32 +213,16 @@ impl MySqlStore {
             .connect_with(connect)
             .await
             .map_err(|e| explain_open_error("mysql", &target, e))?;
-        let store = Self { pool, flavor };
+        let store = SqlStore::new(MySqlBackend { pool, flavor });
         store.migrate().await?;
         store.probe().await?;
         Ok(store)
     }
 
+    /// Which server answered.
     pub fn flavor(&self) -> Flavor {
-        self.flavor
+        self.db.flavor
     }
-}
-
-impl MySqlStore {
-    /// Write transactions take a connection from the pool, a fresh one
-    /// after the server closed one.
-    async fn writer_conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::MySql>, crate::StoreError> {
-        self.pool.acquire().await.map_err(crate::sql::db_err)
-    }
-}
-
-/// Every leader write takes the shared SQL path.
-impl crate::sql::NativeWrites for MySqlStore {}
-
-mod store_impl {
-    use super::{MySqlStore, DIALECT};
-    use crate::sql::sql_store;
-    sql_store!(MySqlStore, sqlx::MySql, sqlx::mysql::MySqlRow, DIALECT);
 }
 
 #[cfg(test)]

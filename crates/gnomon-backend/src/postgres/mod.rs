@@ -14,7 +14,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 
 use crate::sql::migrate::Migration;
-use crate::sql::{explain_open_error, redact, Dialect};
+use crate::sql::{db_err, explain_open_error, redact, Backend, Dialect, SqlStore};
 use crate::StoreOptions;
 
 const MIGRATIONS: &[Migration] = &[
@@ -108,9 +108,30 @@ const DIALECT: Dialect = Dialect {
 /// The oldest server accepted (`server_version_num`).
 const MIN_VERSION_NUM: i64 = 120000;
 
+/// The PostgreSQL store.
+pub type PgStore = SqlStore<PgBackend>;
+
+/// A PostgreSQL database as the SQL store uses it: a pool, whose
+/// connections also carry write transactions.
 #[derive(Debug, Clone)]
-pub struct PgStore {
+pub struct PgBackend {
     pool: PgPool,
+}
+
+impl Backend for PgBackend {
+    type Db = sqlx::Postgres;
+    /// Write transactions take a connection from the pool, a fresh one
+    /// after the server closed one.
+    type Writer = sqlx::pool::PoolConnection<sqlx::Postgres>;
+    const DIALECT: &'static Dialect = &DIALECT;
+
+    fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn writer(&self) -> Result<Self::Writer, crate::StoreError> {
+        self.pool.acquire().await.map_err(db_err)
+    }
 }
 
 impl PgStore {
@@ -142,26 +163,9 @@ impl PgStore {
         if num < MIN_VERSION_NUM {
             return Err(crate::StoreError::Backend(format!("postgres at {target} is version {num}; gnomon needs PostgreSQL 12 or newer")));
         }
-        let store = Self { pool };
+        let store = SqlStore::new(PgBackend { pool });
         store.migrate().await?;
         store.probe().await?;
         Ok(store)
     }
-}
-
-impl PgStore {
-    /// Write transactions take a connection from the pool, a fresh one
-    /// after the server closed one.
-    async fn writer_conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, crate::StoreError> {
-        self.pool.acquire().await.map_err(crate::sql::db_err)
-    }
-}
-
-/// Every leader write takes the shared SQL path.
-impl crate::sql::NativeWrites for PgStore {}
-
-mod store_impl {
-    use super::{PgStore, DIALECT};
-    use crate::sql::sql_store;
-    sql_store!(PgStore, sqlx::Postgres, sqlx::postgres::PgRow, DIALECT);
 }

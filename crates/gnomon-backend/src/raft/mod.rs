@@ -344,16 +344,6 @@ impl Member {
     }
 }
 
-/// Proposes a command and takes the value out of the reply it must give.
-macro_rules! proposed {
-    ($self:ident, $command:expr, $reply:pat => $value:expr) => {
-        match $self.member.propose($command).await? {
-            $reply => Ok($value),
-            r => Err(r.unexpected()),
-        }
-    };
-}
-
 /// The store over one member.
 #[derive(Debug, Clone)]
 pub struct RaftStore {
@@ -365,6 +355,12 @@ pub struct RaftStore {
 impl RaftStore {
     pub fn new(member: Arc<Member>) -> RaftStore {
         RaftStore { member, stale: false }
+    }
+
+    /// Proposes a command and takes the value out of the reply it must
+    /// give (`take` hands any other reply back).
+    async fn ask<T>(&self, command: Command, take: impl FnOnce(Reply) -> Result<T, Reply> + Send) -> Result<T, StoreError> {
+        take(self.member.propose(command).await?).map_err(|r| r.unexpected())
     }
 
     async fn read(&self) -> Result<Arc<crate::sqlite::SqliteStore>, StoreError> {
@@ -379,15 +375,27 @@ impl RaftStore {
 impl JobStore for RaftStore {
     async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
         let uid = format!("{:016x}", rand::random::<u64>());
-        proposed!(self, Command::PutJob { spec: Box::new(spec.clone()), precondition, now, uid }, Reply::Job(j) => *j)
+        self.ask(Command::PutJob { spec: Box::new(spec.clone()), precondition, now, uid }, |r| match r {
+            Reply::Job(j) => Ok(*j),
+            r => Err(r),
+        })
+        .await
     }
 
     async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError> {
-        proposed!(self, Command::SetJobPaused { namespace: namespace.into(), name: name.into(), paused, now }, Reply::Job(j) => *j)
+        self.ask(Command::SetJobPaused { namespace: namespace.into(), name: name.into(), paused, now }, |r| match r {
+            Reply::Job(j) => Ok(*j),
+            r => Err(r),
+        })
+        .await
     }
 
     async fn delete_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError> {
-        proposed!(self, Command::DeleteJob { namespace: namespace.into(), name: name.into(), precondition }, Reply::Done => ())
+        self.ask(Command::DeleteJob { namespace: namespace.into(), name: name.into(), precondition }, |r| match r {
+            Reply::Done => Ok(()),
+            r => Err(r),
+        })
+        .await
     }
 
     async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<JobRecord>, StoreError> {
@@ -414,11 +422,19 @@ impl JobStore for RaftStore {
 #[async_trait]
 impl LeadershipStore for RaftStore {
     async fn next_epoch(&self, scope: &str) -> Result<u64, StoreError> {
-        proposed!(self, Command::NextEpoch { scope: scope.into() }, Reply::Epoch(n) => n)
+        self.ask(Command::NextEpoch { scope: scope.into() }, |r| match r {
+            Reply::Epoch(n) => Ok(n),
+            r => Err(r),
+        })
+        .await
     }
 
     async fn fence(&self, fence: &Fence, holder: &LeaderInfo, now: Millis) -> Result<(), StoreError> {
-        proposed!(self, Command::Fence { fence: fence.clone(), holder: holder.clone(), now }, Reply::Done => ())
+        self.ask(Command::Fence { fence: fence.clone(), holder: holder.clone(), now }, |r| match r {
+            Reply::Done => Ok(()),
+            r => Err(r),
+        })
+        .await
     }
 
     async fn leadership(&self, scope: &str) -> Result<Option<LeadershipRecord>, StoreError> {
@@ -426,18 +442,30 @@ impl LeadershipStore for RaftStore {
     }
 
     async fn advance_leader_time(&self, fence: &Fence, at: Millis) -> Result<Millis, StoreError> {
-        proposed!(self, Command::LeaderTime { fence: fence.clone(), at }, Reply::LeaderTime(t) => t)
+        self.ask(Command::LeaderTime { fence: fence.clone(), at }, |r| match r {
+            Reply::LeaderTime(t) => Ok(t),
+            r => Err(r),
+        })
+        .await
     }
 }
 
 #[async_trait]
 impl LeaderWrites for RaftStore {
     async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
-        proposed!(self, Command::Fire { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec() }, Reply::Fired(v) => v)
+        self.ask(Command::Fire { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec() }, |r| match r {
+            Reply::Fired(v) => Ok(v),
+            r => Err(r),
+        })
+        .await
     }
 
     async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
-        proposed!(self, Command::Transition { fence: fence.clone(), transitions: transitions.to_vec() }, Reply::Transitioned(v) => v)
+        self.ask(Command::Transition { fence: fence.clone(), transitions: transitions.to_vec() }, |r| match r {
+            Reply::Transitioned(v) => Ok(v),
+            r => Err(r),
+        })
+        .await
     }
 
     async fn fire_and_transition(
@@ -447,14 +475,25 @@ impl LeaderWrites for RaftStore {
         advances: &[JobAdvance],
         transitions: &[Transition],
     ) -> Result<TurnWrite, StoreError> {
-        proposed!(self, Command::Turn { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec(), transitions: transitions.to_vec() }, Reply::Turn(t) => t)
+        self.ask(
+            Command::Turn { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec(), transitions: transitions.to_vec() },
+            |r| match r {
+                Reply::Turn(t) => Ok(t),
+                r => Err(r),
+            },
+        )
+        .await
     }
 }
 
 #[async_trait]
 impl RunStore for RaftStore {
     async fn request_cancel(&self, run_id: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
-        proposed!(self, Command::RequestCancel { run_id: run_id.into(), now }, Reply::Cancel(c) => c)
+        self.ask(Command::RequestCancel { run_id: run_id.into(), now }, |r| match r {
+            Reply::Cancel(c) => Ok(c),
+            r => Err(r),
+        })
+        .await
     }
 
     async fn get_run(&self, run_id: &str) -> Result<Option<RunDetail>, StoreError> {
@@ -485,7 +524,11 @@ impl NotificationStore for RaftStore {
     }
 
     async fn settle_notification(&self, fence: &Fence, delivery: &Delivery) -> Result<bool, StoreError> {
-        proposed!(self, Command::SettleNotification { fence: fence.clone(), delivery: delivery.clone() }, Reply::Settled(b) => b)
+        self.ask(Command::SettleNotification { fence: fence.clone(), delivery: delivery.clone() }, |r| match r {
+            Reply::Settled(b) => Ok(b),
+            r => Err(r),
+        })
+        .await
     }
 
     async fn run_notifications(&self, run_id: &str) -> Result<Vec<Notification>, StoreError> {
@@ -496,7 +539,11 @@ impl NotificationStore for RaftStore {
 #[async_trait]
 impl RetentionStore for RaftStore {
     async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
-        proposed!(self, Command::Prune { fence: fence.clone(), keep_per_job, before, max }, Reply::Pruned(n) => n)
+        self.ask(Command::Prune { fence: fence.clone(), keep_per_job, before, max }, |r| match r {
+            Reply::Pruned(n) => Ok(n),
+            r => Err(r),
+        })
+        .await
     }
 
     async fn size_bytes(&self) -> Option<u64> {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use sqlx::{SqliteConnection, SqlitePool};
 
 use crate::sql::migrate::Migration;
-use crate::sql::Dialect;
+use crate::sql::{Backend, Dialect, SqlStore, TurnResult};
 use crate::StoreError;
 
 const MIGRATIONS: &[Migration] = &[
@@ -164,8 +164,12 @@ const DIALECT: Dialect = Dialect {
     clock_query: None,
 };
 
+/// The embedded SQLite store.
+pub type SqliteStore = SqlStore<SqliteBackend>;
+
+/// A SQLite database file as the SQL store uses it.
 #[derive(Debug, Clone)]
-pub struct SqliteStore {
+pub struct SqliteBackend {
     /// Reads.
     pool: SqlitePool,
     /// Write transactions: one connection of their own, kept (not a pool:
@@ -196,7 +200,7 @@ struct Checkpointer(tokio::task::JoinHandle<()>);
 /// The kept writer connections, and when the sqlx one was last known to
 /// work. Both are used under the one lock, so the store's writes queue
 /// in-process and never meet in SQLite's sleeping busy handler.
-struct Writer {
+pub struct Writer {
     conn: SqliteConnection,
     checked: std::time::Instant,
     /// The leader's writes (`sqlite/write.rs`); `None` while a write
@@ -220,7 +224,7 @@ impl Drop for Checkpointer {
     }
 }
 
-impl SqliteStore {
+impl SqliteBackend {
     async fn connect(
         url: &str,
         options: SqliteConnectOptions,
@@ -243,7 +247,9 @@ impl SqliteStore {
             _checkpointer: Arc::new(Checkpointer(checkpointer.unwrap_or_else(|| tokio::spawn(async {})))),
         })
     }
+}
 
+impl SqliteStore {
     /// Opens (creating if needed) the database at `sqlite://PATH` and applies
     /// migrations.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
@@ -275,9 +281,9 @@ impl SqliteStore {
         // that loaded the schema before a migration changed it would report
         // a `SELECT *` with the old columns while SQLite returns the new ones
         // (sqlx keeps the column list of its first prepare).
-        let migrating = Self::connect(url, options.clone(), None, durable).await?;
+        let migrating = SqlStore::new(SqliteBackend::connect(url, options.clone(), None, durable).await?);
         migrating.migrate().await?;
-        migrating.pool.close().await;
+        migrating.db.pool.close().await;
         drop(migrating);
         let checkpoints = SqlitePoolOptions::new()
             .max_connections(1)
@@ -294,15 +300,24 @@ impl SqliteStore {
                 }
             }
         });
-        let store = Self::connect(url, options, Some(checkpointer), durable).await?;
-        let native = crate::sqlite::write::open(store.options.get_filename(), durable)?;
-        store.writer.lock().await.native = Some(native);
-        Ok(store)
+        let db = SqliteBackend::connect(url, options, Some(checkpointer), durable).await?;
+        let native = crate::sqlite::write::open(db.options.get_filename(), durable)?;
+        db.writer.lock().await.native = Some(native);
+        Ok(SqlStore::new(db))
     }
 }
 
-impl SqliteStore {
-    async fn writer_conn(&self) -> Result<tokio::sync::OwnedMappedMutexGuard<Writer, SqliteConnection>, StoreError> {
+impl Backend for SqliteBackend {
+    type Db = sqlx::Sqlite;
+    /// The kept sqlx writer connection, under the lock both writers share.
+    type Writer = tokio::sync::OwnedMappedMutexGuard<Writer, SqliteConnection>;
+    const DIALECT: &'static Dialect = &DIALECT;
+
+    fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    async fn writer(&self) -> Result<Self::Writer, StoreError> {
         let mut w = self.writer.clone().lock_owned().await;
         if w.checked.elapsed() >= WRITER_CHECK_EVERY {
             if let Err(e) = sqlx::Connection::ping(&mut w.conn).await {
@@ -313,10 +328,7 @@ impl SqliteStore {
         }
         Ok(tokio::sync::OwnedMutexGuard::map(w, |w| &mut w.conn))
     }
-}
 
-#[async_trait::async_trait]
-impl crate::sql::NativeWrites for SqliteStore {
     /// A leader write (fire, transitions or both) in one call on a blocking
     /// thread, on the kept `rusqlite` connection: see `sqlite/write.rs`.
     async fn native_turn_write(
@@ -325,7 +337,7 @@ impl crate::sql::NativeWrites for SqliteStore {
         runs: &[crate::NewRun],
         advances: &[crate::JobAdvance],
         transitions: &[crate::Transition],
-    ) -> Option<crate::sql::TurnResult> {
+    ) -> Option<TurnResult> {
         if let Err(e) = crate::Transition::check_lifecycle(transitions) {
             return Some(Err(e));
         }
@@ -356,12 +368,6 @@ impl crate::sql::NativeWrites for SqliteStore {
             Err(e) => Err(StoreError::Backend(format!("the SQLite write failed: {e}"))),
         })
     }
-}
-
-mod store_impl {
-    use super::{SqliteStore, DIALECT};
-    use crate::sql::sql_store;
-    sql_store!(SqliteStore, sqlx::Sqlite, sqlx::sqlite::SqliteRow, DIALECT);
 }
 
 #[cfg(test)]
@@ -425,10 +431,10 @@ mod tests {
         assert_eq!(detail.attempts.len(), 1);
         assert_eq!((detail.attempts[0].worker.as_str(), detail.attempts[0].output.as_str()), ("w", "hello"));
         let (sql,): (String,) =
-            sqlx::query_as("SELECT sql FROM sqlite_master WHERE name = 'attempts'").fetch_one(&store.pool).await.unwrap();
+            sqlx::query_as("SELECT sql FROM sqlite_master WHERE name = 'attempts'").fetch_one(&store.db.pool).await.unwrap();
         assert!(sql.contains("WITHOUT ROWID"), "{sql}");
         let old: Option<(String,)> =
-            sqlx::query_as("SELECT name FROM sqlite_master WHERE name = 'runs_open'").fetch_optional(&store.pool).await.unwrap();
+            sqlx::query_as("SELECT name FROM sqlite_master WHERE name = 'runs_open'").fetch_optional(&store.db.pool).await.unwrap();
         assert!(old.is_none(), "runs_open is dropped");
         // Opening again is a no-op.
         drop(store);

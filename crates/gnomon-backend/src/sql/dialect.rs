@@ -1,0 +1,58 @@
+//! What differs between the SQL databases, as data: each backend module
+//! declares one [`Dialect`], and [`super::query::Query`] and the shared
+//! store code read it.
+
+use super::migrate::Migration;
+
+#[derive(Debug)]
+pub struct Dialect {
+    pub name: &'static str,
+    /// `$1, $2, …` placeholders instead of `?`.
+    pub numbered: bool,
+    /// `" FOR UPDATE"` where rows are locked by locking reads; empty for
+    /// SQLite, whose `BEGIN IMMEDIATE` takes the database's write lock.
+    pub for_update: &'static str,
+    /// The two-argument maximum: `GREATEST` (MySQL, PostgreSQL) or `MAX` (SQLite).
+    pub greatest: &'static str,
+    /// How a write transaction begins, if not with the driver's default.
+    pub begin: Option<&'static str>,
+    /// Rows per multi-row `CASE` update (long, to save round trips). SQLite
+    /// compiles a `CASE` with n branches in O(n²); its leader writes do not
+    /// take this path (see [`crate::sqlite::write`]).
+    pub case_chunk: usize,
+    /// Turns an INSERT into insert-or-ignore; `{key}` is a column of the table.
+    pub ignore_suffix: &'static str,
+    /// A query returning every job's `[uid, version, last_scheduled_at]`
+    /// as one JSON array (SQLite, whose driver pays per row), or none.
+    pub heads_json: Option<&'static str>,
+    pub migrate_lock: &'static str,
+    pub migrate_unlock: &'static str,
+    pub migrations: &'static [Migration],
+    /// The database's size in bytes, one BIGINT (`gnomon_store_size_bytes`).
+    pub size_query: &'static str,
+    /// The database server's clock, Unix ms as one BIGINT; none where the
+    /// database is this machine's (SQLite).
+    pub clock_query: Option<&'static str>,
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A dialect for unit tests of the shared code.
+    pub(crate) const PLAIN: Dialect = Dialect {
+        name: "plain",
+        numbered: false,
+        for_update: "",
+        greatest: "MAX",
+        begin: None,
+        case_chunk: 32,
+        ignore_suffix: " ON CONFLICT DO NOTHING",
+        heads_json: None,
+        migrate_lock: "",
+        migrate_unlock: "",
+        migrations: &[],
+        size_query: "",
+        clock_query: None,
+    };
+}

@@ -1,0 +1,192 @@
+//! [`JobStore`] on SQL: job writes serialise on the `job_change_seq` counter
+//! row, which also makes the change feed gap-free.
+
+use async_trait::async_trait;
+use gnomon_core::spec::JobSpec;
+use gnomon_core::Millis;
+
+use super::backend::{to_i64, to_u64, Backend, SqlStore};
+use super::decode::job_from_row;
+use super::driver::{SqlRow, Tx};
+use super::errors::is_unique_violation;
+use super::CHUNK;
+use crate::{JobChanges, JobHead, JobHeads, JobRecord, JobStore, Precondition, StoreError};
+
+fn new_uid() -> String {
+    super::CHOSEN_UID.try_with(|u| u.clone()).unwrap_or_else(|_| format!("{:016x}", rand::random::<u64>()))
+}
+
+impl<B: Backend> SqlStore<B> {
+    /// The job's row as it is now in the transaction; it must exist.
+    async fn job_after_write(tx: &mut Tx<'_, B::Db>, namespace: &str, name: &str) -> Result<JobRecord, StoreError> {
+        Self::job_by_name(tx, namespace, name).await?.ok_or_else(|| StoreError::Backend("job vanished".into()))
+    }
+}
+
+#[async_trait]
+impl<B: Backend> JobStore for SqlStore<B> {
+    async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
+        let ns = spec.namespace().to_string();
+        let spec_text = serde_json::to_string(spec).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let mut w = self.db.writer().await?;
+        let mut tx = Self::begin_write(&mut w).await?;
+        let seq = Self::bump_change_seq(&mut tx).await?;
+        let existing = Self::job_by_name(&mut tx, &ns, &spec.name).await?;
+        let what = format!("job {ns}/{}", spec.name);
+        match (&existing, precondition) {
+            (Some(_), Precondition::DoesNotExist) => return Err(StoreError::AlreadyExists(what)),
+            (None, Precondition::MatchesVersion(_)) => return Err(StoreError::NotFound(what)),
+            (Some(j), Precondition::MatchesVersion(v)) if j.version != v => {
+                return Err(StoreError::VersionConflict { what, expected: v, actual: j.version })
+            }
+            _ => {}
+        }
+        match existing {
+            Some(j) if j.spec.schedule != spec.schedule => {
+                let previous = serde_json::to_string(&j.spec.schedule).map_err(|e| StoreError::Backend(e.to_string()))?;
+                let q = Self::q(
+                    "UPDATE jobs SET spec = ?, version = version + 1, updated_at = ?, change_seq = ?, \
+                     schedule_changed_at = ?, previous_schedule = ? WHERE uid = ?",
+                );
+                tx.execute(q.bind(spec_text).bind(now).bind(seq).bind(now).bind(previous).bind(&j.uid)).await?;
+            }
+            Some(j) => {
+                let q = Self::q("UPDATE jobs SET spec = ?, version = version + 1, updated_at = ?, change_seq = ? WHERE uid = ?");
+                tx.execute(q.bind(spec_text).bind(now).bind(seq).bind(&j.uid)).await?;
+            }
+            None => {
+                let q = Self::q(
+                    "INSERT INTO jobs (uid, namespace, name, spec, version, paused, created_at, updated_at, last_scheduled_at, change_seq) \
+                     VALUES (?, ?, ?, ?, 1, 0, ?, ?, NULL, ?)",
+                );
+                match tx.try_execute(q.bind(new_uid()).bind(&ns).bind(&spec.name).bind(spec_text).bind(now).bind(now).bind(seq)).await {
+                    Err(e) if is_unique_violation(&e) => return Err(StoreError::AlreadyExists(what)),
+                    other => {
+                        other.map_err(super::db_err)?;
+                    }
+                }
+            }
+        }
+        let record = Self::job_after_write(&mut tx, &ns, &spec.name).await?;
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError> {
+        let mut w = self.db.writer().await?;
+        let mut tx = Self::begin_write(&mut w).await?;
+        let seq = Self::bump_change_seq(&mut tx).await?;
+        // The pause or resume time is recorded only when `paused` changes
+        // (assigned before `paused`: MySQL evaluates an UPDATE's
+        // assignments left to right).
+        let sql = if paused {
+            "UPDATE jobs SET paused_at = CASE WHEN paused = 0 THEN ? ELSE paused_at END, paused = 1, \
+             version = version + 1, updated_at = ?, change_seq = ? WHERE namespace = ? AND name = ?"
+        } else {
+            "UPDATE jobs SET resumed_at = CASE WHEN paused = 1 THEN ? ELSE resumed_at END, paused = 0, \
+             version = version + 1, updated_at = ?, change_seq = ? WHERE namespace = ? AND name = ?"
+        };
+        let changed = tx.execute(Self::q(sql).bind(now).bind(now).bind(seq).bind(namespace).bind(name)).await?;
+        if changed == 0 {
+            return Err(StoreError::NotFound(format!("job {namespace}/{name}")));
+        }
+        let record = Self::job_after_write(&mut tx, namespace, name).await?;
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    async fn delete_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError> {
+        let mut w = self.db.writer().await?;
+        let mut tx = Self::begin_write(&mut w).await?;
+        let seq = Self::bump_change_seq(&mut tx).await?;
+        let what = format!("job {namespace}/{name}");
+        let job = match (Self::job_by_name(&mut tx, namespace, name).await?, precondition) {
+            (None, _) => return Err(StoreError::NotFound(what)),
+            (Some(j), Precondition::MatchesVersion(v)) if j.version != v => {
+                return Err(StoreError::VersionConflict { what, expected: v, actual: j.version })
+            }
+            (Some(_), Precondition::DoesNotExist) => return Err(StoreError::AlreadyExists(what)),
+            (Some(j), _) => j,
+        };
+        tx.execute(Self::q("DELETE FROM jobs WHERE uid = ?").bind(&job.uid)).await?;
+        tx.execute(Self::q("DELETE FROM job_deletions WHERE uid = ?").bind(&job.uid)).await?;
+        tx.execute(Self::q("INSERT INTO job_deletions (uid, change_seq) VALUES (?, ?)").bind(&job.uid).bind(seq)).await?;
+        tx.commit().await
+    }
+
+    async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<JobRecord>, StoreError> {
+        let row = self.read_optional(Self::q("SELECT * FROM jobs WHERE namespace = ? AND name = ?").bind(namespace).bind(name)).await?;
+        row.map(|r| job_from_row(&r)).transpose()
+    }
+
+    async fn list_jobs(&self, namespace: Option<&str>) -> Result<Vec<JobRecord>, StoreError> {
+        let q = match namespace {
+            Some(ns) => Self::q("SELECT * FROM jobs WHERE namespace = ? ORDER BY namespace, name").bind(ns),
+            None => Self::q("SELECT * FROM jobs ORDER BY namespace, name"),
+        };
+        self.read_all(q).await?.iter().map(job_from_row).collect()
+    }
+
+    async fn job_changes(&self, since: u64) -> Result<JobChanges, StoreError> {
+        // The counter is read first: every row whose change_seq is at most
+        // that value has committed (writers hold the counter row until they
+        // commit), so nothing up to `seq` can appear later.
+        let mut conn = self.db.pool().acquire().await.map_err(super::db_err)?;
+        let mut tx = Tx::<B::Db>::begin(&mut conn, None).await?;
+        let seq = Self::change_seq(&mut tx).await?;
+        let rows = tx
+            .fetch_all(
+                Self::q("SELECT * FROM jobs WHERE change_seq > ? AND change_seq <= ? ORDER BY change_seq").bind(to_i64(since)).bind(seq),
+            )
+            .await?;
+        let deleted = tx
+            .fetch_all(
+                Self::q("SELECT uid FROM job_deletions WHERE change_seq > ? AND change_seq <= ? ORDER BY change_seq")
+                    .bind(to_i64(since))
+                    .bind(seq),
+            )
+            .await?
+            .iter()
+            .map(|r| r.text("uid"))
+            .collect::<Result<Vec<String>, _>>()?;
+        tx.commit().await?;
+        Ok(JobChanges { upserted: rows.iter().map(job_from_row).collect::<Result<_, _>>()?, deleted, seq: to_u64(seq) })
+    }
+
+    async fn job_heads(&self) -> Result<JobHeads, StoreError> {
+        // As in `job_changes`: the counter first, then the rows.
+        let mut conn = self.db.pool().acquire().await.map_err(super::db_err)?;
+        let mut tx = Tx::<B::Db>::begin(&mut conn, None).await?;
+        let seq = Self::change_seq(&mut tx).await?;
+        if let Some(sql) = B::DIALECT.heads_json {
+            // One row holding them all: far cheaper for drivers that pay
+            // per row (SQLite's).
+            let all = tx.fetch_one(Self::q(sql)).await?.first_opt_text()?;
+            tx.commit().await?;
+            let rows: Vec<(String, u64, Option<Millis>)> = match all {
+                Some(all) => serde_json::from_str(&all).map_err(|e| StoreError::Corrupt(format!("job heads: {e}")))?,
+                None => Vec::new(),
+            };
+            let heads = rows.into_iter().map(|(uid, version, last_scheduled_at)| JobHead { uid, version, last_scheduled_at }).collect();
+            return Ok(JobHeads { heads, seq: to_u64(seq) });
+        }
+        let rows = tx.fetch_all(Self::q("SELECT uid, version, last_scheduled_at FROM jobs")).await?;
+        tx.commit().await?;
+        let heads = rows
+            .iter()
+            .map(|r| Ok(JobHead { uid: r.text("uid")?, version: r.uint("version")?, last_scheduled_at: r.opt_int("last_scheduled_at")? }))
+            .collect::<Result<_, StoreError>>()?;
+        Ok(JobHeads { heads, seq: to_u64(seq) })
+    }
+
+    async fn jobs_by_uid(&self, uids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
+        let mut out = Vec::with_capacity(uids.len());
+        for chunk in uids.chunks(CHUNK) {
+            let q = Self::q("SELECT * FROM jobs WHERE uid IN (").push_list(chunk).push(")").once();
+            for r in self.read_all(q).await? {
+                out.push(job_from_row(&r)?);
+            }
+        }
+        Ok(out)
+    }
+}
