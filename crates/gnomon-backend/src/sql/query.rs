@@ -1,6 +1,8 @@
 //! A statement and its parameters, rendered for one [`Dialect`] as it is
 //! built: the one place where SQL text meets a dialect.
 
+use std::fmt::Write;
+
 use super::dialect::Dialect;
 
 /// One bound value. The SQL stores keep integers, flags (0/1) and text only.
@@ -88,12 +90,11 @@ impl Query {
 
     /// Appends text, its `?` placeholders rendered for the dialect.
     pub(crate) fn push(mut self, sql: &str) -> Self {
-        for c in sql.chars() {
-            if c == '?' {
-                self.placeholder();
-            } else {
-                self.sql.push(c);
-            }
+        let mut parts = sql.split('?');
+        self.sql.push_str(parts.next().unwrap_or_default());
+        for part in parts {
+            self.placeholder();
+            self.sql.push_str(part);
         }
         self
     }
@@ -161,8 +162,7 @@ impl Query {
     fn placeholder(&mut self) {
         self.placeholders += 1;
         if self.dialect.numbered {
-            self.sql.push('$');
-            self.sql.push_str(&self.placeholders.to_string());
+            let _ = write!(self.sql, "${}", self.placeholders);
         } else {
             self.sql.push('?');
         }
