@@ -265,6 +265,55 @@ pub fn takeover_skew(committed: Millis, wall: Millis, estimate: Option<i64>) -> 
     }
 }
 
+/// What a node elected leader knows of time when it decides whether to
+/// take the term.
+#[derive(Debug, Clone, Copy)]
+pub struct Takeover {
+    /// The committed leader time (0: none yet).
+    pub committed: Millis,
+    /// This node's wall clock.
+    pub wall: Millis,
+    /// This node's skew against a reference the store gives (the members'
+    /// median clock, or the store server's against the last leader's).
+    pub cluster_skew: Option<i64>,
+    /// The standby's estimate of its skew against the last leader.
+    pub estimate: Option<i64>,
+}
+
+/// The admission of a new term, decided from [`Takeover`] readings alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// The clock is off by more than the step-down bound: give the term back.
+    StepDown { skew: i64 },
+    /// The term starts at `at`, once this node's clock reaches it (a clock
+    /// behind it waits: no decision is taken at a time the cluster has
+    /// already passed).
+    Start {
+        at: Millis,
+        /// The skew the term starts with, when known.
+        skew: Option<i64>,
+        /// The committed time was this far ahead of a clock that agrees with
+        /// the reference, beyond the bound: a wrong clock left it, and the
+        /// term starts from this node's clock instead (waiting for it would
+        /// stop scheduling as long; starting at it would fire early).
+        reset_ahead: Option<i64>,
+    },
+}
+
+/// Decides whether a new term starts, and from which leader time.
+pub fn admission(t: Takeover, limits: SkewLimits) -> Admission {
+    let skew = t.cluster_skew.or_else(|| takeover_skew(t.committed, t.wall, t.estimate));
+    if let Some(s) = skew.filter(|s| judge(*s, limits) == Verdict::StepDown) {
+        return Admission::StepDown { skew: s };
+    }
+    let ahead = t.committed - t.wall;
+    let bound = i64::try_from(limits.step_down.as_millis()).unwrap_or(i64::MAX);
+    if t.cluster_skew.is_some() && ahead > bound {
+        return Admission::Start { at: t.wall, skew, reset_ahead: Some(ahead) };
+    }
+    Admission::Start { at: t.committed, skew, reset_ahead: None }
+}
+
 /// This node's view of its clock, for `GET /v1/leader` and the metric.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ClockStatus {
@@ -433,6 +482,40 @@ mod tests {
     use gnomon_core::ManualClock;
 
     const LIMITS: SkewLimits = SkewLimits { warn: Duration::from_secs(1), step_down: Duration::from_secs(5) };
+
+    #[test]
+    fn a_term_is_admitted_from_the_readings_alone() {
+        let t = Takeover { committed: 10_000, wall: 10_500, cluster_skew: None, estimate: None };
+        assert_eq!(admission(t, LIMITS), Admission::Start { at: 10_000, skew: None, reset_ahead: None }, "no estimate: nothing known");
+        let behind = Takeover { wall: 8_000, ..t };
+        assert_eq!(
+            admission(behind, LIMITS),
+            Admission::Start { at: 10_000, skew: Some(-2_000), reset_ahead: None },
+            "a clock 2 s behind the committed time waits for it"
+        );
+        let far_behind = Takeover { wall: 4_000, ..t };
+        assert_eq!(admission(far_behind, LIMITS), Admission::StepDown { skew: -6_000 });
+        let fast = Takeover { estimate: Some(7_000), ..t };
+        assert_eq!(
+            admission(fast, LIMITS),
+            Admission::Start { at: 10_000, skew: Some(500), reset_ahead: None },
+            "an estimate is capped by wall - committed"
+        );
+        let fast = Takeover { wall: 20_000, estimate: Some(7_000), ..t };
+        assert_eq!(admission(fast, LIMITS), Admission::StepDown { skew: 7_000 });
+        let reference = Takeover { cluster_skew: Some(-6_000), ..t };
+        assert_eq!(admission(reference, LIMITS), Admission::StepDown { skew: -6_000 }, "the cluster's reference decides first");
+        // A committed time 20 s ahead of a clock the cluster agrees with was
+        // left by a wrong clock: the term starts now.
+        let poisoned = Takeover { committed: 30_000, wall: 10_000, cluster_skew: Some(100), estimate: None };
+        assert_eq!(admission(poisoned, LIMITS), Admission::Start { at: 10_000, skew: Some(100), reset_ahead: Some(20_000) });
+        // Without a reference, a committed time ahead is waited for (or
+        // refused, past the bound).
+        let ahead = Takeover { cluster_skew: None, ..poisoned };
+        assert_eq!(admission(ahead, LIMITS), Admission::StepDown { skew: -20_000 });
+        let first = Takeover { committed: 0, wall: 10_000, cluster_skew: None, estimate: None };
+        assert_eq!(admission(first, LIMITS), Admission::Start { at: 0, skew: None, reset_ahead: None }, "a cluster's first term");
+    }
 
     #[test]
     fn the_leader_clock_starts_at_the_committed_time_and_never_runs_backwards() {

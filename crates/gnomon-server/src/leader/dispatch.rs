@@ -23,9 +23,9 @@ impl LeaderRuntime {
         let mut out: Vec<Candidate<'_>> = self
             .sessions
             .iter()
-            .filter(|(_, s)| s.tx.is_some() && !s.draining && s.executors.contains(kind))
+            .filter(|(_, s)| s.takes_work() && s.executors.contains(kind))
             .filter(|(_, s)| handler.is_none_or(|h| s.handlers.contains(h)))
-            .filter(|(_, s)| s.namespaces.as_ref().is_none_or(|n| n.iter().any(|ns| *ns == job.record.key.namespace)))
+            .filter(|(_, s)| s.serves(&job.record.key.namespace))
             .filter(|(_, s)| job.route.as_ref().is_none_or(|r| r.labels.iter().all(|(k, v)| s.labels.get(k) == Some(v))))
             .map(|(id, s)| {
                 let queue = if job_is_slow { 0 } else { s.queue_open };
@@ -48,11 +48,7 @@ impl LeaderRuntime {
     /// What the connected, non-draining workers can take: free slots, and
     /// with `queues` the open part of their prefetch queues.
     pub(super) fn room(&self, queues: bool) -> usize {
-        self.sessions
-            .values()
-            .filter(|s| s.tx.is_some() && !s.draining)
-            .map(|s| (s.capacity + if queues { s.queue_open } else { 0 }).saturating_sub(s.attempts.len()))
-            .sum()
+        self.sessions.room(queues)
     }
 
     /// Opens a worker's prefetch queue only while its attempts are short on
@@ -66,15 +62,11 @@ impl LeaderRuntime {
     /// fill.
     pub(super) fn update_prefetch(&mut self, now: Millis) {
         let runs = &self.cache.runs;
-        for s in self.sessions.values_mut() {
-            let open = s.prefetch > 0
-                && s.recent_ms.is_some_and(|m| m <= PREFETCH_SHORT_MS)
-                && s.attempts.iter().all(|id| runs.get(id).is_some_and(|r| now - r.assigned_at <= PREFETCH_MAX_AGE_MS));
-            s.queue_open = match (open, s.recent_ms) {
-                (true, Some(avg)) => self.pressure.queue_allowance(s.prefetch.min(queue_depth(s.capacity, avg))),
-                _ => 0,
-            };
-        }
+        let pressure = &self.pressure;
+        self.sessions.open_queues(
+            |id| runs.get(id).is_some_and(|r| now - r.assigned_at <= PREFETCH_MAX_AGE_MS),
+            |s, avg| pressure.queue_allowance(s.prefetch.min(queue_depth(s.capacity, avg))),
+        );
     }
 
     /// Picks workers for ready runs and reserves their slots; the caller
@@ -137,7 +129,7 @@ impl LeaderRuntime {
             }
             let strategy = job.route.as_ref().map(|r| r.strategy).unwrap_or_default();
             let candidates = self.candidates_for(job);
-            let mut rr = self.round_robin;
+            let mut rr = self.sessions.round_robin();
             let Some(i) = pick_worker(strategy, &run.key.name, &candidates, &mut rr) else {
                 let why = waiting_reason(job, strategy, candidates.is_empty());
                 let job_uid = run.key.uid.clone();
@@ -155,14 +147,12 @@ impl LeaderRuntime {
                 self.view_dirty = true;
             }
             let Some(run) = self.cache.runs.get(&id) else { continue };
-            self.round_robin = rr;
+            self.sessions.set_round_robin(rr);
             let attempt = run.attempt + 1;
             let job_uid = run.key.uid.clone();
             batch_jobs.insert(job_uid);
             // Reserve the slot now so the rest of this pass sees it taken.
-            if let Some(s) = self.sessions.get_mut(&worker) {
-                s.attempts.insert(id.clone());
-            }
+            self.sessions.hold(&worker, id.clone());
             self.cache.in_flight.insert(id.clone(), worker.clone());
             free -= 1;
             batch.push(Transition {

@@ -339,7 +339,7 @@ impl LeaderRuntime {
     /// outnumber what the workers can take at once (their slots plus
     /// prefetch queues).
     pub(super) fn interleaved_fire_chunk(&self) -> Option<usize> {
-        let absorb: usize = self.sessions.values().filter(|s| s.tx.is_some() && !s.draining).map(|s| s.capacity + s.prefetch).sum();
+        let absorb = self.sessions.absorb();
         (absorb > 0 && self.cache.ready.len() < absorb).then(|| {
             let room = (self.dispatch_room() + self.unwritten_events.len()).saturating_sub(self.cache.ready.len());
             room.clamp(MIN_INTERLEAVED_FIRE, MAX_FIRE_BATCH)

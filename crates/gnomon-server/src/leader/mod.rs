@@ -70,6 +70,7 @@ mod jobs;
 mod notify;
 mod results;
 mod runs;
+mod sessions;
 mod turn;
 mod view;
 mod workers;
@@ -79,7 +80,7 @@ pub use view::{PressureInfo, Snapshot, WorkerInfo};
 use jobs::*;
 use results::*;
 use runs::*;
-use workers::*;
+use sessions::*;
 
 /// The leader's maps and sets hash with fixed keys, so that the order in
 /// which it walks them, and so everything it does, depends only on its
@@ -197,12 +198,9 @@ pub struct LeaderRuntime {
     /// workers it never saw wait one lease from here).
     term_started: Option<Millis>,
 
-    /// Worker sessions by worker id, and worker id by session id.
-    sessions: HashMap<String, Session>,
-    session_ids: HashMap<String, String>,
-    /// Workers whose session lease ran out under this leader, and when.
-    expired: HashMap<String, Millis>,
-    round_robin: usize,
+    /// The worker sessions (live connections, their leases and slots).
+    sessions: Sessions,
+    /// Something else the view shows changed (why runs wait).
     view_dirty: bool,
     pressure: Backpressure,
     /// During a rebuild, the jobs as the dropped cache had them (a change
@@ -222,9 +220,6 @@ pub struct LeaderRuntime {
     /// Session leases kept in the store (etcd), and deletions of their keys.
     leases: Option<Arc<dyn SessionLeases>>,
     lease_deletions: Option<mpsc::Receiver<(String, i64)>>,
-    /// The store leases adopted from the previous leader (worker -> lease),
-    /// until the worker reconnects.
-    adopted: HashMap<String, i64>,
     /// Job writes pushed by the store (etcd watch), so they apply at once.
     job_signal: Option<mpsc::Receiver<()>>,
 }
@@ -274,7 +269,6 @@ impl LeaderRuntime {
         Self {
             leases,
             lease_deletions: None,
-            adopted: HashMap::default(),
             job_signal: None,
             store: p.store,
             fence: p.fence,
@@ -288,10 +282,7 @@ impl LeaderRuntime {
             stale: true,
             rebuild_failures: 0,
             term_started: None,
-            sessions: HashMap::default(),
-            session_ids: HashMap::default(),
-            expired: HashMap::default(),
-            round_robin: 0,
+            sessions: Sessions::default(),
             view_dirty: true,
             pressure,
             unwritten_events: Vec::new(),
@@ -403,10 +394,7 @@ impl LeaderRuntime {
         }
         self.cache = Cache::default();
         self.unheld.clear();
-        for s in self.sessions.values_mut() {
-            s.attempts.clear();
-            s.unlisted.clear();
-        }
+        self.sessions.clear_holdings();
         self.view_dirty = true;
         self.recover().await?;
         self.previous_jobs.clear();

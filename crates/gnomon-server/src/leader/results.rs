@@ -100,9 +100,7 @@ impl LeaderRuntime {
         }
         for (worker, job, ms) in durations {
             let ewma = |old: Option<f64>| Some(old.map_or(ms, |o| o + DURATION_EWMA * (ms - o)));
-            if let Some(s) = self.sessions.get_mut(&worker) {
-                s.recent_ms = ewma(s.recent_ms);
-            }
+            self.sessions.record_duration(&worker, ms);
             if let Some(j) = self.cache.jobs.get_mut(&job.uid) {
                 j.recent_ms = ewma(j.recent_ms);
             }
@@ -111,9 +109,7 @@ impl LeaderRuntime {
         for t in &batch {
             if matches!(t.attempt, Some(AttemptChange::End { .. })) {
                 if let Some(worker) = self.cache.in_flight.get(t.run_id.as_str()) {
-                    if let Some(s) = self.sessions.get_mut(worker) {
-                        s.attempts.remove(t.run_id.as_str());
-                    }
+                    self.sessions.unhold(worker, &t.run_id);
                 }
             }
         }

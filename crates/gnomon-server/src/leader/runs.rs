@@ -64,12 +64,10 @@ impl LeaderRuntime {
         for id in live {
             let Some(run) = self.cache.runs.get(&id) else { continue };
             let worker = workers.get(&*id).filter(|(attempt, _)| *attempt == run.attempt).map(|(_, w)| w.clone());
-            let held_here = worker.as_ref().is_some_and(|w| self.sessions.contains_key(w));
+            let held_here = worker.as_ref().is_some_and(|w| self.sessions.contains(w));
             match worker {
                 Some(w) if held_here => {
-                    if let Some(s) = self.sessions.get_mut(&w) {
-                        s.attempts.insert(id.clone());
-                    }
+                    self.sessions.hold(&w, id.clone());
                     if let Some(r) = self.cache.runs.get_mut(&id) {
                         // Heartbeat reconciliation may judge it only after a
                         // full heartbeat from now.
@@ -87,11 +85,11 @@ impl LeaderRuntime {
                     // store lease, if that is longer.
                     let mut deadline = started + ttl + RECONNECT_SLACK_MS;
                     if let Some(w) = &worker {
-                        if let Some(at) = self.expired.get(w) {
-                            deadline = *at;
+                        if let Some(at) = self.sessions.expired_at(w) {
+                            deadline = at;
                         }
                         if let Some((lease, remaining)) = leased.get(w) {
-                            self.adopted.insert(w.clone(), *lease);
+                            self.sessions.adopt(w, *lease);
                             deadline = deadline.max(now + remaining + RECONNECT_SLACK_MS);
                         }
                         self.cache.orphan_workers.insert(id.clone(), w.clone());
@@ -100,8 +98,8 @@ impl LeaderRuntime {
                 }
             }
         }
-        if !self.adopted.is_empty() {
-            tracing::info!(adopted = self.adopted.len(), "adopted live worker session leases from the store");
+        if self.sessions.adopted_count() > 0 {
+            tracing::info!(adopted = self.sessions.adopted_count(), "adopted live worker session leases from the store");
         }
         self.last_poll = now;
         Ok(())
@@ -156,10 +154,7 @@ impl LeaderRuntime {
     pub(super) fn release(&mut self, id: &str) {
         self.cache.orphans.remove(id);
         if let Some(worker) = self.cache.in_flight.remove(id) {
-            if let Some(s) = self.sessions.get_mut(&worker) {
-                s.attempts.remove(id);
-                self.view_dirty = true;
-            }
+            self.sessions.unhold(&worker, id);
         }
     }
 
@@ -289,18 +284,16 @@ impl LeaderRuntime {
             RunState::Assigned | RunState::Running => {
                 let worker = detail.attempts.iter().find(|a| a.attempt == run.attempt).map(|a| a.worker.clone());
                 match worker {
-                    Some(w) if self.sessions.contains_key(&w) => {
-                        if let Some(s) = self.sessions.get_mut(&w) {
-                            s.attempts.insert(rid.clone());
-                        }
+                    Some(w) if self.sessions.contains(&w) => {
+                        self.sessions.hold(&w, rid.clone());
                         self.cache.in_flight.insert(rid, w);
                     }
                     worker => {
                         let ttl = self.config.lease_ttl_ms;
                         let mut deadline = self.term_started.unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
                         if let Some(w) = worker {
-                            if let Some(at) = self.expired.get(&w) {
-                                deadline = *at;
+                            if let Some(at) = self.sessions.expired_at(&w) {
+                                deadline = at;
                             }
                             self.cache.orphan_workers.insert(rid.clone(), w);
                         }

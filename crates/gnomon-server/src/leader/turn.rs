@@ -112,19 +112,14 @@ impl LeaderRuntime {
             }
             LeaderCommand::SessionOpen { hello, namespaces, outbound, reply } => {
                 let worker = hello.worker_id.clone();
-                let old_lease = self.sessions.get(&worker).and_then(|s| s.store_lease).or_else(|| self.adopted.get(&worker).copied());
+                let old_lease = self.sessions.store_lease(&worker);
                 let result = self.open_session(*hello, namespaces, outbound);
                 if result.is_ok() {
                     if let Some(leases) = self.leases.clone() {
                         let ttl = Duration::from_millis(u64::try_from(self.config.lease_ttl_ms).unwrap_or(10_000));
                         match leases.register(&self.fence, &worker, ttl).await {
                             Ok(lease) => {
-                                let now = self.clock.now_millis();
-                                if let Some(s) = self.sessions.get_mut(&worker) {
-                                    s.store_lease = Some(lease);
-                                    s.refreshed_at = now;
-                                }
-                                self.adopted.remove(&worker);
+                                self.sessions.set_store_lease(&worker, lease, self.clock.now_millis());
                                 if let Some(old) = old_lease.filter(|o| *o != lease) {
                                     tokio::spawn(async move { leases.release(old).await });
                                 }
@@ -143,12 +138,8 @@ impl LeaderRuntime {
             }
             LeaderCommand::FromWorker { session, msg } => self.on_worker_message(&session, msg),
             LeaderCommand::SessionClosed { session } => {
-                if let Some(worker) = self.session_ids.remove(&session) {
-                    if let Some(s) = self.sessions.get_mut(&worker).filter(|s| s.session_id == session) {
-                        s.tx = None;
-                        self.view_dirty = true;
-                        tracing::info!(worker = %worker, "worker session stream closed; its lease keeps running");
-                    }
+                if let Some(worker) = self.sessions.stream_closed(&session) {
+                    tracing::info!(worker = %worker, "worker session stream closed; its lease keeps running");
                 }
             }
         }

@@ -41,7 +41,7 @@ pub struct WorkerInfo {
 impl LeaderRuntime {
     pub(super) fn update_pressure(&mut self) {
         let before = self.pressure.state();
-        let capacity: usize = self.sessions.values().filter(|s| s.tx.is_some() && !s.draining).map(|s| s.capacity).sum();
+        let capacity = self.sessions.capacity();
         let pending = self.cache.ready.len();
         let after = self.pressure.update(pending, self.free_slots(), capacity);
         if after != before {
@@ -59,38 +59,12 @@ impl LeaderRuntime {
     }
 
     pub(super) fn publish_view(&mut self) {
-        if !self.view_dirty {
+        // Both flags are taken: either says the view is out of date.
+        let sessions_changed = self.sessions.take_dirty();
+        if !std::mem::take(&mut self.view_dirty) && !sessions_changed {
             return;
         }
-        self.view_dirty = false;
-        let mut list: Vec<WorkerInfo> = self
-            .sessions
-            .iter()
-            .map(|(id, s)| WorkerInfo {
-                id: id.clone(),
-                session: s.session_id.clone(),
-                labels: s.labels.clone(),
-                namespaces: s.namespaces.as_ref().map(|n| n.to_vec()),
-                capacity: s.capacity,
-                prefetch: s.prefetch,
-                running: s.attempts.len(),
-                load: s.attempts.len() as f64 / s.capacity.max(1) as f64,
-                executors: {
-                    let mut v: Vec<String> = s.executors.iter().cloned().collect();
-                    v.sort();
-                    v
-                },
-                handlers: {
-                    let mut v: Vec<String> = s.handlers.iter().cloned().collect();
-                    v.sort();
-                    v
-                },
-                connected: s.tx.is_some(),
-                draining: s.draining,
-                lease_expires_at: s.lease_until,
-            })
-            .collect();
-        list.sort_by(|a, b| a.id.cmp(&b.id));
+        let list = self.sessions.infos();
         metrics::gauge!("gnomon_workers", "state" => "live").set(list.iter().filter(|w| w.connected).count() as f64);
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         view.workers = list;

@@ -1,56 +1,20 @@
 use super::*;
 
-/// A worker session, owned by the leader actor.
-#[derive(Debug)]
-pub(super) struct Session {
-    pub(super) session_id: String,
-    pub(super) labels: BTreeMap<String, String>,
-    /// The namespaces whose runs it may be given (its credential's; `None`: all).
-    pub(super) namespaces: Option<Arc<[String]>>,
-    pub(super) capacity: usize,
-    /// Attempts it queues beyond `capacity` (its Hello's `prefetch`).
-    pub(super) prefetch: usize,
-    /// How much of the queue dispatch may fill now (recomputed each pass):
-    /// 0 while it is closed, half of it under yellow or red backpressure.
-    pub(super) queue_open: usize,
-    /// Moving average of its attempts' durations (ms), once one has ended.
-    pub(super) recent_ms: Option<f64>,
-    pub(super) executors: HashSet<String>,
-    pub(super) handlers: HashSet<String>,
-    /// `None` while the stream is down (the lease keeps running).
-    pub(super) tx: Option<Outbound>,
-    pub(super) lease_until: Millis,
-    pub(super) last_heartbeat: Millis,
-    /// Runs whose live attempt this worker holds.
-    pub(super) attempts: HashSet<RunId>,
-    /// Of those, the ones its last heartbeats did not list: how many in a
-    /// row (see [`LeaderRuntime::reconcile_held`]).
-    pub(super) unlisted: HashMap<RunId, u8>,
-    pub(super) draining: bool,
-    /// The session's lease in the store (etcd), and when it was last refreshed.
-    pub(super) store_lease: Option<i64>,
-    pub(super) refreshed_at: Millis,
-}
-
 impl LeaderRuntime {
     /// A session key was deleted in the store: its lease ran out (the worker
     /// stopped heartbeating) or was revoked. Evict that worker's attempts.
     pub(super) fn on_lease_deleted(&mut self, worker: &str, lease: i64) {
         let now = self.clock.now_millis();
         let ttl = self.config.lease_ttl_ms;
-        if let Some(s) = self.sessions.get_mut(worker).filter(|s| s.store_lease == Some(lease)) {
-            // The store lease is refreshed only every 0.7×TTL, so it can run
-            // out up to 0.7×TTL before the worker fences itself (0.7×TTL
-            // after its last acknowledged heartbeat). It is evicted when the
-            // in-memory lease says so: a full TTL after its last heartbeat,
-            // never earlier.
+        // The store lease is refreshed only every 0.7×TTL, so it can run
+        // out up to 0.7×TTL before the worker fences itself (0.7×TTL after
+        // its last acknowledged heartbeat). It is evicted when the in-memory
+        // lease says so: a full TTL after its last heartbeat, never earlier.
+        if self.sessions.store_lease_deleted(worker, lease, ttl) {
             tracing::warn!(worker, lease, "worker session lease deleted in the store; evicting it a lease after its last heartbeat");
             metrics::counter!("gnomon_worker_lease_deletions_total").increment(1);
-            s.store_lease = None;
-            s.lease_until = s.lease_until.min(s.last_heartbeat + ttl);
         }
-        if self.adopted.get(worker) == Some(&lease) {
-            self.adopted.remove(worker);
+        if self.sessions.forget_adopted(worker, lease) {
             // A lease adopted from the previous leader: that leader acked
             // the worker at most 0.7×TTL after the lease's last refresh, so
             // the worker's attempts may run until 0.7×TTL after its
@@ -83,15 +47,7 @@ impl LeaderRuntime {
             }
         }
         let session_id = format!("{worker}-{:08x}", rand::random::<u32>());
-        self.expired.remove(&worker);
-        let mut attempts = self
-            .sessions
-            .remove(&worker)
-            .map(|s| {
-                self.session_ids.remove(&s.session_id);
-                s.attempts
-            })
-            .unwrap_or_default();
+        let mut attempts = self.sessions.take(&worker).map(|s| s.attempts).unwrap_or_default();
         let listed: HashSet<&str> = hello.running.iter().map(|r| r.run_id.as_str()).collect();
         // Attempts it held but no longer lists: its report may still be
         // spooled; give it one lease to arrive, then they are lost.
@@ -107,9 +63,7 @@ impl LeaderRuntime {
                 self.cache.orphans.remove(r.run_id.as_str());
                 if let Some(prev) = self.cache.in_flight.insert(self.rid(&r.run_id), worker.clone()) {
                     if prev != worker {
-                        if let Some(s) = self.sessions.get_mut(&prev) {
-                            s.attempts.remove(r.run_id.as_str());
-                        }
+                        self.sessions.unhold(&prev, &r.run_id);
                     }
                 }
                 attempts.insert(self.rid(&r.run_id));
@@ -130,66 +84,35 @@ impl LeaderRuntime {
             return Err(tonic::Status::unavailable("the session closed during Hello"));
         }
         tracing::info!(worker = %worker, session = %session_id, capacity = hello.capacity, labels = ?hello.labels, "worker session opened");
-        self.sessions.insert(
-            worker.clone(),
-            Session {
-                session_id: session_id.clone(),
-                labels: hello.labels.into_iter().collect(),
-                namespaces,
-                capacity: usize::try_from(hello.capacity).unwrap_or(1),
-                prefetch: usize::try_from(hello.prefetch).unwrap_or(0),
-                queue_open: 0,
-                recent_ms: None,
-                executors: hello.executors.into_iter().collect(),
-                handlers: hello.handlers.into_iter().collect(),
-                tx: Some(outbound),
-                lease_until: now + self.config.lease_ttl_ms,
-                last_heartbeat: now,
-                attempts,
-                unlisted: HashMap::default(),
-                draining: false,
-                store_lease: None,
-                refreshed_at: now,
-            },
-        );
-        self.session_ids.insert(session_id.clone(), worker);
-        self.view_dirty = true;
+        let session = Session::new(session_id.clone(), hello, namespaces, outbound, now, self.config.lease_ttl_ms);
+        self.sessions.insert(worker.clone(), session);
+        for id in attempts {
+            self.sessions.hold(&worker, id);
+        }
         Ok(session_id)
     }
 
     pub(super) fn on_worker_message(&mut self, session: &str, msg: worker_message::Msg) {
-        let Some(worker) = self.session_ids.get(session).cloned() else { return };
+        let Some(worker) = self.sessions.worker_of(session).cloned() else { return };
         let now = self.clock.now_millis();
         match msg {
             worker_message::Msg::Heartbeat(hb) => {
                 // A session whose send side is closed (the worker stopped
                 // reading and was cut off) renews nothing: its lease runs
                 // out unless the worker reconnects.
-                if self.sessions.get(&worker).is_some_and(|s| s.tx.as_ref().is_some_and(|t| t.is_closed())) {
+                if self.sessions.is_cut_off(&worker) {
                     return;
                 }
-                if let Some(s) = self.sessions.get_mut(&worker) {
-                    s.lease_until = now + self.config.lease_ttl_ms;
-                    s.last_heartbeat = now;
-                    // The store lease: refreshed at 0.7×TTL, with one retry
-                    // at 0.95×TTL if that fails.
-                    let ttl = self.config.lease_ttl_ms;
-                    if let (Some(leases), Some(lease)) = (self.leases.clone(), s.store_lease) {
-                        if now - s.refreshed_at >= ttl * 7 / 10 {
-                            s.refreshed_at = now;
-                            tokio::spawn(async move {
-                                if !matches!(leases.refresh(lease).await, Ok(true)) {
-                                    tokio::time::sleep(Duration::from_millis(u64::try_from(ttl / 4).unwrap_or(0))).await;
-                                    let _ = leases.refresh(lease).await;
-                                }
-                            });
+                // The store lease: refreshed at 0.7×TTL, with one retry at
+                // 0.95×TTL if that fails.
+                let ttl = self.config.lease_ttl_ms;
+                if let (Some(lease), Some(leases)) = (self.sessions.heartbeat(&worker, now, ttl, hb.draining), self.leases.clone()) {
+                    tokio::spawn(async move {
+                        if !matches!(leases.refresh(lease).await, Ok(true)) {
+                            tokio::time::sleep(Duration::from_millis(u64::try_from(ttl / 4).unwrap_or(0))).await;
+                            let _ = leases.refresh(lease).await;
                         }
-                    }
-                    if s.draining != hb.draining {
-                        tracing::info!(worker = %worker, draining = hb.draining, "worker drain state changed");
-                    }
-                    s.draining = hb.draining;
-                    self.view_dirty = true;
+                    });
                 }
                 if !self.stale {
                     self.reconcile_held(&worker, &hb.attempts, now);
@@ -268,9 +191,7 @@ impl LeaderRuntime {
                 unlisted.insert(id.clone(), misses);
             }
         }
-        if let Some(s) = self.sessions.get_mut(worker) {
-            s.unlisted = unlisted;
-        }
+        self.sessions.set_unlisted(worker, unlisted);
         self.unheld.extend(gone);
     }
 
@@ -280,21 +201,11 @@ impl LeaderRuntime {
         // With a store lease, the store's deletion of the session key decides
         // (`on_lease_deleted`); the in-memory lease is the fallback, a little
         // later, for when the store cannot be heard.
-        let expired: Vec<String> = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| s.lease_until + if s.store_lease.is_some() { STORE_LEASE_SLACK_MS } else { 0 } < now)
-            .map(|(w, _)| w.clone())
-            .collect();
         let mut batch = Vec::new();
-        for worker in expired {
-            let Some(s) = self.sessions.remove(&worker) else { continue };
-            self.session_ids.remove(&s.session_id);
-            self.expired.insert(worker.clone(), now);
+        for (worker, s) in self.sessions.expire(now, STORE_LEASE_SLACK_MS) {
             if let (Some(leases), Some(lease)) = (self.leases.clone(), s.store_lease) {
                 tokio::spawn(async move { leases.release(lease).await });
             }
-            self.view_dirty = true;
             tracing::warn!(worker = %worker, attempts = s.attempts.len(), "worker lease expired; its attempts are lost");
             metrics::counter!("gnomon_worker_leases_expired_total").increment(1);
             for id in s.attempts {
@@ -334,9 +245,7 @@ impl LeaderRuntime {
             self.cache.orphans.remove(&*id);
             self.cache.orphan_workers.remove(&*id);
             if let Some(worker) = self.cache.in_flight.remove(&*id) {
-                if let Some(s) = self.sessions.get_mut(&worker) {
-                    s.attempts.remove(&*id);
-                }
+                self.sessions.unhold(&worker, &id);
             }
             if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, "no worker reclaimed the attempt within its lease".into(), now)
             {
@@ -393,10 +302,7 @@ impl LeaderRuntime {
     }
 
     pub(super) fn send_to(&self, worker: &str, msg: server_message::Msg) -> bool {
-        match self.sessions.get(worker).and_then(|s| s.tx.as_ref()) {
-            Some(tx) => tx.send(Ok(v1::ServerMessage { msg: Some(msg) })).is_ok(),
-            None => false,
-        }
+        self.sessions.send(worker, msg)
     }
 
     /// Asks the worker holding the run's attempt to stop it.

@@ -11,7 +11,7 @@ use gnomon_core::Millis;
 use tokio::sync::watch;
 
 use super::{Node, FIRST_MEASURE, SCOPE};
-use crate::leader_time::{self, Meters, Verdict};
+use crate::leader_time::{self, Meters};
 
 /// What the admission of a new term decided.
 pub(super) enum Admission {
@@ -97,37 +97,28 @@ impl Node {
         }
         let wall = self.handle.clock.now_millis();
         let estimate = meters.leader.lock().unwrap_or_else(|p| p.into_inner()).estimate(Instant::now());
-        let start_skew = cluster_skew.or_else(|| leader_time::takeover_skew(committed, wall, estimate));
-        if leader_time::report(&self.handle.clock_status, start_skew, limits, "new leader") == Some(Verdict::StepDown) {
-            leader_time::stepped_down(&self.handle.clock_status, start_skew.unwrap_or(0), limits, wall, "taking over");
-            metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => "refused").increment(1);
-            if let Err(e) = self.elector.resign(leadership).await {
-                tracing::warn!(error = %e, "resign failed");
+        let takeover = leader_time::Takeover { committed, wall, cluster_skew, estimate };
+        let (committed, start_skew) = match leader_time::admission(takeover, limits) {
+            leader_time::Admission::StepDown { skew } => {
+                leader_time::report(&self.handle.clock_status, Some(skew), limits, "new leader");
+                leader_time::stepped_down(&self.handle.clock_status, skew, limits, wall, "taking over");
+                metrics::counter!("gnomon_leader_election_total", "backend" => backend, "result" => "refused").increment(1);
+                if let Err(e) = self.elector.resign(leadership).await {
+                    tracing::warn!(error = %e, "resign failed");
+                }
+                return Admission::Refused(leader_time::HOLD_OFF);
             }
-            return Admission::Refused(leader_time::HOLD_OFF);
-        }
-        // A clock behind the committed time (within the bound, or the
-        // term was refused above) waits until it reaches it: no time-based
-        // decision of this term is taken at a time the cluster has
-        // already passed, nor at one ahead of this node's own clock (a
-        // committed time that a fast clock left ahead stays unreached
-        // here until it is true).
-        // A committed time further ahead than the bound, of a node that
-        // agrees with the cluster's clocks (a reference says so), was
-        // left by a wrong clock: waiting for it would stop scheduling
-        // for as long, and starting at it would fire early. The term
-        // starts from this node's clock.
-        let ahead = committed - self.handle.clock.now_millis();
-        let poisoned = cluster_skew.is_some() && ahead > i64::try_from(limits.step_down.as_millis()).unwrap_or(i64::MAX);
-        let committed = if poisoned {
-            metrics::counter!("gnomon_clock_skew_warnings_total").increment(1);
-            tracing::error!(
-                ahead_ms = ahead,
-                "the committed leader time is ahead of this node's clock, which agrees with the cluster's, by more than --clock-skew-step-down: a wrong clock set it; this term starts from this node's clock"
-            );
-            self.handle.clock.now_millis()
-        } else {
-            committed
+            leader_time::Admission::Start { at, skew, reset_ahead } => {
+                leader_time::report(&self.handle.clock_status, skew, limits, "new leader");
+                if let Some(ahead_ms) = reset_ahead {
+                    metrics::counter!("gnomon_clock_skew_warnings_total").increment(1);
+                    tracing::error!(
+                        ahead_ms,
+                        "the committed leader time is ahead of this node's clock, which agrees with the cluster's, by more than --clock-skew-step-down: a wrong clock set it; this term starts from this node's clock"
+                    );
+                }
+                (at, skew)
+            }
         };
         if !self.wait_for_committed_time(committed, &limits, leadership, shutdown).await {
             let _ = self.elector.resign(leadership).await;
