@@ -83,7 +83,7 @@ impl LeaderRuntime {
         if free == 0 {
             // Nothing can be placed: say why for the runs at the front.
             let mut reasons = Vec::new();
-            for id in self.cache.ready.iter().take(16) {
+            for id in self.cache.runs.ready().take(16) {
                 let Some(run) = self.cache.runs.get(id) else { continue };
                 let Some(job) = self.cache.jobs.get(&run.key.uid) else { continue };
                 let strategy = job.route.as_ref().map(|r| r.strategy).unwrap_or_default();
@@ -97,10 +97,10 @@ impl LeaderRuntime {
             }
         }
         while free > 0 && scanned < MAX_DISPATCH_SCAN {
-            let Some(id) = self.cache.ready.pop_front() else { break };
+            let Some(id) = self.cache.runs.pop_ready() else { break };
             scanned += 1;
             let Some(run) = self.cache.runs.get(&id) else { continue };
-            if run.state != RunState::Pending || self.cache.in_flight.contains_key(&id) {
+            if run.state != RunState::Pending || self.cache.runs.holder(&id).is_some() {
                 continue;
             }
             let Some(job) = self.cache.jobs.get(&run.key.uid) else {
@@ -121,7 +121,7 @@ impl LeaderRuntime {
             };
             // forbid / buffer_one / replace: a waiting run starts only after the active one ends.
             if matches!(job.overlap, OverlapPolicy::Forbid | OverlapPolicy::BufferOne | OverlapPolicy::Replace) {
-                let (_, _, active) = self.job_counts(&run.key.uid);
+                let (_, _, active) = self.cache.runs.job_counts(&run.key.uid);
                 if active > 0 || batch_jobs.contains(&run.key.uid) {
                     deferred.push(id);
                     continue;
@@ -153,7 +153,7 @@ impl LeaderRuntime {
             batch_jobs.insert(job_uid);
             // Reserve the slot now so the rest of this pass sees it taken.
             self.sessions.hold(&worker, id.clone());
-            self.cache.in_flight.insert(id.clone(), worker.clone());
+            self.cache.runs.hold(id.clone(), &worker);
             free -= 1;
             batch.push(Transition {
                 run_id: id.to_string(),
@@ -169,9 +169,7 @@ impl LeaderRuntime {
             });
             targets.push(worker);
         }
-        for id in deferred.into_iter().rev() {
-            self.cache.ready.push_front(id);
-        }
+        self.cache.runs.requeue_front(deferred);
         DispatchPlan { batch, targets, dropped }
     }
 
@@ -191,10 +189,7 @@ impl LeaderRuntime {
                 continue;
             }
             assigned.increment(1);
-            let Some(run) = self.cache.runs.get_mut(t.run_id.as_str()) else { continue };
-            run.state = RunState::Assigned;
-            run.attempt = t.to_attempt;
-            run.assigned_at = t.at;
+            let Some(run) = self.cache.runs.assigned(&t.run_id, t.to_attempt, t.at) else { continue };
             latency.record((now - run.ready_since).max(0) as f64 / 1000.0);
             let Some(job) = self.cache.jobs.get(&run.key.uid) else { continue };
             let assign = v1::Assign {
@@ -216,11 +211,11 @@ impl LeaderRuntime {
     }
 
     pub(super) fn ready_has_dispatchable(&self) -> bool {
-        self.cache.ready.iter().take(64).any(|id| {
+        self.cache.runs.ready().take(64).any(|id| {
             self.cache.runs.get(id).is_some_and(|r| {
                 r.state == RunState::Pending
                     && self.cache.jobs.get(&r.key.uid).is_none_or(|j| {
-                        (j.overlap == OverlapPolicy::Allow || self.job_counts(&r.key.uid).2 == 0)
+                        (j.overlap == OverlapPolicy::Allow || self.cache.runs.job_counts(&r.key.uid).2 == 0)
                             && self.candidates_for(j).iter().any(|c| c.has_room())
                     })
             })

@@ -340,8 +340,8 @@ impl LeaderRuntime {
     /// prefetch queues).
     pub(super) fn interleaved_fire_chunk(&self) -> Option<usize> {
         let absorb = self.sessions.absorb();
-        (absorb > 0 && self.cache.ready.len() < absorb).then(|| {
-            let room = (self.dispatch_room() + self.unwritten_events.len()).saturating_sub(self.cache.ready.len());
+        (absorb > 0 && self.cache.runs.ready_len() < absorb).then(|| {
+            let room = (self.dispatch_room() + self.unwritten_events.len()).saturating_sub(self.cache.runs.ready_len());
             room.clamp(MIN_INTERLEAVED_FIRE, MAX_FIRE_BATCH)
         })
     }
@@ -384,7 +384,7 @@ impl LeaderRuntime {
                 catchup_window_ms: entry.catchup_window_ms,
                 grace_ms: self.config.misfire_grace_ms,
             });
-            let (mut open, mut waiting, _) = self.job_counts(uid);
+            let (mut open, mut waiting, _) = self.cache.runs.job_counts(uid);
             for planned in &plan.times {
                 let (state, reason) = match &planned.decision {
                     Decision::Skip(reason) => (RunState::Skipped, Some(reason.clone())),
@@ -504,10 +504,10 @@ impl LeaderRuntime {
     /// `replace`: cancels the job's open runs scheduled before `before`
     /// (the run that replaces them is written already).
     pub(super) async fn cancel_open_runs_of(&mut self, job_uid: &str, before: Millis, now: Millis) -> Result<()> {
-        let ids: Vec<RunId> = self.cache.runs_by_job.get(job_uid).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+        let ids = self.cache.runs.of_job(job_uid);
         let mut batch = Vec::new();
         for id in ids {
-            let Some(run) = self.cache.runs.get(&*id).filter(|r| r.scheduled_at < before) else { continue };
+            let Some(run) = self.cache.runs.get(&id).filter(|r| r.scheduled_at < before) else { continue };
             match run.state {
                 RunState::Pending | RunState::Retrying => batch.push(Transition {
                     run_id: id.to_string(),

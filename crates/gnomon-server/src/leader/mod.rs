@@ -69,6 +69,7 @@ mod dispatch;
 mod jobs;
 mod notify;
 mod results;
+mod runbook;
 mod runs;
 mod sessions;
 mod turn;
@@ -79,7 +80,7 @@ pub use view::{PressureInfo, Snapshot, WorkerInfo};
 
 use jobs::*;
 use results::*;
-use runs::*;
+use runbook::*;
 use sessions::*;
 
 /// The leader's maps and sets hash with fixed keys, so that the order in
@@ -231,18 +232,8 @@ struct Cache {
     job_feed_seq: u64,
     fire_heap: BinaryHeap<Reverse<(Millis, String, u64)>>,
     next_generation: u64,
-    runs: HashMap<RunId, OpenRun>,
-    runs_by_job: HashMap<String, HashSet<RunId>>,
-    ready: VecDeque<RunId>,
-    retry_heap: BinaryHeap<Reverse<(Millis, RunId)>>,
-    /// Runs with a live attempt, and the worker holding it.
-    in_flight: HashMap<RunId, String>,
-    /// Live attempts whose worker has no session here, waiting for it to
-    /// reclaim them (or for their lease to run out): run id -> deadline.
-    orphans: HashMap<RunId, Millis>,
-    /// The workers of those attempts.
-    orphan_workers: HashMap<RunId, String>,
-    cancels_sent: HashSet<(String, u32)>,
+    /// The open runs, their queues and who holds their attempts.
+    runs: RunBook,
     /// Why a job's runs cannot be placed right now, by job uid.
     waiting: HashMap<String, String>,
     /// `replace` fires written whose older runs are still to be cancelled:

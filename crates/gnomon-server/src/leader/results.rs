@@ -47,9 +47,7 @@ impl LeaderRuntime {
                     }
                     let Some(run) = self.cache.runs.get(run_id.as_str()) else { continue };
                     // Only the holder of the attempt may say it started.
-                    let holder =
-                        self.cache.in_flight.get(run_id.as_str()) == Some(worker) || self.cache.orphans.contains_key(run_id.as_str());
-                    if !holder {
+                    if !self.cache.runs.may_report(run_id, worker) {
                         continue;
                     }
                     let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
@@ -75,9 +73,7 @@ impl LeaderRuntime {
                         continue;
                     };
                     let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
-                    let holder =
-                        self.cache.in_flight.get(run_id.as_str()) == Some(worker) || self.cache.orphans.contains_key(run_id.as_str());
-                    if current != *attempt || !state.is_active() || !holder {
+                    if current != *attempt || !state.is_active() || !self.cache.runs.may_report(run_id, worker) {
                         acks.push((worker.clone(), run_id.clone(), *attempt, Some("superseded attempt: the run has moved on")));
                         continue;
                     }
@@ -108,7 +104,7 @@ impl LeaderRuntime {
         // The worker no longer runs these: their slots are free.
         for t in &batch {
             if matches!(t.attempt, Some(AttemptChange::End { .. })) {
-                if let Some(worker) = self.cache.in_flight.get(t.run_id.as_str()) {
+                if let Some(worker) = self.cache.runs.holder(&t.run_id) {
                     self.sessions.unhold(worker, &t.run_id);
                 }
             }
@@ -142,7 +138,7 @@ impl LeaderRuntime {
         for t in &eb.batch {
             if matches!(t.attempt, Some(AttemptChange::End { .. })) {
                 self.release(&t.run_id);
-                self.cache.cancels_sent.retain(|(id, _)| id != &t.run_id);
+                self.cache.runs.forget_cancels(&t.run_id);
             }
         }
         for (worker, run_id, attempt, rejection) in eb.acks {
@@ -178,7 +174,7 @@ impl LeaderRuntime {
         // dispatch can place them; undone if the write fails.
         if let Some(f) = fire.as_mut() {
             for run in &f.new_runs {
-                if run.state == RunState::Pending && !self.cache.runs.contains_key(run.id().as_str()) {
+                if run.state == RunState::Pending && !self.cache.runs.contains(run.id().as_str()) {
                     let id = self.track_pending(run.clone(), now);
                     f.tracked.push(id);
                 }

@@ -1,19 +1,5 @@
 use super::*;
 
-/// A run id, allocated once and shared by every index that names the run.
-pub(super) type RunId = Arc<str>;
-
-#[derive(Debug, Clone)]
-pub(super) struct OpenRun {
-    pub(super) key: Arc<JobKey>,
-    pub(super) scheduled_at: Millis,
-    pub(super) state: RunState,
-    pub(super) attempt: u32,
-    pub(super) ready_since: Millis,
-    /// When its live attempt was assigned (0: unknown, recovered).
-    pub(super) assigned_at: Millis,
-}
-
 impl LeaderRuntime {
     /// Loads jobs and open runs into an empty cache: at the start of a
     /// term, and after any store error (the crash-only rule). A live
@@ -68,12 +54,10 @@ impl LeaderRuntime {
             match worker {
                 Some(w) if held_here => {
                     self.sessions.hold(&w, id.clone());
-                    if let Some(r) = self.cache.runs.get_mut(&id) {
-                        // Heartbeat reconciliation may judge it only after a
-                        // full heartbeat from now.
-                        r.assigned_at = now;
-                    }
-                    self.cache.in_flight.insert(id, w);
+                    // Heartbeat reconciliation may judge it only after a
+                    // full heartbeat from now.
+                    self.cache.runs.restamp_assignment(&id, now);
+                    self.cache.runs.hold(id, &w);
                 }
                 worker => {
                     // When it can no longer be running: its worker's lease
@@ -92,9 +76,8 @@ impl LeaderRuntime {
                             self.sessions.adopt(w, *lease);
                             deadline = deadline.max(now + remaining + RECONNECT_SLACK_MS);
                         }
-                        self.cache.orphan_workers.insert(id.clone(), w.clone());
                     }
-                    self.cache.orphans.insert(id, deadline);
+                    self.cache.runs.orphan(id, deadline, worker);
                 }
             }
         }
@@ -107,7 +90,7 @@ impl LeaderRuntime {
 
     /// The shared id of an open run (a new one if the run is not open).
     pub(super) fn rid(&self, id: &str) -> RunId {
-        self.cache.runs.get_key_value(id).map(|(k, _)| k.clone()).unwrap_or_else(|| Arc::from(id))
+        self.cache.runs.rid(id)
     }
 
     /// Tracks a newly created pending run and queues it for dispatch.
@@ -121,83 +104,41 @@ impl LeaderRuntime {
             ready_since: now,
             assigned_at: 0,
         };
-        self.track(id.clone(), open);
-        self.cache.ready.push_back(id.clone());
+        self.cache.runs.track(id.clone(), open);
+        self.cache.runs.queue(id.clone());
         id
     }
 
-    pub(super) fn track(&mut self, id: RunId, run: OpenRun) {
-        match self.cache.runs_by_job.get_mut(run.key.uid.as_str()) {
-            Some(set) => {
-                set.insert(id.clone());
-            }
-            None => {
-                self.cache.runs_by_job.insert(run.key.uid.clone(), HashSet::from_iter([id.clone()]));
-            }
-        }
-        self.cache.runs.insert(id, run);
-    }
-
+    /// Drops a run from the cache, freeing the slot of its attempt.
     pub(super) fn untrack(&mut self, id: &str) {
-        if let Some(run) = self.cache.runs.remove(id) {
-            if let Some(set) = self.cache.runs_by_job.get_mut(run.key.uid.as_str()) {
-                set.remove(id);
-                if set.is_empty() {
-                    self.cache.runs_by_job.remove(run.key.uid.as_str());
-                }
-            }
-        }
-        self.release(id);
-    }
-
-    /// Forgets which worker holds `id`'s attempt.
-    pub(super) fn release(&mut self, id: &str) {
-        self.cache.orphans.remove(id);
-        if let Some(worker) = self.cache.in_flight.remove(id) {
+        if let Some(worker) = self.cache.runs.untrack(id) {
             self.sessions.unhold(&worker, id);
         }
     }
 
-    pub(super) fn job_counts(&self, job_uid: &str) -> (usize, usize, usize) {
-        let Some(ids) = self.cache.runs_by_job.get(job_uid) else { return (0, 0, 0) };
-        let mut open = 0;
-        let mut waiting = 0;
-        let mut active = 0;
-        for id in ids {
-            if let Some(r) = self.cache.runs.get(id) {
-                open += 1;
-                if matches!(r.state, RunState::Pending | RunState::Retrying) {
-                    waiting += 1;
-                }
-                if r.state.is_active() {
-                    active += 1;
-                }
-            }
+    /// Forgets which worker holds `id`'s attempt, freeing its slot.
+    pub(super) fn release(&mut self, id: &str) {
+        if let Some(worker) = self.cache.runs.release(id) {
+            self.sessions.unhold(&worker, id);
         }
-        (open, waiting, active)
     }
 
     pub(super) async fn release_retries(&mut self, now: Millis) -> Result<()> {
         let mut batch = Vec::new();
-        while let Some(Reverse((at, id))) = self.cache.retry_heap.peek().cloned() {
-            if at > now {
-                break;
-            }
-            self.cache.retry_heap.pop();
-            if let Some(run) = self.cache.runs.get(&id).filter(|r| r.state == RunState::Retrying) {
-                batch.push(Transition {
-                    run_id: id.to_string(),
-                    from: RunState::Retrying,
-                    from_attempt: run.attempt,
-                    to: RunState::Pending,
-                    to_attempt: run.attempt,
-                    reason: None,
-                    next_attempt_at: None,
-                    attempt: None,
-                    at: now,
-                    notify: Vec::new(),
-                });
-            }
+        for id in self.cache.runs.take_due_retries(now) {
+            let Some(run) = self.cache.runs.get(&id) else { continue };
+            batch.push(Transition {
+                run_id: id.to_string(),
+                from: RunState::Retrying,
+                from_attempt: run.attempt,
+                to: RunState::Pending,
+                to_attempt: run.attempt,
+                reason: None,
+                next_attempt_at: None,
+                attempt: None,
+                at: now,
+                notify: Vec::new(),
+            });
         }
         self.apply(batch).await
     }
@@ -227,23 +168,8 @@ impl LeaderRuntime {
     /// [`Self::mirror`] without counting it in `gnomon_runs_total` (for a
     /// batch that counts its transitions once per state).
     pub(super) fn mirror_state(&mut self, t: &Transition) {
-        if t.to.is_terminal() {
-            self.untrack(&t.run_id);
-            return;
-        }
-        let Some(run) = self.cache.runs.get_mut(t.run_id.as_str()) else { return };
-        run.state = t.to;
-        run.attempt = t.to_attempt;
-        match t.to {
-            RunState::Pending => {
-                run.ready_since = t.at;
-                self.cache.ready.push_back(self.rid(&t.run_id));
-            }
-            RunState::Retrying => {
-                self.release(&t.run_id);
-                self.cache.retry_heap.push(Reverse((t.next_attempt_at.unwrap_or(t.at), self.rid(&t.run_id))));
-            }
-            _ => {}
+        if let Some(worker) = self.cache.runs.mirror(t) {
+            self.sessions.unhold(&worker, &t.run_id);
         }
     }
 
@@ -260,10 +186,10 @@ impl LeaderRuntime {
             assigned_at,
         };
         let id: RunId = Arc::from(run.id.as_str());
-        self.track(id.clone(), open);
+        self.cache.runs.track(id.clone(), open);
         match run.state {
-            RunState::Pending => self.cache.ready.push_back(id.clone()),
-            RunState::Retrying => self.cache.retry_heap.push(Reverse((run.next_attempt_at.unwrap_or(now), id.clone()))),
+            RunState::Pending => self.cache.runs.queue(id.clone()),
+            RunState::Retrying => self.cache.runs.schedule_retry(run.next_attempt_at.unwrap_or(now), id.clone()),
             _ => {}
         }
         id
@@ -286,18 +212,15 @@ impl LeaderRuntime {
                 match worker {
                     Some(w) if self.sessions.contains(&w) => {
                         self.sessions.hold(&w, rid.clone());
-                        self.cache.in_flight.insert(rid, w);
+                        self.cache.runs.hold(rid, &w);
                     }
                     worker => {
                         let ttl = self.config.lease_ttl_ms;
                         let mut deadline = self.term_started.unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
-                        if let Some(w) = worker {
-                            if let Some(at) = self.sessions.expired_at(&w) {
-                                deadline = at;
-                            }
-                            self.cache.orphan_workers.insert(rid.clone(), w);
+                        if let Some(at) = worker.as_deref().and_then(|w| self.sessions.expired_at(w)) {
+                            deadline = at;
                         }
-                        self.cache.orphans.insert(rid, deadline);
+                        self.cache.runs.orphan(rid, deadline, worker);
                     }
                 }
             }

@@ -61,7 +61,7 @@ impl LeaderRuntime {
         self.cache.job_feed_seq = changes.seq;
         for run in self.store.cancel_requests().await? {
             let key = (run.id.clone(), run.attempt);
-            if self.cache.in_flight.contains_key(run.id.as_str()) && !self.cache.cancels_sent.contains(&key) {
+            if self.cache.runs.holder(&run.id).is_some() && !self.cache.runs.cancel_sent(&key.0, key.1) {
                 self.send_cancel(&run.id, run.attempt);
             }
         }
@@ -95,7 +95,7 @@ impl LeaderRuntime {
             LeaderCommand::Nudge => self.last_poll = 0,
             LeaderCommand::RunChanged { run_id } => {
                 self.last_poll = 0;
-                if self.cache.runs.contains_key(run_id.as_str()) {
+                if self.cache.runs.contains(run_id.as_str()) {
                     self.reload_run(&run_id).await?;
                 }
             }
@@ -148,7 +148,8 @@ impl LeaderRuntime {
 
     pub(super) async fn wait_for_work(&mut self) -> Option<LeaderExit> {
         self.publish_view();
-        if !self.unwritten_events.is_empty() || (!self.cache.ready.is_empty() && self.dispatch_room() > 0 && self.ready_has_dispatchable())
+        if !self.unwritten_events.is_empty()
+            || (self.cache.runs.ready_len() > 0 && self.dispatch_room() > 0 && self.ready_has_dispatchable())
         {
             tokio::task::yield_now().await;
             return self.should_stop();
@@ -158,8 +159,8 @@ impl LeaderRuntime {
         if let Some(Reverse((due, _, _))) = self.cache.fire_heap.peek().filter(|_| !self.pressure.defers_fires()) {
             wake = wake.min(*due);
         }
-        if let Some(Reverse((due, _))) = self.cache.retry_heap.peek() {
-            wake = wake.min(*due);
+        if let Some(due) = self.cache.runs.next_retry_at() {
+            wake = wake.min(due);
         }
         let sleep = Duration::from_millis(u64::try_from(wake - now).unwrap_or(0));
         tokio::select! {

@@ -42,7 +42,7 @@ impl LeaderRuntime {
     pub(super) fn update_pressure(&mut self) {
         let before = self.pressure.state();
         let capacity = self.sessions.capacity();
-        let pending = self.cache.ready.len();
+        let pending = self.cache.runs.ready_len();
         let after = self.pressure.update(pending, self.free_slots(), capacity);
         if after != before {
             let max_pending = self.pressure.config.max_pending;

@@ -20,13 +20,7 @@ impl LeaderRuntime {
             // the worker's attempts may run until 0.7×TTL after its
             // deletion (and never past the term start's own bound).
             let floor = self.term_started.unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
-            for (id, w) in &self.cache.orphan_workers {
-                if w == worker {
-                    if let Some(d) = self.cache.orphans.get_mut(id) {
-                        *d = (now + ttl * 7 / 10).min(floor);
-                    }
-                }
-            }
+            self.cache.runs.set_orphan_deadlines(worker, (now + ttl * 7 / 10).min(floor));
         }
     }
 
@@ -52,19 +46,16 @@ impl LeaderRuntime {
         // Attempts it held but no longer lists: its report may still be
         // spooled; give it one lease to arrive, then they are lost.
         for id in attempts.iter().filter(|id| !listed.contains(&id.as_ref())) {
-            self.cache.orphans.insert(id.clone(), now + self.config.lease_ttl_ms);
+            self.cache.runs.orphan(id.clone(), now + self.config.lease_ttl_ms, None);
         }
         let mut reclaimed = Vec::new();
         let mut superseded = Vec::new();
         for r in &hello.running {
             let current = self.cache.runs.get(r.run_id.as_str()).is_some_and(|run| run.state.is_active() && run.attempt == r.attempt);
-            let ours = self.cache.orphans.contains_key(r.run_id.as_str()) || self.cache.in_flight.get(r.run_id.as_str()) == Some(&worker);
+            let ours = self.cache.runs.may_report(&r.run_id, &worker);
             if current && ours {
-                self.cache.orphans.remove(r.run_id.as_str());
-                if let Some(prev) = self.cache.in_flight.insert(self.rid(&r.run_id), worker.clone()) {
-                    if prev != worker {
-                        self.sessions.unhold(&prev, &r.run_id);
-                    }
+                if let Some(prev) = self.cache.runs.hold(self.rid(&r.run_id), &worker) {
+                    self.sessions.unhold(&prev, &r.run_id);
                 }
                 attempts.insert(self.rid(&r.run_id));
                 reclaimed.push(r.clone());
@@ -179,7 +170,7 @@ impl LeaderRuntime {
             let Some(run) = self.cache.runs.get(id) else { continue };
             if listed.contains(&(&**id, run.attempt))
                 || reported.contains(&**id)
-                || self.cache.orphans.contains_key(id)
+                || self.cache.runs.is_orphan(id)
                 || now - run.assigned_at <= self.config.heartbeat_ms
             {
                 continue;
@@ -209,8 +200,8 @@ impl LeaderRuntime {
             tracing::warn!(worker = %worker, attempts = s.attempts.len(), "worker lease expired; its attempts are lost");
             metrics::counter!("gnomon_worker_leases_expired_total").increment(1);
             for id in s.attempts {
-                if self.cache.in_flight.get(&id) == Some(&worker) {
-                    self.cache.in_flight.remove(&id);
+                if self.cache.runs.holder(&id) == Some(&worker) {
+                    self.cache.runs.release(&id);
                     if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, format!("worker {worker} lease expired"), now) {
                         batch.push(t);
                     }
@@ -225,7 +216,7 @@ impl LeaderRuntime {
                 .unwritten_events
                 .iter()
                 .any(|e| matches!(e, WorkerEvent::Finished { worker: w, run_id, .. } if *w == worker && **run_id == *id));
-            if reported || self.cache.in_flight.get(&id) != Some(&worker) {
+            if reported || self.cache.runs.holder(&id) != Some(&worker) {
                 continue;
             }
             let Some(attempt) = self.cache.runs.get(&id).map(|r| r.attempt) else { continue };
@@ -240,11 +231,8 @@ impl LeaderRuntime {
             }
         }
         self.expire_overruns(now, &mut batch, &mut aborts);
-        let overdue: Vec<RunId> = self.cache.orphans.iter().filter(|(_, d)| **d < now).map(|(id, _)| id.clone()).collect();
-        for id in overdue {
-            self.cache.orphans.remove(&*id);
-            self.cache.orphan_workers.remove(&*id);
-            if let Some(worker) = self.cache.in_flight.remove(&*id) {
+        for (id, holder) in self.cache.runs.take_overdue_orphans(now) {
+            if let Some(worker) = holder {
                 self.sessions.unhold(&worker, &id);
             }
             if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, "no worker reclaimed the attempt within its lease".into(), now)
@@ -272,8 +260,8 @@ impl LeaderRuntime {
         let grace = OVERRUN_GRACE_MS + self.config.lease_ttl_ms;
         let overran: Vec<(RunId, String, u32, Millis)> = self
             .cache
-            .in_flight
-            .iter()
+            .runs
+            .holders()
             .filter_map(|(id, worker)| {
                 let run = self.cache.runs.get(id)?;
                 let timeout = self.cache.jobs.get(&run.key.uid)?.timeout?;
@@ -307,9 +295,9 @@ impl LeaderRuntime {
 
     /// Asks the worker holding the run's attempt to stop it.
     pub(super) fn send_cancel(&mut self, run_id: &str, attempt: u32) {
-        if let Some(worker) = self.cache.in_flight.get(run_id).cloned() {
+        if let Some(worker) = self.cache.runs.holder(run_id).cloned() {
             self.send_to(&worker, server_message::Msg::Cancel(v1::Cancel { run_id: run_id.into(), attempt, token: self.fence.token }));
         }
-        self.cache.cancels_sent.insert((run_id.to_string(), attempt));
+        self.cache.runs.note_cancel(run_id, attempt);
     }
 }

@@ -1,0 +1,389 @@
+//! [`RunBook`]: the leader's copy of the open runs, with the queues and
+//! indexes over them: by job, ready for dispatch, waiting to retry, whose
+//! worker holds their live attempt, which live attempts wait for their
+//! worker to reclaim them, and which cancels were sent. It is part of the
+//! cache, rebuilt from the store as a whole; it owns these maps so that a
+//! run's entries come and go together.
+//!
+//! Invariants (checked by the tests below):
+//! - every run named by the job index, a holder or an orphan is open here,
+//!   and a run leaves them all when it leaves the book;
+//! - a run is held by at most one worker, and an orphan has no holder
+//!   entry of another worker's: reclaiming it makes the reclaimer the holder.
+//!
+//! The ready queue and the retry heap may name runs that have moved on
+//! since; their readers skip those.
+
+use super::*;
+
+/// A run id, allocated once and shared by every index that names the run.
+pub(super) type RunId = Arc<str>;
+
+/// What the leader keeps of an open run. Read anywhere in the leader;
+/// changed only through [`RunBook`].
+#[derive(Debug, Clone)]
+pub(super) struct OpenRun {
+    pub(super) key: Arc<JobKey>,
+    pub(super) scheduled_at: Millis,
+    pub(super) state: RunState,
+    pub(super) attempt: u32,
+    pub(super) ready_since: Millis,
+    /// When its live attempt was assigned (0: unknown, recovered).
+    pub(super) assigned_at: Millis,
+}
+
+/// A live attempt whose worker has no session here.
+#[derive(Debug, Clone)]
+struct Orphan {
+    /// When it can no longer be running: it is ended `lost` then.
+    deadline: Millis,
+    /// The worker the store says holds it, when known.
+    worker: Option<String>,
+}
+
+/// The open runs and their indexes.
+#[derive(Default)]
+pub(super) struct RunBook {
+    runs: HashMap<RunId, OpenRun>,
+    by_job: HashMap<String, HashSet<RunId>>,
+    ready: VecDeque<RunId>,
+    retries: BinaryHeap<Reverse<(Millis, RunId)>>,
+    /// Runs with a live attempt, and the worker holding it.
+    holders: HashMap<RunId, String>,
+    /// Live attempts whose worker has no session here, waiting for it to
+    /// reclaim them (or for their lease to run out).
+    orphans: HashMap<RunId, Orphan>,
+    /// Cancels sent: (run, attempt).
+    cancels_sent: HashSet<(String, u32)>,
+}
+
+impl RunBook {
+    pub(super) fn get(&self, id: &str) -> Option<&OpenRun> {
+        self.runs.get(id)
+    }
+
+    pub(super) fn contains(&self, id: &str) -> bool {
+        self.runs.contains_key(id)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// The shared id of an open run (a new one if the run is not open).
+    pub(super) fn rid(&self, id: &str) -> RunId {
+        self.runs.get_key_value(id).map(|(k, _)| k.clone()).unwrap_or_else(|| Arc::from(id))
+    }
+
+    /// Adds an open run (replacing one of the same id).
+    pub(super) fn track(&mut self, id: RunId, run: OpenRun) {
+        self.by_job.entry(run.key.uid.clone()).or_default().insert(id.clone());
+        self.runs.insert(id, run);
+    }
+
+    /// Removes a run and everything that names it; the worker whose slot
+    /// it held, if one did.
+    pub(super) fn untrack(&mut self, id: &str) -> Option<String> {
+        if let Some(run) = self.runs.remove(id) {
+            if let Some(set) = self.by_job.get_mut(run.key.uid.as_str()) {
+                set.remove(id);
+                if set.is_empty() {
+                    self.by_job.remove(run.key.uid.as_str());
+                }
+            }
+        }
+        self.release(id)
+    }
+
+    /// Forgets which worker holds the run's attempt (and that it waited
+    /// for one); that worker, if one did.
+    pub(super) fn release(&mut self, id: &str) -> Option<String> {
+        self.orphans.remove(id);
+        self.holders.remove(id)
+    }
+
+    /// Queues a run for dispatch, behind the others.
+    pub(super) fn queue(&mut self, id: RunId) {
+        self.ready.push_back(id);
+    }
+
+    /// The next run queued for dispatch.
+    pub(super) fn pop_ready(&mut self) -> Option<RunId> {
+        self.ready.pop_front()
+    }
+
+    /// Puts runs a dispatch pass passed over back at the front, in order.
+    pub(super) fn requeue_front(&mut self, ids: Vec<RunId>) {
+        for id in ids.into_iter().rev() {
+            self.ready.push_front(id);
+        }
+    }
+
+    pub(super) fn ready(&self) -> impl Iterator<Item = &RunId> {
+        self.ready.iter()
+    }
+
+    pub(super) fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// Schedules a retrying run's release to pending at `at`.
+    pub(super) fn schedule_retry(&mut self, at: Millis, id: RunId) {
+        self.retries.push(Reverse((at, id)));
+    }
+
+    /// When the next retry is due.
+    pub(super) fn next_retry_at(&self) -> Option<Millis> {
+        self.retries.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// The retrying runs due by `now`, taken off the heap.
+    pub(super) fn take_due_retries(&mut self, now: Millis) -> Vec<RunId> {
+        let mut due = Vec::new();
+        while let Some(Reverse((at, _))) = self.retries.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((_, id))) = self.retries.pop() else { break };
+            if self.runs.get(&id).is_some_and(|r| r.state == RunState::Retrying) {
+                due.push(id);
+            }
+        }
+        due
+    }
+
+    /// Mirrors a transition the store applied. A terminal one removes the
+    /// run, a retry releases its holder; either way the worker whose slot
+    /// is freed is returned.
+    pub(super) fn mirror(&mut self, t: &Transition) -> Option<String> {
+        if t.to.is_terminal() {
+            return self.untrack(&t.run_id);
+        }
+        let id = self.rid(&t.run_id);
+        let run = self.runs.get_mut(&id)?;
+        run.state = t.to;
+        run.attempt = t.to_attempt;
+        match t.to {
+            RunState::Pending => {
+                run.ready_since = t.at;
+                self.ready.push_back(id);
+                None
+            }
+            RunState::Retrying => {
+                let released = self.release(&id);
+                self.retries.push(Reverse((t.next_attempt_at.unwrap_or(t.at), id)));
+                released
+            }
+            _ => None,
+        }
+    }
+
+    /// The run's assignment is persisted.
+    pub(super) fn assigned(&mut self, id: &str, attempt: u32, at: Millis) -> Option<&OpenRun> {
+        let run = self.runs.get_mut(id)?;
+        run.state = RunState::Assigned;
+        run.attempt = attempt;
+        run.assigned_at = at;
+        Some(run)
+    }
+
+    /// Counts the run's attempt as assigned at `at` (heartbeat
+    /// reconciliation judges it only a heartbeat after).
+    pub(super) fn restamp_assignment(&mut self, id: &str, at: Millis) {
+        if let Some(r) = self.runs.get_mut(id) {
+            r.assigned_at = at;
+        }
+    }
+
+    /// The worker holding the run's live attempt.
+    pub(super) fn holder(&self, id: &str) -> Option<&String> {
+        self.holders.get(id)
+    }
+
+    /// Makes `worker` the holder of the run's attempt (it is no orphan
+    /// then); the previous holder, if another.
+    pub(super) fn hold(&mut self, id: RunId, worker: &str) -> Option<String> {
+        self.orphans.remove(&id);
+        self.holders.insert(id, worker.to_string()).filter(|w| w != worker)
+    }
+
+    /// The runs with a live attempt, and their holders.
+    pub(super) fn holders(&self) -> impl Iterator<Item = (&RunId, &String)> {
+        self.holders.iter()
+    }
+
+    /// Whether `worker` may report on the run's attempt: it holds it, or the
+    /// attempt waits for its worker.
+    pub(super) fn may_report(&self, id: &str, worker: &str) -> bool {
+        self.holders.get(id).is_some_and(|w| w == worker) || self.orphans.contains_key(id)
+    }
+
+    /// The run's live attempt waits for its worker until `deadline`.
+    pub(super) fn orphan(&mut self, id: RunId, deadline: Millis, worker: Option<String>) {
+        self.orphans.insert(id, Orphan { deadline, worker });
+    }
+
+    pub(super) fn is_orphan(&self, id: &str) -> bool {
+        self.orphans.contains_key(id)
+    }
+
+    /// Sets the deadline of every orphan of `worker`.
+    pub(super) fn set_orphan_deadlines(&mut self, worker: &str, deadline: Millis) {
+        for o in self.orphans.values_mut().filter(|o| o.worker.as_deref() == Some(worker)) {
+            o.deadline = deadline;
+        }
+    }
+
+    /// The orphans past their deadline, no longer orphans or held.
+    pub(super) fn take_overdue_orphans(&mut self, now: Millis) -> Vec<(RunId, Option<String>)> {
+        let overdue: Vec<RunId> = self.orphans.iter().filter(|(_, o)| o.deadline < now).map(|(id, _)| id.clone()).collect();
+        overdue
+            .into_iter()
+            .map(|id| {
+                self.orphans.remove(&id);
+                let holder = self.holders.remove(&id);
+                (id, holder)
+            })
+            .collect()
+    }
+
+    /// The job's open runs.
+    pub(super) fn of_job(&self, job_uid: &str) -> Vec<RunId> {
+        self.by_job.get(job_uid).map(|s| s.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// The job's open runs: how many, how many wait (pending or retrying),
+    /// how many are active.
+    pub(super) fn job_counts(&self, job_uid: &str) -> (usize, usize, usize) {
+        let Some(ids) = self.by_job.get(job_uid) else { return (0, 0, 0) };
+        let mut open = 0;
+        let mut waiting = 0;
+        let mut active = 0;
+        for r in ids.iter().filter_map(|id| self.runs.get(id)) {
+            open += 1;
+            if matches!(r.state, RunState::Pending | RunState::Retrying) {
+                waiting += 1;
+            }
+            if r.state.is_active() {
+                active += 1;
+            }
+        }
+        (open, waiting, active)
+    }
+
+    /// Notes a cancel sent for the run's attempt.
+    pub(super) fn note_cancel(&mut self, id: &str, attempt: u32) {
+        self.cancels_sent.insert((id.to_string(), attempt));
+    }
+
+    pub(super) fn cancel_sent(&self, id: &str, attempt: u32) -> bool {
+        self.cancels_sent.contains(&(id.to_string(), attempt))
+    }
+
+    /// Forgets the cancels sent for the run's attempts (its attempt ended).
+    pub(super) fn forget_cancels(&mut self, id: &str) {
+        self.cancels_sent.retain(|(r, _)| r != id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(uid: &str) -> Arc<JobKey> {
+        Arc::new(JobKey { uid: uid.into(), name: uid.into(), namespace: "default".into() })
+    }
+
+    fn open(job: &str, state: RunState, attempt: u32) -> OpenRun {
+        OpenRun { key: key(job), scheduled_at: 0, state, attempt, ready_since: 0, assigned_at: 0 }
+    }
+
+    fn to(id: &str, from: RunState, to: RunState, attempt: u32, at: Millis, next: Option<Millis>) -> Transition {
+        Transition {
+            run_id: id.into(),
+            from,
+            from_attempt: attempt,
+            to,
+            to_attempt: attempt,
+            reason: None,
+            next_attempt_at: next,
+            attempt: None,
+            at,
+            notify: Vec::new(),
+        }
+    }
+
+    /// Every index names open runs only; a run is held once at most.
+    fn check(b: &RunBook) {
+        for (job, ids) in &b.by_job {
+            for id in ids {
+                assert_eq!(b.runs.get(id).map(|r| r.key.uid.as_str()), Some(job.as_str()), "{id} is indexed under its job");
+            }
+        }
+        for id in b.holders.keys().chain(b.orphans.keys()) {
+            assert!(b.runs.contains_key(id), "{id} is held or orphaned but not open");
+        }
+    }
+
+    #[test]
+    fn a_run_leaves_every_index_with_its_end() {
+        let mut b = RunBook::default();
+        b.track(Arc::from("r1"), open("j", RunState::Assigned, 1));
+        b.track(Arc::from("r2"), open("j", RunState::Pending, 0));
+        b.queue(Arc::from("r2"));
+        assert_eq!(b.hold(Arc::from("r1"), "w1"), None);
+        check(&b);
+        assert_eq!(b.job_counts("j"), (2, 1, 1));
+        assert_eq!(b.mirror(&to("r1", RunState::Assigned, RunState::Succeeded, 1, 5, None)).as_deref(), Some("w1"), "its slot frees");
+        check(&b);
+        assert_eq!(b.job_counts("j"), (1, 1, 0));
+        assert_eq!(b.untrack("r2"), None);
+        assert!(b.by_job.is_empty());
+        assert_eq!(b.pop_ready().as_deref(), Some("r2"), "the queue may name a run that left; readers skip it");
+    }
+
+    #[test]
+    fn retries_come_due_in_time_order_and_only_while_retrying() {
+        let mut b = RunBook::default();
+        for (id, at) in [("a", 300), ("b", 100), ("c", 200)] {
+            b.track(Arc::from(id), open("j", RunState::Assigned, 1));
+            b.hold(Arc::from(id), "w1");
+            assert_eq!(b.mirror(&to(id, RunState::Assigned, RunState::Retrying, 1, 0, Some(at))).as_deref(), Some("w1"));
+        }
+        check(&b);
+        assert_eq!(b.next_retry_at(), Some(100));
+        b.mirror(&to("c", RunState::Retrying, RunState::Cancelled, 1, 150, None));
+        let due: Vec<String> = b.take_due_retries(250).iter().map(|id| id.to_string()).collect();
+        assert_eq!(due, ["b"], "c was cancelled meanwhile; a is not due");
+        assert_eq!(b.next_retry_at(), Some(300));
+    }
+
+    #[test]
+    fn an_orphan_is_reclaimed_by_holding_it_or_ends_at_its_deadline() {
+        let mut b = RunBook::default();
+        b.track(Arc::from("r1"), open("j", RunState::Running, 1));
+        b.track(Arc::from("r2"), open("j", RunState::Running, 1));
+        b.orphan(Arc::from("r1"), 1_000, Some("w1".into()));
+        b.orphan(Arc::from("r2"), 1_000, Some("w2".into()));
+        assert!(b.may_report("r1", "anyone"), "an orphan's report is taken");
+        b.set_orphan_deadlines("w2", 5_000);
+        assert_eq!(b.hold(Arc::from("r1"), "w1"), None);
+        assert!(!b.is_orphan("r1"));
+        assert!(b.may_report("r1", "w1") && !b.may_report("r1", "w9"));
+        assert!(b.take_overdue_orphans(2_000).is_empty(), "r2's deadline moved");
+        let overdue = b.take_overdue_orphans(6_000);
+        assert_eq!(overdue.len(), 1);
+        assert_eq!(&*overdue[0].0, "r2");
+        check(&b);
+        assert_eq!(b.hold(Arc::from("r1"), "w3").as_deref(), Some("w1"), "a new holder displaces the old");
+    }
+
+    #[test]
+    fn cancels_are_remembered_per_attempt_until_it_ends() {
+        let mut b = RunBook::default();
+        b.note_cancel("r1", 1);
+        assert!(b.cancel_sent("r1", 1) && !b.cancel_sent("r1", 2));
+        b.forget_cancels("r1");
+        assert!(!b.cancel_sent("r1", 1));
+    }
+}
