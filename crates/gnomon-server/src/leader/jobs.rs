@@ -1,80 +1,5 @@
 use super::*;
 
-/// What the leader keeps of a job's stored record: its metadata, not its spec.
-#[derive(Debug, Clone)]
-pub(super) struct JobMeta {
-    /// uid, name and namespace, shared with every open run of the job.
-    pub(super) key: Arc<JobKey>,
-    pub(super) version: u64,
-    pub(super) paused: bool,
-    pub(super) last_scheduled_at: Option<Millis>,
-}
-
-/// What the leader keeps of a job: only what scheduling and dispatch read,
-/// not the whole spec (descriptions, the original strings). Entries are
-/// boxed so the map's table stays small. With 100,000 jobs this is the bulk
-/// of the leader's memory, about 400 bytes a job.
-#[derive(Debug)]
-pub(super) struct JobEntry {
-    pub(super) record: JobMeta,
-    pub(super) schedule: Schedule,
-    pub(super) executor: Arc<Executor>,
-    /// The executor as the `Assign` message carries it, serialised once.
-    pub(super) executor_json: Arc<str>,
-    pub(super) timeout: Option<Duration>,
-    pub(super) max_attempts: u32,
-    pub(super) backoff: BackoffPolicy,
-    pub(super) catchup_window_ms: i64,
-    pub(super) overlap: OverlapPolicy,
-    pub(super) misfire: MisfirePolicy,
-    pub(super) route: Option<Box<RouteSpec>>,
-    pub(super) generation: u64,
-    /// Moving average of its attempts' durations (ms), once one has ended.
-    pub(super) recent_ms: Option<f64>,
-    /// The first `scheduled_at` free for its next manual run.
-    pub(super) manual_next: Millis,
-    /// Identifies the schedule as written (a change of it is a new version
-    /// of the timeline).
-    pub(super) schedule_key: u64,
-    /// Where this version's timeline starts: instants after it and after
-    /// `last_scheduled_at` are due.
-    pub(super) from: Millis,
-    /// Instants the previous version had due when it was changed, still
-    /// to be fired under it (see [`LeaderRuntime::upsert_job`]).
-    pub(super) carry: Option<Box<Carry>>,
-    /// `from` moved past `last_scheduled_at` (a new schedule, a resume) and
-    /// is not yet written: the next fire writes it as the job's
-    /// `last_scheduled_at`, so a new leader starts there too.
-    pub(super) settle: bool,
-    /// Who is told of its runs' outcomes.
-    pub(super) notify: Option<Box<[super::notify::Target]>>,
-}
-
-/// The previous version's timeline up to the change.
-#[derive(Debug, Clone)]
-pub(super) struct Carry {
-    pub(super) schedule: Schedule,
-    /// Its instants after this (and after `last_scheduled_at`)…
-    pub(super) after: Millis,
-    /// …and up to this are fired under the previous version.
-    pub(super) until: Millis,
-}
-
-fn schedule_key(s: &gnomon_core::spec::ScheduleSpec) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (&s.cron, &s.timezone, &s.every, &s.at).hash(&mut h);
-    h.finish()
-}
-
-/// A job's identity, shared (not copied) by its entry and its open runs.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub(super) struct JobKey {
-    pub(super) uid: String,
-    pub(super) name: String,
-    pub(super) namespace: String,
-}
-
 /// One chunk of due jobs, planned and not yet written.
 pub(super) struct FirePlan {
     pub(super) new_runs: Vec<NewRun>,
@@ -95,134 +20,14 @@ pub(super) struct FirePlan {
 }
 
 impl LeaderRuntime {
+    /// Takes in a job's stored record (see [`JobTimeline::upsert`]).
     pub(super) fn upsert_job(&mut self, record: JobRecord) {
-        let compiled = match record.spec.compile() {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(job = %record.name, error = %e, "stored job no longer validates; not scheduling it");
-                self.cache.jobs.remove(&record.uid);
-                return;
-            }
-        };
-        self.cache.next_generation += 1;
-        let generation = self.cache.next_generation;
-        // What the previous version learned carries over (from the cache
-        // being rebuilt, during a rebuild).
-        let previous = self.cache.jobs.get(&record.uid).or_else(|| self.previous_jobs.get(&record.uid));
-        let previous_last = previous.and_then(|j| j.record.last_scheduled_at);
-        let recent_ms = previous.and_then(|j| j.recent_ms);
-        let manual_next = previous.map_or(0, |j| j.manual_next);
-        let key = schedule_key(&compiled.spec.schedule);
-        // A change takes effect when it was written, by the writer's clock,
-        // but never later than this leader's now (a writer whose clock runs
-        // ahead cannot drop instants that are not due yet).
-        let cut = record.updated_at.min(self.clock.now_millis());
-        let last = record.last_scheduled_at.max(previous_last);
-        let (from, carry, settle) = match previous {
-            Some(p) if p.schedule_key == key && p.record.paused == record.paused => (p.from, p.carry.clone(), p.settle),
-            Some(p) => {
-                // The schedule changed, or the job was paused or resumed.
-                // A new schedule, or a resumed job, starts at the change
-                // (times that elapsed while paused are not fired); what the
-                // previous version had due up to the change still fires
-                // under it (a turn a few milliseconds late loses nothing).
-                let from = if p.schedule_key != key || (p.record.paused && !record.paused) { cut } else { p.from };
-                // A job resumed (or changed) while paused keeps what its
-                // pause left to fire: the times due before the pause.
-                let carry = if p.record.paused {
-                    p.carry.clone()
-                } else {
-                    Some(Box::new(Carry { schedule: p.schedule.clone(), after: p.from, until: cut }))
-                };
-                (from, carry, p.settle || from > last.unwrap_or(Millis::MIN))
-            }
-            // Not in memory (a new term, or the first sight of a job). A
-            // first version starts at its creation. A paused job still fires
-            // what was due before its pause, and a resumed one starts at its
-            // resumption (both recorded by the store), so a leader that
-            // never saw the pause or the resume fires the same as one that
-            // did; a changed schedule likewise (the store keeps the previous
-            // one). Otherwise the schedule is the one the job was created
-            // with: its timeline runs from its creation (and resumes at its
-            // last fire), whatever other edits were made.
-            None => {
-                let now = self.clock.now_millis();
-                let created = record.created_at;
-                let base = last.unwrap_or(created);
-                let before_pause =
-                    |until: Millis| Box::new(Carry { schedule: compiled.schedule.clone(), after: created, until: until.min(now) });
-                if record.paused {
-                    let until = record.paused_at.unwrap_or(cut);
-                    // Paused again after a resume: only the times between
-                    // the resume and this pause were due while active (the
-                    // ones before the resume fell in the earlier pause).
-                    match record.resumed_at.filter(|r| *r > base && *r <= until) {
-                        Some(resumed) => (
-                            created,
-                            Some(Box::new(Carry { schedule: compiled.schedule.clone(), after: resumed, until: until.min(now) })),
-                            false,
-                        ),
-                        None => (created, (until > base).then(|| before_pause(until)), false),
-                    }
-                } else if let Some(resumed) = record.resumed_at.filter(|r| *r > base) {
-                    let paused = record.paused_at.filter(|p| *p > base && *p <= resumed);
-                    (resumed.min(now), paused.map(before_pause), true)
-                } else if let Some((changed, previous)) =
-                    record.schedule_changed_at.filter(|c| *c > base).zip(record.previous_schedule.as_ref().and_then(|s| s.compile().ok()))
-                {
-                    // The schedule changed after the last fire: the old one's
-                    // due times up to the change fire under it, the new one
-                    // starts at the change (as a leader that saw it does).
-                    (changed.min(now), Some(Box::new(Carry { schedule: previous, after: created, until: changed.min(now) })), true)
-                } else {
-                    (created, None, false)
-                }
-            }
-        };
-        let record = JobMeta {
-            last_scheduled_at: last,
-            key: Arc::new(JobKey { uid: record.uid, name: record.name, namespace: record.namespace }),
-            version: record.version,
-            paused: record.paused,
-        };
-        let entry = Box::new(JobEntry {
-            record,
-            schedule: compiled.schedule,
-            executor_json: serde_json::to_string(&compiled.spec.executor).unwrap_or_default().into(),
-            executor: Arc::new(compiled.spec.executor),
-            timeout: compiled.timeout,
-            max_attempts: compiled.max_attempts,
-            backoff: compiled.backoff,
-            catchup_window_ms: compiled.catchup_window_ms,
-            overlap: compiled.spec.overlap,
-            misfire: compiled.spec.misfire,
-            route: compiled.spec.route.map(Box::new),
-            notify: super::notify::targets(&compiled.spec.notify),
-            generation,
-            recent_ms,
-            manual_next,
-            schedule_key: key,
-            from,
-            carry,
-            settle,
-        });
-        self.seat(entry);
+        self.cache.jobs.upsert(record, self.clock.now_millis(), &self.previous_jobs);
     }
 
-    /// Puts a job's entry in the cache and its next due time on the timer.
-    fn seat(&mut self, entry: Box<JobEntry>) {
-        let generation = entry.generation;
-        let due = if entry.carry.is_some() || (entry.settle && !entry.record.paused) {
-            Some(self.clock.now_millis())
-        } else if !entry.record.paused {
-            entry.schedule.next_after(self.base_of(&entry))
-        } else {
-            None
-        };
-        if let Some(due) = due {
-            self.cache.fire_heap.push(Reverse((due, entry.record.key.uid.clone(), generation)));
-        }
-        self.cache.jobs.insert(entry.record.key.uid.clone(), entry);
+    /// The job's shared key (see [`JobTimeline::key`]).
+    pub(super) fn job_key(&self, uid: &str, name: &str, namespace: &str) -> Arc<JobKey> {
+        self.cache.jobs.key(uid, name, namespace)
     }
 
     /// Loads the jobs into the cache being rebuilt. A job held before at
@@ -235,11 +40,8 @@ impl LeaderRuntime {
         let mut others = Vec::new();
         for head in heads.heads {
             match self.previous_jobs.remove(&head.uid) {
-                Some(mut entry) if entry.record.version == head.version => {
-                    self.cache.next_generation += 1;
-                    entry.generation = self.cache.next_generation;
-                    entry.record.last_scheduled_at = head.last_scheduled_at.max(entry.record.last_scheduled_at);
-                    self.seat(entry);
+                Some(entry) if entry.record.version == head.version => {
+                    self.cache.jobs.reseat(entry, head.last_scheduled_at, self.clock.now_millis());
                 }
                 Some(entry) => {
                     self.previous_jobs.insert(head.uid.clone(), entry);
@@ -253,24 +55,8 @@ impl LeaderRuntime {
                 self.upsert_job(job);
             }
         }
-        self.cache.job_feed_seq = heads.seq;
+        self.cache.jobs.set_feed_seq(heads.seq);
         Ok(())
-    }
-
-    /// The time after which a job's schedule is considered: its persisted
-    /// `last_scheduled_at`, but never before its timeline starts (`from`:
-    /// its creation, or the change of its schedule or its resumption).
-    pub(super) fn base_of(&self, entry: &JobEntry) -> Millis {
-        entry.record.last_scheduled_at.map_or(entry.from, |last| last.max(entry.from))
-    }
-
-    /// The job's shared key (from its entry), or a new one for a run of a
-    /// job the leader does not schedule (deleted, or no longer valid).
-    pub(super) fn job_key(&self, uid: &str, name: &str, namespace: &str) -> Arc<JobKey> {
-        match self.cache.jobs.get(uid) {
-            Some(j) => j.record.key.clone(),
-            None => Arc::new(JobKey { uid: uid.into(), name: name.into(), namespace: namespace.into() }),
-        }
     }
 
     /// Creates `count` manual runs in one store write. Each gets its own
@@ -286,7 +72,7 @@ impl LeaderRuntime {
         let mut created: Vec<String> = Vec::new();
         // Back-to-back triggers of many runs would otherwise collide with the
         // previous call's instants and retry their way past them.
-        if !self.cache.jobs.contains_key(&job.uid) {
+        if !self.cache.jobs.contains(&job.uid) {
             self.upsert_job(job.clone());
         }
         let mut next = self.cache.jobs.get(&job.uid).map_or(now, |j| j.manual_next.max(now));
@@ -314,9 +100,7 @@ impl LeaderRuntime {
                 .collect();
             next = instants.end;
             let outcomes = self.store.fire(&self.fence, &runs, &[]).await?;
-            if let Some(j) = self.cache.jobs.get_mut(&job.uid) {
-                j.manual_next = j.manual_next.max(next);
-            }
+            self.cache.jobs.manual_taken(&job.uid, next);
             for (run, outcome) in runs.into_iter().zip(outcomes) {
                 if outcome != FireOutcome::Created {
                     continue;
@@ -350,16 +134,7 @@ impl LeaderRuntime {
     /// their runs (`full` when more may be due); nothing is written except
     /// `replace` cancellations.
     pub(super) async fn plan_fire(&mut self, now: Millis, limit: usize) -> Result<Option<FirePlan>> {
-        let mut due_jobs = Vec::new();
-        while let Some(Reverse((due, uid, generation))) = self.cache.fire_heap.peek().cloned() {
-            if due > now || due_jobs.len() >= limit {
-                break;
-            }
-            self.cache.fire_heap.pop();
-            if self.cache.jobs.get(&uid).is_some_and(|j| j.generation == generation && (!j.record.paused || j.carry.is_some())) {
-                due_jobs.push(uid);
-            }
-        }
+        let due_jobs = self.cache.jobs.take_due(now, limit);
         if due_jobs.is_empty() {
             return Ok(None);
         }
@@ -373,7 +148,7 @@ impl LeaderRuntime {
             // The previous version's due instants first, then this one's.
             let (schedule, after, until) = match &entry.carry {
                 Some(c) => (&c.schedule, entry.record.last_scheduled_at.map_or(c.after, |l| l.max(c.after)), now.min(c.until)),
-                None => (&entry.schedule, self.base_of(entry), now),
+                None => (&entry.schedule, entry.base(), now),
             };
             let plan = plan_fires(&PlanInput {
                 schedule,
@@ -474,26 +249,7 @@ impl LeaderRuntime {
             metrics::counter!("gnomon_runs_total", "state" => state).increment(n);
         }
         for (uid, last, more, carried) in plans {
-            let Some(entry) = self.cache.jobs.get_mut(&uid) else { continue };
-            if let Some(last) = last {
-                entry.record.last_scheduled_at = Some(entry.record.last_scheduled_at.map_or(last, |l| l.max(last)));
-            }
-            if !carried {
-                entry.settle = false;
-            }
-            let generation = entry.generation;
-            let next = if more {
-                Some(now)
-            } else if carried {
-                // The previous version is done: plan this one's now.
-                entry.carry = None;
-                (!entry.record.paused).then_some(now)
-            } else {
-                entry.schedule.next_after(entry.record.last_scheduled_at.unwrap_or(now).max(now))
-            };
-            if let Some(next) = next {
-                self.cache.fire_heap.push(Reverse((next, uid, generation)));
-            }
+            self.cache.jobs.fired(&uid, last, more, carried, now);
         }
         match existed {
             None => Ok(()),

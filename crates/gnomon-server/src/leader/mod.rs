@@ -72,6 +72,7 @@ mod results;
 mod runbook;
 mod runs;
 mod sessions;
+mod timeline;
 mod turn;
 mod view;
 mod workers;
@@ -82,6 +83,7 @@ use jobs::*;
 use results::*;
 use runbook::*;
 use sessions::*;
+use timeline::*;
 
 /// The leader's maps and sets hash with fixed keys, so that the order in
 /// which it walks them, and so everything it does, depends only on its
@@ -228,10 +230,8 @@ pub struct LeaderRuntime {
 /// What the leader knows from the store: dropped and rebuilt as a whole.
 #[derive(Default)]
 struct Cache {
-    jobs: HashMap<String, Box<JobEntry>>,
-    job_feed_seq: u64,
-    fire_heap: BinaryHeap<Reverse<(Millis, String, u64)>>,
-    next_generation: u64,
+    /// The scheduled jobs, their timelines and the timer.
+    jobs: JobTimeline,
     /// The open runs, their queues and who holds their attempts.
     runs: RunBook,
     /// Why a job's runs cannot be placed right now, by job uid.
@@ -380,7 +380,7 @@ impl LeaderRuntime {
         let began = std::time::Instant::now();
         // Entries a failed rebuild already loaded are newer than those it
         // had not reached yet.
-        for (uid, entry) in std::mem::take(&mut self.cache.jobs) {
+        for (uid, entry) in self.cache.jobs.take_entries() {
             self.previous_jobs.insert(uid, entry);
         }
         self.cache = Cache::default();

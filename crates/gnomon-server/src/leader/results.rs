@@ -95,11 +95,8 @@ impl LeaderRuntime {
             }
         }
         for (worker, job, ms) in durations {
-            let ewma = |old: Option<f64>| Some(old.map_or(ms, |o| o + DURATION_EWMA * (ms - o)));
             self.sessions.record_duration(&worker, ms);
-            if let Some(j) = self.cache.jobs.get_mut(&job.uid) {
-                j.recent_ms = ewma(j.recent_ms);
-            }
+            self.cache.jobs.record_duration(&job.uid, ms);
         }
         // The worker no longer runs these: their slots are free.
         for t in &batch {

@@ -14,7 +14,7 @@ impl LeaderRuntime {
         }
         if self.previous_jobs.is_empty() {
             let changes = self.store.job_changes(0).await?;
-            self.cache.job_feed_seq = changes.seq;
+            self.cache.jobs.set_feed_seq(changes.seq);
             for job in changes.upserted {
                 self.upsert_job(job);
             }

@@ -48,7 +48,7 @@ impl LeaderRuntime {
     }
 
     pub(super) async fn poll_store(&mut self) -> Result<()> {
-        let changes = self.store.job_changes(self.cache.job_feed_seq).await?;
+        let changes = self.store.job_changes(self.cache.jobs.feed_seq()).await?;
         for uid in changes.deleted {
             self.cache.jobs.remove(&uid);
         }
@@ -58,7 +58,7 @@ impl LeaderRuntime {
                 self.upsert_job(job);
             }
         }
-        self.cache.job_feed_seq = changes.seq;
+        self.cache.jobs.set_feed_seq(changes.seq);
         for run in self.store.cancel_requests().await? {
             let key = (run.id.clone(), run.attempt);
             if self.cache.runs.holder(&run.id).is_some() && !self.cache.runs.cancel_sent(&key.0, key.1) {
@@ -156,8 +156,8 @@ impl LeaderRuntime {
         }
         let now = self.clock.now_millis();
         let mut wake = now + MAX_TURN.as_millis() as i64;
-        if let Some(Reverse((due, _, _))) = self.cache.fire_heap.peek().filter(|_| !self.pressure.defers_fires()) {
-            wake = wake.min(*due);
+        if let Some(due) = self.cache.jobs.next_due().filter(|_| !self.pressure.defers_fires()) {
+            wake = wake.min(due);
         }
         if let Some(due) = self.cache.runs.next_retry_at() {
             wake = wake.min(due);

@@ -1,0 +1,453 @@
+//! [`JobTimeline`]: the jobs the leader schedules, each with its timeline
+//! (where its due instants start, what a previous version still has due),
+//! and the timer of their next due times. Part of the cache, rebuilt from
+//! the store as a whole; it owns the entries and the timer so that a
+//! timer entry is valid exactly while its job's entry is at the same
+//! generation.
+//!
+//! Invariants (checked by the tests below):
+//! - every scheduled (not paused) job with a next instant has a timer entry
+//!   at its generation; older entries are skipped when they come due;
+//! - `last_scheduled_at` never goes back.
+
+use super::*;
+
+/// What the leader keeps of a job's stored record: its metadata, not its spec.
+#[derive(Debug, Clone)]
+pub(super) struct JobMeta {
+    /// uid, name and namespace, shared with every open run of the job.
+    pub(super) key: Arc<JobKey>,
+    pub(super) version: u64,
+    pub(super) paused: bool,
+    pub(super) last_scheduled_at: Option<Millis>,
+}
+
+/// What the leader keeps of a job: only what scheduling and dispatch read,
+/// not the whole spec (descriptions, the original strings). Entries are
+/// boxed so the map's table stays small. With 100,000 jobs this is the bulk
+/// of the leader's memory, about 400 bytes a job.
+#[derive(Debug)]
+pub(super) struct JobEntry {
+    pub(super) record: JobMeta,
+    pub(super) schedule: Schedule,
+    pub(super) executor: Arc<Executor>,
+    /// The executor as the `Assign` message carries it, serialised once.
+    pub(super) executor_json: Arc<str>,
+    pub(super) timeout: Option<Duration>,
+    pub(super) max_attempts: u32,
+    pub(super) backoff: BackoffPolicy,
+    pub(super) catchup_window_ms: i64,
+    pub(super) overlap: OverlapPolicy,
+    pub(super) misfire: MisfirePolicy,
+    pub(super) route: Option<Box<RouteSpec>>,
+    pub(super) generation: u64,
+    /// Moving average of its attempts' durations (ms), once one has ended.
+    pub(super) recent_ms: Option<f64>,
+    /// The first `scheduled_at` free for its next manual run.
+    pub(super) manual_next: Millis,
+    /// Identifies the schedule as written (a change of it is a new version
+    /// of the timeline).
+    pub(super) schedule_key: u64,
+    /// Where this version's timeline starts: instants after it and after
+    /// `last_scheduled_at` are due.
+    pub(super) from: Millis,
+    /// Instants the previous version had due when it was changed, still
+    /// to be fired under it (see [`JobTimeline::upsert`]).
+    pub(super) carry: Option<Box<Carry>>,
+    /// `from` moved past `last_scheduled_at` (a new schedule, a resume) and
+    /// is not yet written: the next fire writes it as the job's
+    /// `last_scheduled_at`, so a new leader starts there too.
+    pub(super) settle: bool,
+    /// Who is told of its runs' outcomes.
+    pub(super) notify: Option<Box<[super::notify::Target]>>,
+}
+
+/// The previous version's timeline up to the change.
+#[derive(Debug, Clone)]
+pub(super) struct Carry {
+    pub(super) schedule: Schedule,
+    /// Its instants after this (and after `last_scheduled_at`)…
+    pub(super) after: Millis,
+    /// …and up to this are fired under the previous version.
+    pub(super) until: Millis,
+}
+
+fn schedule_key(s: &gnomon_core::spec::ScheduleSpec) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&s.cron, &s.timezone, &s.every, &s.at).hash(&mut h);
+    h.finish()
+}
+
+/// A job's identity, shared (not copied) by its entry and its open runs.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(super) struct JobKey {
+    pub(super) uid: String,
+    pub(super) name: String,
+    pub(super) namespace: String,
+}
+
+/// The scheduled jobs and their timer.
+#[derive(Default)]
+pub(super) struct JobTimeline {
+    jobs: HashMap<String, Box<JobEntry>>,
+    /// (due, job uid, the entry's generation when pushed).
+    timer: BinaryHeap<Reverse<(Millis, String, u64)>>,
+    next_generation: u64,
+    /// How far the store's job change feed has been read.
+    feed_seq: u64,
+}
+
+impl JobEntry {
+    /// The time after which the job's schedule is considered: its persisted
+    /// `last_scheduled_at`, but never before its timeline starts (`from`:
+    /// its creation, or the change of its schedule or its resumption).
+    pub(super) fn base(&self) -> Millis {
+        self.record.last_scheduled_at.map_or(self.from, |last| last.max(self.from))
+    }
+}
+
+impl JobTimeline {
+    pub(super) fn get(&self, uid: &str) -> Option<&JobEntry> {
+        self.jobs.get(uid).map(|j| &**j)
+    }
+
+    pub(super) fn contains(&self, uid: &str) -> bool {
+        self.jobs.contains_key(uid)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// Drops a job (deleted in the store); its timer entries are skipped.
+    pub(super) fn remove(&mut self, uid: &str) {
+        self.jobs.remove(uid);
+    }
+
+    /// Every entry, taken out (a rebuild keeps them as what was learned).
+    pub(super) fn take_entries(&mut self) -> HashMap<String, Box<JobEntry>> {
+        std::mem::take(&mut self.jobs)
+    }
+
+    pub(super) fn feed_seq(&self) -> u64 {
+        self.feed_seq
+    }
+
+    pub(super) fn set_feed_seq(&mut self, seq: u64) {
+        self.feed_seq = seq;
+    }
+
+    /// The job's shared key (from its entry), or a new one for a run of a
+    /// job the leader does not schedule (deleted, or no longer valid).
+    pub(super) fn key(&self, uid: &str, name: &str, namespace: &str) -> Arc<JobKey> {
+        match self.jobs.get(uid) {
+            Some(j) => j.record.key.clone(),
+            None => Arc::new(JobKey { uid: uid.into(), name: name.into(), namespace: namespace.into() }),
+        }
+    }
+
+    /// Takes in a job's stored record: its entry, with its timeline, and
+    /// its next due time on the timer. What the version it replaces had
+    /// learned carries over, from this timeline or from `earlier` (the
+    /// timeline a rebuild dropped). A record that no longer validates
+    /// drops the job.
+    pub(super) fn upsert(&mut self, record: JobRecord, now: Millis, earlier: &HashMap<String, Box<JobEntry>>) {
+        let compiled = match record.spec.compile() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(job = %record.name, error = %e, "stored job no longer validates; not scheduling it");
+                self.jobs.remove(&record.uid);
+                return;
+            }
+        };
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        // What the previous version learned carries over (from the cache
+        // being rebuilt, during a rebuild).
+        let previous = self.jobs.get(&record.uid).or_else(|| earlier.get(&record.uid));
+        let previous_last = previous.and_then(|j| j.record.last_scheduled_at);
+        let recent_ms = previous.and_then(|j| j.recent_ms);
+        let manual_next = previous.map_or(0, |j| j.manual_next);
+        let key = schedule_key(&compiled.spec.schedule);
+        // A change takes effect when it was written, by the writer's clock,
+        // but never later than this leader's now (a writer whose clock runs
+        // ahead cannot drop instants that are not due yet).
+        let cut = record.updated_at.min(now);
+        let last = record.last_scheduled_at.max(previous_last);
+        let (from, carry, settle) = match previous {
+            Some(p) if p.schedule_key == key && p.record.paused == record.paused => (p.from, p.carry.clone(), p.settle),
+            Some(p) => {
+                // The schedule changed, or the job was paused or resumed.
+                // A new schedule, or a resumed job, starts at the change
+                // (times that elapsed while paused are not fired); what the
+                // previous version had due up to the change still fires
+                // under it (a turn a few milliseconds late loses nothing).
+                let from = if p.schedule_key != key || (p.record.paused && !record.paused) { cut } else { p.from };
+                // A job resumed (or changed) while paused keeps what its
+                // pause left to fire: the times due before the pause.
+                let carry = if p.record.paused {
+                    p.carry.clone()
+                } else {
+                    Some(Box::new(Carry { schedule: p.schedule.clone(), after: p.from, until: cut }))
+                };
+                (from, carry, p.settle || from > last.unwrap_or(Millis::MIN))
+            }
+            // Not in memory (a new term, or the first sight of a job). A
+            // first version starts at its creation. A paused job still fires
+            // what was due before its pause, and a resumed one starts at its
+            // resumption (both recorded by the store), so a leader that
+            // never saw the pause or the resume fires the same as one that
+            // did; a changed schedule likewise (the store keeps the previous
+            // one). Otherwise the schedule is the one the job was created
+            // with: its timeline runs from its creation (and resumes at its
+            // last fire), whatever other edits were made.
+            None => {
+                let created = record.created_at;
+                let base = last.unwrap_or(created);
+                let before_pause =
+                    |until: Millis| Box::new(Carry { schedule: compiled.schedule.clone(), after: created, until: until.min(now) });
+                if record.paused {
+                    let until = record.paused_at.unwrap_or(cut);
+                    // Paused again after a resume: only the times between
+                    // the resume and this pause were due while active (the
+                    // ones before the resume fell in the earlier pause).
+                    match record.resumed_at.filter(|r| *r > base && *r <= until) {
+                        Some(resumed) => (
+                            created,
+                            Some(Box::new(Carry { schedule: compiled.schedule.clone(), after: resumed, until: until.min(now) })),
+                            false,
+                        ),
+                        None => (created, (until > base).then(|| before_pause(until)), false),
+                    }
+                } else if let Some(resumed) = record.resumed_at.filter(|r| *r > base) {
+                    let paused = record.paused_at.filter(|p| *p > base && *p <= resumed);
+                    (resumed.min(now), paused.map(before_pause), true)
+                } else if let Some((changed, previous)) =
+                    record.schedule_changed_at.filter(|c| *c > base).zip(record.previous_schedule.as_ref().and_then(|s| s.compile().ok()))
+                {
+                    // The schedule changed after the last fire: the old one's
+                    // due times up to the change fire under it, the new one
+                    // starts at the change (as a leader that saw it does).
+                    (changed.min(now), Some(Box::new(Carry { schedule: previous, after: created, until: changed.min(now) })), true)
+                } else {
+                    (created, None, false)
+                }
+            }
+        };
+        let record = JobMeta {
+            last_scheduled_at: last,
+            key: Arc::new(JobKey { uid: record.uid, name: record.name, namespace: record.namespace }),
+            version: record.version,
+            paused: record.paused,
+        };
+        let entry = Box::new(JobEntry {
+            record,
+            schedule: compiled.schedule,
+            executor_json: serde_json::to_string(&compiled.spec.executor).unwrap_or_default().into(),
+            executor: Arc::new(compiled.spec.executor),
+            timeout: compiled.timeout,
+            max_attempts: compiled.max_attempts,
+            backoff: compiled.backoff,
+            catchup_window_ms: compiled.catchup_window_ms,
+            overlap: compiled.spec.overlap,
+            misfire: compiled.spec.misfire,
+            route: compiled.spec.route.map(Box::new),
+            notify: super::notify::targets(&compiled.spec.notify),
+            generation,
+            recent_ms,
+            manual_next,
+            schedule_key: key,
+            from,
+            carry,
+            settle,
+        });
+        self.seat(entry, now);
+    }
+
+    /// Takes back an entry a rebuild kept, for a job still stored at the
+    /// same version: a new generation, the stored last fire.
+    pub(super) fn reseat(&mut self, mut entry: Box<JobEntry>, last_scheduled_at: Option<Millis>, now: Millis) {
+        self.next_generation += 1;
+        entry.generation = self.next_generation;
+        entry.record.last_scheduled_at = last_scheduled_at.max(entry.record.last_scheduled_at);
+        self.seat(entry, now);
+    }
+
+    /// Puts a job's entry in and its next due time on the timer.
+    fn seat(&mut self, entry: Box<JobEntry>, now: Millis) {
+        let generation = entry.generation;
+        let due = if entry.carry.is_some() || (entry.settle && !entry.record.paused) {
+            Some(now)
+        } else if !entry.record.paused {
+            entry.schedule.next_after(entry.base())
+        } else {
+            None
+        };
+        if let Some(due) = due {
+            self.timer.push(Reverse((due, entry.record.key.uid.clone(), generation)));
+        }
+        self.jobs.insert(entry.record.key.uid.clone(), entry);
+    }
+
+    /// When the timer next comes due (an entry may be stale).
+    pub(super) fn next_due(&self) -> Option<Millis> {
+        self.timer.peek().map(|Reverse((due, _, _))| *due)
+    }
+
+    /// Up to `limit` jobs due by `now`, taken off the timer (stale entries
+    /// and paused jobs with nothing carried are dropped).
+    pub(super) fn take_due(&mut self, now: Millis, limit: usize) -> Vec<String> {
+        let mut due_jobs = Vec::new();
+        while let Some(Reverse((due, _, _))) = self.timer.peek() {
+            if *due > now || due_jobs.len() >= limit {
+                break;
+            }
+            let Some(Reverse((_, uid, generation))) = self.timer.pop() else { break };
+            if self.jobs.get(&uid).is_some_and(|j| j.generation == generation && (!j.record.paused || j.carry.is_some())) {
+                due_jobs.push(uid);
+            }
+        }
+        due_jobs
+    }
+
+    /// A fire of the job is committed: `last` is its last instant fired,
+    /// `more` whether more are due now, `carried` whether they were the
+    /// previous version's. Schedules its next due time.
+    pub(super) fn fired(&mut self, uid: &str, last: Option<Millis>, more: bool, carried: bool, now: Millis) {
+        let Some(entry) = self.jobs.get_mut(uid) else { return };
+        if let Some(last) = last {
+            entry.record.last_scheduled_at = Some(entry.record.last_scheduled_at.map_or(last, |l| l.max(last)));
+        }
+        if !carried {
+            entry.settle = false;
+        }
+        let generation = entry.generation;
+        let next = if more {
+            Some(now)
+        } else if carried {
+            // The previous version is done: plan this one's now.
+            entry.carry = None;
+            (!entry.record.paused).then_some(now)
+        } else {
+            entry.schedule.next_after(entry.record.last_scheduled_at.unwrap_or(now).max(now))
+        };
+        if let Some(next) = next {
+            self.timer.push(Reverse((next, uid.to_string(), generation)));
+        }
+    }
+
+    /// An attempt of the job took `ms`: its moving average.
+    pub(super) fn record_duration(&mut self, uid: &str, ms: f64) {
+        if let Some(j) = self.jobs.get_mut(uid) {
+            j.recent_ms = Some(j.recent_ms.map_or(ms, |o| o + DURATION_EWMA * (ms - o)));
+        }
+    }
+
+    /// The job's manual runs took instants up to `next`.
+    pub(super) fn manual_taken(&mut self, uid: &str, next: Millis) {
+        if let Some(j) = self.jobs.get_mut(uid) {
+            j.manual_next = j.manual_next.max(next);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gnomon_core::spec::parse_job_json;
+
+    fn record(uid: &str, every: &str, version: u64, paused: bool) -> JobRecord {
+        let json = format!(r#"{{"name":"{uid}","schedule":{{"every":"{every}"}},"executor":{{"handler":{{"name":"noop"}}}}}}"#);
+        let spec = parse_job_json(json.as_bytes()).unwrap().compile().unwrap().spec;
+        JobRecord {
+            uid: uid.into(),
+            namespace: "default".into(),
+            name: uid.into(),
+            spec,
+            version,
+            paused,
+            created_at: 0,
+            updated_at: 0,
+            last_scheduled_at: None,
+            paused_at: None,
+            resumed_at: None,
+            schedule_changed_at: None,
+            previous_schedule: None,
+            change_seq: version,
+        }
+    }
+
+    /// A scheduled job with a next instant has a timer entry at its
+    /// generation.
+    fn check(t: &JobTimeline) {
+        for (uid, j) in &t.jobs {
+            if j.record.paused && j.carry.is_none() {
+                continue;
+            }
+            let armed = t.timer.iter().any(|Reverse((_, u, g))| u == uid && *g == j.generation);
+            assert!(armed || j.schedule.next_after(j.base()).is_none(), "{uid} has no timer entry at generation {}", j.generation);
+        }
+    }
+
+    #[test]
+    fn a_job_comes_due_on_its_schedule_and_its_fires_move_it_on() {
+        let mut t = JobTimeline::default();
+        t.upsert(record("a", "1s", 1, false), 0, &HashMap::default());
+        check(&t);
+        assert_eq!(t.next_due(), Some(1_000));
+        assert!(t.take_due(999, 10).is_empty());
+        assert_eq!(t.take_due(1_500, 10), ["a"]);
+        t.fired("a", Some(1_000), false, false, 1_500);
+        check(&t);
+        assert_eq!(t.get("a").and_then(|j| j.record.last_scheduled_at), Some(1_000));
+        assert_eq!(t.next_due(), Some(2_000));
+        t.fired("a", Some(500), false, false, 1_600);
+        assert_eq!(t.get("a").and_then(|j| j.record.last_scheduled_at), Some(1_000), "the last fire never goes back");
+    }
+
+    #[test]
+    fn a_new_version_outdates_the_timer_entries_of_the_old_one() {
+        let mut t = JobTimeline::default();
+        t.upsert(record("a", "1s", 1, false), 0, &HashMap::default());
+        t.upsert(record("a", "10s", 2, false), 0, &HashMap::default());
+        check(&t);
+        // The change carries what the old schedule had due up to it (due at
+        // once); the old version's timer entry is stale and skipped.
+        assert_eq!(t.take_due(5_000, 10), ["a"], "due once, not once per entry");
+        t.fired("a", None, false, true, 5_000);
+        assert!(t.get("a").is_some_and(|j| j.carry.is_none()));
+        check(&t);
+        assert_eq!(t.take_due(5_000, 10), ["a"], "the new version is planned at once");
+        t.fired("a", None, false, false, 5_000);
+        assert!(t.take_due(9_999, 10).is_empty());
+        assert_eq!(t.take_due(10_000, 10), ["a"]);
+        t.upsert(record("a", "10s", 3, true), 10_000, &HashMap::default());
+        check(&t);
+        assert_eq!(t.take_due(10_000, 10), ["a"], "what was due before the pause is fired first");
+        t.fired("a", None, false, true, 10_000);
+        assert!(t.take_due(60_000, 10).is_empty(), "then a paused job does not come due");
+        t.remove("a");
+        assert!(t.get("a").is_none() && t.take_due(120_000, 10).is_empty());
+    }
+
+    #[test]
+    fn a_rebuild_keeps_what_the_dropped_timeline_learned() {
+        let mut t = JobTimeline::default();
+        t.upsert(record("a", "1s", 1, false), 0, &HashMap::default());
+        t.record_duration("a", 40.0);
+        t.manual_taken("a", 7_000);
+        let earlier = t.take_entries();
+        let mut rebuilt = JobTimeline::default();
+        rebuilt.upsert(record("a", "1s", 1, false), 100, &earlier);
+        let j = rebuilt.get("a").expect("job");
+        assert_eq!((j.recent_ms, j.manual_next), (Some(40.0), 7_000));
+        let mut kept = earlier;
+        let entry = kept.remove("a").expect("entry");
+        let mut again = JobTimeline::default();
+        again.reseat(entry, Some(3_000), 3_500);
+        check(&again);
+        assert_eq!(again.get("a").and_then(|j| j.record.last_scheduled_at), Some(3_000));
+        assert_eq!(again.next_due(), Some(4_000));
+    }
+}
