@@ -224,7 +224,9 @@ impl<'c, DB: Driver> Tx<'c, DB> {
 
     /// The query's one row; its absence is an error.
     pub(crate) async fn fetch_one(&mut self, q: Query) -> Result<DB::Row, StoreError> {
-        let sql = q.sql().to_string();
-        self.fetch_optional(q).await?.ok_or_else(|| StoreError::Backend(format!("no row from `{sql}`")))
+        match DB::fetch_optional(&mut *self.0, &q).await.map_err(db_err)? {
+            Some(row) => Ok(row),
+            None => Err(StoreError::Backend(format!("no row from `{}`", q.sql()))),
+        }
     }
 }

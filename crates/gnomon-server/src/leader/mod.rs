@@ -65,6 +65,11 @@ const PREFETCH_MAX_AGE_MS: Millis = 1_000;
 /// Weight of the newest duration in the moving averages above.
 const DURATION_EWMA: f64 = 0.2;
 
+/// A moving average of attempt durations with a new one of `ms` in it.
+fn with_duration(average: Option<f64>, ms: f64) -> Option<f64> {
+    Some(average.map_or(ms, |o| o + DURATION_EWMA * (ms - o)))
+}
+
 mod dispatch;
 mod jobs;
 mod notify;

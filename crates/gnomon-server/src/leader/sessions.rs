@@ -287,7 +287,7 @@ impl Sessions {
     /// An attempt of `ms` ended on the worker: its moving average.
     pub(super) fn record_duration(&mut self, worker: &str, ms: f64) {
         if let Some(s) = self.by_worker.get_mut(worker) {
-            s.recent_ms = Some(s.recent_ms.map_or(ms, |o| o + DURATION_EWMA * (ms - o)));
+            s.recent_ms = with_duration(s.recent_ms, ms);
         }
     }
 

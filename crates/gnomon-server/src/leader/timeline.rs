@@ -340,7 +340,7 @@ impl JobTimeline {
     /// An attempt of the job took `ms`: its moving average.
     pub(super) fn record_duration(&mut self, uid: &str, ms: f64) {
         if let Some(j) = self.jobs.get_mut(uid) {
-            j.recent_ms = Some(j.recent_ms.map_or(ms, |o| o + DURATION_EWMA * (ms - o)));
+            j.recent_ms = with_duration(j.recent_ms, ms);
         }
     }
 

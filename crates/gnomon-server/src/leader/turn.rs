@@ -60,8 +60,7 @@ impl LeaderRuntime {
         }
         self.cache.jobs.set_feed_seq(changes.seq);
         for run in self.store.cancel_requests().await? {
-            let key = (run.id.clone(), run.attempt);
-            if self.cache.runs.holder(&run.id).is_some() && !self.cache.runs.cancel_sent(&key.0, key.1) {
+            if self.cache.runs.holder(&run.id).is_some() && !self.cache.runs.cancel_sent(&run.id, run.attempt) {
                 self.send_cancel(&run.id, run.attempt);
             }
         }
