@@ -31,7 +31,7 @@ const NOTIFY_HALVES: (&str, &str) = ("notify-", "s3cret-of-the-team");
 const PEEK: &str = r#"
 needle="$1$2"
 echo "UID=$(id -u) PPID=$PPID"
-if env_out=$(tr '\0' '\n' < /proc/$PPID/environ 2>&1); then
+if env_out=$(tr '\0' '\n' 2>/dev/null < /proc/$PPID/environ); then
   echo "ENVIRON:readable"
   echo "ENVHITS:$(printf '%s\n' "$env_out" | grep -c -- "$needle")"
 else
