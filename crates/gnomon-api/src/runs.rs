@@ -46,6 +46,12 @@ pub struct Run {
     /// The notifications its outcomes raised (on a single run's answer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notifications: Option<Vec<RunNotification>>,
+    /// The values of its params (its job's defaults with what its trigger
+    /// set): what every attempt of it runs with. Absent for a job without
+    /// params.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub params: Option<serde_json::Value>,
 }
 
 /// One notification of a run: where it goes and how its delivery stands.
@@ -121,6 +127,16 @@ pub struct Triggered {
     pub count: usize,
     /// The new runs' ids, in the order of their scheduled instants.
     pub ids: Vec<String>,
+}
+
+/// A manual trigger's body (optional).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerBody {
+    /// Values of the job's params, by name; the others keep their defaults.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schema(value_type = Object)]
+    pub params: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 /// A trigger's answer: the run (one run), or the ids (`count` above 1).

@@ -95,6 +95,17 @@ pub fn manual_run_id(job_uid: &str, scheduled_at: Millis) -> String {
     format!("{job_uid}-m{scheduled_at}")
 }
 
+/// The id of the manual run of `job_uid` that the idempotency key `key`
+/// names: the same for every call with that key, whichever leader answers
+/// it, so inserting it by id creates one run per key. Apart from the
+/// scheduled (`<uid>-<instant>`) and the unkeyed manual (`<uid>-m<instant>`)
+/// ids; the key is hashed, so any text a caller sends makes a plain id.
+pub fn keyed_run_id(job_uid: &str, key: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    format!("{job_uid}-k{}", hex::encode(&digest[..16]))
+}
+
 /// A run's live attempt and the worker it was assigned to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveAttempt {
@@ -114,11 +125,28 @@ pub struct NewRun {
     pub state: RunState,
     pub reason: Option<String>,
     pub manual: bool,
+    /// The idempotency key of a manual run started with one: its id comes
+    /// from the key, not the instant ([`keyed_run_id`]).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// The values of the run's parameters, a JSON object (the job's
+    /// defaults with what its trigger set); `None` for a job without
+    /// params.
+    #[serde(default)]
+    pub params: Option<String>,
 }
 
 impl NewRun {
+    /// A run with no field beyond the first shape of a fire (no key, no
+    /// params): how the Raft log has always encoded it.
+    pub fn is_plain(&self) -> bool {
+        self.key.is_none() && self.params.is_none()
+    }
+
     pub fn id(&self) -> String {
-        if self.manual {
+        if let (true, Some(key)) = (self.manual, &self.key) {
+            keyed_run_id(&self.job_uid, key)
+        } else if self.manual {
             manual_run_id(&self.job_uid, self.scheduled_at)
         } else {
             run_id(&self.job_uid, self.scheduled_at)
@@ -198,6 +226,9 @@ pub struct RunRecord {
     pub manual: bool,
     pub cancel_requested: bool,
     pub updated_at: Millis,
+    /// The values of the run's parameters, a JSON object; `None` for a run
+    /// of a job without params.
+    pub params: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

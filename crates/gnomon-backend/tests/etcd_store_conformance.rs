@@ -77,6 +77,8 @@ async fn retention_deletes_old_terminal_runs_only() {
             state: if i < 8 { RunState::Skipped } else { RunState::Pending },
             reason: None,
             manual: false,
+            key: None,
+            params: None,
         })
         .collect();
     store.fire(&fence, &runs, &[]).await.unwrap();
@@ -123,6 +125,8 @@ async fn retention_counts_runs_per_job_not_per_name() {
                 state: RunState::Skipped,
                 reason: None,
                 manual: false,
+                key: None,
+                params: None,
             })
             .collect()
     };
@@ -229,6 +233,8 @@ async fn batches_beyond_one_txn_are_split_within_etcds_limits() {
                 state: RunState::Pending,
                 reason: None,
                 manual: false,
+                key: None,
+                params: None,
             }
         })
         .collect();

@@ -11,6 +11,7 @@ pub mod duration;
 pub mod error;
 pub mod notify;
 pub mod outcome;
+pub mod params;
 pub mod policy;
 pub mod preview;
 pub mod retry;

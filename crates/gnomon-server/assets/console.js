@@ -326,6 +326,13 @@ views.jobs = async (el) => {
 function jobActions(j, compact) {
   let h = '';
   if (can('operator')) {
+    // On a job's page, one field per param, holding its default as JSON.
+    if (!compact) {
+      for (const [name, spec] of Object.entries(j.params || {})) {
+        const value = spec.default === undefined ? '' : (typeof spec.default === 'string' ? spec.default : JSON.stringify(spec.default));
+        h += `<input class="param mono" data-param="${esc(name)}" placeholder="${esc(name)}" value="${esc(value)}" title="${esc(name + (spec.description ? ': ' + spec.description : '') + (spec.default === undefined ? ' (required)' : ''))}" style="width:120px"> `;
+      }
+    }
     h += `<input type="number" class="count" min="1" max="10000" value="1" title="how many runs" style="width:64px"> <button data-act="trigger" data-name="${esc(j.name)}" data-ns="${esc(j.namespace || 'default')}">Trigger</button> `;
     h += `<button data-act="${j.status.paused ? 'resume' : 'pause'}" data-name="${esc(j.name)}" data-ns="${esc(j.namespace || 'default')}">${j.status.paused ? 'Resume' : 'Pause'}</button> `;
   }
@@ -342,7 +349,13 @@ function bindJobActions(el, jobs, after) {
       try {
         if (b.dataset.act === 'trigger') {
           const count = parseInt((b.parentElement.querySelector('.count') || {}).value || '1', 10) || 1;
-          const r = await api('POST', `${base}/trigger${q}${count > 1 ? '&count=' + count : ''}`);
+          const params = {};
+          $$('input.param', b.parentElement).forEach((i) => {
+            if (i.value === '' || i.value === i.defaultValue) return;
+            try { params[i.dataset.param] = JSON.parse(i.value); } catch (_) { params[i.dataset.param] = i.value; }
+          });
+          const body = Object.keys(params).length ? { params } : undefined;
+          const r = await api('POST', `${base}/trigger${q}${count > 1 ? '&count=' + count : ''}`, body);
           toast(r.ids ? `Created ${r.count} runs of ${name}` : `Triggered ${name}: run ${r.id}`);
         } else if (b.dataset.act === 'delete') {
           if (!(await confirmDo(`Delete job ${ns}/${name}? Its runs stay in the history.`))) return;
@@ -404,6 +417,9 @@ views.run = async (el, id) => {
   <div class="card"><h3>Job</h3><a href="#/job/${enc(r.namespace)}/${enc(r.job)}">${esc(r.namespace)}/${esc(r.job)}</a><div class="mute">${r.manual ? 'manual trigger' : 'scheduled'}</div></div>
   <div class="card"><h3>Scheduled</h3><div title="${esc(r.scheduled_at)}">${esc(r.scheduled_at)}</div><div class="mute">fired ${when(r.fired_at)}</div></div>
   <div class="card"><h3>Attempts</h3><div class="big">${attempts.length}</div><div class="mute">${r.next_attempt_at ? 'next ' + when(r.next_attempt_at) : ''}${esc(r.waiting_for || '')}</div></div></div>
+  ${r.params ? `<h2>Params</h2><div class="tbl"><table><thead><tr><th>name</th><th>value</th></tr></thead><tbody>
+  ${Object.entries(r.params).map(([k, v]) => `<tr><td class="mono">${esc(k)}</td><td class="mono">${esc(typeof v === 'string' ? v : JSON.stringify(v))}</td></tr>`).join('')}
+  </tbody></table></div>` : ''}
   <h2>Timeline</h2><div class="timeline">${bars || '<p class="mute">No attempt yet.</p>'}</div>
   <div class="legend"><span><i style="background:#cbd5e1"></i>assigned, not started</span><span><i style="background:#2b6cb0"></i>running</span><span><i style="background:${COLORS.succeeded}"></i>succeeded</span><span><i style="background:${COLORS.failed}"></i>failed, timed out or lost</span></div>
   <h2>Attempts</h2><div class="tbl"><table><thead><tr><th>#</th><th>worker</th><th>token</th><th>state</th><th>assigned</th><th>started</th><th>ended</th><th>exit</th></tr></thead><tbody>

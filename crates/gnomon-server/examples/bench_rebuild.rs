@@ -84,6 +84,8 @@ async fn bench(jobs: usize) -> Result<(), String> {
             state: RunState::Pending,
             reason: None,
             manual: true,
+            key: None,
+            params: None,
         })
         .collect();
     for chunk in runs.chunks(2048) {

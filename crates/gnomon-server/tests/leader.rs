@@ -12,7 +12,7 @@ use gnomon_core::ManualClock;
 use gnomon_core::RunState;
 use gnomon_proto::v1::{self, server_message, worker_message};
 use gnomon_proto::PROTOCOL_VERSION;
-use gnomon_server::leader::{LeaderCommand, LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime};
+use gnomon_server::leader::{LeaderCommand, LeaderConfig, LeaderExit, LeaderParts, LeaderRuntime, TriggerRequest};
 use tokio::sync::{mpsc, oneshot, watch};
 
 #[path = "sim/store.rs"]
@@ -183,8 +183,11 @@ async fn an_assignment_a_live_worker_does_not_hold_is_ended_lost_and_retried() {
 
     let (mut out, session) = open_session(&commands, "w1").await;
     let (reply, ids) = oneshot::channel();
-    commands.send(LeaderCommand::Trigger { namespace: "default".into(), name: "once".into(), count: 1, reply }).await.unwrap();
-    let run = ids.await.unwrap().unwrap().remove(0);
+    commands
+        .send(LeaderCommand::Trigger { namespace: "default".into(), name: "once".into(), request: TriggerRequest::runs(1), reply })
+        .await
+        .unwrap();
+    let run = ids.await.unwrap().unwrap().ids.remove(0);
     let is_abort = |m: &server_message::Msg| matches!(m, server_message::Msg::Abort(_));
     let assigned = next_msg(&mut out, "the assignment", is_abort, |m| match m {
         server_message::Msg::Assign(a) => Some(a.attempt),
@@ -338,6 +341,8 @@ async fn failed_writes_lose_no_due_fire_and_no_retry() {
         state: RunState::Pending,
         reason: None,
         manual: true,
+        key: None,
+        params: None,
     };
     let id = run.id();
     sqlite.fire(&fence, &[run], &[]).await.unwrap();
@@ -401,7 +406,10 @@ async fn a_trigger_whose_write_landed_unseen_still_runs() {
 
     store.fail_next_writes_after_commit(1);
     let (reply, ids) = oneshot::channel();
-    commands.send(LeaderCommand::Trigger { namespace: "default".into(), name: "once".into(), count: 1, reply }).await.unwrap();
+    commands
+        .send(LeaderCommand::Trigger { namespace: "default".into(), name: "once".into(), request: TriggerRequest::runs(1), reply })
+        .await
+        .unwrap();
     assert!(ids.await.unwrap().is_err(), "the leader could not know the outcome");
     let runs = sqlite.list_runs(&Default::default(), 10, None).await.unwrap().runs;
     assert_eq!(runs.len(), 1, "the write did land");
@@ -501,9 +509,12 @@ async fn a_schedule_change_cannot_land_on_a_manual_run() {
     let (rt, commands, _lost, _shut) = runtime_with_commands(sqlite.clone(), fence, clock.clone());
     let task = tokio::spawn(rt.run());
     let (reply, ids) = oneshot::channel();
-    commands.send(LeaderCommand::Trigger { namespace: "default".into(), name: "j".into(), count: 2500, reply }).await.unwrap();
+    commands
+        .send(LeaderCommand::Trigger { namespace: "default".into(), name: "j".into(), request: TriggerRequest::runs(2500), reply })
+        .await
+        .unwrap();
     let ids = ids.await.unwrap().expect("triggered");
-    assert_eq!(ids.len(), 2500);
+    assert_eq!(ids.ids.len(), 2500);
     // Every second, from the change on (1_000_000): 1_002_000 is also the
     // instant of one of the manual runs.
     put(&sqlite, r#"{"name":"j","schedule":{"every":"1s"},"executor":{"handler":{"name":"noop"}}}"#, 1_000_000).await;
@@ -599,8 +610,11 @@ async fn an_attempt_that_overruns_its_timeout_is_ended_by_the_leader() {
     let task = tokio::spawn(rt.run());
     let (mut out, session) = open_session(&commands, "w1").await;
     let (reply, ids) = oneshot::channel();
-    commands.send(LeaderCommand::Trigger { namespace: "default".into(), name: "slow".into(), count: 1, reply }).await.unwrap();
-    let run = ids.await.unwrap().unwrap().remove(0);
+    commands
+        .send(LeaderCommand::Trigger { namespace: "default".into(), name: "slow".into(), request: TriggerRequest::runs(1), reply })
+        .await
+        .unwrap();
+    let run = ids.await.unwrap().unwrap().ids.remove(0);
     let never = |_: &server_message::Msg| false;
     next_msg(&mut out, "the assignment", never, |m| matches!(m, server_message::Msg::Assign(_)).then_some(())).await;
     let send = |msg| {
@@ -658,8 +672,11 @@ async fn another_worker_cannot_start_or_end_an_attempt() {
     let task = tokio::spawn(rt.run());
     let (mut out1, s1) = open_session(&commands, "w1").await;
     let (reply, ids) = oneshot::channel();
-    commands.send(LeaderCommand::Trigger { namespace: "default".into(), name: "one".into(), count: 1, reply }).await.unwrap();
-    let run = ids.await.unwrap().unwrap().remove(0);
+    commands
+        .send(LeaderCommand::Trigger { namespace: "default".into(), name: "one".into(), request: TriggerRequest::runs(1), reply })
+        .await
+        .unwrap();
+    let run = ids.await.unwrap().unwrap().ids.remove(0);
     next_msg(&mut out1, "the assignment", |_| false, |m| matches!(m, server_message::Msg::Assign(_)).then_some(())).await;
     let (mut out2, s2) = open_session(&commands, "w2").await;
     let from = |session: String, msg| {
@@ -723,8 +740,11 @@ async fn a_run_assigned_past_late_after_raises_a_late_notification() {
     let task = tokio::spawn(rt.run());
     let trigger = |commands: mpsc::Sender<LeaderCommand>| async move {
         let (reply, ids) = oneshot::channel();
-        commands.send(LeaderCommand::Trigger { namespace: "default".into(), name: "late".into(), count: 1, reply }).await.unwrap();
-        ids.await.unwrap().unwrap().remove(0)
+        commands
+            .send(LeaderCommand::Trigger { namespace: "default".into(), name: "late".into(), request: TriggerRequest::runs(1), reply })
+            .await
+            .unwrap();
+        ids.await.unwrap().unwrap().ids.remove(0)
     };
     // No worker yet: the run waits, 10 s.
     let waited = trigger(commands.clone()).await;

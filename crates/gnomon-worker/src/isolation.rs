@@ -85,7 +85,11 @@ pub struct Isolation {
 impl Isolation {
     /// The environment of a job: the passed variables, the job's own, then
     /// the attempt's (which win).
-    pub fn environment(&self, job_env: &std::collections::BTreeMap<String, String>, gnomon: &[(&str, String)]) -> Vec<(String, String)> {
+    pub fn environment<K: AsRef<str>>(
+        &self,
+        job_env: &std::collections::BTreeMap<String, String>,
+        gnomon: &[(K, String)],
+    ) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = Vec::new();
         for k in PASSED_ENV {
             let v = match (k, &self.run_as) {
@@ -107,7 +111,7 @@ impl Isolation {
             env.push((k.clone(), v.clone()));
         }
         for (k, v) in gnomon {
-            env.push((format!("GNOMON_{k}"), v.clone()));
+            env.push((format!("GNOMON_{}", k.as_ref()), v.clone()));
         }
         env
     }

@@ -82,6 +82,8 @@ async fn bench(name: &str, url: &str, total: usize) {
                 state: if open { RunState::Pending } else { RunState::Skipped },
                 reason: (!open).then(|| "benchmark".to_string()),
                 manual: false,
+                key: None,
+                params: None,
             });
             if batch.len() == 5000 {
                 store.fire(&fence, &batch, &[]).await.expect("fire");

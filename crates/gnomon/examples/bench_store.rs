@@ -74,6 +74,8 @@ async fn bench(name: &str, url: &str) {
             state: RunState::Pending,
             reason: None,
             manual: false,
+            key: None,
+            params: None,
         })
         .collect();
     let t = Instant::now();
@@ -138,6 +140,8 @@ async fn bench(name: &str, url: &str) {
             state: RunState::Pending,
             reason: None,
             manual: true,
+            key: None,
+            params: None,
         })
         .collect();
     let setup = lead(store.as_ref(), gnomon_server::node::SCOPE).await;

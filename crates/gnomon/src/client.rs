@@ -54,13 +54,25 @@ impl Client {
         query: &[(&str, String)],
         body: Option<&(impl Serialize + ?Sized)>,
     ) -> anyhow::Result<T> {
-        let text = self.raw(method, path, query, body).await?;
+        self.call_with(method, path, query, &[], body).await
+    }
+
+    /// [`Client::call`] with more request headers.
+    pub async fn call_with<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        headers: &[(&str, String)],
+        body: Option<&(impl Serialize + ?Sized)>,
+    ) -> anyhow::Result<T> {
+        let text = self.raw(method, path, query, headers, body).await?;
         serde_json::from_str(&text).with_context(|| format!("the server's answer is not what this client expects: {text}"))
     }
 
     /// A call whose answer has no body.
     pub async fn call_empty(&self, method: Method, path: &str, query: &[(&str, String)]) -> anyhow::Result<()> {
-        self.raw(method, path, query, None::<&()>).await.map(|_| ())
+        self.raw(method, path, query, &[], None::<&()>).await.map(|_| ())
     }
 
     async fn raw(
@@ -68,10 +80,14 @@ impl Client {
         method: Method,
         path: &str,
         query: &[(&str, String)],
+        headers: &[(&str, String)],
         body: Option<&(impl Serialize + ?Sized)>,
     ) -> anyhow::Result<String> {
         let url = format!("{}{path}", self.base);
         let mut req = self.http.request(method, &url).query(query);
+        for (name, value) in headers {
+            req = req.header(*name, value);
+        }
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }

@@ -1,7 +1,9 @@
 //! The client commands: jobs, runs and the cluster, over the typed REST API.
 
 use anyhow::{bail, Context};
-use gnomon_api::{ClusterStatus, Job, JobList, NewLearner, Removed, Run, RunList, SchedulePreview, SchedulePreviewRequest, TriggerAnswer};
+use gnomon_api::{
+    ClusterStatus, Job, JobList, NewLearner, Removed, Run, RunList, SchedulePreview, SchedulePreviewRequest, TriggerAnswer, TriggerBody,
+};
 use gnomon_core::spec::ScheduleSpec;
 
 use crate::client::{path_segment, Client, Method};
@@ -78,12 +80,14 @@ pub async fn job(c: &Client, cmd: JobCmd, out: Output) -> anyhow::Result<()> {
         }
         JobCmd::List { namespace } => table::jobs(&c.get::<JobList>("/v1/jobs", &ns_query(&namespace)).await?.jobs, out),
         JobCmd::Get(n) => table::job_detail(&c.get(&job_path(&n.name, ""), &ns_query(&n.namespace)).await?, out),
-        JobCmd::Trigger { job, count } => {
+        JobCmd::Trigger { job, count, idempotency_key, params } => {
             let mut q = ns_query(&job.namespace);
             if count != 1 {
                 q.push(("count", count.to_string()));
             }
-            let answer: TriggerAnswer = c.call(Method::POST, &job_path(&job.name, "/trigger"), &q, None::<&()>).await?;
+            let headers: Vec<(&str, String)> = idempotency_key.into_iter().map(|k| ("Idempotency-Key", k)).collect();
+            let body = TriggerBody { params: params.into_iter().collect() };
+            let answer: TriggerAnswer = c.call_with(Method::POST, &job_path(&job.name, "/trigger"), &q, &headers, Some(&body)).await?;
             table::triggered(&answer, out)
         }
         JobCmd::Preview(p) => preview(c, p, out).await,

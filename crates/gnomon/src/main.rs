@@ -176,6 +176,15 @@ enum JobCmd {
         /// How many runs to create (1 to 10,000).
         #[arg(long, default_value_t = 1)]
         count: u32,
+        /// Name the run with this key (1 to 255 visible ASCII characters):
+        /// a repeat with the same key, from anywhere and across leader
+        /// changes, shows the run the first call created and creates none.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+        /// Set one of the job's params (repeatable): the value is read as
+        /// JSON when it is (5, true, {"a":1}, "007"), else as text.
+        #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+        params: Vec<(String, serde_json::Value)>,
     },
     /// The next fire times of a job's schedule, or of a schedule given here,
     /// with daylight-saving changes marked.
@@ -310,6 +319,16 @@ struct WorkerCommand {
 enum WorkerCmd {
     /// The leader's worker sessions.
     List,
+}
+
+/// `NAME=VALUE` of `--param`: the value as JSON when it is JSON, else as text.
+fn parse_param(arg: &str) -> Result<(String, serde_json::Value), String> {
+    let (name, value) = arg.split_once('=').ok_or_else(|| format!("{arg:?} is not NAME=VALUE"))?;
+    if name.is_empty() {
+        return Err(format!("{arg:?} has no name before '='"));
+    }
+    let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+    Ok((name.to_string(), value))
 }
 
 fn main() {

@@ -136,6 +136,11 @@ pub fn run_detail(v: &Run, out: Output) -> anyhow::Result<()> {
     if let Some(w) = &v.waiting_for {
         println!("waiting    {w}");
     }
+    if let Some(serde_json::Value::Object(params)) = &v.params {
+        for (i, (k, value)) in params.iter().enumerate() {
+            println!("{:<11}{k} = {value}", if i == 0 { "params" } else { "" });
+        }
+    }
     for a in v.attempts.iter().flatten() {
         println!(
             "\nattempt {}  worker {}  token {}  {}  exit {}  {} .. {}",

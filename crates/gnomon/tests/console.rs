@@ -244,6 +244,29 @@ async fn walk(b: &Browser, addr: &str, viewer: &str) {
     b.shot("06-run-cancelled").await;
     assert_eq!(api(addr, "GET", &format!("/v1/runs/{id}"), None).1["state"], json!("cancelled"));
 
+    // A job with params: its page has a field per param; a trigger sends
+    // what is typed there, and the run's page shows its values.
+    let report = json!({"name": "console-report", "params": {"region": {"default": "eu"}, "date": {}},
+        "executor": {"handler": {"name": "noop"}}});
+    assert_eq!(api(addr, "POST", "/v1/jobs", Some(report)).0, 201);
+    b.goto("#/job/default/console-report").await;
+    b.fill("input.param[data-param='date']", "2026-12-01").await;
+    b.el("button[data-act='trigger']").await.click().await.unwrap();
+    let mut triggered = Vec::new();
+    for _ in 0..300 {
+        let (_, runs) = api(addr, "GET", "/v1/runs?job=console-report", None);
+        triggered = runs["runs"].as_array().cloned().unwrap_or_default();
+        if !triggered.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(triggered.len(), 1, "the console's trigger created one run");
+    assert_eq!(triggered[0]["params"], json!({"date": "2026-12-01", "region": "eu"}), "unchanged defaults are left to the job");
+    b.goto(&format!("#/run/{}", triggered[0]["id"].as_str().unwrap())).await;
+    b.wait_text(".tbl", "2026-12-01", 30).await;
+    b.shot("06b-run-params").await;
+
     // The other pages render with their data.
     b.goto("#/jobs").await;
     b.wait_text("#jobs-table", "console-slow", 30).await;

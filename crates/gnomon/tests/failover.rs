@@ -303,16 +303,54 @@ impl Ha {
         }
     }
 
+    /// `POST /v1/jobs/burst/trigger` with an idempotency key on replica
+    /// `i` (a follower forwards it to the leader): (status, run id).
+    fn trigger_keyed(&self, i: usize, key: &str) -> (u16, Option<String>) {
+        let res = http_with(None, &self.replicas[i].addr(), "POST", "/v1/jobs/burst/trigger", &[("Idempotency-Key", key)], None);
+        let (code, body) = res.unwrap_or((0, Value::Null));
+        (code, body["id"].as_str().map(str::to_string))
+    }
+
+    /// SIGKILL the leader; an idempotency key answered before the kill,
+    /// and one sent while it dies, are repeated to the two other replicas
+    /// and name the same one run there.
     fn sigkill(&mut self) {
         let old = self.leader(Duration::from_secs(30));
         let token = self.token(old);
+        let others: Vec<usize> = (0..3).filter(|&i| i != old).collect();
+        let (code, before) = self.trigger_keyed(others[0], "before-the-kill");
+        assert_eq!(code, 201, "a keyed trigger through a follower");
         let t0 = now_ms();
         let mut p = self.replicas[old].proc.take().unwrap();
         p.signal(SIGKILL);
+        // Sent during the failover: answered or refused, never two runs.
+        let (during_code, during) = self.trigger_keyed(others[0], "during-the-kill");
         p.wait_exit(Duration::from_secs(10));
         let new = self.new_leader(old, token, Duration::from_secs(30));
         self.wait_fire_after(t0, Duration::from_secs(30));
         eprintln!("SIGKILL: {} -> {} after {} ms", self.replicas[old].id, self.replicas[new].id, now_ms() - t0);
+        let mut created = usize::from(during_code == 201);
+        for &i in &others {
+            let mut answer = (0, None);
+            wait_until("a keyed trigger to be answered", Duration::from_secs(30), || {
+                answer = self.trigger_keyed(i, "before-the-kill");
+                answer.0 != 0 && answer.0 != 503
+            });
+            assert_eq!(answer, (200, before.clone()), "{}: the key's run from the old term", self.replicas[i].id);
+            let again = self.trigger_keyed(i, "during-the-kill");
+            assert!(matches!(again.0, 200 | 201), "{}: {again:?}", self.replicas[i].id);
+            created += usize::from(again.0 == 201);
+            if during_code == 201 {
+                assert_eq!(again, (200, during.clone()), "{}: the run the dying leader answered", self.replicas[i].id);
+            }
+        }
+        assert!(created <= 1, "at most one answer created the run sent during the kill");
+        let names = |r: &gnomon_backend::RunRecord| {
+            ["before-the-kill", "during-the-kill"].iter().any(|k| r.id == gnomon_backend::keyed_run_id(&r.job_uid, k))
+        };
+        let keyed: Vec<String> = self.runs("burst").into_iter().filter(|r| r.manual && r.id.contains("-k")).map(|r| r.id).collect();
+        assert_eq!(keyed.len(), 2, "one run per idempotency key, and no other keyed run: {keyed:?}");
+        assert!(self.runs("burst").iter().filter(|r| names(r)).count() == 2);
         self.start_replica(old);
     }
 

@@ -46,6 +46,8 @@ pub(super) struct ERun {
     pub(super) manual: bool,
     pub(super) cancel_requested: bool,
     pub(super) updated_at: Millis,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) params: Option<String>,
 }
 
 impl From<ERun> for RunRecord {
@@ -65,6 +67,7 @@ impl From<ERun> for RunRecord {
             manual: r.manual,
             cancel_requested: r.cancel_requested,
             updated_at: r.updated_at,
+            params: r.params,
         }
     }
 }

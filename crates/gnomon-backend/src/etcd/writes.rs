@@ -171,6 +171,7 @@ impl EtcdStore {
                         manual: r.manual,
                         cancel_requested: false,
                         updated_at: r.fired_at,
+                        params: r.params.clone(),
                     };
                     ops.push(TxnOp::put(key, json(&run), None));
                     if !r.state.is_terminal() {

@@ -86,6 +86,9 @@ const MIGRATIONS: &[Migration] = &[
             KEY notifications_by_run (run_id), KEY notifications_due (state, next_at)
         ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"],
     },
+    // A run's parameter values (see the SQLite migration 8); up to 64 KiB,
+    // past what TEXT holds.
+    Migration { version: 7, statements: &["ALTER TABLE runs ADD COLUMN params MEDIUMTEXT NULL"] },
 ];
 
 const DIALECT: Dialect = Dialect {

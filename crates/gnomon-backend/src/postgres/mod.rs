@@ -82,6 +82,8 @@ const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX IF NOT EXISTS notifications_due ON notifications (next_at) WHERE state = 'pending'",
         ],
     },
+    // A run's parameter values (see the SQLite migration 8).
+    Migration { version: 7, statements: &["ALTER TABLE runs ADD COLUMN IF NOT EXISTS params TEXT"] },
 ];
 
 const DIALECT: Dialect = Dialect {

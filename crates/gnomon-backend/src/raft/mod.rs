@@ -453,7 +453,7 @@ impl LeadershipStore for RaftStore {
 #[async_trait]
 impl LeaderWrites for RaftStore {
     async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
-        self.ask(Command::Fire { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec() }, |r| match r {
+        self.ask(Command::fire(fence.clone(), runs.to_vec(), advances.to_vec()), |r| match r {
             Reply::Fired(v) => Ok(v),
             r => Err(r),
         })
@@ -475,13 +475,10 @@ impl LeaderWrites for RaftStore {
         advances: &[JobAdvance],
         transitions: &[Transition],
     ) -> Result<TurnWrite, StoreError> {
-        self.ask(
-            Command::Turn { fence: fence.clone(), runs: runs.to_vec(), advances: advances.to_vec(), transitions: transitions.to_vec() },
-            |r| match r {
-                Reply::Turn(t) => Ok(t),
-                r => Err(r),
-            },
-        )
+        self.ask(Command::turn(fence.clone(), runs.to_vec(), advances.to_vec(), transitions.to_vec()), |r| match r {
+            Reply::Turn(t) => Ok(t),
+            r => Err(r),
+        })
         .await
     }
 }

@@ -176,9 +176,11 @@ impl StateMachine {
                 store.fence(&fence, &holder, now).await?;
                 Reply::Done
             }
-            Command::Fire { fence, runs, advances } => Reply::Fired(store.fire(&fence, &runs, &advances).await?),
+            Command::Fire { fence, runs, advances } | Command::FireExt { fence, runs, advances } => {
+                Reply::Fired(store.fire(&fence, &runs, &advances).await?)
+            }
             Command::Transition { fence, transitions } => Reply::Transitioned(store.transition(&fence, &transitions).await?),
-            Command::Turn { fence, runs, advances, transitions } => {
+            Command::Turn { fence, runs, advances, transitions } | Command::TurnExt { fence, runs, advances, transitions } => {
                 Reply::Turn(store.fire_and_transition(&fence, &runs, &advances, &transitions).await?)
             }
             Command::RequestCancel { run_id, now } => Reply::Cancel(store.request_cancel(&run_id, now).await?),

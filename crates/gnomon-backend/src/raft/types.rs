@@ -83,8 +83,11 @@ pub enum Command {
         holder: LeaderInfo,
         now: Millis,
     },
+    /// Runs none of which has an idempotency key (the entry's shape from
+    /// before keys: [`legacy_runs`]).
     Fire {
         fence: Fence,
+        #[serde(with = "legacy_runs")]
         runs: Vec<NewRun>,
         advances: Vec<JobAdvance>,
     },
@@ -94,6 +97,7 @@ pub enum Command {
     },
     Turn {
         fence: Fence,
+        #[serde(with = "legacy_runs")]
         runs: Vec<NewRun>,
         advances: Vec<JobAdvance>,
         transitions: Vec<Transition>,
@@ -119,9 +123,121 @@ pub enum Command {
         fence: Fence,
         delivery: Delivery,
     },
+    /// [`Command::Fire`] with a run that is not plain ([`NewRun::is_plain`]:
+    /// an idempotency key, params). Its runs are JSON inside the entry
+    /// ([`json_runs`]), so a field added to a run later is read as absent
+    /// from entries written before. New variants go last: an entry's
+    /// variant is its index in the binary form.
+    FireExt {
+        fence: Fence,
+        #[serde(with = "json_runs")]
+        runs: Vec<NewRun>,
+        advances: Vec<JobAdvance>,
+    },
+    /// [`Command::Turn`] with a run that is not plain.
+    TurnExt {
+        fence: Fence,
+        #[serde(with = "json_runs")]
+        runs: Vec<NewRun>,
+        advances: Vec<JobAdvance>,
+        transitions: Vec<Transition>,
+    },
+}
+
+/// The runs of a `FireExt` or `TurnExt` entry, as JSON text: the binary
+/// form reads fields by position, JSON by name, so later fields with a
+/// default keep old entries readable.
+mod json_runs {
+    use serde::{de::Error as _, ser::Error as _, Deserialize, Deserializer, Serializer};
+
+    use crate::model::NewRun;
+
+    pub fn serialize<S: Serializer>(runs: &[NewRun], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&serde_json::to_string(runs).map_err(S::Error::custom)?)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<NewRun>, D::Error> {
+        let text = String::deserialize(d)?;
+        serde_json::from_str(&text).map_err(D::Error::custom)
+    }
+}
+
+/// The runs of a `Fire` or `Turn` entry in the shape they had before runs
+/// could carry an idempotency key, so that entries written before still
+/// read, and members that do not know keys read the entries of plain runs.
+/// Other runs go in `FireExt`/`TurnExt` ([`Command::fire`]).
+mod legacy_runs {
+    use gnomon_core::Millis;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::model::NewRun;
+    use gnomon_core::RunState;
+
+    #[derive(Serialize, Deserialize)]
+    struct Run {
+        job_uid: String,
+        namespace: String,
+        job: String,
+        scheduled_at: Millis,
+        fired_at: Millis,
+        state: RunState,
+        reason: Option<String>,
+        manual: bool,
+    }
+
+    pub fn serialize<S: Serializer>(runs: &[NewRun], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(runs.iter().map(|r| Run {
+            job_uid: r.job_uid.clone(),
+            namespace: r.namespace.clone(),
+            job: r.job.clone(),
+            scheduled_at: r.scheduled_at,
+            fired_at: r.fired_at,
+            state: r.state,
+            reason: r.reason.clone(),
+            manual: r.manual,
+        }))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<NewRun>, D::Error> {
+        let runs = Vec::<Run>::deserialize(d)?;
+        Ok(runs
+            .into_iter()
+            .map(|r| NewRun {
+                job_uid: r.job_uid,
+                namespace: r.namespace,
+                job: r.job,
+                scheduled_at: r.scheduled_at,
+                fired_at: r.fired_at,
+                state: r.state,
+                reason: r.reason,
+                manual: r.manual,
+                key: None,
+                params: None,
+            })
+            .collect())
+    }
 }
 
 impl Command {
+    /// The entry that fires `runs`: `Fire`, or `FireExt` when one of them
+    /// is not plain.
+    pub fn fire(fence: Fence, runs: Vec<NewRun>, advances: Vec<JobAdvance>) -> Command {
+        if runs.iter().all(NewRun::is_plain) {
+            Command::Fire { fence, runs, advances }
+        } else {
+            Command::FireExt { fence, runs, advances }
+        }
+    }
+
+    /// The entry of a turn: `Turn`, or `TurnExt` when a run is not plain.
+    pub fn turn(fence: Fence, runs: Vec<NewRun>, advances: Vec<JobAdvance>, transitions: Vec<Transition>) -> Command {
+        if runs.iter().all(NewRun::is_plain) {
+            Command::Turn { fence, runs, advances, transitions }
+        } else {
+            Command::TurnExt { fence, runs, advances, transitions }
+        }
+    }
+
     /// What a client write needs of the caller it is made for: the same
     /// as the API operation that makes it. `None`: not a client's write
     /// (the scheduler's own, fenced by its term).
@@ -309,5 +425,40 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(from_bytes::<Entry>(&[0, 255, 255]).is_err(), "garbage is an error, not a panic");
+    }
+
+    #[test]
+    fn runs_with_a_key_or_params_go_in_the_extended_entries_and_read_back_whole() {
+        let plain = NewRun {
+            job_uid: "u1".into(),
+            namespace: "default".into(),
+            job: "j".into(),
+            scheduled_at: 1000,
+            fired_at: 1001,
+            state: RunState::Pending,
+            reason: None,
+            manual: true,
+            key: None,
+            params: None,
+        };
+        let fence = Fence { scope: "scheduler".into(), token: 9 << 20 };
+        assert!(matches!(Command::fire(fence.clone(), vec![plain.clone()], vec![]), Command::Fire { .. }));
+        let rich = NewRun { key: Some("order-1".into()), params: Some(r#"{"region":"eu"}"#.into()), ..plain.clone() };
+        for cmd in [
+            Command::fire(fence.clone(), vec![plain.clone(), rich.clone()], vec![]),
+            Command::turn(fence.clone(), vec![rich.clone()], vec![], vec![]),
+        ] {
+            assert!(matches!(cmd, Command::FireExt { .. } | Command::TurnExt { .. }), "{cmd:?}");
+            let back: Entry = from_bytes(&to_binary(&entry(cmd)).unwrap()).unwrap();
+            let openraft::EntryPayload::Normal(Command::FireExt { runs, .. } | Command::TurnExt { runs, .. }) = back.payload else {
+                panic!("{back:?}")
+            };
+            assert_eq!(runs.last(), Some(&rich), "the key and the params survive");
+        }
+        // A run written before a later field existed reads it as absent.
+        let older = r#"[{"job_uid":"u1","namespace":"default","job":"j","scheduled_at":1000,"fired_at":1001,
+            "state":"pending","reason":null,"manual":true}]"#;
+        let runs: Vec<NewRun> = serde_json::from_str(older).unwrap();
+        assert_eq!(runs, vec![plain]);
     }
 }

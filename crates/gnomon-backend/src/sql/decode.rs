@@ -53,6 +53,7 @@ pub(crate) fn run_from_row(r: &impl SqlRow) -> Result<RunRecord, StoreError> {
         manual: r.flag("manual")?,
         cancel_requested: r.flag("cancel_requested")?,
         updated_at: r.int("updated_at")?,
+        params: r.opt_text("params")?,
     })
 }
 

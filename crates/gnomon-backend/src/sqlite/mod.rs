@@ -144,6 +144,9 @@ const MIGRATIONS: &[Migration] = &[
          CREATE INDEX notifications_due ON notifications (next_at) WHERE state = 'pending';
          COMMIT;"],
     },
+    // The values of a run's parameters (a JSON object), when its job
+    // declares params.
+    Migration { version: 8, statements: &["ALTER TABLE runs ADD COLUMN params TEXT"] },
 ];
 
 const DIALECT: Dialect = Dialect {

@@ -77,6 +77,12 @@ pub struct JobSpec {
     /// Who is told of the runs' outcomes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notify: Vec<crate::notify::NotifyTarget>,
+    /// The parameters a run takes, by name, with their defaults: a manual
+    /// trigger (and a webhook or a backfill) may set them, and each run
+    /// records the values it ran with. Shell jobs see them as
+    /// `GNOMON_PARAM_<NAME>` and in the JSON file `GNOMON_PARAMS_FILE`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, crate::params::ParamSpec>,
     /// Read-only metadata that the API adds (version, timestamps). Accepted
     /// and ignored on write so `job get -o json | job apply -f -` works;
     /// a compiled spec never holds it.
@@ -389,6 +395,10 @@ pub struct CompiledJob {
     /// How far back missed times may still fire, in milliseconds
     /// ([`DEFAULT_CATCHUP_WINDOW`] when none is given).
     pub catchup_window_ms: i64,
+    /// The values of a run that no trigger set (the declared defaults) as
+    /// JSON, as a scheduled fire records them; `None` when the job
+    /// declares no params.
+    pub default_params: Option<String>,
 }
 
 /// The catch-up window of a job that sets none: one hour.

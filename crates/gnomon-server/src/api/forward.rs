@@ -43,7 +43,9 @@ pub async fn to_leader(state: &ApiState, req: Request) -> ApiResult<Response> {
     let url = format!("{}://{leader}{}", forwarder.scheme, path.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
     let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes()).map_err(|_| ApiError::bad("bad_request", "method"))?;
     let mut out = forwarder.client.request(method, &url).header(FORWARDED_BY, state.node.config.node_id.as_str());
-    for name in [header::AUTHORIZATION, header::CONTENT_TYPE, header::IF_MATCH] {
+    for name in
+        [header::AUTHORIZATION, header::CONTENT_TYPE, header::IF_MATCH, header::HeaderName::from_static(super::jobs::IDEMPOTENCY_KEY)]
+    {
         if let Some(v) = req.headers().get(&name) {
             out = out.header(name.as_str(), v.as_bytes());
         }

@@ -59,23 +59,37 @@ impl LeaderRuntime {
         Ok(())
     }
 
+    /// Creates the manual runs a trigger asks for, with the params it
+    /// sets resolved against the job's declaration as stored now: `count`
+    /// runs, or the one its idempotency key names.
+    pub(super) async fn trigger(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        request: TriggerRequest,
+    ) -> std::result::Result<Triggered, TriggerError> {
+        let Some(job) = self.store.get_job(namespace, name).await? else {
+            return Err(StoreError::NotFound(format!("job {namespace}/{name}")).into());
+        };
+        let params = gnomon_core::params::resolve(&job.spec.params, &request.params).map_err(TriggerError::Params)?;
+        let params = params.map(|p| serde_json::to_string(&p).unwrap_or_default());
+        match request.key {
+            Some(key) => self.trigger_keyed(job, key, params, &request.params).await,
+            None => Ok(Triggered { ids: self.trigger_many(job, request.count, params).await?, existed: false }),
+        }
+    }
+
     /// Creates `count` manual runs in one store write. Each gets its own
     /// `scheduled_at` (now, now+1 ms, …, starting past the last instant this
     /// leader gave the job's manual runs, and bumped past any instant the
     /// store already has), so its id stays unique; manual ids never meet a
     /// scheduled fire's.
-    pub(super) async fn trigger(&mut self, namespace: &str, name: &str, count: u32) -> Result<Vec<String>> {
-        let Some(job) = self.store.get_job(namespace, name).await? else {
-            return Err(StoreError::NotFound(format!("job {namespace}/{name}")));
-        };
+    async fn trigger_many(&mut self, job: JobRecord, count: u32, params: Option<String>) -> Result<Vec<String>> {
         let now = self.clock.now_millis();
         let mut created: Vec<String> = Vec::new();
         // Back-to-back triggers of many runs would otherwise collide with the
         // previous call's instants and retry their way past them.
-        if !self.cache.jobs.contains(&job.uid) {
-            self.upsert_job(job.clone());
-        }
-        let mut next = self.cache.jobs.get(&job.uid).map_or(now, |j| j.manual_next.max(now));
+        let mut next = self.manual_start(&job, now);
         for _ in 0..100 {
             let want = count as usize - created.len();
             if want == 0 {
@@ -85,19 +99,7 @@ impl LeaderRuntime {
             // from the scheduled runs' (`manual_run_id`), so no schedule,
             // now or after a change, can take one.
             let instants = next..next + want as Millis;
-            let runs: Vec<NewRun> = instants
-                .clone()
-                .map(|at| NewRun {
-                    job_uid: job.uid.clone(),
-                    namespace: job.namespace.clone(),
-                    job: job.name.clone(),
-                    scheduled_at: at,
-                    fired_at: now,
-                    state: RunState::Pending,
-                    reason: Some("manual trigger".into()),
-                    manual: true,
-                })
-                .collect();
+            let runs: Vec<NewRun> = instants.clone().map(|at| manual_run(&job, at, now, None, params.clone())).collect();
             next = instants.end;
             let outcomes = self.store.fire(&self.fence, &runs, &[]).await?;
             self.cache.jobs.manual_taken(&job.uid, next);
@@ -113,6 +115,52 @@ impl LeaderRuntime {
             return Err(StoreError::Backend("could not find free scheduled_at instants for the manual runs".into()));
         }
         Ok(created)
+    }
+
+    /// Creates the manual run that the idempotency key `key` names, unless
+    /// it exists: its id comes from (job, key) ([`keyed_run_id`]), and the
+    /// store inserts a run by id once, so a repeated call, on this leader or
+    /// a later one, finds the run the first call made.
+    ///
+    /// [`keyed_run_id`]: gnomon_backend::keyed_run_id
+    ///
+    /// A repeat that sets a param to another value than the run has is
+    /// another request under the same key, and is refused.
+    async fn trigger_keyed(
+        &mut self,
+        job: JobRecord,
+        key: String,
+        params: Option<String>,
+        given: &gnomon_core::params::Params,
+    ) -> std::result::Result<Triggered, TriggerError> {
+        let now = self.clock.now_millis();
+        let at = self.manual_start(&job, now);
+        let run = manual_run(&job, at, now, Some(key), params);
+        let id = run.id();
+        let outcomes = self.store.fire(&self.fence, std::slice::from_ref(&run), &[]).await?;
+        self.cache.jobs.manual_taken(&job.uid, at + 1);
+        if outcomes.first() == Some(&FireOutcome::Created) {
+            metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
+            self.track_pending(run, now);
+            return Ok(Triggered { ids: vec![id], existed: false });
+        }
+        // A repeat: the same key with other values is another request.
+        if !given.is_empty() {
+            let stored = self.store.get_run(&id).await?.and_then(|d| d.run.params);
+            if !sets_the_same(stored.as_deref(), given) {
+                return Err(TriggerError::KeyReused { id });
+            }
+        }
+        Ok(Triggered { ids: vec![id], existed: true })
+    }
+
+    /// The first instant free for a manual run of `job` (now, or past the
+    /// last one taken), with the job in the timeline.
+    fn manual_start(&mut self, job: &JobRecord, now: Millis) -> Millis {
+        if !self.cache.jobs.contains(&job.uid) {
+            self.upsert_job(job.clone());
+        }
+        self.cache.jobs.get(&job.uid).map_or(now, |j| j.manual_next.max(now))
     }
 
     /// The size of a fire chunk that goes out with dispatch in the same
@@ -189,6 +237,8 @@ impl LeaderRuntime {
                     state,
                     reason,
                     manual: false,
+                    key: None,
+                    params: (state == RunState::Pending).then(|| entry.default_params.as_deref().map(str::to_string)).flatten(),
                 });
             }
             // A timeline that starts at a change is written with the fire.
@@ -285,5 +335,29 @@ impl LeaderRuntime {
             }
         }
         self.apply(batch).await
+    }
+}
+
+/// Whether a run's params (a JSON object) hold every value `given` sets.
+fn sets_the_same(stored: Option<&str>, given: &gnomon_core::params::Params) -> bool {
+    let stored: gnomon_core::params::Params = stored.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
+    given.iter().all(|(k, v)| stored.get(k) == Some(v))
+}
+
+/// A pending manual run of `job` at the instant `at`, named by the
+/// idempotency key `key` when it has one, with its params' values.
+fn manual_run(job: &JobRecord, at: Millis, now: Millis, key: Option<String>, params: Option<String>) -> NewRun {
+    let reason = if key.is_some() { "manual trigger (idempotency key)" } else { "manual trigger" };
+    NewRun {
+        job_uid: job.uid.clone(),
+        namespace: job.namespace.clone(),
+        job: job.name.clone(),
+        scheduled_at: at,
+        fired_at: now,
+        state: RunState::Pending,
+        reason: Some(reason.into()),
+        manual: true,
+        key,
+        params,
     }
 }

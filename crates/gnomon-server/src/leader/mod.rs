@@ -131,12 +131,58 @@ impl Default for LeaderConfig {
 
 type Result<T> = std::result::Result<T, StoreError>;
 
+/// What a trigger did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Triggered {
+    pub ids: Vec<String>,
+    /// The idempotency key's run existed already: nothing was created.
+    pub existed: bool,
+}
+
+/// What a manual trigger asks for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TriggerRequest {
+    /// How many runs (1 with a key).
+    pub count: u32,
+    /// The idempotency key that names the run.
+    pub key: Option<String>,
+    /// The values it sets of the job's params (the rest keep their defaults).
+    pub params: gnomon_core::params::Params,
+}
+
+impl TriggerRequest {
+    /// `count` runs with the job's default params.
+    pub fn runs(count: u32) -> TriggerRequest {
+        TriggerRequest { count, ..Default::default() }
+    }
+}
+
+/// Why a trigger created nothing.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TriggerError {
+    /// The store failed (or the job does not exist: `NotFound`).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The params do not fit the job's declaration.
+    #[error("{0}")]
+    Params(gnomon_core::SpecError),
+    /// The idempotency key names a run created with other params.
+    #[error("the idempotency key names run {id}, which was created with other params")]
+    KeyReused { id: String },
+}
+
 /// Requests from the API to the leader.
 #[derive(Debug)]
 pub enum LeaderCommand {
-    /// Fire a manual run of the job now; replies with the run id.
     /// Fire `count` manual runs of the job now; replies with their ids.
-    Trigger { namespace: String, name: String, count: u32, reply: oneshot::Sender<std::result::Result<Vec<String>, StoreError>> },
+    /// With an idempotency `key` (and a count of 1), the run that key names:
+    /// created, or found as it is.
+    Trigger {
+        namespace: String,
+        name: String,
+        request: TriggerRequest,
+        reply: oneshot::Sender<std::result::Result<Triggered, TriggerError>>,
+    },
     /// Something changed in the store (jobs or cancel requests); look now.
     Nudge,
     /// A run was changed in the store by the API (a cancel): reload it, and

@@ -30,6 +30,8 @@ pub(super) struct OpenRun {
     pub(super) ready_since: Millis,
     /// When its live attempt was assigned (0: unknown, recovered).
     pub(super) assigned_at: Millis,
+    /// The values of its params (a JSON object), as every attempt gets them.
+    pub(super) params: Option<Arc<str>>,
 }
 
 /// A live attempt whose worker has no session here.
@@ -295,7 +297,7 @@ mod tests {
     }
 
     fn open(job: &str, state: RunState, attempt: u32) -> OpenRun {
-        OpenRun { key: key(job), scheduled_at: 0, state, attempt, ready_since: 0, assigned_at: 0 }
+        OpenRun { key: key(job), scheduled_at: 0, state, attempt, ready_since: 0, assigned_at: 0, params: None }
     }
 
     fn to(id: &str, from: RunState, to: RunState, attempt: u32, at: Millis, next: Option<Millis>) -> Transition {

@@ -60,6 +60,8 @@ pub(super) struct JobEntry {
     pub(super) settle: bool,
     /// Who is told of its runs' outcomes.
     pub(super) notify: Option<Box<[super::notify::Target]>>,
+    /// The values of a run no trigger set, as a scheduled fire records them.
+    pub(super) default_params: Option<Arc<str>>,
 }
 
 /// The previous version's timeline up to the change.
@@ -254,6 +256,7 @@ impl JobTimeline {
             misfire: compiled.spec.misfire,
             route: compiled.spec.route.map(Box::new),
             notify: super::notify::targets(&compiled.spec.notify),
+            default_params: compiled.default_params.map(Arc::from),
             generation,
             recent_ms,
             manual_next,

@@ -98,12 +98,13 @@ impl LeaderRuntime {
                     self.reload_run(&run_id).await?;
                 }
             }
-            LeaderCommand::Trigger { namespace, name, count, reply } => {
-                let result = self.trigger(&namespace, &name, count).await;
+            LeaderCommand::Trigger { namespace, name, request, reply } => {
+                let result = self.trigger(&namespace, &name, request).await;
                 let _ = reply.send(result.clone());
-                // A job that does not exist is the caller's mistake; any
-                // other error is the store's, and the write may have landed.
-                if let Err(e) = result {
+                // A job that does not exist or params that do not fit it
+                // are the caller's mistake; any other error is the
+                // store's, and the write may have landed.
+                if let Err(TriggerError::Store(e)) = result {
                     if !matches!(e, StoreError::NotFound(_)) {
                         return Err(e);
                     }

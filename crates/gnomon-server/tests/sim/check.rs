@@ -154,5 +154,75 @@ pub async fn check(store: &dyn Store, jobs: &[SimJob], h: &History, end: Millis,
             v.push(format!("run {} ({}): notifications {got:?}, expected {want:?} pending", d.run.id, d.run.state.as_str()));
         }
     }
+    // 6. One run per idempotency key: every answer for a (job, key) names
+    //    the run that key's id derives from, that run is in the store, at
+    //    most one answer says it created it, and no keyed run exists that
+    //    no trigger asked for.
+    let mut answers: BTreeMap<(&str, &str), (Vec<&str>, usize)> = BTreeMap::new();
+    for (job, key, id, existed) in &h.keyed {
+        let e = answers.entry((job.as_str(), key.as_str())).or_default();
+        e.0.push(id.as_str());
+        e.1 += usize::from(!existed);
+    }
+    let mut asked: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for job in jobs {
+        let Some(uid) = runs.iter().find(|d| d.run.job == job.name).map(|d| d.run.job_uid.clone()) else { continue };
+        for key in &h.keys_tried {
+            asked.insert(gnomon_backend::keyed_run_id(&uid, key));
+        }
+    }
+    for ((job, key), (ids, created)) in &answers {
+        let Some(d) = ids.first().and_then(|id| by_id.get(id)) else {
+            v.push(format!("job {job}, key {key}: the answered run {:?} is not in the store", ids.first()));
+            continue;
+        };
+        let want = gnomon_backend::keyed_run_id(&d.run.job_uid, key);
+        if ids.iter().any(|id| *id != want) || *created > 1 {
+            v.push(format!("job {job}, key {key}: answers {ids:?} ({created} created), expected {want} once"));
+        }
+    }
+    for d in runs.iter().filter(|d| d.run.manual && d.run.id.contains("-k")) {
+        if !asked.contains(&d.run.id) {
+            v.push(format!("run {}: a keyed run no trigger's key names", d.run.id));
+        }
+    }
+    check_params(&runs, &by_id, jobs, h, v);
     Ok(runs.len())
+}
+
+/// 7. Every run records the params it runs with: a scheduled run of a job
+///    with params its defaults, a triggered run what its trigger set over
+///    them, a run of a job without params none; every attempt was assigned
+///    with exactly its run's values; no trigger was refused.
+fn check_params(runs: &[RunDetail], by_id: &HashMap<&str, &RunDetail>, jobs: &[SimJob], h: &History, v: &mut Vec<String>) {
+    let defaults = r#"{"tier":"std"}"#;
+    for d in runs.iter().filter(|d| d.run.state != RunState::Skipped) {
+        let Some(job) = jobs.iter().find(|j| j.name == d.run.job) else { continue };
+        let got = d.run.params.as_deref();
+        let ok = match (job.params, d.run.manual) {
+            (false, _) => got.is_none(),
+            (true, false) => got == Some(defaults),
+            (true, true) => got.is_some_and(|p| p.starts_with(r#"{"tier":""#)),
+        };
+        if !ok {
+            v.push(format!("run {} of {} (manual {}): params {got:?}", d.run.id, job.name, d.run.manual));
+        }
+    }
+    for (ids, expected) in &h.trigger_params {
+        for id in ids {
+            let got = by_id.get(id.as_str()).map(|d| d.run.params.clone());
+            if got.as_ref().is_some_and(|g| g != expected) {
+                v.push(format!("run {id}: params {got:?}, its trigger set {expected:?}"));
+            }
+        }
+    }
+    for (run, attempt, sent) in &h.assigned_params {
+        let stored = by_id.get(run.as_str()).map(|d| d.run.params.clone().unwrap_or_default());
+        if stored.as_ref().is_some_and(|s| s != sent) {
+            v.push(format!("run {run} attempt {attempt}: assigned with params {sent:?}, the run has {stored:?}"));
+        }
+    }
+    for why in &h.refused_triggers {
+        v.push(format!("a trigger was refused: {why}"));
+    }
 }

@@ -15,6 +15,18 @@ pub struct History {
     pub recorded: Vec<(String, u32, i32)>,
     /// Per job name: when it was paused and resumed.
     pub paused: HashMap<String, Vec<(Millis, Option<Millis>)>>,
+    /// Answers to triggers with an idempotency key: (job, key, run, existed).
+    pub keyed: Vec<(String, String, String, bool)>,
+    /// The idempotency keys triggers were sent with.
+    pub keys_tried: Vec<String>,
+    /// The runs each answered trigger created and the params they must
+    /// record.
+    pub trigger_params: Vec<(Vec<String>, Option<String>)>,
+    /// Triggers refused for their request (not for a store fault).
+    pub refused_triggers: Vec<String>,
+    /// The params each started attempt was assigned with: (run, attempt,
+    /// params JSON, empty for none).
+    pub assigned_params: Vec<(String, u32, String)>,
     /// What the simulation did, for a replayed seed's report.
     pub log: Vec<(Millis, String)>,
 }

@@ -24,7 +24,7 @@ use gnomon_backend::sqlite::SqliteStore;
 use gnomon_backend::{Fence, LeaderInfo, Precondition, Store};
 use gnomon_core::spec::parse_job_json;
 use gnomon_core::{Clock, ManualClock, Millis};
-use gnomon_server::leader::{LeaderCommand, LeaderConfig, LeaderParts, LeaderRuntime, Step};
+use gnomon_server::leader::{LeaderCommand, LeaderConfig, LeaderParts, LeaderRuntime, Step, TriggerError, TriggerRequest};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -77,14 +77,20 @@ pub struct SimJob {
     pub name: String,
     pub every_ms: Millis,
     pub created_at: Millis,
+    /// It declares the param `tier` (default `std`).
+    pub params: bool,
     spec_json: String,
 }
 
-fn job_json(name: &str, every_ms: Millis, rng: &mut StdRng) -> String {
+/// The params of a simulated job that has them, and their defaults.
+pub const SIM_PARAMS: &str = r#"{"tier":{"default":"std"}}"#;
+
+fn job_json(name: &str, every_ms: Millis, params: bool, rng: &mut StdRng) -> String {
     let overlap = ["allow", "allow", "forbid", "buffer_one", "replace"][rng.gen_range(0..5)];
     let misfire = ["fire_once", "fire_all", "skip"][rng.gen_range(0..3)];
+    let params = if params { format!(r#""params":{SIM_PARAMS},"#) } else { String::new() };
     format!(
-        r#"{{"name":"{name}","schedule":{{"every":"{every_ms}ms"}},"executor":{{"handler":{{"name":"noop"}}}},
+        r#"{{"name":"{name}","schedule":{{"every":"{every_ms}ms"}},"executor":{{"handler":{{"name":"noop"}}}},{params}
             "retry":{{"max_attempts":ATTEMPTS,"backoff":{{"initial":"300ms","max":"1s","jitter":0}}}},
             "overlap":"{overlap}","misfire":"{misfire}",
             "notify":[{{"on":["failed","succeeded","recovered"],"webhook":{{"url":"http://127.0.0.1:9/sim"}}}}]}}"#
@@ -116,11 +122,12 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
     for i in 0..rng.gen_range(2..=4) {
         let name = format!("j{i}");
         let every_ms = [500, 1_000, 1_000, 2_000, 3_000][rng.gen_range(0..5)];
-        let spec_json = job_json(&name, every_ms, &mut rng);
+        let params = rng.gen_bool(0.5);
+        let spec_json = job_json(&name, every_ms, params, &mut rng);
         let json = spec_json.replace("ATTEMPTS", &rng.gen_range(2..=5).to_string());
         let spec = parse_job_json(json.as_bytes()).map_err(|e| e.to_string())?.compile().map_err(|e| e.to_string())?.spec;
         let rec = sqlite.put_job(&spec, Precondition::DoesNotExist, clock.now_millis()).await.map_err(|e| e.to_string())?;
-        jobs.push(SimJob { name, every_ms, created_at: rec.created_at, spec_json });
+        jobs.push(SimJob { name, every_ms, created_at: rec.created_at, params, spec_json });
     }
     // The store gives jobs random uids, and the leader breaks ties between
     // jobs by uid: fixed ones make a seed replay exactly.
@@ -143,7 +150,7 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
     let mut term = new_term(&store, &clock).await;
     // A deposed leader that has not noticed yet: it keeps stepping.
     let mut zombie: Option<(Term, u32)> = None;
-    let mut triggers: Vec<oneshot::Receiver<Result<Vec<String>, gnomon_backend::StoreError>>> = Vec::new();
+    let mut triggers: Vec<Trigger> = Vec::new();
     let end = T0 + FAULT_MS + DRAIN_MS;
     let faults_until = T0 + FAULT_MS;
     while clock.now_millis() < end {
@@ -185,7 +192,25 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
         if let Step::Exit(exit) = term.rt.step().await {
             return Err(format!("the current leader stopped: {exit:?}"));
         }
-        triggers.retain_mut(|t| matches!(t.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
+        triggers.retain_mut(|(keyed, expected, rx)| match rx.try_recv() {
+            Err(oneshot::error::TryRecvError::Empty) => true,
+            Ok(Ok(t)) => {
+                if let (Some((job, key)), Some(id)) = (keyed.take(), t.ids.first()) {
+                    h.keyed.push((job, key, id.clone(), t.existed));
+                }
+                if !t.existed {
+                    h.trigger_params.push((t.ids.clone(), expected.take()));
+                }
+                false
+            }
+            Ok(Err(e)) => {
+                if !matches!(e, TriggerError::Store(_)) {
+                    h.refused_triggers.push(e.to_string());
+                }
+                false
+            }
+            Err(_) => false,
+        });
     }
     h.close(clock.now_millis());
     let mut violations = store.violations();
@@ -207,6 +232,10 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
     }
 }
 
+/// A trigger sent to the leader: its job and idempotency key, if it has
+/// one, the params its runs must record, and where its answer comes.
+type Trigger = (Option<(String, String)>, Option<String>, oneshot::Receiver<Result<gnomon_server::leader::Triggered, TriggerError>>);
+
 /// What the API does during the faulty phase: re-apply a job (a new
 /// version, same schedule), pause or resume one, trigger manual runs,
 /// cancel an open run.
@@ -215,7 +244,7 @@ async fn api_actions(
     sqlite: &Arc<dyn Store>,
     jobs: &[SimJob],
     term: &Term,
-    triggers: &mut Vec<oneshot::Receiver<Result<Vec<String>, gnomon_backend::StoreError>>>,
+    triggers: &mut Vec<Trigger>,
     h: &mut History,
     now: Millis,
 ) -> Result<(), String> {
@@ -243,9 +272,37 @@ async fn api_actions(
         let _ = term.commands.try_send(LeaderCommand::Nudge);
     } else if roll < 0.025 {
         let (reply, rx) = oneshot::channel();
-        let count = rng.gen_range(1..=3);
-        let _ = term.commands.try_send(LeaderCommand::Trigger { namespace: "default".into(), name: job.name.clone(), count, reply });
-        triggers.push(rx);
+        // Half of them with one of a few idempotency keys, so keys repeat
+        // within a term and across terms.
+        let key = rng.gen_bool(0.5).then(|| format!("key-{}", rng.gen_range(0..4)));
+        let count = if key.is_some() { 1 } else { rng.gen_range(1..=3) };
+        if let Some(k) = &key {
+            h.keys_tried.push(k.clone());
+        }
+        // A job with params: some triggers set `tier`; a key always sets
+        // the same value (key-0 and key-1 set one, the others none), so a
+        // repeat is never another request.
+        let mut params = gnomon_core::params::Params::new();
+        let sets = match &key {
+            Some(k) => k == "key-0" || k == "key-1",
+            None => rng.gen_bool(0.5),
+        };
+        if job.params && sets {
+            let tier = key.as_deref().map_or_else(|| format!("gold-{}", rng.gen_range(0..3)), |k| format!("gold-{k}"));
+            params.insert("tier".into(), serde_json::Value::String(tier));
+        }
+        let expected = job.params.then(|| {
+            let tier = params.get("tier").and_then(|v| v.as_str()).unwrap_or("std");
+            format!(r#"{{"tier":"{tier}"}}"#)
+        });
+        let name = job.name.clone();
+        let _ = term.commands.try_send(LeaderCommand::Trigger {
+            namespace: "default".into(),
+            name: name.clone(),
+            request: TriggerRequest { count, key: key.clone(), params },
+            reply,
+        });
+        triggers.push((key.map(|k| (name, k)), expected, rx));
     } else if roll < 0.035 {
         let open = sqlite.open_runs().await.map_err(|e| e.to_string())?;
         if !open.is_empty() {

@@ -24,8 +24,14 @@ pub(super) async fn run_http(req: &ExecRequest, spec: &HttpSpec, http: &reqwest:
         let name = format!("Gnomon-{}", k.split('_').map(title).collect::<Vec<_>>().join("-"));
         builder = builder.header(name, v);
     }
-    if let Some(body) = &spec.body {
-        builder = builder.body(body.clone());
+    match (&spec.body, &req.params) {
+        (Some(body), _) => builder = builder.body(body.clone()),
+        // A job without a body of its own is sent its run's params.
+        (None, Some(params)) => {
+            builder =
+                builder.header(reqwest::header::CONTENT_TYPE, "application/json").body(serde_json::to_vec(params).unwrap_or_default());
+        }
+        (None, None) => {}
     }
     let response = match builder.send().await {
         Ok(r) => r,

@@ -34,6 +34,8 @@ pub struct ExecRequest {
     pub isolation: Arc<Isolation>,
     /// Where HTTP jobs may connect.
     pub egress: Arc<crate::egress::Egress>,
+    /// The values of the run's params; `None` for a job without params.
+    pub params: Option<gnomon_core::params::Params>,
 }
 
 impl ExecRequest {
@@ -50,6 +52,14 @@ impl ExecRequest {
             ("FENCE_TOKEN", self.token.to_string()),
         ]
     }
+
+    /// The params as a shell job's environment has them:
+    /// `GNOMON_PARAM_<NAME>` (upper case) for each, a string as it is and
+    /// any other value as its JSON.
+    pub fn param_vars(&self) -> Vec<(String, String)> {
+        use gnomon_core::params::{env_name, env_value};
+        self.params.iter().flatten().map(|(k, v)| (env_name(k), env_value(v))).collect()
+    }
 }
 
 pub use gnomon_core::outcome::ExecOutcome;
@@ -62,6 +72,8 @@ pub struct HandlerContext {
     pub job: String,
     pub scheduled_at: Millis,
     pub token: u64,
+    /// The values of the run's params (empty for a job without params).
+    pub params: gnomon_core::params::Params,
 }
 
 /// A named handler (`{"handler":{"name":…,"payload":…}}` jobs). `Ok` output
@@ -137,6 +149,7 @@ pub async fn execute(req: &ExecRequest, http: &reqwest::Client, handlers: &Handl
                     job: req.job.clone(),
                     scheduled_at: req.scheduled_at,
                     token: req.token,
+                    params: req.params.clone().unwrap_or_default(),
                 };
                 let handler = handler.clone();
                 let payload = h.payload.clone();
@@ -205,6 +218,7 @@ mod tests {
             timeout,
             isolation: Arc::default(),
             egress: Arc::new(crate::egress::Egress::with_defaults()),
+            params: None,
         }
     }
 
@@ -418,6 +432,65 @@ mod tests {
         assert_eq!((out.state, out.exit_code), (AttemptState::Failed, Some(418)));
         let out = execute(&req(http("/teapot", Some(418)), None), &client, &HandlerRegistry::default(), never()).await;
         assert_eq!(out.state, AttemptState::Succeeded);
+    }
+
+    fn with_params(mut r: ExecRequest) -> ExecRequest {
+        r.params = Some(serde_json::from_value(serde_json::json!({"region": "eu west", "limit": 5, "opts": {"dry": true}})).unwrap());
+        r
+    }
+
+    #[tokio::test]
+    async fn a_shell_job_gets_its_params_in_the_environment_and_a_private_file() {
+        let script = r#"echo "$GNOMON_PARAM_REGION|$GNOMON_PARAM_LIMIT|$GNOMON_PARAM_OPTS"; stat -c %a "$GNOMON_PARAMS_FILE"; cat "$GNOMON_PARAMS_FILE""#;
+        let client = reqwest::Client::new();
+        // In the fresh working directory, and beside a job's own `cwd`.
+        for cwd in [None, Some(std::env::temp_dir().display().to_string())] {
+            let Executor::Shell(mut spec) = shell("sh", &["-c", script]) else { unreachable!() };
+            spec.cwd = cwd.clone();
+            let out = execute(&with_params(req(Executor::Shell(spec), None)), &client, &HandlerRegistry::default(), never()).await;
+            assert_eq!(out.state, AttemptState::Succeeded, "{cwd:?}: {}", out.output);
+            let lines: Vec<&str> = out.output.lines().collect();
+            assert_eq!(lines[0], r#"eu west|5|{"dry":true}"#, "{cwd:?}");
+            assert_eq!(lines[1], "600", "the params file is the job's alone");
+            assert_eq!(lines[2], r#"{"limit":5,"opts":{"dry":true},"region":"eu west"}"#);
+        }
+        let out =
+            execute(&req(shell("sh", &["-c", "echo ${GNOMON_PARAMS_FILE:-none}"]), None), &client, &HandlerRegistry::default(), never())
+                .await;
+        assert_eq!(out.output.trim(), "none", "a run without params has no params file");
+    }
+
+    #[tokio::test]
+    async fn an_http_job_without_a_body_is_sent_its_params_and_a_handler_sees_them() {
+        use axum::{http::HeaderMap, routing::any, Router};
+        let app = Router::new()
+            .route("/p", any(|h: HeaderMap, body: String| async move { format!("{} {body}", h["content-type"].to_str().unwrap_or("")) }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let spec = HttpSpec {
+            method: "POST".into(),
+            url: format!("http://{addr}/p"),
+            headers: Default::default(),
+            body: None,
+            expect_status: None,
+        };
+        let out =
+            execute(&with_params(req(Executor::Http(spec), None)), &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
+        assert_eq!(out.output, r#"application/json {"limit":5,"opts":{"dry":true},"region":"eu west"}"#);
+
+        struct Params;
+        #[async_trait::async_trait]
+        impl Handler for Params {
+            async fn call(&self, ctx: HandlerContext, _: serde_json::Value) -> Result<String, String> {
+                Ok(serde_json::to_string(&ctx.params).unwrap())
+            }
+        }
+        let mut reg = HandlerRegistry::default();
+        reg.register("params", Arc::new(Params));
+        let h = Executor::Handler(HandlerSpec { name: "params".into(), payload: serde_json::Value::Null });
+        let out = execute(&with_params(req(h, None)), &reqwest::Client::new(), &reg, never()).await;
+        assert_eq!(out.output, r#"{"limit":5,"opts":{"dry":true},"region":"eu west"}"#);
     }
 
     #[tokio::test]

@@ -47,21 +47,63 @@ pub(super) async fn run_shell(req: &ExecRequest, spec: &ShellSpec, cancel: watch
             Err(e) => return ExecOutcome::failed(format!("cannot create the attempt's working directory: {e}")),
         },
     };
-    let outcome = spawn_shell(req, spec, workdir.as_deref(), cancel).await;
+    // The attempt's files (its params as JSON): in its working directory,
+    // or in a private directory of their own beside a job's `cwd`.
+    let files = match (&req.params, &workdir) {
+        (None, _) => None,
+        (Some(_), Some(d)) => Some((d.clone(), false)),
+        (Some(_), None) => match iso.make_workdir(&format!("{}-files", req.run_id), req.attempt) {
+            Ok(d) => Some((d, true)),
+            Err(e) => return ExecOutcome::failed(format!("cannot create the attempt's file directory: {e}")),
+        },
+    };
+    let mut extra: Vec<(String, String)> = Vec::new();
+    if let (Some(params), Some((dir, _))) = (&req.params, &files) {
+        match write_private(iso, &dir.join("gnomon-params.json"), &serde_json::to_vec(params).unwrap_or_default()) {
+            Ok(path) => extra.push(("PARAMS_FILE".into(), path)),
+            Err(e) => return ExecOutcome::failed(format!("cannot write the run's params file: {e}")),
+        }
+    }
+    let outcome = spawn_shell(req, spec, workdir.as_deref(), &extra, cancel).await;
     if let Some(d) = &workdir {
         if !spec.keep_workdir {
             Isolation::remove_workdir(d);
         }
     }
+    if let Some((d, true)) = &files {
+        Isolation::remove_workdir(d);
+    }
     outcome
 }
 
-async fn spawn_shell(req: &ExecRequest, spec: &ShellSpec, workdir: Option<&std::path::Path>, cancel: watch::Receiver<bool>) -> ExecOutcome {
+/// Writes `bytes` to `path`, readable only by the job's user; its path.
+fn write_private(iso: &Isolation, path: &std::path::Path, bytes: &[u8]) -> std::io::Result<String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    f.write_all(bytes)?;
+    if let Some(u) = &iso.run_as {
+        std::os::unix::fs::chown(path, Some(u.uid), Some(u.gid))?;
+    }
+    Ok(path.display().to_string())
+}
+
+async fn spawn_shell(
+    req: &ExecRequest,
+    spec: &ShellSpec,
+    workdir: Option<&std::path::Path>,
+    files: &[(String, String)],
+    cancel: watch::Receiver<bool>,
+) -> ExecOutcome {
     let iso = &req.isolation;
     let mut cmd = tokio::process::Command::new(&spec.command);
+    let mut vars: Vec<(String, String)> = req.gnomon_vars().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    vars.extend(files.iter().cloned());
+    let mut env = iso.environment(&spec.env, &vars);
+    env.extend(req.param_vars());
     cmd.args(&spec.args)
         .env_clear()
-        .envs(iso.environment(&spec.env, &req.gnomon_vars()))
+        .envs(env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -23,6 +23,13 @@ impl WorkerRuntime {
             Ok(e) => e,
             Err(e) => return refuse(a, format!("worker cannot read the executor spec: {e}")),
         };
+        let params = match a.params_json.as_str() {
+            "" => None,
+            json => match serde_json::from_str(json) {
+                Ok(p) => Some(p),
+                Err(e) => return refuse(a, format!("worker cannot read the run's params: {e}")),
+            },
+        };
         if !self.runs_kind(executor.kind()) {
             let why = format!("worker {} does not run {} jobs (its --executors leave them out)", self.config.id, executor.kind());
             return refuse(a, why);
@@ -48,6 +55,7 @@ impl WorkerRuntime {
             timeout: (a.timeout_ms > 0).then(|| Duration::from_millis(a.timeout_ms)),
             isolation: self.config.isolation.clone(),
             egress: Arc::new(self.config.egress.clone()),
+            params,
         };
         let rt = self.clone();
         let mut cancel_rx = cancel_rx;

@@ -42,11 +42,26 @@ pub fn http(addr: &str, method: &str, path: &str, body: Option<&[u8]>) -> std::i
 
 /// [`http`] with a bearer token.
 pub fn http_as(token: Option<&str>, addr: &str, method: &str, path: &str, body: Option<&[u8]>) -> std::io::Result<(u16, Value)> {
+    http_with(token, addr, method, path, &[], body)
+}
+
+/// [`http_as`] with more request headers (`("Idempotency-Key", "k")`).
+pub fn http_with(
+    token: Option<&str>,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> std::io::Result<(u16, Value)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let body = body.unwrap_or(b"");
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let mut auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    for (name, value) in headers {
+        auth.push_str(&format!("{name}: {value}\r\n"));
+    }
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",

@@ -79,6 +79,46 @@ pub(super) async fn fire_advances_last_scheduled_at(s: &dyn Store) {
 }
 
 /// A manual run and a scheduled one at the same instant are two runs (ids
+/// A run's params are stored with it and read back as written, by id, in
+/// lists and among the open runs a new leader loads.
+pub(super) async fn a_runs_params_are_kept_with_it(s: &dyn Store) {
+    let scope = unique("scope");
+    let fence = lead(s, &scope).await;
+    let job = s.put_job(&job_spec(&unique("params")), Precondition::DoesNotExist, 1).await.expect("create");
+    let values = r#"{"date":"2026-12-01","opts":{"dry":true},"region":"eu \u00e9"}"#;
+    let with = NewRun { params: Some(values.into()), ..new_run(&job, 5000) };
+    let without = new_run(&job, 6000);
+    s.fire(&fence, &[with.clone(), without.clone()], &[]).await.expect("fire");
+    assert_eq!(s_run(s, &with.id()).await.params.as_deref(), Some(values));
+    assert_eq!(s_run(s, &without.id()).await.params, None);
+    let open = s.open_runs().await.expect("open runs");
+    assert_eq!(open.iter().find(|r| r.id == with.id()).map(|r| r.params.as_deref()), Some(Some(values)));
+    let filter = RunFilter { job: Some(job.name.clone()), ..Default::default() };
+    let page = s.list_runs(&filter, 10, None).await.expect("list");
+    assert_eq!(page.runs.iter().filter(|r| r.params.as_deref() == Some(values)).count(), 1);
+}
+
+/// A manual run with an idempotency key is one run per (job, key): a
+/// second fire of it, later and at another instant, finds it; another key
+/// or another job's same key is another run.
+pub(super) async fn a_keyed_manual_run_is_created_once(s: &dyn Store) {
+    let scope = unique("scope");
+    let fence = lead(s, &scope).await;
+    let job = s.put_job(&job_spec(&unique("keyed")), Precondition::DoesNotExist, 1).await.expect("create");
+    let other = s.put_job(&job_spec(&unique("keyed")), Precondition::DoesNotExist, 1).await.expect("create");
+    let keyed = |job: &JobRecord, t: i64, key: &str| NewRun { manual: true, key: Some(key.into()), ..new_run(job, t) };
+    let first = keyed(&job, 8000, "order-42");
+    assert_eq!(first.id(), crate::keyed_run_id(&job.uid, "order-42"));
+    assert_eq!(s.fire(&fence, std::slice::from_ref(&first), &[]).await.expect("fire"), vec![FireOutcome::Created]);
+    let repeat = keyed(&job, 9000, "order-42");
+    assert_eq!(repeat.id(), first.id(), "the key, not the instant, names the run");
+    let others = [repeat, keyed(&job, 9000, "order-43"), keyed(&other, 9000, "order-42")];
+    let outcomes = s.fire(&fence, &others, &[]).await.expect("fire again");
+    assert_eq!(outcomes, vec![FireOutcome::Existed, FireOutcome::Created, FireOutcome::Created]);
+    let run = s.get_run(&first.id()).await.expect("get").expect("keyed run");
+    assert!(run.run.manual);
+    assert_eq!(run.run.scheduled_at, 8000, "the repeat changed nothing");
+}
 /// apart), each still unique.
 pub(super) async fn manual_and_scheduled_runs_share_an_instant(s: &dyn Store) {
     let scope = unique("scope");

@@ -28,6 +28,8 @@ pub(crate) fn new_run(job: &JobRecord, t: i64) -> NewRun {
         state: RunState::Pending,
         reason: None,
         manual: false,
+        key: None,
+        params: None,
     }
 }
 
