@@ -84,7 +84,7 @@ pub enum Command {
         now: Millis,
     },
     /// Runs none of which has an idempotency key (the entry's shape from
-    /// before keys: [`legacy_runs`]).
+    /// before keys: `legacy_runs`).
     Fire {
         fence: Fence,
         #[serde(with = "legacy_runs")]
@@ -125,7 +125,7 @@ pub enum Command {
     },
     /// [`Command::Fire`] with a run that is not plain ([`NewRun::is_plain`]:
     /// an idempotency key, params). Its runs are JSON inside the entry
-    /// ([`json_runs`]), so a field added to a run later is read as absent
+    /// (`json_runs`), so a field added to a run later is read as absent
     /// from entries written before. New variants go last: an entry's
     /// variant is its index in the binary form.
     FireExt {
