@@ -52,6 +52,10 @@ pub struct Run {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub params: Option<serde_json::Value>,
+    /// The body of the webhook call that started it, as text (on a single
+    /// run's answer; absent for other runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
 }
 
 /// One notification of a run: where it goes and how its delivery stands.

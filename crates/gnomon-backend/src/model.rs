@@ -134,13 +134,17 @@ pub struct NewRun {
     /// params.
     #[serde(default)]
     pub params: Option<String>,
+    /// What started the run handed it: a webhook call's body (UTF-8, at
+    /// most 64 KiB); `None` for every other run.
+    #[serde(default)]
+    pub payload: Option<String>,
 }
 
 impl NewRun {
     /// A run with no field beyond the first shape of a fire (no key, no
-    /// params): how the Raft log has always encoded it.
+    /// params, no payload): how the Raft log has always encoded it.
     pub fn is_plain(&self) -> bool {
-        self.key.is_none() && self.params.is_none()
+        self.key.is_none() && self.params.is_none() && self.payload.is_none()
     }
 
     pub fn id(&self) -> String {
@@ -229,6 +233,9 @@ pub struct RunRecord {
     /// The values of the run's parameters, a JSON object; `None` for a run
     /// of a job without params.
     pub params: Option<String>,
+    /// The body of the webhook call that started the run; `None` for other
+    /// runs.
+    pub payload: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

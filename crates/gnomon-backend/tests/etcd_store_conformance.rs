@@ -79,6 +79,7 @@ async fn retention_deletes_old_terminal_runs_only() {
             manual: false,
             key: None,
             params: None,
+            payload: None,
         })
         .collect();
     store.fire(&fence, &runs, &[]).await.unwrap();
@@ -127,6 +128,7 @@ async fn retention_counts_runs_per_job_not_per_name() {
                 manual: false,
                 key: None,
                 params: None,
+                payload: None,
             })
             .collect()
     };
@@ -235,6 +237,7 @@ async fn batches_beyond_one_txn_are_split_within_etcds_limits() {
                 manual: false,
                 key: None,
                 params: None,
+                payload: None,
             }
         })
         .collect();

@@ -19,6 +19,7 @@ pub mod routing;
 pub mod run;
 pub mod schedule;
 pub mod spec;
+pub mod triggers;
 
 pub use chrono;
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -382,6 +382,7 @@ views.job = async (el, ns, name, cursor) => {
   el.innerHTML = `<div class="row spread"><h1>${esc(ns)}/${esc(name)} ${job.status.paused ? st('paused') : ''}</h1>${jobActions(job, false)}</div>
   <div class="two"><div>
     <div class="cards"><div class="card"><h3>Schedule</h3><div class="mono">${esc(scheduleText(job.schedule))}</div><div class="mute">next ${job.status.paused ? 'paused' : when(job.status.next_fire_at)}</div></div>
+    ${job.triggers && job.triggers.webhook ? `<div class="card" id="webhook"><h3>Webhook</h3><div class="mono small">POST ${esc(location.origin)}/v1/hooks/${enc(job.namespace || 'default')}/${enc(job.name)}</div><div class="mute">signed with ${esc(job.triggers.webhook.secret_env)}</div></div>` : ''}
     <div class="card"><h3>Success rate</h3><div class="big">${done.length ? Math.round((100 * ok) / done.length) + '%' : '-'}</div><div class="mute">${ok} of ${done.length} finished runs on this page</div></div></div>
     <h2>Outcomes over time</h2>${stackedBars(outcomeBuckets(page.runs), OUTCOMES, COLORS, 100)}
     <h2>Duration (fire → end)</h2>${lineChart(points, 'per run, oldest to newest')}
@@ -414,12 +415,13 @@ views.run = async (el, id) => {
   }).join('');
   el.innerHTML = `<div class="row spread"><h1 class="mono">${esc(r.id)}</h1>${can('operator') && !TERMINAL.has(r.state) ? '<button class="danger" id="cancel">Cancel run</button>' : ''}</div>
   <div class="cards"><div class="card"><h3>State</h3><div class="big">${st(r.state)}</div><div class="mute">${esc(r.reason || '')}${r.cancel_requested && !TERMINAL.has(r.state) ? ' cancelling…' : ''}</div></div>
-  <div class="card"><h3>Job</h3><a href="#/job/${enc(r.namespace)}/${enc(r.job)}">${esc(r.namespace)}/${esc(r.job)}</a><div class="mute">${r.manual ? 'manual trigger' : 'scheduled'}</div></div>
+  <div class="card"><h3>Job</h3><a href="#/job/${enc(r.namespace)}/${enc(r.job)}">${esc(r.namespace)}/${esc(r.job)}</a><div class="mute">${r.manual ? (r.reason === 'webhook' ? 'webhook call' : 'manual trigger') : 'scheduled'}</div></div>
   <div class="card"><h3>Scheduled</h3><div title="${esc(r.scheduled_at)}">${esc(r.scheduled_at)}</div><div class="mute">fired ${when(r.fired_at)}</div></div>
   <div class="card"><h3>Attempts</h3><div class="big">${attempts.length}</div><div class="mute">${r.next_attempt_at ? 'next ' + when(r.next_attempt_at) : ''}${esc(r.waiting_for || '')}</div></div></div>
   ${r.params ? `<h2>Params</h2><div class="tbl"><table><thead><tr><th>name</th><th>value</th></tr></thead><tbody>
   ${Object.entries(r.params).map(([k, v]) => `<tr><td class="mono">${esc(k)}</td><td class="mono">${esc(typeof v === 'string' ? v : JSON.stringify(v))}</td></tr>`).join('')}
   </tbody></table></div>` : ''}
+  ${r.payload !== undefined ? `<h2>Payload</h2><pre class="output" id="payload">${esc(r.payload)}</pre>` : ''}
   <h2>Timeline</h2><div class="timeline">${bars || '<p class="mute">No attempt yet.</p>'}</div>
   <div class="legend"><span><i style="background:#cbd5e1"></i>assigned, not started</span><span><i style="background:#2b6cb0"></i>running</span><span><i style="background:${COLORS.succeeded}"></i>succeeded</span><span><i style="background:${COLORS.failed}"></i>failed, timed out or lost</span></div>
   <h2>Attempts</h2><div class="tbl"><table><thead><tr><th>#</th><th>worker</th><th>token</th><th>state</th><th>assigned</th><th>started</th><th>ended</th><th>exit</th></tr></thead><tbody>

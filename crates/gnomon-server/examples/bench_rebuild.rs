@@ -86,6 +86,7 @@ async fn bench(jobs: usize) -> Result<(), String> {
             manual: true,
             key: None,
             params: None,
+            payload: None,
         })
         .collect();
     for chunk in runs.chunks(2048) {

@@ -16,6 +16,7 @@ pub mod openapi;
 mod outbound;
 pub mod server;
 pub mod sessions;
+pub mod signing;
 mod ui;
 
 pub use node::{Node, NodeConfig, NodeHandle};

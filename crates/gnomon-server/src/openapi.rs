@@ -5,7 +5,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{jobs, runs, status};
+use crate::api::{hooks, jobs, runs, status, trigger};
 use crate::cluster_api;
 
 #[derive(OpenApi)]
@@ -18,8 +18,8 @@ use crate::cluster_api;
     ),
     paths(
         jobs::create_job, jobs::list_jobs, jobs::get_job, jobs::put_job,
-        jobs::delete_job, jobs::trigger_job, jobs::pause_job, jobs::resume_job,
-        jobs::preview_schedule,
+        jobs::delete_job, trigger::trigger_job, jobs::pause_job, jobs::resume_job,
+        jobs::preview_schedule, hooks::hook,
         runs::list_runs, runs::get_run, runs::cancel_run,
         status::list_workers, status::whoami, status::leader, status::healthz, status::readyz,
         cluster_api::status, cluster_api::add_learner, cluster_api::promote, cluster_api::remove,
@@ -28,6 +28,7 @@ use crate::cluster_api;
     modifiers(&Bearer),
     tags(
         (name = "jobs", description = "Jobs, manual triggers and schedule previews"),
+        (name = "hooks", description = "Webhook calls that start runs, signed with the job's secret instead of a credential"),
         (name = "runs", description = "Runs and their attempts"),
         (name = "cluster", description = "Leadership, workers and raft members"),
         (name = "operations", description = "Probes"),

@@ -343,6 +343,7 @@ async fn failed_writes_lose_no_due_fire_and_no_retry() {
         manual: true,
         key: None,
         params: None,
+        payload: None,
     };
     let id = run.id();
     sqlite.fire(&fence, &[run], &[]).await.unwrap();
@@ -775,5 +776,66 @@ async fn a_run_assigned_past_late_after_raises_a_late_notification() {
     let prompt = trigger(commands.clone()).await;
     next_msg(&mut out, "the prompt run's assignment", |_| false, assigned(prompt.clone())).await;
     assert!(store.run_notifications(&prompt).await.unwrap().is_empty(), "on time: no notice");
+    task.abort();
+}
+
+/// A webhook's run records its call's payload and the params the payload
+/// set, and its worker is assigned both; a repeat of its key with another
+/// payload is refused and creates nothing; a job that takes no webhook
+/// calls gets no webhook run.
+#[tokio::test]
+async fn a_webhook_run_carries_its_payload_to_its_worker() {
+    use gnomon_server::leader::{Origin, TriggerError};
+    let (_d, store) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    job_with(
+        &store,
+        r#"{"name":"hooked","executor":{"handler":{"name":"noop"}},"params":{"branch":{"default":"main"}},
+            "triggers":{"webhook":{"secret_env":"GNOMON_HOOK_SECRET_T","params":{"branch":"/ref"}}}}"#,
+    )
+    .await;
+    job_with(&store, r#"{"name":"plain","executor":{"handler":{"name":"noop"}}}"#).await;
+    let fence = term(&store).await;
+    let (rt, commands, _lost, _shut) = runtime_with_commands(store.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+    let (mut out, _session) = open_session(&commands, "w1").await;
+    let payload = r#"{"ref":"release-7","n":1}"#;
+    let call = |name: &str, payload: &str| {
+        let params = [("branch".to_string(), serde_json::json!("release-7"))].into_iter().collect();
+        let request =
+            TriggerRequest { count: 1, key: Some("delivery-1".into()), params, payload: Some(payload.into()), origin: Origin::Webhook };
+        let (commands, name) = (commands.clone(), name.to_string());
+        async move {
+            let (reply, answer) = oneshot::channel();
+            commands.send(LeaderCommand::Trigger { namespace: "default".into(), name, request, reply }).await.unwrap();
+            answer.await.unwrap()
+        }
+    };
+    let first = call("hooked", payload).await.unwrap();
+    assert!(!first.existed);
+    let id = first.ids[0].clone();
+    let assign = next_msg(
+        &mut out,
+        "the assignment",
+        |_| false,
+        |m| match m {
+            server_message::Msg::Assign(a) => Some(a.clone()),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!((assign.run_id.as_str(), assign.payload.as_str()), (id.as_str(), payload));
+    assert_eq!(assign.params_json, r#"{"branch":"release-7"}"#);
+    let run = store.get_run(&id).await.unwrap().unwrap().run;
+    assert_eq!(run.payload.as_deref(), Some(payload));
+    assert_eq!(run.reason.as_deref(), Some("webhook"));
+    // The same key and payload: the same run; another payload: refused.
+    let again = call("hooked", payload).await.unwrap();
+    assert!(again.existed && again.ids == vec![id.clone()], "{again:?}");
+    let other = call("hooked", r#"{"ref":"release-7","n":2}"#).await.unwrap_err();
+    assert!(matches!(other, TriggerError::KeyReused { .. }), "{other:?}");
+    assert!(matches!(call("plain", payload).await.unwrap_err(), TriggerError::NoWebhook));
+    let all = store.list_runs(&Default::default(), 100, None).await.unwrap();
+    assert_eq!(all.runs.len(), 1, "nothing else was created: {:?}", all.runs);
     task.abort();
 }

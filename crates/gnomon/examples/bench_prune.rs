@@ -84,6 +84,7 @@ async fn bench(name: &str, url: &str, total: usize) {
                 manual: false,
                 key: None,
                 params: None,
+                payload: None,
             });
             if batch.len() == 5000 {
                 store.fire(&fence, &batch, &[]).await.expect("fire");

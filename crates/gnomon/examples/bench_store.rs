@@ -76,6 +76,7 @@ async fn bench(name: &str, url: &str) {
             manual: false,
             key: None,
             params: None,
+            payload: None,
         })
         .collect();
     let t = Instant::now();
@@ -142,6 +143,7 @@ async fn bench(name: &str, url: &str) {
             manual: true,
             key: None,
             params: None,
+            payload: None,
         })
         .collect();
     let setup = lead(store.as_ref(), gnomon_server::node::SCOPE).await;

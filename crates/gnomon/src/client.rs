@@ -66,13 +66,21 @@ impl Client {
         headers: &[(&str, String)],
         body: Option<&(impl Serialize + ?Sized)>,
     ) -> anyhow::Result<T> {
+        let body = body.map(|b| serde_json::to_vec(b).map(|v| (v, "application/json"))).transpose().context("encoding the request")?;
         let text = self.raw(method, path, query, headers, body).await?;
         serde_json::from_str(&text).with_context(|| format!("the server's answer is not what this client expects: {text}"))
     }
 
     /// A call whose answer has no body.
     pub async fn call_empty(&self, method: Method, path: &str, query: &[(&str, String)]) -> anyhow::Result<()> {
-        self.raw(method, path, query, &[], None::<&()>).await.map(|_| ())
+        self.raw(method, path, query, &[], None).await.map(|_| ())
+    }
+
+    /// `POST path` with `body` as it is (no credential is needed by the
+    /// calls this is for, but one is sent when given), read as `T`.
+    pub async fn post_bytes<T: DeserializeOwned>(&self, path: &str, headers: &[(&str, String)], body: Vec<u8>) -> anyhow::Result<T> {
+        let text = self.raw(Method::POST, path, &[], headers, Some((body, "application/json"))).await?;
+        serde_json::from_str(&text).with_context(|| format!("the server's answer is not what this client expects: {text}"))
     }
 
     async fn raw(
@@ -81,7 +89,7 @@ impl Client {
         path: &str,
         query: &[(&str, String)],
         headers: &[(&str, String)],
-        body: Option<&(impl Serialize + ?Sized)>,
+        body: Option<(Vec<u8>, &str)>,
     ) -> anyhow::Result<String> {
         let url = format!("{}{path}", self.base);
         let mut req = self.http.request(method, &url).query(query);
@@ -91,8 +99,8 @@ impl Client {
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
-        if let Some(b) = body {
-            req = req.json(b);
+        if let Some((bytes, content_type)) = body {
+            req = req.header(reqwest::header::CONTENT_TYPE, content_type).body(bytes);
         }
         let resp = req.send().await.map_err(|e| anyhow!("cannot reach gnomon at {}: {e}", self.base))?;
         let status = resp.status();

@@ -90,6 +90,38 @@ pub async fn job(c: &Client, cmd: JobCmd, out: Output) -> anyhow::Result<()> {
             let answer: TriggerAnswer = c.call_with(Method::POST, &job_path(&job.name, "/trigger"), &q, &headers, Some(&body)).await?;
             table::triggered(&answer, out)
         }
+        JobCmd::Hook { job, data, data_file, secret_env, idempotency_key } => {
+            let body = match (data, data_file) {
+                (Some(d), _) => d.into_bytes(),
+                (None, Some(p)) if p.as_os_str() == "-" => {
+                    let mut b = Vec::new();
+                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).context("reading the body from standard input")?;
+                    b
+                }
+                (None, Some(p)) => std::fs::read(&p).with_context(|| format!("--data-file {}", p.display()))?,
+                (None, None) => Vec::new(),
+            };
+            let var = match secret_env {
+                Some(v) => v,
+                None => {
+                    let spec: Job = c.get(&job_path(&job.name, ""), &ns_query(&job.namespace)).await?;
+                    let Some(hook) = spec.spec.triggers.webhook else {
+                        bail!("job {} takes no webhook calls (it has no triggers.webhook)", job.name)
+                    };
+                    hook.secret_env
+                }
+            };
+            let secret = std::env::var(&var).ok().filter(|s| !s.is_empty());
+            let Some(secret) = secret else { bail!("the environment variable {var} (the webhook's secret) is not set") };
+            let ns = job.namespace.as_deref().unwrap_or(gnomon_core::spec::DEFAULT_NAMESPACE);
+            let now = chrono::Utc::now().timestamp_millis();
+            let mut headers =
+                vec![("Gnomon-Timestamp", now.to_string()), ("Gnomon-Signature", gnomon_server::signing::signature(&secret, now, &body))];
+            headers.extend(idempotency_key.map(|k| ("Idempotency-Key", k)));
+            let path = format!("/v1/hooks/{}/{}", path_segment(ns), path_segment(&job.name));
+            let run: Run = c.post_bytes(&path, &headers, body).await?;
+            table::triggered(&TriggerAnswer::One(Box::new(run)), out)
+        }
         JobCmd::Preview(p) => preview(c, p, out).await,
         JobCmd::Pause(n) => {
             let job: Job = c.call(Method::POST, &job_path(&n.name, "/pause"), &ns_query(&n.namespace), None::<&()>).await?;

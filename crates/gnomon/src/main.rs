@@ -186,6 +186,27 @@ enum JobCmd {
         #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
         params: Vec<(String, serde_json::Value)>,
     },
+    /// Call a job's webhook (`triggers.webhook`) as a sender would: the
+    /// body signed with the secret from this process's environment, so a
+    /// run starts with the body as its payload. No credential is needed.
+    Hook {
+        #[command(flatten)]
+        job: NameArg,
+        /// The body to send (the run's payload).
+        #[arg(long, conflicts_with = "data_file", value_name = "TEXT")]
+        data: Option<String>,
+        /// Send this file's content as the body (`-`: standard input).
+        #[arg(long, value_name = "PATH")]
+        data_file: Option<std::path::PathBuf>,
+        /// The environment variable holding the secret (default: the one
+        /// the job names, read from the server, which needs a credential).
+        #[arg(long, value_name = "VAR")]
+        secret_env: Option<String>,
+        /// Name the run with this key: a repeat shows the run the first
+        /// call started and starts none.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
     /// The next fire times of a job's schedule, or of a schedule given here,
     /// with daylight-saving changes marked.
     Preview(PreviewArgs),

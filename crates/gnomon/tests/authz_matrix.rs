@@ -22,6 +22,11 @@ enum Need {
     Admin,
     /// An admin not limited to namespaces.
     Unrestricted,
+    /// No credential: the job's signature (a webhook call). The fixture job
+    /// takes no webhook calls, so every caller, whatever its credential, is
+    /// told so (404) and nothing is written; `pipelines.rs` checks the
+    /// signatures.
+    Signed,
 }
 
 /// How an operation meets a credential limited to other namespaces.
@@ -49,6 +54,7 @@ const TABLE: &[(&str, &str, Need, Scope)] = &[
     ("get", "/v1/runs", Need::Viewer, Scope::Refused),
     ("get", "/v1/runs/{id}", Need::Viewer, Scope::Hidden),
     ("post", "/v1/runs/{id}/cancel", Need::Operator, Scope::Hidden),
+    ("post", "/v1/hooks/{namespace}/{job}", Need::Signed, Scope::None),
     ("get", "/v1/workers", Need::Viewer, Scope::None),
     ("get", "/v1/whoami", Need::Viewer, Scope::None),
     ("get", "/v1/leader", Need::Viewer, Scope::None),
@@ -77,6 +83,7 @@ fn rank(need: Need) -> u8 {
         Need::Viewer => 1,
         Need::Operator => 2,
         Need::Admin | Need::Unrestricted => 3,
+        Need::Signed => 0,
     }
 }
 
@@ -91,6 +98,9 @@ enum Expect {
 fn expect(need: Need, scope: Scope, c: &Cred) -> Expect {
     if need == Need::Public {
         return Expect::Allowed;
+    }
+    if need == Need::Signed {
+        return Expect::NotFound;
     }
     if !c.known {
         return Expect::Unauthenticated;
@@ -187,7 +197,7 @@ fn every_operation_answers_every_credential_as_the_table_says() {
         } else if template.starts_with("/v1/runs/{id}") {
             vec![(template.replace("{id}", &run_id), None)]
         } else {
-            vec![(template.replace("{id}", "2"), None)]
+            vec![(template.replace("{id}", "2").replace("{namespace}", NS).replace("{job}", "fixture"), None)]
         };
         for (path, name) in instances {
             for c in &creds {

@@ -103,7 +103,7 @@ fn api(addr: &str, method: &str, path: &str, body: Option<serde_json::Value>) ->
 
 fn start(dir: &Path, auth_file: &Path) -> (Proc, String, Owned, String) {
     let addr = format!("127.0.0.1:{}", free_port());
-    let dev = Proc::spawn(
+    let dev = Proc::spawn_env(
         dir,
         "dev",
         &[
@@ -117,6 +117,7 @@ fn start(dir: &Path, auth_file: &Path) -> (Proc, String, Owned, String) {
             "--data-dir".into(),
             dir.join("data").display().to_string(),
         ],
+        &[("GNOMON_HOOK_SECRET_CONSOLE".into(), "console-secret".into())],
     );
     wait_until("the server to lead", Duration::from_secs(60), || {
         http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == json!(true)).unwrap_or(false)
@@ -266,6 +267,23 @@ async fn walk(b: &Browser, addr: &str, viewer: &str) {
     b.goto(&format!("#/run/{}", triggered[0]["id"].as_str().unwrap())).await;
     b.wait_text(".tbl", "2026-12-01", 30).await;
     b.shot("06b-run-params").await;
+
+    // A job that takes webhook calls shows where to send them; a call's
+    // run shows its payload.
+    let hooked = json!({"name": "console-hook", "triggers": {"webhook": {"secret_env": "GNOMON_HOOK_SECRET_CONSOLE"}},
+        "executor": {"handler": {"name": "noop"}}});
+    assert_eq!(api(addr, "POST", "/v1/jobs", Some(hooked)).0, 201);
+    b.goto("#/job/default/console-hook").await;
+    b.wait_text("#webhook", "/v1/hooks/default/console-hook", 30).await;
+    let payload = br#"{"event":"deploy <finished>"}"#;
+    let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let (ts_text, sig) = (ts.to_string(), gnomon_server::signing::signature("console-secret", ts, payload));
+    let headers = [("Gnomon-Timestamp", ts_text.as_str()), ("Gnomon-Signature", sig.as_str())];
+    let (status, run) = http_with(None, addr, "POST", "/v1/hooks/default/console-hook", &headers, Some(payload)).unwrap();
+    assert_eq!(status, 201, "{run}");
+    b.goto(&format!("#/run/{}", run["id"].as_str().unwrap())).await;
+    b.wait_text("#payload", "deploy <finished>", 30).await;
+    b.shot("06c-run-payload").await;
 
     // The other pages render with their data.
     b.goto("#/jobs").await;

@@ -167,7 +167,7 @@ impl Ha {
 
     fn start_replica(&mut self, i: usize) {
         let r = &mut self.replicas[i];
-        r.proc = Some(Proc::spawn(self.dir.path(), &r.id, &r.args));
+        r.proc = Some(Proc::spawn_env(self.dir.path(), &r.id, &r.args, &[(HOOK_ENV.into(), HOOK_SECRET.into())]));
         let addr = r.addr();
         wait_until(&format!("{} to answer", r.id), Duration::from_secs(60), || http(&addr, "GET", "/v1/leader", None).is_ok());
     }
@@ -247,8 +247,10 @@ impl Ha {
             );
             assert_eq!(code, 201, "{body}");
         }
-        // A manual-only job: a burst of it keeps a leader busy writing.
-        let (code, body) = self.api(l, "POST", "/v1/jobs", Some(json!({"name": "burst", "executor": {"handler": {"name": "noop"}}})));
+        // A manual-only job: a burst of it keeps a leader busy writing. It
+        // takes webhook calls too.
+        let burst = json!({"name": "burst", "executor": {"handler": {"name": "noop"}}, "triggers": {"webhook": {"secret_env": HOOK_ENV}}});
+        let (code, body) = self.api(l, "POST", "/v1/jobs", Some(burst));
         assert_eq!(code, 201, "{body}");
         wait_until("the jobs to fire", Duration::from_secs(30), || self.runs("every-second").len() >= 3);
         self.started = self.runs("every-second").iter().map(|r| r.scheduled_at).min().unwrap();
@@ -311,20 +313,35 @@ impl Ha {
         (code, body["id"].as_str().map(str::to_string))
     }
 
+    /// A webhook call of `burst` on replica `i`, timestamped `ts`, with
+    /// `body`: (status, error code or run id).
+    fn hook_call(&self, i: usize, ts: i64, body: &str) -> (u16, Option<String>) {
+        let (ts_text, sig) = (ts.to_string(), gnomon_server::signing::signature(HOOK_SECRET, ts, body.as_bytes()));
+        let headers = [("Gnomon-Timestamp", ts_text.as_str()), ("Gnomon-Signature", sig.as_str())];
+        let res = http_with(None, &self.replicas[i].addr(), "POST", "/v1/hooks/default/burst", &headers, Some(body.as_bytes()));
+        let (code, body) = res.unwrap_or((0, Value::Null));
+        (code, body["id"].as_str().or(body["error"]["code"].as_str()).map(str::to_string))
+    }
+
     /// SIGKILL the leader; an idempotency key answered before the kill,
     /// and one sent while it dies, are repeated to the two other replicas
-    /// and name the same one run there.
+    /// and name the same one run there; so are webhook calls, whose
+    /// replays are refused.
     fn sigkill(&mut self) {
         let old = self.leader(Duration::from_secs(30));
         let token = self.token(old);
         let others: Vec<usize> = (0..3).filter(|&i| i != old).collect();
         let (code, before) = self.trigger_keyed(others[0], "before-the-kill");
         assert_eq!(code, 201, "a keyed trigger through a follower");
+        let hook_ts = now_ms();
+        let (code, hooked) = self.hook_call(others[0], hook_ts, r#"{"event":"before-the-kill"}"#);
+        assert_eq!(code, 201, "a webhook call through a follower: {hooked:?}");
         let t0 = now_ms();
         let mut p = self.replicas[old].proc.take().unwrap();
         p.signal(SIGKILL);
         // Sent during the failover: answered or refused, never two runs.
         let (during_code, during) = self.trigger_keyed(others[0], "during-the-kill");
+        let (hook_during_code, _) = self.hook_call(others[0], t0, r#"{"event":"during-the-kill"}"#);
         p.wait_exit(Duration::from_secs(10));
         let new = self.new_leader(old, token, Duration::from_secs(30));
         self.wait_fire_after(t0, Duration::from_secs(30));
@@ -345,11 +362,23 @@ impl Ha {
             }
         }
         assert!(created <= 1, "at most one answer created the run sent during the kill");
+        // The webhook calls, replayed to both: the one answered before the
+        // kill is refused as a replay; the one sent during it started at
+        // most one run.
+        let mut hook_created = usize::from(hook_during_code == 201);
+        for &i in &others {
+            let replay = self.hook_call(i, hook_ts, r#"{"event":"before-the-kill"}"#);
+            assert_eq!(replay, (409, Some("webhook_replayed".into())), "{}: a replay", self.replicas[i].id);
+            let again = self.hook_call(i, t0, r#"{"event":"during-the-kill"}"#);
+            assert!(again.0 == 201 || again == (409, Some("webhook_replayed".into())), "{}: {again:?}", self.replicas[i].id);
+            hook_created += usize::from(again.0 == 201);
+        }
+        assert!(hook_created <= 1, "at most one answer started the run of the call sent during the kill");
         let names = |r: &gnomon_backend::RunRecord| {
             ["before-the-kill", "during-the-kill"].iter().any(|k| r.id == gnomon_backend::keyed_run_id(&r.job_uid, k))
         };
         let keyed: Vec<String> = self.runs("burst").into_iter().filter(|r| r.manual && r.id.contains("-k")).map(|r| r.id).collect();
-        assert_eq!(keyed.len(), 2, "one run per idempotency key, and no other keyed run: {keyed:?}");
+        assert_eq!(keyed.len(), 4, "one run per idempotency key or webhook call, and no other keyed run: {keyed:?}");
         assert!(self.runs("burst").iter().filter(|r| names(r)).count() == 2);
         self.start_replica(old);
     }
@@ -553,6 +582,10 @@ fn failover_suite(backend: Backend) {
     std::thread::sleep(Duration::from_secs(16));
     ha.check_history();
 }
+
+/// The secret of the `burst` job's webhook, in every replica's environment.
+const HOOK_ENV: &str = "GNOMON_HOOK_SECRET_FAILOVER";
+const HOOK_SECRET: &str = "failover-hook-secret";
 
 #[test]
 fn failover_with_etcd_election() {

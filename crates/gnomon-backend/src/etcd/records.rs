@@ -48,6 +48,8 @@ pub(super) struct ERun {
     pub(super) updated_at: Millis,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) params: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) payload: Option<String>,
 }
 
 impl From<ERun> for RunRecord {
@@ -68,6 +70,7 @@ impl From<ERun> for RunRecord {
             cancel_requested: r.cancel_requested,
             updated_at: r.updated_at,
             params: r.params,
+            payload: r.payload,
         }
     }
 }

@@ -172,6 +172,7 @@ impl EtcdStore {
                         cancel_requested: false,
                         updated_at: r.fired_at,
                         params: r.params.clone(),
+                        payload: r.payload.clone(),
                     };
                     ops.push(TxnOp::put(key, json(&run), None));
                     if !r.state.is_terminal() {

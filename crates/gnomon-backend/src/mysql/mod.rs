@@ -89,6 +89,9 @@ const MIGRATIONS: &[Migration] = &[
     // A run's parameter values (see the SQLite migration 8); up to 64 KiB,
     // past what TEXT holds.
     Migration { version: 7, statements: &["ALTER TABLE runs ADD COLUMN params MEDIUMTEXT NULL"] },
+    // The body of the webhook call that started a run (see the SQLite
+    // migration 9); up to 64 KiB.
+    Migration { version: 8, statements: &["ALTER TABLE runs ADD COLUMN payload MEDIUMTEXT NULL"] },
 ];
 
 const DIALECT: Dialect = Dialect {

@@ -84,6 +84,9 @@ const MIGRATIONS: &[Migration] = &[
     },
     // A run's parameter values (see the SQLite migration 8).
     Migration { version: 7, statements: &["ALTER TABLE runs ADD COLUMN IF NOT EXISTS params TEXT"] },
+    // The body of the webhook call that started a run (see the SQLite
+    // migration 9).
+    Migration { version: 8, statements: &["ALTER TABLE runs ADD COLUMN IF NOT EXISTS payload TEXT"] },
 ];
 
 const DIALECT: Dialect = Dialect {

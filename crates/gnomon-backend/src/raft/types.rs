@@ -124,7 +124,7 @@ pub enum Command {
         delivery: Delivery,
     },
     /// [`Command::Fire`] with a run that is not plain ([`NewRun::is_plain`]:
-    /// an idempotency key, params). Its runs are JSON inside the entry
+    /// an idempotency key, params, a payload). Its runs are JSON inside the entry
     /// (`json_runs`), so a field added to a run later is read as absent
     /// from entries written before. New variants go last: an entry's
     /// variant is its index in the binary form.
@@ -213,6 +213,7 @@ mod legacy_runs {
                 manual: r.manual,
                 key: None,
                 params: None,
+                payload: None,
             })
             .collect())
     }
@@ -440,10 +441,16 @@ mod tests {
             manual: true,
             key: None,
             params: None,
+            payload: None,
         };
         let fence = Fence { scope: "scheduler".into(), token: 9 << 20 };
         assert!(matches!(Command::fire(fence.clone(), vec![plain.clone()], vec![]), Command::Fire { .. }));
-        let rich = NewRun { key: Some("order-1".into()), params: Some(r#"{"region":"eu"}"#.into()), ..plain.clone() };
+        let rich = NewRun {
+            key: Some("order-1".into()),
+            params: Some(r#"{"region":"eu"}"#.into()),
+            payload: Some(r#"{"event":"push"}"#.into()),
+            ..plain.clone()
+        };
         for cmd in [
             Command::fire(fence.clone(), vec![plain.clone(), rich.clone()], vec![]),
             Command::turn(fence.clone(), vec![rich.clone()], vec![], vec![]),
@@ -453,7 +460,7 @@ mod tests {
             let openraft::EntryPayload::Normal(Command::FireExt { runs, .. } | Command::TurnExt { runs, .. }) = back.payload else {
                 panic!("{back:?}")
             };
-            assert_eq!(runs.last(), Some(&rich), "the key and the params survive");
+            assert_eq!(runs.last(), Some(&rich), "the key, the params and the payload survive");
         }
         // A run written before a later field existed reads it as absent.
         let older = r#"[{"job_uid":"u1","namespace":"default","job":"j","scheduled_at":1000,"fired_at":1001,

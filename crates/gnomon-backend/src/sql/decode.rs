@@ -54,6 +54,7 @@ pub(crate) fn run_from_row(r: &impl SqlRow) -> Result<RunRecord, StoreError> {
         cancel_requested: r.flag("cancel_requested")?,
         updated_at: r.int("updated_at")?,
         params: r.opt_text("params")?,
+        payload: r.opt_text("payload")?,
     })
 }
 

@@ -100,11 +100,15 @@ impl<B: Backend> SqlStore<B> {
         for chunk in fresh.chunks(CHUNK) {
             let mut q = Self::q(
                 "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, manual, \
-                 cancel_requested, updated_at, params) VALUES ",
+                 cancel_requested, updated_at, params, payload) VALUES ",
             );
             for (i, (r, id, row)) in chunk.iter().enumerate() {
                 q = q
-                    .push(if i > 0 { ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)" } else { "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)" })
+                    .push(if i > 0 {
+                        ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)"
+                    } else {
+                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)"
+                    })
                     .bind(*id)
                     .bind(&r.job_uid)
                     .bind(&r.namespace)
@@ -117,7 +121,8 @@ impl<B: Backend> SqlStore<B> {
                     .bind(row.next_attempt_at)
                     .bind(r.manual)
                     .bind(row.updated_at)
-                    .bind(r.params.clone());
+                    .bind(r.params.clone())
+                    .bind(r.payload.clone());
             }
             let n = tx.execute(q.or_ignore("id").once()).await?;
             if n != chunk.len() as u64 {

@@ -147,6 +147,8 @@ const MIGRATIONS: &[Migration] = &[
     // The values of a run's parameters (a JSON object), when its job
     // declares params.
     Migration { version: 8, statements: &["ALTER TABLE runs ADD COLUMN params TEXT"] },
+    // The body of the webhook call that started a run.
+    Migration { version: 9, statements: &["ALTER TABLE runs ADD COLUMN payload TEXT"] },
 ];
 
 const DIALECT: Dialect = Dialect {

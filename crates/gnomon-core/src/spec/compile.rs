@@ -131,6 +131,7 @@ impl JobSpec {
         }
         crate::notify::compile_targets(&mut spec.notify)?;
         crate::params::validate_declared(&spec.params, !matches!(schedule, Schedule::Manual))?;
+        crate::triggers::validate(&spec.triggers, &spec.params)?;
         let default_params = crate::params::defaults(&spec.params).map(|v| serde_json::to_string(&v).unwrap_or_default());
         Ok(CompiledJob {
             default_params,

@@ -83,6 +83,10 @@ pub struct JobSpec {
     /// `GNOMON_PARAM_<NAME>` and in the JSON file `GNOMON_PARAMS_FILE`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub params: BTreeMap<String, crate::params::ParamSpec>,
+    /// What else may start the job's runs: `{"webhook": {…}}`, a signed
+    /// `POST /v1/hooks/{namespace}/{job}` whose body is the run's payload.
+    #[serde(default, skip_serializing_if = "crate::triggers::TriggersSpec::is_empty")]
+    pub triggers: crate::triggers::TriggersSpec,
     /// Read-only metadata that the API adds (version, timestamps). Accepted
     /// and ignored on write so `job get -o json | job apply -f -` works;
     /// a compiled spec never holds it.

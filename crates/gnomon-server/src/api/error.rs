@@ -12,7 +12,7 @@ use gnomon_core::SpecError;
 
 #[derive(Debug, Clone)]
 pub struct ApiError {
-    status: StatusCode,
+    pub(super) status: StatusCode,
     code: &'static str,
     pub(super) message: String,
 }

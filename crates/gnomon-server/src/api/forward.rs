@@ -1,7 +1,7 @@
 //! Leader-only calls made to a follower are forwarded to the leader, so a
 //! client behind a load balancer never sees `not_leader` while a leader
 //! exists. The request goes on as it came (method, path, query, the
-//! caller's credential, body); the leader checks the caller again. A
+//! caller's credential or a webhook's signature, body); the leader checks the caller again. A
 //! forwarded request is marked, and a server that is not the leader either
 //! answers `not_leader` rather than forwarding it again.
 
@@ -43,9 +43,14 @@ pub async fn to_leader(state: &ApiState, req: Request) -> ApiResult<Response> {
     let url = format!("{}://{leader}{}", forwarder.scheme, path.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
     let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes()).map_err(|_| ApiError::bad("bad_request", "method"))?;
     let mut out = forwarder.client.request(method, &url).header(FORWARDED_BY, state.node.config.node_id.as_str());
-    for name in
-        [header::AUTHORIZATION, header::CONTENT_TYPE, header::IF_MATCH, header::HeaderName::from_static(super::jobs::IDEMPOTENCY_KEY)]
-    {
+    for name in [
+        header::AUTHORIZATION,
+        header::CONTENT_TYPE,
+        header::IF_MATCH,
+        header::HeaderName::from_static(super::trigger::IDEMPOTENCY_KEY),
+        header::HeaderName::from_static(crate::signing::TIMESTAMP_HEADER),
+        header::HeaderName::from_static(crate::signing::SIGNATURE_HEADER),
+    ] {
         if let Some(v) = req.headers().get(&name) {
             out = out.header(name.as_str(), v.as_bytes());
         }

@@ -2,20 +2,17 @@
 
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use axum::Json;
-use gnomon_api::{Job, JobList, JobStatus, SchedulePreview, SchedulePreviewRequest, TriggerAnswer, TriggerBody, Triggered};
+use gnomon_api::{Job, JobList, JobStatus, SchedulePreview, SchedulePreviewRequest};
 use gnomon_backend::{JobRecord, Precondition};
 use gnomon_core::format_millis;
-use gnomon_core::spec::{parse_job_json, JobSpec, DEFAULT_NAMESPACE};
+use gnomon_core::spec::{parse_job_json, JobSpec};
 use serde::Deserialize;
-use tokio::sync::oneshot;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{caller, check_ns, marked, query, read_body, reader, NsQuery};
-use super::forward::not_leader;
 use super::state::ApiState;
-use crate::leader::{LeaderCommand, TriggerError, TriggerRequest};
 
 /// A job as the API shows it.
 pub fn job_view(job: &JobRecord, next_fire_at: Option<i64>) -> Job {
@@ -133,7 +130,7 @@ pub(super) async fn list_jobs(State(state): State<ApiState>, req: Request) -> Ap
     Ok(marked(q.stale, Json(JobList { jobs })))
 }
 
-async fn load_job(state: &ApiState, ns: &str, name: &str) -> ApiResult<JobRecord> {
+pub(super) async fn load_job(state: &ApiState, ns: &str, name: &str) -> ApiResult<JobRecord> {
     load_job_from(state.node.store.as_ref(), ns, name).await
 }
 
@@ -192,112 +189,6 @@ pub(super) async fn pause_job(State(state): State<ApiState>, Path(name): Path<St
     responses((status = 200, body = Job), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
 pub(super) async fn resume_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     set_paused(state, name, req, false).await
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TriggerQuery {
-    namespace: Option<String>,
-    /// How many manual runs to create at once (1 to 10,000).
-    count: Option<u32>,
-}
-
-/// Most runs one trigger call may create.
-pub const MAX_TRIGGER_COUNT: u32 = 10_000;
-
-/// The header that names a manual run: a repeated call with the same key
-/// answers with the run the first one created.
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
-
-/// The longest idempotency key, in bytes.
-pub const MAX_IDEMPOTENCY_KEY: usize = 255;
-
-/// A trigger's body: empty, or a [`TriggerBody`] (`{"params": {…}}`).
-fn trigger_body(bytes: &[u8]) -> ApiResult<TriggerBody> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(TriggerBody::default());
-    }
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let body: TriggerBody =
-        serde_path_to_error::deserialize(&mut de).map_err(|e| ApiError::bad("invalid_body", format!("{}: {}", e.path(), e.inner())))?;
-    de.end().map_err(|e| ApiError::bad("invalid_json", format!("body: {e}")))?;
-    Ok(body)
-}
-
-/// The request's idempotency key, if it has one: 1 to 255 visible ASCII
-/// characters (spaces inside allowed), or a 400 that names the header.
-fn idempotency_key(req: &Request) -> ApiResult<Option<String>> {
-    let Some(v) = req.headers().get(IDEMPOTENCY_KEY) else { return Ok(None) };
-    let bad = |why: &str| ApiError::bad("invalid_idempotency_key", format!("the Idempotency-Key header {why}"));
-    let key = v.to_str().map_err(|_| bad("must be visible ASCII text"))?;
-    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY {
-        return Err(bad(&format!("must be 1 to {MAX_IDEMPOTENCY_KEY} characters long")));
-    }
-    if !key.bytes().all(|b| (0x20..0x7f).contains(&b)) || key.starts_with(' ') || key.ends_with(' ') {
-        return Err(bad("must be visible ASCII text, with no space at either end"));
-    }
-    Ok(Some(key.to_string()))
-}
-
-#[utoipa::path(post, path = "/v1/jobs/{name}/trigger", tag = "jobs", summary = "Trigger manual runs now (on the leader)",
-    description = "With an `Idempotency-Key` header, the call names one run: the first call with that key creates it \
-        (201), and every later call with the same key for the same job, on any server and across leader changes, answers \
-        with that run as it is (200) and creates nothing, for as long as retention keeps the run.",
-    params(("name" = String, Path), ("namespace" = Option<String>, Query), ("count" = Option<u32>, Query, description = "How many runs (1 to 10,000; default 1; 1 with an idempotency key)"),
-        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters naming the run")),
-    request_body(content = Option<TriggerBody>, description = "Optional: values of the job's params (the others keep their defaults)"),
-    responses((status = 201, body = TriggerAnswer, description = "the run (count 1) or the ids of the runs"),
-        (status = 200, body = TriggerAnswer, description = "the run the idempotency key already named; nothing was created"),
-        (status = 409, body = gnomon_api::ErrorBody, description = "the idempotency key names a run that has other values of the params this call sets"),
-        (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
-pub(super) async fn trigger_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<Response> {
-    if state.node.leader_commands().is_none() {
-        // Only the leader creates runs: a follower hands the call on.
-        return super::forward::to_leader(&state, req).await;
-    }
-    let q: TriggerQuery = query(req.uri().query())?;
-    let ns = q.namespace.clone().unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
-    check_ns(&caller(&req)?, &ns)?;
-    let key = idempotency_key(&req)?;
-    let count = q.count.unwrap_or(1);
-    if !(1..=MAX_TRIGGER_COUNT).contains(&count) {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_count", format!("count must be between 1 and {MAX_TRIGGER_COUNT}")));
-    }
-    if key.is_some() && count != 1 {
-        return Err(ApiError::bad("invalid_count", "an Idempotency-Key names one run: count must be 1"));
-    }
-    let body = trigger_body(&read_body(req.into_body()).await?)?;
-    let job = load_job(&state, &ns, &name).await?;
-    // Checked here for a clear answer; the leader checks again against the
-    // job as it is when it creates the run.
-    gnomon_core::params::resolve(&job.spec.params, &body.params)?;
-    let ended = || not_leader(&state, "its leader term ended during the call");
-    let tx = state.node.leader_commands().ok_or_else(ended)?;
-    let (reply_tx, reply_rx) = oneshot::channel();
-    let request = TriggerRequest { count, key, params: body.params };
-    tx.send(LeaderCommand::Trigger { namespace: ns, name, request, reply: reply_tx }).await.map_err(|_| ended())?;
-    let triggered = tokio::time::timeout(std::time::Duration::from_secs(30), reply_rx)
-        .await
-        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", "the leader did not answer in 30s"))?
-        .map_err(|_| ended())?
-        .map_err(|e| match e {
-            TriggerError::Store(e) => ApiError::from(e),
-            TriggerError::Params(e) => ApiError::from(e),
-            TriggerError::KeyReused { .. } => ApiError::new(StatusCode::CONFLICT, "idempotency_key_reused", e.to_string()),
-        })?;
-    let status = if triggered.existed { StatusCode::OK } else { StatusCode::CREATED };
-    let ids = triggered.ids;
-    if count > 1 {
-        return Ok((status, Json(TriggerAnswer::Many(Triggered { count: ids.len(), ids }))).into_response());
-    }
-    let id = ids.into_iter().next().ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "no run was created"))?;
-    let detail = state
-        .node
-        .store
-        .get_run(&id)
-        .await?
-        .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "triggered run vanished"))?;
-    Ok((status, Json(TriggerAnswer::One(Box::new(super::runs::run_view(&detail.run, Some(&detail), true))))).into_response())
 }
 
 #[utoipa::path(post, path = "/v1/schedules/preview", tag = "jobs", summary = "The next fire times of a schedule, with daylight-saving changes marked",

@@ -16,19 +16,22 @@ pub mod error;
 pub mod extract;
 pub mod forward;
 mod forwarder;
+pub(crate) mod hooks;
 pub(crate) mod jobs;
 pub(crate) mod runs;
 pub mod state;
 pub(crate) mod status;
+pub(crate) mod trigger;
 
 use error::json_errors;
 pub use error::ApiError;
 pub use extract::MAX_BODY_BYTES;
 pub use forwarder::Forwarder;
-pub use jobs::{job_view, MAX_TRIGGER_COUNT};
+pub use jobs::job_view;
 pub use runs::run_view;
 pub use state::{ApiState, ReadyCheck};
 pub use status::cluster_view;
+pub use trigger::MAX_TRIGGER_COUNT;
 
 /// Every `/v1` operation with the policy its caller must meet.
 fn v1_routes() -> Router<ApiState> {
@@ -42,7 +45,7 @@ fn v1_routes() -> Router<ApiState> {
                 .merge(put(Policy::admin("creating or updating a job"), jobs::put_job))
                 .merge(delete(Policy::admin("deleting a job"), jobs::delete_job)),
         )
-        .route("/jobs/{name}/trigger", post(Policy::operator("triggering a job"), jobs::trigger_job))
+        .route("/jobs/{name}/trigger", post(Policy::operator("triggering a job"), trigger::trigger_job))
         .route("/jobs/{name}/pause", post(Policy::operator("pausing a job"), jobs::pause_job))
         .route("/jobs/{name}/resume", post(Policy::operator("resuming a job"), jobs::resume_job))
         .route("/schedules/preview", post(Policy::viewer("previewing a schedule"), jobs::preview_schedule))
@@ -98,6 +101,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/readyz", get(status::readyz))
         // The API's description is the same for every server: no credential.
         .route("/v1/openapi.json", get(|| async { Json(crate::openapi::document()) }))
+        // A webhook call carries no credential: its policy is the job's
+        // signature, checked by the handler before anything is written.
+        .route("/v1/hooks/{namespace}/{job}", axum::routing::post(hooks::hook))
         .route(
             "/metrics",
             authz::get(Policy::viewer("reading metrics"), status::metrics_text)

@@ -49,6 +49,7 @@ pub fn run_view(run: &RunRecord, detail: Option<&RunDetail>, with_output: bool) 
         waiting_for: None,
         notifications: None,
         params: run.params.as_deref().and_then(|p| serde_json::from_str(p).ok()),
+        payload: detail.and(run.payload.clone()),
     }
 }
 

@@ -203,6 +203,7 @@ impl LeaderRuntime {
                 timeout_ms: job.timeout.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0),
                 idempotency_key: t.run_id.clone(),
                 params_json: run.params.as_deref().unwrap_or_default().to_string(),
+                payload: run.payload.as_deref().unwrap_or_default().to_string(),
             };
             if !self.send_to(&worker, server_message::Msg::Assign(assign)) {
                 tracing::warn!(worker = %worker, run = %t.run_id, "assignment persisted but not deliverable; its lease decides");

@@ -71,11 +71,15 @@ impl LeaderRuntime {
         let Some(job) = self.store.get_job(namespace, name).await? else {
             return Err(StoreError::NotFound(format!("job {namespace}/{name}")).into());
         };
+        if request.origin == Origin::Webhook && job.spec.triggers.webhook.is_none() {
+            return Err(TriggerError::NoWebhook);
+        }
         let params = gnomon_core::params::resolve(&job.spec.params, &request.params).map_err(TriggerError::Params)?;
         let params = params.map(|p| serde_json::to_string(&p).unwrap_or_default());
-        match request.key {
-            Some(key) => self.trigger_keyed(job, key, params, &request.params).await,
-            None => Ok(Triggered { ids: self.trigger_many(job, request.count, params).await?, existed: false }),
+        let template = ManualRun { origin: request.origin, params, payload: request.payload.clone() };
+        match request.key.clone() {
+            Some(key) => self.trigger_keyed(job, key, template, &request).await,
+            None => Ok(Triggered { ids: self.trigger_many(job, request.count, template).await?, existed: false }),
         }
     }
 
@@ -84,7 +88,7 @@ impl LeaderRuntime {
     /// leader gave the job's manual runs, and bumped past any instant the
     /// store already has), so its id stays unique; manual ids never meet a
     /// scheduled fire's.
-    async fn trigger_many(&mut self, job: JobRecord, count: u32, params: Option<String>) -> Result<Vec<String>> {
+    async fn trigger_many(&mut self, job: JobRecord, count: u32, template: ManualRun) -> Result<Vec<String>> {
         let now = self.clock.now_millis();
         let mut created: Vec<String> = Vec::new();
         // Back-to-back triggers of many runs would otherwise collide with the
@@ -99,7 +103,7 @@ impl LeaderRuntime {
             // from the scheduled runs' (`manual_run_id`), so no schedule,
             // now or after a change, can take one.
             let instants = next..next + want as Millis;
-            let runs: Vec<NewRun> = instants.clone().map(|at| manual_run(&job, at, now, None, params.clone())).collect();
+            let runs: Vec<NewRun> = instants.clone().map(|at| template.run(&job, at, now, None)).collect();
             next = instants.end;
             let outcomes = self.store.fire(&self.fence, &runs, &[]).await?;
             self.cache.jobs.manual_taken(&job.uid, next);
@@ -130,12 +134,12 @@ impl LeaderRuntime {
         &mut self,
         job: JobRecord,
         key: String,
-        params: Option<String>,
-        given: &gnomon_core::params::Params,
+        template: ManualRun,
+        request: &TriggerRequest,
     ) -> std::result::Result<Triggered, TriggerError> {
         let now = self.clock.now_millis();
         let at = self.manual_start(&job, now);
-        let run = manual_run(&job, at, now, Some(key), params);
+        let run = template.run(&job, at, now, Some(key));
         let id = run.id();
         let outcomes = self.store.fire(&self.fence, std::slice::from_ref(&run), &[]).await?;
         self.cache.jobs.manual_taken(&job.uid, at + 1);
@@ -144,10 +148,12 @@ impl LeaderRuntime {
             self.track_pending(run, now);
             return Ok(Triggered { ids: vec![id], existed: false });
         }
-        // A repeat: the same key with other values is another request.
-        if !given.is_empty() {
-            let stored = self.store.get_run(&id).await?.and_then(|d| d.run.params);
-            if !sets_the_same(stored.as_deref(), given) {
+        // A repeat: the same key with other values, or with another
+        // payload, is another request.
+        if !request.params.is_empty() || request.payload.is_some() {
+            let stored = self.store.get_run(&id).await?.map(|d| d.run);
+            let (params, payload) = stored.map(|r| (r.params, r.payload)).unwrap_or_default();
+            if !sets_the_same(params.as_deref(), &request.params) || (request.payload.is_some() && payload != request.payload) {
                 return Err(TriggerError::KeyReused { id });
             }
         }
@@ -238,6 +244,7 @@ impl LeaderRuntime {
                     reason,
                     manual: false,
                     key: None,
+                    payload: None,
                     params: (state == RunState::Pending).then(|| entry.default_params.as_deref().map(str::to_string)).flatten(),
                 });
             }
@@ -344,20 +351,35 @@ fn sets_the_same(stored: Option<&str>, given: &gnomon_core::params::Params) -> b
     given.iter().all(|(k, v)| stored.get(k) == Some(v))
 }
 
-/// A pending manual run of `job` at the instant `at`, named by the
-/// idempotency key `key` when it has one, with its params' values.
-fn manual_run(job: &JobRecord, at: Millis, now: Millis, key: Option<String>, params: Option<String>) -> NewRun {
-    let reason = if key.is_some() { "manual trigger (idempotency key)" } else { "manual trigger" };
-    NewRun {
-        job_uid: job.uid.clone(),
-        namespace: job.namespace.clone(),
-        job: job.name.clone(),
-        scheduled_at: at,
-        fired_at: now,
-        state: RunState::Pending,
-        reason: Some(reason.into()),
-        manual: true,
-        key,
-        params,
+/// What every manual run of one trigger is created with.
+struct ManualRun {
+    origin: Origin,
+    /// The params' values, resolved (JSON).
+    params: Option<String>,
+    payload: Option<String>,
+}
+
+impl ManualRun {
+    /// A pending manual run of `job` at the instant `at`, named by the
+    /// idempotency key `key` when it has one.
+    fn run(&self, job: &JobRecord, at: Millis, now: Millis, key: Option<String>) -> NewRun {
+        let reason = match (self.origin, key.is_some()) {
+            (Origin::Webhook, _) => "webhook",
+            (Origin::Api, true) => "manual trigger (idempotency key)",
+            (Origin::Api, false) => "manual trigger",
+        };
+        NewRun {
+            job_uid: job.uid.clone(),
+            namespace: job.namespace.clone(),
+            job: job.name.clone(),
+            scheduled_at: at,
+            fired_at: now,
+            state: RunState::Pending,
+            reason: Some(reason.into()),
+            manual: true,
+            key,
+            params: self.params.clone(),
+            payload: self.payload.clone(),
+        }
     }
 }

@@ -148,6 +148,21 @@ pub struct TriggerRequest {
     pub key: Option<String>,
     /// The values it sets of the job's params (the rest keep their defaults).
     pub params: gnomon_core::params::Params,
+    /// The body of the webhook call the run is for (with a key: a repeat
+    /// must carry the same).
+    pub payload: Option<String>,
+    /// Who asks: an API caller or a webhook.
+    pub origin: Origin,
+}
+
+/// Where a trigger comes from, as its runs' reason says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Origin {
+    /// `POST /v1/jobs/{name}/trigger`, the CLI or the console.
+    #[default]
+    Api,
+    /// A signed `POST /v1/hooks/{namespace}/{job}`.
+    Webhook,
 }
 
 impl TriggerRequest {
@@ -166,9 +181,13 @@ pub enum TriggerError {
     /// The params do not fit the job's declaration.
     #[error("{0}")]
     Params(gnomon_core::SpecError),
-    /// The idempotency key names a run created with other params.
-    #[error("the idempotency key names run {id}, which was created with other params")]
+    /// The idempotency key names a run created with other params or
+    /// another payload.
+    #[error("the idempotency key names run {id}, which was created with other params or another payload")]
     KeyReused { id: String },
+    /// A webhook call for a job that takes none (any more).
+    #[error("the job takes no webhook calls")]
+    NoWebhook,
 }
 
 /// Requests from the API to the leader.

@@ -32,6 +32,8 @@ pub(super) struct OpenRun {
     pub(super) assigned_at: Millis,
     /// The values of its params (a JSON object), as every attempt gets them.
     pub(super) params: Option<Arc<str>>,
+    /// The payload of the webhook call that started it.
+    pub(super) payload: Option<Arc<str>>,
 }
 
 /// A live attempt whose worker has no session here.
@@ -297,7 +299,7 @@ mod tests {
     }
 
     fn open(job: &str, state: RunState, attempt: u32) -> OpenRun {
-        OpenRun { key: key(job), scheduled_at: 0, state, attempt, ready_since: 0, assigned_at: 0, params: None }
+        OpenRun { key: key(job), scheduled_at: 0, state, attempt, ready_since: 0, assigned_at: 0, params: None, payload: None }
     }
 
     fn to(id: &str, from: RunState, to: RunState, attempt: u32, at: Millis, next: Option<Millis>) -> Transition {

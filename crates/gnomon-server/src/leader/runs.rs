@@ -104,6 +104,7 @@ impl LeaderRuntime {
             ready_since: now,
             assigned_at: 0,
             params: run.params.map(Arc::from),
+            payload: run.payload.map(Arc::from),
         };
         self.cache.runs.track(id.clone(), open);
         self.cache.runs.queue(id.clone());
@@ -186,6 +187,7 @@ impl LeaderRuntime {
             ready_since: run.next_attempt_at.unwrap_or(run.fired_at),
             assigned_at,
             params: run.params.as_deref().map(Arc::from),
+            payload: run.payload.as_deref().map(Arc::from),
         };
         let id: RunId = Arc::from(run.id.as_str());
         self.cache.runs.track(id.clone(), open);

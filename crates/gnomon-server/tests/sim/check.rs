@@ -222,6 +222,25 @@ fn check_params(runs: &[RunDetail], by_id: &HashMap<&str, &RunDetail>, jobs: &[S
             v.push(format!("run {run} attempt {attempt}: assigned with params {sent:?}, the run has {stored:?}"));
         }
     }
+    // Payloads: a webhook's run records its call's body, every other run
+    // none, and every attempt gets what its run recorded.
+    for d in runs.iter().filter(|d| !d.run.manual && d.run.payload.is_some()) {
+        v.push(format!("scheduled run {} has a payload", d.run.id));
+    }
+    for (ids, expected) in &h.trigger_payloads {
+        for id in ids {
+            let got = by_id.get(id.as_str()).map(|d| d.run.payload.clone());
+            if got.as_ref().is_some_and(|g| g != expected) {
+                v.push(format!("run {id}: payload {got:?}, its trigger sent {expected:?}"));
+            }
+        }
+    }
+    for (run, attempt, sent) in &h.assigned_payloads {
+        let stored = by_id.get(run.as_str()).map(|d| d.run.payload.clone().unwrap_or_default());
+        if stored.as_ref().is_some_and(|s| s != sent) {
+            v.push(format!("run {run} attempt {attempt}: assigned with payload {sent:?}, the run has {stored:?}"));
+        }
+    }
     for why in &h.refused_triggers {
         v.push(format!("a trigger was refused: {why}"));
     }

@@ -22,11 +22,16 @@ pub struct History {
     /// The runs each answered trigger created and the params they must
     /// record.
     pub trigger_params: Vec<(Vec<String>, Option<String>)>,
+    /// The runs each answered trigger created and the payload they must
+    /// record (webhook calls have one).
+    pub trigger_payloads: Vec<(Vec<String>, Option<String>)>,
     /// Triggers refused for their request (not for a store fault).
     pub refused_triggers: Vec<String>,
     /// The params each started attempt was assigned with: (run, attempt,
     /// params JSON, empty for none).
     pub assigned_params: Vec<(String, u32, String)>,
+    /// The payload each started attempt was assigned with (empty for none).
+    pub assigned_payloads: Vec<(String, u32, String)>,
     /// What the simulation did, for a replayed seed's report.
     pub log: Vec<(Millis, String)>,
 }

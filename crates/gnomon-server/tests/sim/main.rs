@@ -24,7 +24,7 @@ use gnomon_backend::sqlite::SqliteStore;
 use gnomon_backend::{Fence, LeaderInfo, Precondition, Store};
 use gnomon_core::spec::parse_job_json;
 use gnomon_core::{Clock, ManualClock, Millis};
-use gnomon_server::leader::{LeaderCommand, LeaderConfig, LeaderParts, LeaderRuntime, Step, TriggerError, TriggerRequest};
+use gnomon_server::leader::{LeaderCommand, LeaderConfig, LeaderParts, LeaderRuntime, Origin, Step, TriggerError, TriggerRequest};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -84,11 +84,13 @@ pub struct SimJob {
 
 /// The params of a simulated job that has them, and their defaults.
 pub const SIM_PARAMS: &str = r#"{"tier":{"default":"std"}}"#;
+/// A simulated job with params also takes webhook calls.
+const SIM_TRIGGERS: &str = r#""triggers":{"webhook":{"secret_env":"GNOMON_HOOK_SECRET_SIM"}}"#;
 
 fn job_json(name: &str, every_ms: Millis, params: bool, rng: &mut StdRng) -> String {
     let overlap = ["allow", "allow", "forbid", "buffer_one", "replace"][rng.gen_range(0..5)];
     let misfire = ["fire_once", "fire_all", "skip"][rng.gen_range(0..3)];
-    let params = if params { format!(r#""params":{SIM_PARAMS},"#) } else { String::new() };
+    let params = if params { format!(r#""params":{SIM_PARAMS},{SIM_TRIGGERS},"#) } else { String::new() };
     format!(
         r#"{{"name":"{name}","schedule":{{"every":"{every_ms}ms"}},"executor":{{"handler":{{"name":"noop"}}}},{params}
             "retry":{{"max_attempts":ATTEMPTS,"backoff":{{"initial":"300ms","max":"1s","jitter":0}}}},
@@ -199,7 +201,8 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
                     h.keyed.push((job, key, id.clone(), t.existed));
                 }
                 if !t.existed {
-                    h.trigger_params.push((t.ids.clone(), expected.take()));
+                    h.trigger_params.push((t.ids.clone(), expected.0.take()));
+                    h.trigger_payloads.push((t.ids.clone(), expected.1.take()));
                 }
                 false
             }
@@ -233,8 +236,10 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
 }
 
 /// A trigger sent to the leader: its job and idempotency key, if it has
-/// one, the params its runs must record, and where its answer comes.
-type Trigger = (Option<(String, String)>, Option<String>, oneshot::Receiver<Result<gnomon_server::leader::Triggered, TriggerError>>);
+/// one, the params and the payload its runs must record, and where its
+/// answer comes.
+type Trigger =
+    (Option<(String, String)>, (Option<String>, Option<String>), oneshot::Receiver<Result<gnomon_server::leader::Triggered, TriggerError>>);
 
 /// What the API does during the faulty phase: re-apply a job (a new
 /// version, same schedule), pause or resume one, trigger manual runs,
@@ -295,14 +300,19 @@ async fn api_actions(
             let tier = params.get("tier").and_then(|v| v.as_str()).unwrap_or("std");
             format!(r#"{{"tier":"{tier}"}}"#)
         });
+        // key-2 and key-3 on a job with params come as webhook calls, each
+        // key with its own payload (a repeat carries the same).
+        let hook = job.params && matches!(key.as_deref(), Some("key-2" | "key-3"));
+        let payload = hook.then(|| format!(r#"{{"event":"{}"}}"#, key.as_deref().unwrap_or_default()));
+        let origin = if hook { Origin::Webhook } else { Origin::Api };
         let name = job.name.clone();
         let _ = term.commands.try_send(LeaderCommand::Trigger {
             namespace: "default".into(),
             name: name.clone(),
-            request: TriggerRequest { count, key: key.clone(), params },
+            request: TriggerRequest { count, key: key.clone(), params, payload: payload.clone(), origin },
             reply,
         });
-        triggers.push((key.map(|k| (name, k)), expected, rx));
+        triggers.push((key.map(|k| (name, k)), (expected, payload), rx));
     } else if roll < 0.035 {
         let open = sqlite.open_runs().await.map_err(|e| e.to_string())?;
         if !open.is_empty() {

@@ -286,6 +286,7 @@ impl SimWorker {
                 }
                 h.start(&a.run_id, a.attempt, &self.id, now);
                 h.assigned_params.push((a.run_id.clone(), a.attempt, a.params_json.clone()));
+                h.assigned_payloads.push((a.run_id.clone(), a.attempt, a.payload.clone()));
                 let ends_at = now + rng.gen_range(20..=400);
                 let succeeds = rng.gen_bool(0.8);
                 self.running.insert(key, Attempt { ends_at, succeeds, started_at: now, token: a.token });

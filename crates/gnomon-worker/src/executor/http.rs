@@ -24,14 +24,20 @@ pub(super) async fn run_http(req: &ExecRequest, spec: &HttpSpec, http: &reqwest:
         let name = format!("Gnomon-{}", k.split('_').map(title).collect::<Vec<_>>().join("-"));
         builder = builder.header(name, v);
     }
-    match (&spec.body, &req.params) {
-        (Some(body), _) => builder = builder.body(body.clone()),
-        // A job without a body of its own is sent its run's params.
-        (None, Some(params)) => {
+    match (&spec.body, &req.payload, &req.params) {
+        (Some(body), _, _) => builder = builder.body(body.clone()),
+        // A job without a body of its own is sent its run's payload, as the
+        // webhook call brought it, or else its params.
+        (None, Some(payload), _) => {
+            let json = serde_json::from_str::<serde::de::IgnoredAny>(payload).is_ok();
+            let kind = if json { "application/json" } else { "text/plain; charset=utf-8" };
+            builder = builder.header(reqwest::header::CONTENT_TYPE, kind).body(payload.clone());
+        }
+        (None, None, Some(params)) => {
             builder =
                 builder.header(reqwest::header::CONTENT_TYPE, "application/json").body(serde_json::to_vec(params).unwrap_or_default());
         }
-        (None, None) => {}
+        (None, None, None) => {}
     }
     let response = match builder.send().await {
         Ok(r) => r,

@@ -36,6 +36,9 @@ pub struct ExecRequest {
     pub egress: Arc<crate::egress::Egress>,
     /// The values of the run's params; `None` for a job without params.
     pub params: Option<gnomon_core::params::Params>,
+    /// The body of the webhook call that started the run; `None` for other
+    /// runs.
+    pub payload: Option<String>,
 }
 
 impl ExecRequest {
@@ -74,6 +77,9 @@ pub struct HandlerContext {
     pub token: u64,
     /// The values of the run's params (empty for a job without params).
     pub params: gnomon_core::params::Params,
+    /// The body of the webhook call that started the run; `None` for other
+    /// runs. (The job's own `payload` is the handler's second argument.)
+    pub run_payload: Option<String>,
 }
 
 /// A named handler (`{"handler":{"name":…,"payload":…}}` jobs). `Ok` output
@@ -150,6 +156,7 @@ pub async fn execute(req: &ExecRequest, http: &reqwest::Client, handlers: &Handl
                     scheduled_at: req.scheduled_at,
                     token: req.token,
                     params: req.params.clone().unwrap_or_default(),
+                    run_payload: req.payload.clone(),
                 };
                 let handler = handler.clone();
                 let payload = h.payload.clone();
@@ -219,6 +226,7 @@ mod tests {
             isolation: Arc::default(),
             egress: Arc::new(crate::egress::Egress::with_defaults()),
             params: None,
+            payload: None,
         }
     }
 
@@ -502,5 +510,65 @@ mod tests {
         let out = execute(&req(h("missing"), None), &reqwest::Client::new(), &reg, never()).await;
         assert_eq!(out.state, AttemptState::Failed);
         assert!(out.output.contains("no handler named"));
+    }
+
+    #[tokio::test]
+    async fn a_webhook_payload_reaches_shell_http_and_handler_jobs() {
+        let payload = "{\"ref\":\"main\",\"note\":\"caf\u{e9}\"}";
+        let with_payload = |mut r: ExecRequest| {
+            r.payload = Some(payload.to_string());
+            r
+        };
+        let client = reqwest::Client::new();
+        let script = r#"stat -c %a "$GNOMON_PAYLOAD_FILE"; cat "$GNOMON_PAYLOAD_FILE"; echo; echo "${GNOMON_PARAMS_FILE:-no params}""#;
+        for cwd in [None, Some(std::env::temp_dir().display().to_string())] {
+            let Executor::Shell(mut spec) = shell("sh", &["-c", script]) else { unreachable!() };
+            spec.cwd = cwd.clone();
+            let out = execute(&with_payload(req(Executor::Shell(spec), None)), &client, &HandlerRegistry::default(), never()).await;
+            assert_eq!(out.state, AttemptState::Succeeded, "{cwd:?}: {}", out.output);
+            let lines: Vec<&str> = out.output.lines().collect();
+            assert_eq!(lines, ["600", payload, "no params"], "{cwd:?}");
+        }
+        let out =
+            execute(&req(shell("sh", &["-c", "echo ${GNOMON_PAYLOAD_FILE:-none}"]), None), &client, &HandlerRegistry::default(), never())
+                .await;
+        assert_eq!(out.output.trim(), "none", "a run without a payload has no payload file");
+
+        use axum::{http::HeaderMap, routing::any, Router};
+        let app = Router::new()
+            .route("/p", any(|h: HeaderMap, body: String| async move { format!("{} {body}", h["content-type"].to_str().unwrap_or("")) }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let spec = HttpSpec {
+            method: "POST".into(),
+            url: format!("http://{addr}/p"),
+            headers: Default::default(),
+            body: None,
+            expect_status: None,
+        };
+        // The payload wins over the params for the body; text that is not
+        // JSON goes as text.
+        let out =
+            execute(&with_payload(with_params(req(Executor::Http(spec.clone()), None))), &client, &HandlerRegistry::default(), never())
+                .await;
+        assert_eq!(out.output, format!("application/json {payload}"));
+        let mut text = req(Executor::Http(spec), None);
+        text.payload = Some("plain words".into());
+        let out = execute(&text, &client, &HandlerRegistry::default(), never()).await;
+        assert_eq!(out.output, "text/plain; charset=utf-8 plain words");
+
+        struct Echo;
+        #[async_trait::async_trait]
+        impl Handler for Echo {
+            async fn call(&self, ctx: HandlerContext, own: serde_json::Value) -> Result<String, String> {
+                Ok(format!("{} {own}", ctx.run_payload.unwrap_or_default()))
+            }
+        }
+        let mut reg = HandlerRegistry::default();
+        reg.register("echo", Arc::new(Echo));
+        let h = Executor::Handler(HandlerSpec { name: "echo".into(), payload: serde_json::json!({"own": 1}) });
+        let out = execute(&with_payload(req(h, None)), &client, &reg, never()).await;
+        assert_eq!(out.output, format!("{payload} {{\"own\":1}}"));
     }
 }

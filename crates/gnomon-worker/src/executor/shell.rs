@@ -47,12 +47,14 @@ pub(super) async fn run_shell(req: &ExecRequest, spec: &ShellSpec, cancel: watch
             Err(e) => return ExecOutcome::failed(format!("cannot create the attempt's working directory: {e}")),
         },
     };
-    // The attempt's files (its params as JSON): in its working directory,
-    // or in a private directory of their own beside a job's `cwd`.
-    let files = match (&req.params, &workdir) {
-        (None, _) => None,
-        (Some(_), Some(d)) => Some((d.clone(), false)),
-        (Some(_), None) => match iso.make_workdir(&format!("{}-files", req.run_id), req.attempt) {
+    // The attempt's files (its params as JSON, its payload): in its working
+    // directory, or in a private directory of their own beside a job's
+    // `cwd`.
+    let has_files = req.params.is_some() || req.payload.is_some();
+    let files = match (has_files, &workdir) {
+        (false, _) => None,
+        (true, Some(d)) => Some((d.clone(), false)),
+        (true, None) => match iso.make_workdir(&format!("{}-files", req.run_id), req.attempt) {
             Ok(d) => Some((d, true)),
             Err(e) => return ExecOutcome::failed(format!("cannot create the attempt's file directory: {e}")),
         },
@@ -62,6 +64,12 @@ pub(super) async fn run_shell(req: &ExecRequest, spec: &ShellSpec, cancel: watch
         match write_private(iso, &dir.join("gnomon-params.json"), &serde_json::to_vec(params).unwrap_or_default()) {
             Ok(path) => extra.push(("PARAMS_FILE".into(), path)),
             Err(e) => return ExecOutcome::failed(format!("cannot write the run's params file: {e}")),
+        }
+    }
+    if let (Some(payload), Some((dir, _))) = (&req.payload, &files) {
+        match write_private(iso, &dir.join("gnomon-payload"), payload.as_bytes()) {
+            Ok(path) => extra.push(("PAYLOAD_FILE".into(), path)),
+            Err(e) => return ExecOutcome::failed(format!("cannot write the run's payload file: {e}")),
         }
     }
     let outcome = spawn_shell(req, spec, workdir.as_deref(), &extra, cancel).await;

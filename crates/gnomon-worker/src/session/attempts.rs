@@ -56,6 +56,7 @@ impl WorkerRuntime {
             isolation: self.config.isolation.clone(),
             egress: Arc::new(self.config.egress.clone()),
             params,
+            payload: (!a.payload.is_empty()).then(|| a.payload.clone()),
         };
         let rt = self.clone();
         let mut cancel_rx = cancel_rx;

@@ -79,23 +79,40 @@ pub(super) async fn fire_advances_last_scheduled_at(s: &dyn Store) {
 }
 
 /// A manual run and a scheduled one at the same instant are two runs (ids
-/// A run's params are stored with it and read back as written, by id, in
-/// lists and among the open runs a new leader loads.
-pub(super) async fn a_runs_params_are_kept_with_it(s: &dyn Store) {
+/// A run's params and payload are stored with it and read back as
+/// written, by id, in lists and among the open runs a new leader loads,
+/// and a later change of the run keeps them.
+pub(super) async fn a_runs_params_and_payload_are_kept_with_it(s: &dyn Store) {
     let scope = unique("scope");
     let fence = lead(s, &scope).await;
     let job = s.put_job(&job_spec(&unique("params")), Precondition::DoesNotExist, 1).await.expect("create");
     let values = r#"{"date":"2026-12-01","opts":{"dry":true},"region":"eu \u00e9"}"#;
-    let with = NewRun { params: Some(values.into()), ..new_run(&job, 5000) };
+    // A payload as large as a webhook may send, not JSON, with lines and
+    // characters past ASCII.
+    let mut payload = String::from("line 1\nzweite Zeile: \u{e4}\u{f6}\u{fc} \u{1f600}\n");
+    while payload.len() < 64 * 1024 - 8 {
+        payload.push_str("0123456789abcdef");
+    }
+    let with = NewRun { params: Some(values.into()), payload: Some(payload.clone()), ..new_run(&job, 5000) };
     let without = new_run(&job, 6000);
     s.fire(&fence, &[with.clone(), without.clone()], &[]).await.expect("fire");
-    assert_eq!(s_run(s, &with.id()).await.params.as_deref(), Some(values));
-    assert_eq!(s_run(s, &without.id()).await.params, None);
+    let got = s_run(s, &with.id()).await;
+    assert_eq!(got.params.as_deref(), Some(values));
+    assert!(got.payload.as_deref() == Some(payload.as_str()), "the payload reads back as written");
+    let other = s_run(s, &without.id()).await;
+    assert_eq!((other.params, other.payload), (None, None));
     let open = s.open_runs().await.expect("open runs");
-    assert_eq!(open.iter().find(|r| r.id == with.id()).map(|r| r.params.as_deref()), Some(Some(values)));
+    let loaded = open.iter().find(|r| r.id == with.id()).expect("open");
+    assert_eq!(loaded.params.as_deref(), Some(values));
+    assert!(loaded.payload.as_deref() == Some(payload.as_str()));
     let filter = RunFilter { job: Some(job.name.clone()), ..Default::default() };
     let page = s.list_runs(&filter, 10, None).await.expect("list");
     assert_eq!(page.runs.iter().filter(|r| r.params.as_deref() == Some(values)).count(), 1);
+    // A change of the run rewrites its record on some stores: the payload
+    // stays.
+    s.request_cancel(&with.id(), 7000).await.expect("cancel request");
+    let got = s_run(s, &with.id()).await;
+    assert!(got.payload.as_deref() == Some(payload.as_str()), "a changed run keeps its payload");
 }
 
 /// A manual run with an idempotency key is one run per (job, key): a

@@ -30,6 +30,7 @@ pub(crate) fn new_run(job: &JobRecord, t: i64) -> NewRun {
         manual: false,
         key: None,
         params: None,
+        payload: None,
     }
 }
 

@@ -41,7 +41,7 @@ where
     job_heads_and_reads_by_uid(a.as_ref(), b.as_ref()).await;
     manual_and_scheduled_runs_share_an_instant(a.as_ref()).await;
     a_keyed_manual_run_is_created_once(a.as_ref()).await;
-    a_runs_params_are_kept_with_it(a.as_ref()).await;
+    a_runs_params_and_payload_are_kept_with_it(a.as_ref()).await;
     stale_token_writes_are_rejected(a.as_ref(), b.as_ref()).await;
     cas_transitions_and_terminal_finality(a.as_ref()).await;
     fire_and_transition_in_one_write(a.as_ref(), b.as_ref()).await;
