@@ -27,7 +27,6 @@ pub struct ParamSpec {
     /// Absent: the parameter is required, and every trigger must set it
     /// (a job with a schedule must give every parameter a default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub default: Option<serde_json::Value>,
     /// Free text for people, at most 1024 bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -76,10 +76,13 @@ impl Client {
         self.raw(method, path, query, &[], None).await.map(|_| ())
     }
 
-    /// `POST path` with `body` as it is (no credential is needed by the
-    /// calls this is for, but one is sent when given), read as `T`.
+    /// `POST path` with `body` as it is, as JSON when it reads as JSON and
+    /// else as text (no credential is needed by the calls this is for, but
+    /// one is sent when given), read as `T`.
     pub async fn post_bytes<T: DeserializeOwned>(&self, path: &str, headers: &[(&str, String)], body: Vec<u8>) -> anyhow::Result<T> {
-        let text = self.raw(Method::POST, path, &[], headers, Some((body, "application/json"))).await?;
+        let json = serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok();
+        let kind = if json { "application/json" } else { "text/plain; charset=utf-8" };
+        let text = self.raw(Method::POST, path, &[], headers, Some((body, kind))).await?;
         serde_json::from_str(&text).with_context(|| format!("the server's answer is not what this client expects: {text}"))
     }
 

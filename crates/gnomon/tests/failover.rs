@@ -82,10 +82,6 @@ fn host_port(url: &str) -> String {
     hostpath.split('/').next().unwrap().to_string()
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 impl Ha {
     fn start(backend: Backend) -> Ha {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
@@ -316,7 +312,7 @@ impl Ha {
     /// A webhook call of `burst` on replica `i`, timestamped `ts`, with
     /// `body`: (status, error code or run id).
     fn hook_call(&self, i: usize, ts: i64, body: &str) -> (u16, Option<String>) {
-        let (ts_text, sig) = (ts.to_string(), gnomon_server::signing::signature(HOOK_SECRET, ts, body.as_bytes()));
+        let (ts_text, sig) = (ts.to_string(), sign(HOOK_SECRET, ts, body.as_bytes()));
         let headers = [("Gnomon-Timestamp", ts_text.as_str()), ("Gnomon-Signature", sig.as_str())];
         let res = http_with(None, &self.replicas[i].addr(), "POST", "/v1/hooks/default/burst", &headers, Some(body.as_bytes()));
         let (code, body) = res.unwrap_or((0, Value::Null));

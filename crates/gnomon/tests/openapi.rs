@@ -46,7 +46,12 @@ impl Checker {
     /// the answer against the document; returns the status and body.
     fn call(&mut self, method: &str, template: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let bytes = body.map(|b| serde_json::to_vec(&b).unwrap());
-        let (status, value) = http(&self.addr, method, path, bytes.as_deref()).unwrap();
+        self.call_with(method, template, path, &[], bytes.as_deref())
+    }
+
+    /// [`Checker::call`] with request headers and a raw body.
+    fn call_with(&mut self, method: &str, template: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> (u16, Value) {
+        let (status, value) = http_with(None, &self.addr, method, path, headers, body).unwrap();
         let op = &self.doc["paths"][template][method.to_ascii_lowercase()];
         assert!(op.is_object(), "{method} {template} is not in the document");
         self.seen.insert((template.to_string(), method.to_ascii_lowercase()));
@@ -74,7 +79,7 @@ impl Checker {
 #[test]
 fn every_answer_matches_the_published_document() {
     let dir = tempfile::tempdir().unwrap();
-    let (_dev, addr) = leading_dev(dir.path());
+    let (_dev, addr) = leading_dev_env(dir.path(), &[("GNOMON_HOOK_SECRET_DOC", "doc-secret")]);
     let (status, mut doc) = http(&addr, "GET", "/v1/openapi.json", None).unwrap();
     assert_eq!(status, 200);
     assert_eq!(doc["openapi"].as_str().map(|v| v.starts_with("3.1")), Some(true), "an OpenAPI 3.1 document");
@@ -147,6 +152,29 @@ fn every_answer_matches_the_published_document() {
     let (status, _) = c.call("POST", "/v1/runs/{id}/cancel", &format!("/v1/runs/{slow_id}/cancel"), None);
     assert!(status == 200 || status == 202, "cancel answered {status}");
     assert_eq!(c.call("POST", "/v1/runs/{id}/cancel", &format!("/v1/runs/{id}/cancel"), None).0, 409);
+
+    // A webhook call: signed, replayed, unsigned, too large, for a job without one.
+    let hooked = json!({"name": "hooked", "params": {"who": {"default": "nobody"}},
+        "triggers": {"webhook": {"secret_env": "GNOMON_HOOK_SECRET_DOC", "params": {"who": "/who"}}},
+        "executor": {"shell": {"command": "true"}}});
+    assert_eq!(c.call("POST", "/v1/jobs", "/v1/jobs", Some(hooked)).0, 201);
+    let hook = "/v1/hooks/{namespace}/{job}";
+    let signed_call = |c: &mut Checker, path: &str, body: &[u8], key: Option<&str>| {
+        let ts = now_ms();
+        let (ts_text, sig) = (ts.to_string(), sign("doc-secret", ts, body));
+        let mut headers = vec![("Gnomon-Timestamp", ts_text.as_str()), ("Gnomon-Signature", sig.as_str())];
+        headers.extend(key.map(|k| ("Idempotency-Key", k)));
+        c.call_with("POST", hook, path, &headers, Some(body))
+    };
+    let (status, run) = signed_call(&mut c, "/v1/hooks/default/hooked", br#"{"who":"doc"}"#, None);
+    assert_eq!((status, run["params"]["who"].as_str(), run["payload"].as_str()), (201, Some("doc"), Some(r#"{"who":"doc"}"#)), "{run}");
+    assert_eq!(signed_call(&mut c, "/v1/hooks/default/hooked", br#"{"who":"k"}"#, Some("k1")).0, 201);
+    assert_eq!(signed_call(&mut c, "/v1/hooks/default/hooked", br#"{"who":"k"}"#, Some("k1")).0, 200);
+    assert_eq!(signed_call(&mut c, "/v1/hooks/default/hooked", br#"{"who":"other"}"#, Some("k1")).0, 409);
+    assert_eq!(signed_call(&mut c, "/v1/hooks/default/echo", b"{}", None).0, 404);
+    assert_eq!(signed_call(&mut c, "/v1/hooks/default/hooked", &vec![b' '; 70 * 1024], None).0, 413);
+    let (status, err) = c.call_with("POST", hook, "/v1/hooks/default/hooked", &[], Some(b"{}"));
+    assert_eq!((status, err["error"]["code"].as_str()), (401, Some("invalid_timestamp")), "{err}");
 
     // Cluster and operations.
     assert_eq!(c.call("GET", "/v1/workers", "/v1/workers", None).0, 200);

@@ -184,33 +184,6 @@ fn params_have_defaults_a_trigger_sets_them_and_each_run_keeps_and_runs_with_its
 
 const HOOK_SECRET: &str = "hook-s3cret";
 
-/// A leading `gnomon dev` on `dir`, with `env`.
-fn leading_dev_env(dir: &std::path::Path, env: &[(&str, &str)]) -> (Proc, String) {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let args: Vec<String> =
-        vec!["dev".into(), "--listen".into(), addr.clone(), "--data-dir".into(), dir.join("data").display().to_string()];
-    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let dev = Proc::spawn_env(dir, "dev", &args, &env);
-    wait_until("the server to lead", Duration::from_secs(60), || {
-        http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == json!(true)).unwrap_or(false)
-    });
-    (dev, addr)
-}
-
-/// `sha256=<hex HMAC-SHA256(secret, "<ts>.<body>")>`, computed here
-/// independently of the server's code.
-fn sign(secret: &str, ts: i64, body: &[u8]) -> String {
-    use hmac::Mac;
-    let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(format!("{ts}.").as_bytes());
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 /// A webhook call with the given timestamp and signature headers.
 fn hook_call(addr: &str, job: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Value) {
     http_with(None, addr, "POST", &format!("/v1/hooks/default/{job}"), headers, Some(body)).unwrap()
@@ -307,10 +280,10 @@ fn a_signed_webhook_call_starts_one_run_with_its_payload_even_across_a_killed_le
     let (code, other) = signed_call(&addr, "deploy", HOOK_SECRET, Some("delivery-8"), br#"{"ref":"release-9"}"#);
     assert_eq!((code, other["error"]["code"].as_str()), (409, Some("idempotency_key_reused")), "{other}");
 
-    // The CLI signs a call as a sender would.
+    // The CLI signs a call as a sender would (the secret's variable named
+    // by the job, read from the server, or given).
     let out = Command::new(BIN)
-        .args(["--server", &format!("http://{addr}"), "job", "hook", "deploy", "--data", r#"{"ref":"from-cli"}"#])
-        .args(["--secret-env", "GNOMON_HOOK_SECRET_DEPLOY", "--output", "json"])
+        .args(["--server", &format!("http://{addr}"), "job", "hook", "deploy", "--data", r#"{"ref":"from-cli"}"#, "--output", "json"])
         .env_remove("GNOMON_TOKEN")
         .env("GNOMON_HOOK_SECRET_DEPLOY", HOOK_SECRET)
         .output()
@@ -324,7 +297,18 @@ fn a_signed_webhook_call_starts_one_run_with_its_payload_even_across_a_killed_le
         .output()
         .unwrap();
     assert!(!unset.status.success() && String::from_utf8_lossy(&unset.stderr).contains("GNOMON_HOOK_SECRET_NONE"));
-    assert_eq!(run_ids(&addr, "deploy").len(), 3);
+    // A payload that is not JSON goes as text, and is taken as it is.
+    let out = Command::new(BIN)
+        .args(["--server", &format!("http://{addr}"), "job", "hook", "deploy", "--data", "deploy please"])
+        .args(["--secret-env", "GNOMON_HOOK_SECRET_DEPLOY", "--output", "json"])
+        .env_remove("GNOMON_TOKEN")
+        .env("GNOMON_HOOK_SECRET_DEPLOY", HOOK_SECRET)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((text["payload"].as_str(), &text["params"]), (Some("deploy please"), &json!({"branch": "main"})), "{text}");
+    assert_eq!(run_ids(&addr, "deploy").len(), 4);
 
     // A server without the secret refuses calls it cannot check.
     stop_hard(dev);
@@ -338,5 +322,5 @@ fn a_signed_webhook_call_starts_one_run_with_its_payload_even_across_a_killed_le
     assert_eq!((code, body["error"]["code"].as_str()), (409, Some("webhook_replayed")), "{body}");
     let (code, again) = signed_call(&addr, "deploy", HOOK_SECRET, Some("delivery-8"), event);
     assert_eq!((code, &again["id"]), (200, &keyed["id"]), "{again}");
-    assert_eq!(run_ids(&addr, "deploy").len(), 3, "one run per call, whatever was repeated");
+    assert_eq!(run_ids(&addr, "deploy").len(), 4, "one run per call, whatever was repeated");
 }

@@ -277,10 +277,6 @@ fn raft_cluster_survives_kill_pause_and_restart_without_duplicates_or_gaps() {
 /// libfaketime, which `scripts/test.sh` installs (Debian's `faketime`).
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 /// A member whose wall clock is 30 s ahead (libfaketime; its monotonic
 /// clock is true) never schedules: if it is the first leader, the other
 /// members' clocks outvote it and it steps down; later it measures its

@@ -125,6 +125,34 @@ pub fn leading_dev_with(dir: &Path, extra: &[String]) -> (Proc, String) {
     (dev, addr)
 }
 
+/// As [`leading_dev`], with environment variables (a webhook secret).
+pub fn leading_dev_env(dir: &Path, env: &[(&str, &str)]) -> (Proc, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let args: Vec<String> =
+        vec!["dev".into(), "--listen".into(), addr.clone(), "--data-dir".into(), dir.join("data").display().to_string()];
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let dev = Proc::spawn_env(dir, "dev", &args, &env);
+    wait_until("the server to lead", Duration::from_secs(60), || {
+        http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == serde_json::json!(true)).unwrap_or(false)
+    });
+    (dev, addr)
+}
+
+/// `sha256=<hex HMAC-SHA256(secret, "<ts>.<body>")>`, the webhook
+/// signature, computed here independently of the server's code.
+pub fn sign(secret: &str, ts: i64, body: &[u8]) -> String {
+    use hmac::Mac;
+    let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(format!("{ts}.").as_bytes());
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// The wall clock in Unix milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
 /// `gnomon auth new NAME --role ROLE …`: (token, auth file entry).
 pub fn new_credential(name: &str, args: &[&str]) -> (String, String) {
     let out = Command::new(BIN).args(["auth", "new", name]).args(args).output().unwrap();
