@@ -7,6 +7,7 @@
 
 pub mod backpressure;
 pub mod clock;
+pub mod deps;
 pub mod duration;
 pub mod error;
 pub mod notify;

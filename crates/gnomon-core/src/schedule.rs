@@ -273,6 +273,11 @@ impl Schedule {
         }
     }
 
+    /// Whether `at_ms` is one of the schedule's fire instants.
+    pub fn includes(&self, at_ms: Millis) -> bool {
+        at_ms.checked_sub(1).and_then(|before| self.next_after(before)) == Some(at_ms)
+    }
+
     /// Every fire instant in `(after_ms, until_ms]`, at most `limit` of them,
     /// plus whether the list was cut short by `limit`.
     pub fn fires_between(&self, after_ms: Millis, until_ms: Millis, limit: usize) -> (Vec<Millis>, bool) {
@@ -301,6 +306,23 @@ mod tests {
     }
     fn iso(m: Millis) -> String {
         crate::format_millis(m)
+    }
+
+    #[test]
+    fn a_schedule_includes_exactly_its_fire_instants() {
+        // 02:30 Berlin, and on the spring-forward day (02:30 does not
+        // exist) the first instant after the gap.
+        let c = Schedule::Cron(Box::new(CronSchedule::parse("0 30 2 * * *", "Europe/Berlin").unwrap()));
+        assert!(c.includes(ms("2026-03-30T00:30:00Z")));
+        assert!(c.includes(ms("2026-03-29T01:00:00Z")));
+        assert!(!c.includes(ms("2026-03-30T00:30:00.001Z")));
+        assert!(!c.includes(ms("2026-03-30T00:29:59.999Z")));
+        let every = Schedule::Every { every_ms: 60_000 };
+        assert!(every.includes(120_000) && every.includes(0) && !every.includes(120_001));
+        let at = Schedule::At { at_ms: 5 };
+        assert!(at.includes(5) && !at.includes(4));
+        assert!(!Schedule::Manual.includes(5));
+        assert!(!at.includes(Millis::MIN));
     }
 
     #[test]

@@ -468,21 +468,21 @@ mod tests {
         assert_eq!(out.output.trim(), "none", "a run without params has no params file");
     }
 
-    #[tokio::test]
-    async fn an_http_job_without_a_body_is_sent_its_params_and_a_handler_sees_them() {
+    /// A body-less POST job to a loopback server that answers with the
+    /// request's content type and body.
+    async fn echo_server() -> HttpSpec {
         use axum::{http::HeaderMap, routing::any, Router};
         let app = Router::new()
             .route("/p", any(|h: HeaderMap, body: String| async move { format!("{} {body}", h["content-type"].to_str().unwrap_or("")) }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let spec = HttpSpec {
-            method: "POST".into(),
-            url: format!("http://{addr}/p"),
-            headers: Default::default(),
-            body: None,
-            expect_status: None,
-        };
+        HttpSpec { method: "POST".into(), url: format!("http://{addr}/p"), headers: Default::default(), body: None, expect_status: None }
+    }
+
+    #[tokio::test]
+    async fn an_http_job_without_a_body_is_sent_its_params_and_a_handler_sees_them() {
+        let spec = echo_server().await;
         let out =
             execute(&with_params(req(Executor::Http(spec), None)), &reqwest::Client::new(), &HandlerRegistry::default(), never()).await;
         assert_eq!(out.output, r#"application/json {"limit":5,"opts":{"dry":true},"region":"eu west"}"#);
@@ -534,19 +534,7 @@ mod tests {
                 .await;
         assert_eq!(out.output.trim(), "none", "a run without a payload has no payload file");
 
-        use axum::{http::HeaderMap, routing::any, Router};
-        let app = Router::new()
-            .route("/p", any(|h: HeaderMap, body: String| async move { format!("{} {body}", h["content-type"].to_str().unwrap_or("")) }));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let spec = HttpSpec {
-            method: "POST".into(),
-            url: format!("http://{addr}/p"),
-            headers: Default::default(),
-            body: None,
-            expect_status: None,
-        };
+        let spec = echo_server().await;
         // The payload wins over the params for the body; text that is not
         // JSON goes as text.
         let out =
