@@ -143,7 +143,7 @@ impl EtcdStore {
             TxnOp::get(self.k("job_tombstones/"), Some(GetOptions::new().with_prefix().with_min_mod_revision(min))),
         ];
         let resp = retry_read(|| {
-            let mut c = self.c();
+            let mut c = self.kv.clone();
             let ops = ops.clone();
             async move { c.txn(Txn::new().and_then(ops)).await }
         })

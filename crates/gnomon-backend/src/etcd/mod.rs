@@ -34,7 +34,11 @@
 //! - **CAS**: transitions compare each run key's `mod_revision` with the one
 //!   read; a conflict is re-read and re-planned, never blindly retried.
 //! - A txn holds at most [`MAX_OPS`] operations (etcd's default
-//!   `--max-txn-ops` is 128), so a large batch is several txns. A job's runs
+//!   `--max-txn-ops` is 128) and about a MiB of keys and
+//!   values (etcd refuses a request past `--max-request-bytes`, 1.5 MiB by
+//!   default, and would refuse it again on every retry), so a large batch
+//!   is several txns; a transition chunk whose records, once read, are too
+//!   large is split in two by run. A job's runs
 //!   and its `last_scheduled_at` advance share a txn whenever they fit in
 //!   one; a catch-up too large for one txn advances the job in its last
 //!   chunk, and a crash in between leaves runs whose re-fire is `Existed`.
@@ -42,7 +46,7 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, KvClient, Txn, TxnOp, TxnOpResponse};
 use gnomon_core::spec::JobSpec;
 use gnomon_core::Millis;
 use serde::{Deserialize, Serialize};
@@ -69,6 +73,8 @@ pub use url::{parse_url, EtcdUrl};
 
 /// Most operations (and most compares) in one txn.
 pub const MAX_OPS: usize = 120;
+/// The largest answer read from etcd.
+const MAX_ANSWER_BYTES: usize = 256 * 1024 * 1024;
 /// How many times a write is re-read and re-planned after a CAS conflict.
 const CAS_ROUNDS: usize = 20;
 
@@ -79,6 +85,9 @@ type Term = (u64, Option<String>);
 #[derive(Clone)]
 pub struct EtcdStore {
     client: Client,
+    /// Reads and writes, with room for answers as large as a prefix of
+    /// the largest records gets (the client's default refuses past 4 MiB).
+    kv: KvClient,
     p: String,
     /// scope -> (token, election key) learned from the leadership record.
     terms: std::sync::Arc<std::sync::Mutex<HashMap<String, Term>>>,
@@ -156,7 +165,8 @@ impl EtcdStore {
             ElectionError::Refused(m) => StoreError::Backend(m),
             ElectionError::Store(s) => s,
         })?;
-        Ok(Self { client, p: format!("/gnomon/{}", u.cluster), terms: Default::default() })
+        let kv = client.kv_client().max_decoding_message_size(MAX_ANSWER_BYTES);
+        Ok(Self { client, kv, p: format!("/gnomon/{}", u.cluster), terms: Default::default() })
     }
 
     fn k(&self, rest: &str) -> String {
@@ -174,7 +184,7 @@ impl EtcdStore {
     async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, StoreError> {
         let mut delay = std::time::Duration::from_millis(50);
         for attempt in 0.. {
-            let mut c = self.c();
+            let mut c = self.kv.clone();
             let result = tokio::time::timeout(std::time::Duration::from_secs(10), c.txn(txn.clone()))
                 .await
                 .map_err(|_| StoreError::Unavailable("etcd: txn timed out (its outcome is re-checked by the caller)".into()))?;
@@ -192,7 +202,7 @@ impl EtcdStore {
 
     async fn get(&self, key: String, opts: Option<GetOptions>) -> Result<etcd_client::GetResponse, StoreError> {
         retry_read(|| {
-            let mut c = self.c();
+            let mut c = self.kv.clone();
             let (key, opts) = (key.clone(), opts.clone());
             async move { c.get(key, opts).await }
         })
@@ -205,7 +215,7 @@ impl EtcdStore {
         for chunk in keys.chunks(MAX_OPS) {
             let ops: Vec<TxnOp> = chunk.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
             let resp = retry_read(|| {
-                let mut c = self.c();
+                let mut c = self.kv.clone();
                 let ops = ops.clone();
                 async move { c.txn(Txn::new().and_then(ops)).await }
             })

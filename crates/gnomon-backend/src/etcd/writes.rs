@@ -1,14 +1,64 @@
 //! The leader's fenced writes on the etcd store: fires (run keys created
 //! only under `version == 0`) and transition batches (CAS on each run key's
-//! `mod_revision`), packed into txns of at most [`MAX_OPS`] operations.
+//! `mod_revision`), packed into txns of at most [`MAX_OPS`] operations and
+//! [`MAX_TXN_BYTES`] bytes.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use gnomon_core::{AttemptState, Millis};
 
 use super::records::*;
 use super::*;
+
+/// The most bytes of keys and values one txn carries: etcd refuses a
+/// request larger than its `--max-request-bytes` (1.5 MiB by default), and
+/// a refused write would be refused again on every retry.
+pub(super) const MAX_TXN_BYTES: usize = 1024 * 1024;
+
+/// At most how long `text` is as the contents of a JSON string.
+fn json_len(text: Option<&str>) -> usize {
+    text.map_or(0, |t| {
+        t.bytes()
+            .map(|b| {
+                if b < 0x20 {
+                    6
+                } else if b == b'"' || b == b'\\' {
+                    2
+                } else {
+                    1
+                }
+            })
+            .sum()
+    })
+}
+
+/// At most how many bytes a fired run puts in its txn: its record (with its
+/// params and payload) and its index keys.
+fn fired_bytes(r: &NewRun) -> usize {
+    1024 + json_len(r.params.as_deref()) + json_len(r.payload.as_deref()) + json_len(r.reason.as_deref())
+}
+
+/// Splits `items` (in order) into runs of at most `max_count` items and
+/// [`MAX_TXN_BYTES`] bytes (an item larger than that alone goes alone).
+fn pack_by_size(items: &[usize], max_count: usize, bytes: impl Fn(usize) -> usize) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut cur: Vec<usize> = Vec::new();
+    let mut size = 0;
+    for &i in items {
+        let b = bytes(i);
+        if !cur.is_empty() && (cur.len() >= max_count || size + b > MAX_TXN_BYTES) {
+            out.push(std::mem::take(&mut cur));
+            size = 0;
+        }
+        size += b;
+        cur.push(i);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
 
 impl EtcdStore {
     /// Writes a fire: a job's runs and its advance share a txn when they fit.
@@ -42,23 +92,25 @@ impl EtcdStore {
                 units.push((uid, Vec::new(), true));
                 continue;
             }
-            let chunks: Vec<&[usize]> = idx.chunks(per_txn).collect();
+            let chunks = pack_by_size(idx, per_txn, |i| fired_bytes(&runs[i]));
             let n = chunks.len();
             for (i, c) in chunks.into_iter().enumerate() {
-                units.push((uid, c.to_vec(), i + 1 == n));
+                units.push((uid, c, i + 1 == n));
             }
         }
         // Pack units into txns.
         let mut batches: Vec<Vec<(&str, Vec<usize>, bool)>> = Vec::new();
         let mut cur: Vec<(&str, Vec<usize>, bool)> = Vec::new();
-        let mut cur_runs = 0;
+        let (mut cur_runs, mut cur_bytes) = (0, 0);
         for u in units {
             let cost = u.1.len() + usize::from(u.2);
-            if cur_runs + cost > per_txn && !cur.is_empty() {
+            let bytes: usize = u.1.iter().map(|&i| fired_bytes(&runs[i])).sum::<usize>() + 1024;
+            if (cur_runs + cost > per_txn || cur_bytes + bytes > MAX_TXN_BYTES) && !cur.is_empty() {
                 batches.push(std::mem::take(&mut cur));
-                cur_runs = 0;
+                (cur_runs, cur_bytes) = (0, 0);
             }
             cur_runs += cost;
+            cur_bytes += bytes;
             cur.push(u);
         }
         if !cur.is_empty() {
@@ -85,15 +137,18 @@ impl EtcdStore {
         let mut chunks: Vec<Vec<usize>> = Vec::new();
         let mut cur: Vec<usize> = Vec::new();
         let mut cur_ids: HashSet<&str> = HashSet::new();
-        let mut cost = 0;
+        let (mut cost, mut bytes) = (0, 0);
         for (i, t) in transitions.iter().enumerate() {
             let add = if cur_ids.contains(t.run_id.as_str()) { 0 } else { 2 } + usize::from(t.attempt.is_some()) + 2 * t.notify.len();
-            if cost + add > MAX_OPS - 4 && !cur.is_empty() && !cur_ids.contains(t.run_id.as_str()) {
+            let add_bytes = 1024 + json_len(t.reason.as_deref()) + 1024 * t.notify.len() + transition_output_bytes(t);
+            let over = cost + add > MAX_OPS - 4 || bytes + add_bytes > MAX_TXN_BYTES;
+            if over && !cur.is_empty() && !cur_ids.contains(t.run_id.as_str()) {
                 chunks.push(std::mem::take(&mut cur));
                 cur_ids.clear();
-                cost = 0;
+                (cost, bytes) = (0, 0);
             }
             cost += add;
+            bytes += add_bytes;
             cur_ids.insert(t.run_id.as_str());
             cur.push(i);
         }
@@ -103,8 +158,15 @@ impl EtcdStore {
         if chunks.is_empty() {
             self.check_fenced(fence).await?;
         }
-        for chunk in chunks {
-            self.transition_chunk(fence, transitions, &chunk, &mut applied).await?;
+        // A chunk whose records (read in the chunk's round: a run's params
+        // and payload) make it too large is split in two, by run.
+        let mut queue: VecDeque<Vec<usize>> = chunks.into();
+        while let Some(chunk) = queue.pop_front() {
+            if self.transition_chunk(fence, transitions, &chunk, &mut applied).await? == Chunk::TooLarge {
+                let (first, second) = split_by_run(transitions, &chunk);
+                queue.push_front(second);
+                queue.push_front(first);
+            }
         }
         Ok(applied)
     }
@@ -208,7 +270,13 @@ impl EtcdStore {
         Err(StoreError::Unavailable("fire: too many concurrent writers; try again".into()))
     }
 
-    async fn transition_chunk(&self, fence: &Fence, all: &[Transition], chunk: &[usize], applied: &mut [bool]) -> Result<(), StoreError> {
+    async fn transition_chunk(
+        &self,
+        fence: &Fence,
+        all: &[Transition],
+        chunk: &[usize],
+        applied: &mut [bool],
+    ) -> Result<Chunk, StoreError> {
         for _ in 0..CAS_ROUNDS {
             let mut ids: Vec<String> = chunk.iter().map(|&i| all[i].run_id.clone()).collect();
             ids.sort();
@@ -291,15 +359,18 @@ impl EtcdStore {
                 done.push(i);
             }
             if touched.is_empty() {
-                return self.check_fenced(fence).await;
+                return self.check_fenced(fence).await.map(|()| Chunk::Written);
             }
             let mut compares = self.fence_compares(fence).await?;
             let mut ops = Vec::new();
+            let mut size = 0;
             for id in &touched {
                 let key = self.k(&format!("runs/{id}"));
                 compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, read[id].1));
                 let run = &current[id];
-                ops.push(TxnOp::put(key, json(run), None));
+                let value = json(run);
+                size += key.len() + value.len();
+                ops.push(TxnOp::put(key, value, None));
                 if run.state.is_terminal() {
                     ops.push(TxnOp::delete(self.k(&format!("open/{id}")), None));
                 }
@@ -316,17 +387,53 @@ impl EtcdStore {
                     Some(rev) => compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *rev)),
                     None => compares.push(Compare::version(key.clone(), CompareOp::Equal, 0)),
                 }
-                ops.push(TxnOp::put(key, json(&attempts[k]), None));
+                let value = json(&attempts[k]);
+                size += key.len() + value.len();
+                ops.push(TxnOp::put(key, value, None));
+            }
+            size += 1024 * noted.len();
+            if size > MAX_TXN_BYTES && touched.len() > 1 {
+                return Ok(Chunk::TooLarge);
             }
             if self.txn(Txn::new().when(compares).and_then(ops)).await?.succeeded() {
                 for i in done {
                     applied[i] = true;
                 }
-                return Ok(());
+                return Ok(Chunk::Written);
             }
             self.check_fenced(fence).await?;
             // A run or attempt moved under us (a cancel request): re-read, re-plan.
         }
         Err(StoreError::Unavailable("transition: too many concurrent writers; try again".into()))
     }
+}
+
+/// What became of a chunk of transitions.
+#[derive(Debug, PartialEq, Eq)]
+enum Chunk {
+    /// Written (or found to need no write).
+    Written,
+    /// Not written: its records are larger than [`MAX_TXN_BYTES`].
+    TooLarge,
+}
+
+/// The output an attempt's end writes.
+fn transition_output_bytes(t: &Transition) -> usize {
+    match &t.attempt {
+        Some(AttemptChange::End { output, .. }) => json_len(Some(output)),
+        _ => 0,
+    }
+}
+
+/// Splits a chunk into two halves of its runs (a run's transitions stay
+/// together and in order).
+fn split_by_run(all: &[Transition], chunk: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let mut runs: Vec<&str> = Vec::new();
+    for &i in chunk {
+        if !runs.contains(&all[i].run_id.as_str()) {
+            runs.push(all[i].run_id.as_str());
+        }
+    }
+    let first: HashSet<&str> = runs[..runs.len() / 2].iter().copied().collect();
+    chunk.iter().copied().partition(|&i| first.contains(all[i].run_id.as_str()))
 }
