@@ -112,3 +112,19 @@ async fn a_user_without_write_privileges_is_refused_at_start() {
     let mut admin = sqlx::PgConnection::connect(&Server::Postgres.base_url()).await.expect("admin");
     admin.execute(sqlx::raw_sql(&format!("DROP ROLE IF EXISTS {user}"))).await.expect("drop role");
 }
+
+/// A fire and a turn of 150 runs of 128 KiB each (19 MiB of params and
+/// payloads, then 9.6 MiB of outputs) are written whole on every SQL store
+/// (statements are also bounded by bytes, not only by rows).
+#[tokio::test]
+async fn a_turn_larger_than_one_statement_is_written() {
+    for server in [Server::MySql, Server::Postgres] {
+        let db = TestDb::create(server).await.unwrap_or_else(|e| panic!("{e}"));
+        let store = open_store(&db.url).await.expect("open");
+        gnomon_backend::testing::conformance::a_turn_of_the_largest_runs_is_written(store.as_ref(), 150).await;
+        db.drop_database().await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(&format!("sqlite://{}", dir.path().join("s.db").display())).await.expect("open sqlite");
+    gnomon_backend::testing::conformance::a_turn_of_the_largest_runs_is_written(store.as_ref(), 150).await;
+}

@@ -97,7 +97,11 @@ impl<B: Backend> SqlStore<B> {
                 (r, id, row)
             })
             .collect();
-        for chunk in fresh.chunks(CHUNK) {
+        let sizes: Vec<usize> = fresh
+            .iter()
+            .map(|(r, _, _)| 512 + r.params.as_deref().map_or(0, str::len) + r.payload.as_deref().map_or(0, str::len))
+            .collect();
+        for chunk in super::chunks_by_bytes(&fresh, &sizes) {
             let mut q = Self::q(
                 "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, manual, \
                  cancel_requested, updated_at, params, payload) VALUES ",
