@@ -5,6 +5,7 @@
 //! across any pair because the *store* checks the token of every leader write.
 
 pub mod caller;
+mod chunks;
 pub mod election;
 pub mod electors;
 #[cfg(feature = "etcd")]

@@ -16,48 +16,12 @@ use super::*;
 /// a refused write would be refused again on every retry.
 pub(super) const MAX_TXN_BYTES: usize = 1024 * 1024;
 
-/// At most how long `text` is as the contents of a JSON string.
-fn json_len(text: Option<&str>) -> usize {
-    text.map_or(0, |t| {
-        t.bytes()
-            .map(|b| {
-                if b < 0x20 {
-                    6
-                } else if b == b'"' || b == b'\\' {
-                    2
-                } else {
-                    1
-                }
-            })
-            .sum()
-    })
-}
-
 /// At most how many bytes a fired run puts in its txn: its record (with its
 /// params and payload) and its index keys.
 fn fired_bytes(r: &NewRun) -> usize {
-    1024 + json_len(r.params.as_deref()) + json_len(r.payload.as_deref()) + json_len(r.reason.as_deref())
-}
-
-/// Splits `items` (in order) into runs of at most `max_count` items and
-/// [`MAX_TXN_BYTES`] bytes (an item larger than that alone goes alone).
-fn pack_by_size(items: &[usize], max_count: usize, bytes: impl Fn(usize) -> usize) -> Vec<Vec<usize>> {
-    let mut out: Vec<Vec<usize>> = Vec::new();
-    let mut cur: Vec<usize> = Vec::new();
-    let mut size = 0;
-    for &i in items {
-        let b = bytes(i);
-        if !cur.is_empty() && (cur.len() >= max_count || size + b > MAX_TXN_BYTES) {
-            out.push(std::mem::take(&mut cur));
-            size = 0;
-        }
-        size += b;
-        cur.push(i);
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
+    1024 + crate::chunks::json_len(r.params.as_deref())
+        + crate::chunks::json_len(r.payload.as_deref())
+        + crate::chunks::json_len(r.reason.as_deref())
 }
 
 impl EtcdStore {
@@ -92,10 +56,10 @@ impl EtcdStore {
                 units.push((uid, Vec::new(), true));
                 continue;
             }
-            let chunks = pack_by_size(idx, per_txn, |i| fired_bytes(&runs[i]));
+            let chunks = crate::chunks::by_size(idx, per_txn, MAX_TXN_BYTES, |&i| fired_bytes(&runs[i]));
             let n = chunks.len();
             for (i, c) in chunks.into_iter().enumerate() {
-                units.push((uid, c, i + 1 == n));
+                units.push((uid, c.to_vec(), i + 1 == n));
             }
         }
         // Pack units into txns.
@@ -140,7 +104,7 @@ impl EtcdStore {
         let (mut cost, mut bytes) = (0, 0);
         for (i, t) in transitions.iter().enumerate() {
             let add = if cur_ids.contains(t.run_id.as_str()) { 0 } else { 2 } + usize::from(t.attempt.is_some()) + 2 * t.notify.len();
-            let add_bytes = 1024 + json_len(t.reason.as_deref()) + 1024 * t.notify.len() + transition_output_bytes(t);
+            let add_bytes = 1024 + crate::chunks::json_len(t.reason.as_deref()) + 1024 * t.notify.len() + transition_output_bytes(t);
             let over = cost + add > MAX_OPS - 4 || bytes + add_bytes > MAX_TXN_BYTES;
             if over && !cur.is_empty() && !cur_ids.contains(t.run_id.as_str()) {
                 chunks.push(std::mem::take(&mut cur));
@@ -420,7 +384,7 @@ enum Chunk {
 /// The output an attempt's end writes.
 fn transition_output_bytes(t: &Transition) -> usize {
     match &t.attempt {
-        Some(AttemptChange::End { output, .. }) => json_len(Some(output)),
+        Some(AttemptChange::End { output, .. }) => crate::chunks::json_len(Some(output)),
         _ => 0,
     }
 }

@@ -80,42 +80,6 @@ pub(crate) const CHUNK: usize = 500;
 /// default 16 MiB `max_allowed_packet` with room to spare.
 pub(crate) const MAX_STATEMENT_BYTES: usize = 8 * 1024 * 1024;
 
-/// `items` in order, in slices of at most [`CHUNK`] rows and
-/// [`MAX_STATEMENT_BYTES`] of values (`sizes[i]` is item `i`'s; an item
-/// larger than that alone goes alone).
-pub(crate) fn chunks_by_bytes<'a, T>(items: &'a [T], sizes: &[usize]) -> Vec<&'a [T]> {
-    let mut out = Vec::new();
-    let (mut start, mut bytes) = (0, 0);
-    for (i, size) in sizes.iter().enumerate().take(items.len()) {
-        if i > start && (i - start >= CHUNK || bytes + size > MAX_STATEMENT_BYTES) {
-            out.push(&items[start..i]);
-            (start, bytes) = (i, 0);
-        }
-        bytes += size;
-    }
-    if start < items.len() {
-        out.push(&items[start..]);
-    }
-    out
-}
-
 /// Attempt ends carry up to 64 KiB of output each: fewer per statement, so a
 /// statement stays under MySQL's default 16 MiB `max_allowed_packet`.
 pub(crate) const END_CHUNK: usize = 64;
-
-#[cfg(test)]
-mod chunk_tests {
-    #[test]
-    fn chunks_keep_order_and_stay_under_both_bounds() {
-        let items: Vec<usize> = (0..1200).collect();
-        let small = vec![10; 1200];
-        let lens: Vec<usize> = super::chunks_by_bytes(&items, &small).iter().map(|c| c.len()).collect();
-        assert_eq!(lens, [500, 500, 200]);
-        let big = vec![3 * 1024 * 1024; 5];
-        let chunks = super::chunks_by_bytes(&items[..5], &big);
-        assert_eq!(chunks, [&[0, 1][..], &[2, 3], &[4]]);
-        let huge = vec![super::MAX_STATEMENT_BYTES * 2, 1];
-        assert_eq!(super::chunks_by_bytes(&items[..2], &huge), [&[0][..], &[1]]);
-        assert!(super::chunks_by_bytes::<usize>(&[], &[]).is_empty());
-    }
-}

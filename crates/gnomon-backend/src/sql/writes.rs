@@ -97,11 +97,10 @@ impl<B: Backend> SqlStore<B> {
                 (r, id, row)
             })
             .collect();
-        let sizes: Vec<usize> = fresh
-            .iter()
-            .map(|(r, _, _)| 512 + r.params.as_deref().map_or(0, str::len) + r.payload.as_deref().map_or(0, str::len))
-            .collect();
-        for chunk in super::chunks_by_bytes(&fresh, &sizes) {
+        let size = |(r, _, _): &(&NewRun, &String, RunRow)| {
+            512 + r.params.as_deref().map_or(0, str::len) + r.payload.as_deref().map_or(0, str::len)
+        };
+        for chunk in crate::chunks::by_size(&fresh, CHUNK, super::MAX_STATEMENT_BYTES, size) {
             let mut q = Self::q(
                 "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, manual, \
                  cancel_requested, updated_at, params, payload) VALUES ",

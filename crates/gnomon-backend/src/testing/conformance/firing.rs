@@ -117,8 +117,9 @@ pub(super) async fn a_runs_params_and_payload_are_kept_with_it(s: &dyn Store) {
 
 /// A turn as large as a leader writes, of runs as large as they get
 /// (64 KiB of params and 64 KiB of payload each, then 64 KiB of output per
-/// attempt), is written whole: a store that packs writes into requests of
-/// bounded size (etcd) splits them by bytes as well as by operations.
+/// attempt), is written whole: a store whose requests have a bounded size
+/// (an etcd txn, a SQL statement, a Raft entry) splits them by bytes as
+/// well as by count.
 pub async fn a_turn_of_the_largest_runs_is_written(s: &dyn Store, count: i64) {
     let scope = unique("scope");
     let fence = lead(s, &scope).await;
