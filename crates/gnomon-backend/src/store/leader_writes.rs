@@ -12,7 +12,10 @@ use crate::*;
 ///   `(job_uid, scheduled_at)` even when called concurrently from several
 ///   handles or processes; a duplicate is reported as
 ///   [`FireOutcome::Existed`] and changes nothing. The run and the job's
-///   `last_scheduled_at` advance are written in the same transaction;
+///   `last_scheduled_at` advance are written in the same transaction, or,
+///   for a fire too large for one request (etcd, Raft), the advance goes
+///   with the job's last runs, so a crash in between leaves runs whose
+///   re-fire is `Existed`, never an advance past runs not written;
 /// - **fence**: check, in the same transaction as its writes, that the
 ///   fence's token is the current token of its scope, and fail with
 ///   [`StoreError::Fenced`] (writing nothing) otherwise;
