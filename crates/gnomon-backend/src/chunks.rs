@@ -39,6 +39,23 @@ pub(crate) fn json_len(text: Option<&str>) -> usize {
     })
 }
 
+/// At most how many bytes a new run adds to a request: its record (with
+/// its params, payload and reason) and its index keys.
+pub(crate) fn new_run_bytes(r: &crate::NewRun) -> usize {
+    1024 + json_len(r.params.as_deref()) + json_len(r.payload.as_deref()) + json_len(r.reason.as_deref()) + json_len(r.key.as_deref())
+}
+
+/// At most how many bytes a transition adds to a request (not counting the
+/// run record a store may rewrite with it): its reason, an ended attempt's
+/// output and its notifications.
+pub(crate) fn transition_bytes(t: &crate::Transition) -> usize {
+    let output = match &t.attempt {
+        Some(crate::AttemptChange::End { output, .. }) => json_len(Some(output)),
+        _ => 0,
+    };
+    1024 + json_len(t.reason.as_deref()) + output + 1024 * t.notify.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

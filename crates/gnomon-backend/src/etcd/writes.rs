@@ -10,19 +10,12 @@ use gnomon_core::{AttemptState, Millis};
 
 use super::records::*;
 use super::*;
+use crate::chunks::{new_run_bytes, transition_bytes};
 
 /// The most bytes of keys and values one txn carries: etcd refuses a
 /// request larger than its `--max-request-bytes` (1.5 MiB by default), and
 /// a refused write would be refused again on every retry.
 pub(super) const MAX_TXN_BYTES: usize = 1024 * 1024;
-
-/// At most how many bytes a fired run puts in its txn: its record (with its
-/// params and payload) and its index keys.
-fn fired_bytes(r: &NewRun) -> usize {
-    1024 + crate::chunks::json_len(r.params.as_deref())
-        + crate::chunks::json_len(r.payload.as_deref())
-        + crate::chunks::json_len(r.reason.as_deref())
-}
 
 impl EtcdStore {
     /// Writes a fire: a job's runs and its advance share a txn when they fit.
@@ -56,7 +49,7 @@ impl EtcdStore {
                 units.push((uid, Vec::new(), true));
                 continue;
             }
-            let chunks = crate::chunks::by_size(idx, per_txn, MAX_TXN_BYTES, |&i| fired_bytes(&runs[i]));
+            let chunks = crate::chunks::by_size(idx, per_txn, MAX_TXN_BYTES, |&i| new_run_bytes(&runs[i]));
             let n = chunks.len();
             for (i, c) in chunks.into_iter().enumerate() {
                 units.push((uid, c.to_vec(), i + 1 == n));
@@ -68,7 +61,7 @@ impl EtcdStore {
         let (mut cur_runs, mut cur_bytes) = (0, 0);
         for u in units {
             let cost = u.1.len() + usize::from(u.2);
-            let bytes: usize = u.1.iter().map(|&i| fired_bytes(&runs[i])).sum::<usize>() + 1024;
+            let bytes: usize = u.1.iter().map(|&i| new_run_bytes(&runs[i])).sum::<usize>() + 1024;
             if (cur_runs + cost > per_txn || cur_bytes + bytes > MAX_TXN_BYTES) && !cur.is_empty() {
                 batches.push(std::mem::take(&mut cur));
                 (cur_runs, cur_bytes) = (0, 0);
@@ -104,7 +97,7 @@ impl EtcdStore {
         let (mut cost, mut bytes) = (0, 0);
         for (i, t) in transitions.iter().enumerate() {
             let add = if cur_ids.contains(t.run_id.as_str()) { 0 } else { 2 } + usize::from(t.attempt.is_some()) + 2 * t.notify.len();
-            let add_bytes = 1024 + crate::chunks::json_len(t.reason.as_deref()) + 1024 * t.notify.len() + transition_output_bytes(t);
+            let add_bytes = transition_bytes(t);
             let over = cost + add > MAX_OPS - 4 || bytes + add_bytes > MAX_TXN_BYTES;
             if over && !cur.is_empty() && !cur_ids.contains(t.run_id.as_str()) {
                 chunks.push(std::mem::take(&mut cur));
@@ -379,14 +372,6 @@ enum Chunk {
     Written,
     /// Not written: its records are larger than [`MAX_TXN_BYTES`].
     TooLarge,
-}
-
-/// The output an attempt's end writes.
-fn transition_output_bytes(t: &Transition) -> usize {
-    match &t.attempt {
-        Some(AttemptChange::End { output, .. }) => crate::chunks::json_len(Some(output)),
-        _ => 0,
-    }
 }
 
 /// Splits a chunk into two halves of its runs (a run's transitions stay

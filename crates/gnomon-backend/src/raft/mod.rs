@@ -32,6 +32,7 @@ mod prevote;
 mod service;
 mod state;
 pub mod types;
+mod writes;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -444,99 +445,6 @@ impl LeadershipStore for RaftStore {
     async fn advance_leader_time(&self, fence: &Fence, at: Millis) -> Result<Millis, StoreError> {
         self.ask(Command::LeaderTime { fence: fence.clone(), at }, |r| match r {
             Reply::LeaderTime(t) => Ok(t),
-            r => Err(r),
-        })
-        .await
-    }
-}
-
-/// About the most bytes of runs and transitions one log entry carries: a
-/// larger write goes as several entries, so that no entry is too large to
-/// replicate within an election timeout.
-const MAX_ENTRY_BYTES: usize = 1024 * 1024;
-
-/// At most how many bytes a new run adds to an entry.
-fn new_run_bytes(r: &NewRun) -> usize {
-    use crate::chunks::json_len;
-    512 + json_len(r.params.as_deref()) + json_len(r.payload.as_deref()) + json_len(r.reason.as_deref()) + json_len(r.key.as_deref())
-}
-
-/// At most how many bytes a transition adds to an entry.
-fn transition_bytes(t: &Transition) -> usize {
-    let output = match &t.attempt {
-        Some(AttemptChange::End { output, .. }) => crate::chunks::json_len(Some(output)),
-        _ => 0,
-    };
-    512 + crate::chunks::json_len(t.reason.as_deref()) + output + 1024 * t.notify.len()
-}
-
-impl RaftStore {
-    async fn fire_entry(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
-        self.ask(Command::fire(fence.clone(), runs.to_vec(), advances.to_vec()), |r| match r {
-            Reply::Fired(v) => Ok(v),
-            r => Err(r),
-        })
-        .await
-    }
-
-    async fn transition_entry(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
-        self.ask(Command::Transition { fence: fence.clone(), transitions: transitions.to_vec() }, |r| match r {
-            Reply::Transitioned(v) => Ok(v),
-            r => Err(r),
-        })
-        .await
-    }
-}
-
-#[async_trait]
-impl LeaderWrites for RaftStore {
-    /// One entry, or (past about a MiB) several in order, the
-    /// advances in the last: a crash in between leaves runs whose re-fire
-    /// is `Existed`, as on etcd.
-    async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
-        let chunks = crate::chunks::by_size(runs, usize::MAX, MAX_ENTRY_BYTES, new_run_bytes);
-        if chunks.len() <= 1 {
-            return self.fire_entry(fence, runs, advances).await;
-        }
-        let mut out = Vec::with_capacity(runs.len());
-        let last = chunks.len() - 1;
-        for (i, chunk) in chunks.into_iter().enumerate() {
-            out.extend(self.fire_entry(fence, chunk, if i == last { advances } else { &[] }).await?);
-        }
-        Ok(out)
-    }
-
-    /// One entry, or several in order (each transition is its own CAS).
-    async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
-        let chunks = crate::chunks::by_size(transitions, usize::MAX, MAX_ENTRY_BYTES, transition_bytes);
-        if chunks.len() <= 1 {
-            return self.transition_entry(fence, transitions).await;
-        }
-        let mut out = Vec::with_capacity(transitions.len());
-        for chunk in chunks {
-            out.extend(self.transition_entry(fence, chunk).await?);
-        }
-        Ok(out)
-    }
-
-    /// One entry; a turn past about a MiB is its fire, then its
-    /// transitions, each as [`Self::fire`] and [`Self::transition`] write
-    /// them.
-    async fn fire_and_transition(
-        &self,
-        fence: &Fence,
-        runs: &[NewRun],
-        advances: &[JobAdvance],
-        transitions: &[Transition],
-    ) -> Result<TurnWrite, StoreError> {
-        let bytes = runs.iter().map(new_run_bytes).sum::<usize>() + transitions.iter().map(transition_bytes).sum::<usize>();
-        if bytes > MAX_ENTRY_BYTES {
-            let fired = self.fire(fence, runs, advances).await?;
-            let applied = if transitions.is_empty() { Ok(Vec::new()) } else { self.transition(fence, transitions).await };
-            return Ok(TurnWrite { fired, applied });
-        }
-        self.ask(Command::turn(fence.clone(), runs.to_vec(), advances.to_vec(), transitions.to_vec()), |r| match r {
-            Reply::Turn(t) => Ok(t),
             r => Err(r),
         })
         .await
