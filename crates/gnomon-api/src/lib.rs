@@ -14,7 +14,7 @@ pub mod status;
 
 pub use cluster::{ClusterMember, ClusterStatus, NewLearner, Removed};
 pub use jobs::{Job, JobList, JobStatus, PreviewFire, SchedulePreview, SchedulePreviewRequest};
-pub use runs::{Attempt, Run, RunList, RunNotification, TriggerAnswer, TriggerBody, Triggered};
+pub use runs::{Attempt, GraphRun, Run, RunGraph, RunList, RunNotification, TriggerAnswer, TriggerBody, Triggered};
 pub use status::{Backpressure, Caller, ClockInfo, Health, Leader, Ready, Worker, WorkerList, WorkerState};
 
 use serde::{Deserialize, Serialize};

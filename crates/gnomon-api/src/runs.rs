@@ -40,9 +40,14 @@ pub struct Run {
     /// Its attempts, oldest first (on a single run's answer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<Attempt>>,
-    /// Why a pending run has not been assigned yet, when the leader knows.
+    /// Why a pending run has not been assigned yet, when the leader knows;
+    /// for a `waiting` run, the upstreams it still waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+    /// The runs of its instant that it runs after and that run after it
+    /// (on a single run's answer, for a job with upstreams or dependents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<RunGraph>,
     /// The notifications its outcomes raised (on a single run's answer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notifications: Option<Vec<RunNotification>>,
@@ -56,6 +61,32 @@ pub struct Run {
     /// run's answer; absent for other runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<String>,
+}
+
+/// The dependency graph of one run's instant: its upstreams' runs and its
+/// dependents' runs of the same `scheduled_at`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunGraph {
+    /// One entry per run of an upstream at the instant (an upstream with
+    /// none has one entry without a run), in the order the job names them.
+    pub upstream: Vec<GraphRun>,
+    /// One entry per job that runs after this run's job, with its run of
+    /// the instant if it has one.
+    pub downstream: Vec<GraphRun>,
+}
+
+/// A job's run at the instant of a dependency graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct GraphRun {
+    /// The job.
+    pub job: String,
+    /// The outcomes of the upstream's run the edge runs on (`succeeded`,
+    /// `failed` or `any`).
+    pub on: gnomon_core::deps::On,
+    /// The run, if the job has one at the instant.
+    pub id: Option<String>,
+    /// Its state.
+    pub state: Option<RunState>,
 }
 
 /// One notification of a run: where it goes and how its delivery stands.

@@ -42,7 +42,11 @@ pub(crate) fn json_len(text: Option<&str>) -> usize {
 /// At most how many bytes a new run adds to a request: its record (with
 /// its params, payload and reason) and its index keys.
 pub(crate) fn new_run_bytes(r: &crate::NewRun) -> usize {
-    1024 + json_len(r.params.as_deref()) + json_len(r.payload.as_deref()) + json_len(r.reason.as_deref()) + json_len(r.key.as_deref())
+    1024 + json_len(r.params.as_deref())
+        + json_len(r.payload.as_deref())
+        + json_len(r.upstream.as_deref())
+        + json_len(r.reason.as_deref())
+        + json_len(r.key.as_deref())
 }
 
 /// At most how many bytes a transition adds to a request (not counting the

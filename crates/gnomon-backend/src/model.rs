@@ -106,6 +106,32 @@ pub fn keyed_run_id(job_uid: &str, key: &str) -> String {
     format!("{job_uid}-k{}", hex::encode(&digest[..16]))
 }
 
+/// The id of the dependency run of `job_uid` at the upstream instant
+/// `scheduled_at`: one per (job, instant), however many upstream runs of
+/// that instant make it, and apart from the job's scheduled and manual ids
+/// (a job with a schedule and upstreams has both).
+pub fn dep_run_id(job_uid: &str, scheduled_at: Millis) -> String {
+    format!("{job_uid}-d{scheduled_at}")
+}
+
+/// The runs that may decide a dependency run of the instant `at`, per
+/// edge in edge order: the upstream's scheduled run and its own dependency
+/// run of the instant, and the run that made this one if it is the
+/// upstream's (a manual or keyed run).
+pub fn upstream_candidates(after: &gnomon_core::deps::RunAfter, at: Millis) -> Vec<Vec<String>> {
+    after
+        .edges
+        .iter()
+        .map(|e| {
+            let mut ids = vec![run_id(&e.uid, at), dep_run_id(&e.uid, at)];
+            if e.uid == after.of_uid && !ids.contains(&after.of) {
+                ids.push(after.of.clone());
+            }
+            ids
+        })
+        .collect()
+}
+
 /// A run's live attempt and the worker it was assigned to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveAttempt {
@@ -138,17 +164,24 @@ pub struct NewRun {
     /// most 64 KiB); `None` for every other run.
     #[serde(default)]
     pub payload: Option<String>,
+    /// A dependency run's record of the run that made it and the edges
+    /// that decide it ([`gnomon_core::deps::RunAfter`] as JSON); its id is
+    /// then [`dep_run_id`]. `None` for every other run.
+    #[serde(default)]
+    pub upstream: Option<String>,
 }
 
 impl NewRun {
     /// A run with no field beyond the first shape of a fire (no key, no
-    /// params, no payload): how the Raft log has always encoded it.
+    /// params, no payload, no edges): how the Raft log has always encoded it.
     pub fn is_plain(&self) -> bool {
-        self.key.is_none() && self.params.is_none() && self.payload.is_none()
+        self.key.is_none() && self.params.is_none() && self.payload.is_none() && self.upstream.is_none()
     }
 
     pub fn id(&self) -> String {
-        if let (true, Some(key)) = (self.manual, &self.key) {
+        if self.upstream.is_some() {
+            dep_run_id(&self.job_uid, self.scheduled_at)
+        } else if let (true, Some(key)) = (self.manual, &self.key) {
             keyed_run_id(&self.job_uid, key)
         } else if self.manual {
             manual_run_id(&self.job_uid, self.scheduled_at)
@@ -236,6 +269,8 @@ pub struct RunRecord {
     /// The body of the webhook call that started the run; `None` for other
     /// runs.
     pub payload: Option<String>,
+    /// A dependency run's origin and edges (see [`NewRun::upstream`]).
+    pub upstream: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -80,6 +80,7 @@ async fn retention_deletes_old_terminal_runs_only() {
             key: None,
             params: None,
             payload: None,
+            upstream: None,
         })
         .collect();
     store.fire(&fence, &runs, &[]).await.unwrap();
@@ -129,6 +130,7 @@ async fn retention_counts_runs_per_job_not_per_name() {
                 key: None,
                 params: None,
                 payload: None,
+                upstream: None,
             })
             .collect()
     };
@@ -238,6 +240,7 @@ async fn batches_beyond_one_txn_are_split_within_etcds_limits() {
                 key: None,
                 params: None,
                 payload: None,
+                upstream: None,
             }
         })
         .collect();

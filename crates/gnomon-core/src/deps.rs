@@ -35,7 +35,9 @@ pub enum On {
     Succeeded,
     /// The upstream's run failed (its last attempt failed, timed out or was lost).
     Failed,
-    /// The upstream's run ended, whatever its outcome.
+    /// The upstream's run ended after it ran or was cancelled: succeeded,
+    /// failed or cancelled (a skipped instant never ran, and releases no
+    /// edge).
     Any,
 }
 
@@ -54,7 +56,7 @@ impl On {
         match self {
             On::Succeeded => state == RunState::Succeeded,
             On::Failed => state == RunState::Failed,
-            On::Any => state.is_terminal(),
+            On::Any => state.is_terminal() && state != RunState::Skipped,
         }
     }
 }
@@ -98,6 +100,45 @@ pub fn validate_edges(name: &str, edges: &[AfterEdge]) -> Result<(), SpecError> 
         }
     }
     Ok(())
+}
+
+/// What a dependency run records of where it came from: the run whose
+/// fire made it, and its job's edges as they were then, each with the
+/// upstream's uid (a job deleted and created again is another job). The
+/// edges recorded decide the run, whatever becomes of its job's spec while
+/// it waits. Stored with the run as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunAfter {
+    /// The id of the upstream run that made this one…
+    pub of: String,
+    /// …and its job's uid.
+    pub of_uid: String,
+    /// The job's edges when the run was made, in the order it declared them.
+    pub edges: Vec<StoredEdge>,
+}
+
+/// One edge as a dependency run records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredEdge {
+    /// The upstream job's name…
+    pub job: String,
+    /// …and its uid when the run was made.
+    pub uid: String,
+    /// The outcomes of the upstream's runs that release the edge.
+    #[serde(default)]
+    pub on: On,
+}
+
+impl RunAfter {
+    /// The record as the run stores it.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The record in `text`; `None` when it is not one.
+    pub fn parse(text: &str) -> Option<RunAfter> {
+        serde_json::from_str(text).ok()
+    }
 }
 
 /// A namespace's dependency graph: each job's upstreams, by name.
@@ -322,9 +363,20 @@ mod tests {
     }
 
     #[test]
+    fn a_runs_record_of_its_edges_round_trips() {
+        let after = RunAfter {
+            of: "u1-1000".into(),
+            of_uid: "u1".into(),
+            edges: vec![StoredEdge { job: "load".into(), uid: "u1".into(), on: On::Any }],
+        };
+        assert_eq!(RunAfter::parse(&after.to_json()), Some(after));
+        assert_eq!(RunAfter::parse("not json"), None);
+    }
+
+    #[test]
     fn on_accepts_only_terminal_states() {
         for s in crate::run::ALL_RUN_STATES {
-            assert_eq!(On::Any.accepts(s), s.is_terminal());
+            assert_eq!(On::Any.accepts(s), s.is_terminal() && s != RunState::Skipped);
             assert_eq!(On::Succeeded.accepts(s), s == RunState::Succeeded);
             assert_eq!(On::Failed.accepts(s), s == RunState::Failed);
         }

@@ -62,7 +62,7 @@ pub fn validate_declared(declared: &BTreeMap<String, ParamSpec>, scheduled: bool
             return Err(SpecError::new(
                 "missing_default",
                 format!("{field}.default"),
-                "a job with a schedule fires without a trigger to set it: give it a default",
+                "a job with a schedule or upstreams starts runs that no trigger sets: give it a default",
             ));
         }
     }
@@ -123,6 +123,20 @@ pub fn resolve(declared: &BTreeMap<String, ParamSpec>, given: &Params) -> Result
     Ok(Some(values))
 }
 
+/// The values of a dependency run: with no params declared, those of the
+/// upstream run that made it, as they are; else the job's own, each taken
+/// from the upstream run where it has a value of that name, else its
+/// default. `None` when neither has any.
+pub fn inherit(declared: &BTreeMap<String, ParamSpec>, upstream: Option<&Params>) -> Option<Params> {
+    if declared.is_empty() {
+        return upstream.cloned();
+    }
+    let given: Params = upstream
+        .map(|u| u.iter().filter(|(k, _)| declared.contains_key(*k)).map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    resolve(declared, &given).ok().flatten().or_else(|| defaults(declared))
+}
+
 /// The defaults of a job whose every parameter has one (a scheduled
 /// fire's values); `None` when it declares none.
 pub fn defaults(declared: &BTreeMap<String, ParamSpec>) -> Option<Params> {
@@ -150,6 +164,20 @@ mod tests {
 
     fn declared(v: serde_json::Value) -> BTreeMap<String, ParamSpec> {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_dependency_run_inherits_or_takes_its_own() {
+        let up: Params = [("day".to_string(), serde_json::json!("2026-12-01")), ("n".to_string(), serde_json::json!(3))].into();
+        assert_eq!(inherit(&BTreeMap::new(), Some(&up)), Some(up.clone()), "no declaration: the upstream's values");
+        assert_eq!(inherit(&BTreeMap::new(), None), None);
+        let declared: BTreeMap<String, ParamSpec> =
+            serde_json::from_str(r#"{"day": {"default": "today"}, "mode": {"default": "full"}}"#).unwrap();
+        let got = inherit(&declared, Some(&up)).unwrap();
+        assert_eq!(got.get("day"), Some(&serde_json::json!("2026-12-01")), "a declared name takes the upstream's value");
+        assert_eq!(got.get("mode"), Some(&serde_json::json!("full")), "else its default");
+        assert!(!got.contains_key("n"), "an undeclared name is not taken");
+        assert_eq!(inherit(&declared, None).unwrap().get("day"), Some(&serde_json::json!("today")));
     }
 
     #[test]

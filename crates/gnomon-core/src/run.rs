@@ -3,17 +3,22 @@
 //! `pending → assigned → running → succeeded`; an attempt can end `failed`,
 //! `timed_out` or `lost`, and the run then goes `retrying → pending` while
 //! attempts remain, else `failed`. `cancelled` and `skipped` are terminal too.
+//! A dependency run starts `waiting` for its upstreams and becomes
+//! `pending` (or `skipped`) once they have decided it.
 //! Terminal states are final.
 
 use serde::{Deserialize, Serialize};
 
-/// Where a run is in its lifecycle: `pending`, `assigned`, `running` and
-/// `retrying` are open; `succeeded`, `failed`, `cancelled` and `skipped`
+/// Where a run is in its lifecycle: `waiting`, `pending`, `assigned`,
+/// `running` and `retrying` are open; `succeeded`, `failed`, `cancelled` and `skipped`
 /// are terminal and final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
+    /// A dependency run waiting for its upstreams' runs of the same instant
+    /// to end (its `waiting_for` names them).
+    Waiting,
     /// Waiting for a worker: just fired or triggered, or a retry whose
     /// delay has passed.
     Pending,
@@ -37,7 +42,8 @@ pub enum RunState {
 }
 
 /// Every run state, in lifecycle order.
-pub const ALL_RUN_STATES: [RunState; 8] = [
+pub const ALL_RUN_STATES: [RunState; 9] = [
+    RunState::Waiting,
     RunState::Pending,
     RunState::Assigned,
     RunState::Running,
@@ -53,6 +59,7 @@ impl RunState {
     /// `succeeded`, …).
     pub fn as_str(self) -> &'static str {
         match self {
+            RunState::Waiting => "waiting",
             RunState::Pending => "pending",
             RunState::Assigned => "assigned",
             RunState::Running => "running",
@@ -85,6 +92,7 @@ impl RunState {
     pub fn can_become(self, to: RunState) -> bool {
         use RunState::*;
         match self {
+            Waiting => matches!(to, Pending | Cancelled | Skipped),
             Pending => matches!(to, Assigned | Cancelled | Skipped),
             // An attempt may finish before its start is recorded, and an
             // undeliverable assignment goes back to pending.
@@ -203,6 +211,11 @@ mod tests {
         }
         assert!(!Pending.can_become(Running));
         assert!(!Retrying.can_become(Running));
+        // A waiting run is released, skipped or cancelled; nothing else.
+        for to in ALL_RUN_STATES {
+            assert_eq!(Waiting.can_become(to), matches!(to, Pending | Skipped | Cancelled), "waiting -> {to}");
+        }
+        assert!(!Waiting.is_terminal() && !Waiting.is_active());
         assert_eq!(run_state_after_attempt(AttemptState::Failed, 1, 3), Retrying);
         assert_eq!(run_state_after_attempt(AttemptState::Lost, 3, 3), Failed);
         assert_eq!(run_state_after_attempt(AttemptState::TimedOut, 2, 3), Retrying);
@@ -213,7 +226,7 @@ mod tests {
         /// Any walk through allowed transitions never leaves a terminal state
         /// and strings round-trip.
         #[test]
-        fn random_walks_respect_finality(steps in proptest::collection::vec(0usize..8, 0..50)) {
+        fn random_walks_respect_finality(steps in proptest::collection::vec(0usize..9, 0..50)) {
             let mut state = RunState::Pending;
             for i in steps {
                 let to = ALL_RUN_STATES[i];

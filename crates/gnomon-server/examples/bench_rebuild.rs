@@ -87,6 +87,7 @@ async fn bench(jobs: usize) -> Result<(), String> {
             key: None,
             params: None,
             payload: None,
+            upstream: None,
         })
         .collect();
     for chunk in runs.chunks(2048) {

@@ -344,6 +344,7 @@ async fn failed_writes_lose_no_due_fire_and_no_retry() {
         key: None,
         params: None,
         payload: None,
+        upstream: None,
     };
     let id = run.id();
     sqlite.fire(&fence, &[run], &[]).await.unwrap();

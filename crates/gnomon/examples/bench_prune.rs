@@ -85,6 +85,7 @@ async fn bench(name: &str, url: &str, total: usize) {
                 key: None,
                 params: None,
                 payload: None,
+                upstream: None,
             });
             if batch.len() == 5000 {
                 store.fire(&fence, &batch, &[]).await.expect("fire");

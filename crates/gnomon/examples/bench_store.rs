@@ -77,6 +77,7 @@ async fn bench(name: &str, url: &str) {
             key: None,
             params: None,
             payload: None,
+            upstream: None,
         })
         .collect();
     let t = Instant::now();
@@ -144,6 +145,7 @@ async fn bench(name: &str, url: &str) {
             key: None,
             params: None,
             payload: None,
+            upstream: None,
         })
         .collect();
     let setup = lead(store.as_ref(), gnomon_server::node::SCOPE).await;

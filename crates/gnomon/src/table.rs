@@ -158,6 +158,20 @@ pub fn run_detail(v: &Run, out: Output) -> anyhow::Result<()> {
             }
         }
     }
+    if let Some(g) = &v.graph {
+        println!();
+        let side = |name: &str, list: &[gnomon_api::GraphRun]| -> Vec<Vec<String>> {
+            list.iter()
+                .map(|r| {
+                    let state = r.state.map(|s| s.as_str().to_string()).unwrap_or_else(|| "(no run)".into());
+                    vec![name.to_string(), r.job.clone(), r.on.as_str().to_string(), state, opt(&r.id)]
+                })
+                .collect()
+        };
+        let mut rows = side("upstream", &g.upstream);
+        rows.extend(side("downstream", &g.downstream));
+        print_table(&["graph", "job", "on", "state", "run"], rows);
+    }
     let notes = v.notifications.as_deref().unwrap_or_default();
     if !notes.is_empty() {
         println!();

@@ -50,6 +50,8 @@ pub(super) struct ERun {
     pub(super) params: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) payload: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) upstream: Option<String>,
 }
 
 impl From<ERun> for RunRecord {
@@ -71,6 +73,7 @@ impl From<ERun> for RunRecord {
             updated_at: r.updated_at,
             params: r.params,
             payload: r.payload,
+            upstream: r.upstream,
         }
     }
 }

@@ -15,7 +15,7 @@ impl EtcdStore {
             };
             let key = self.k(&format!("runs/{run_id}"));
             let (outcome, ops) = match run.state {
-                RunState::Pending | RunState::Retrying => {
+                RunState::Waiting | RunState::Pending | RunState::Retrying => {
                     run.state = RunState::Cancelled;
                     run.reason = Some("cancelled by request".into());
                     run.updated_at = now;

@@ -192,6 +192,7 @@ impl EtcdStore {
                         updated_at: r.fired_at,
                         params: r.params.clone(),
                         payload: r.payload.clone(),
+                        upstream: r.upstream.clone(),
                     };
                     ops.push(TxnOp::put(key, json(&run), None));
                     if !r.state.is_terminal() {

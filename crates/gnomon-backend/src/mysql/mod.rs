@@ -92,6 +92,8 @@ const MIGRATIONS: &[Migration] = &[
     // The body of the webhook call that started a run (see the SQLite
     // migration 9); up to 64 KiB.
     Migration { version: 8, statements: &["ALTER TABLE runs ADD COLUMN payload MEDIUMTEXT NULL"] },
+    // A dependency run's origin and edges (see the SQLite migration 10).
+    Migration { version: 9, statements: &["ALTER TABLE runs ADD COLUMN upstream MEDIUMTEXT NULL"] },
 ];
 
 const DIALECT: Dialect = Dialect {

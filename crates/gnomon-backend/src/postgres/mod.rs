@@ -87,6 +87,16 @@ const MIGRATIONS: &[Migration] = &[
     // The body of the webhook call that started a run (see the SQLite
     // migration 9).
     Migration { version: 8, statements: &["ALTER TABLE runs ADD COLUMN IF NOT EXISTS payload TEXT"] },
+    // A dependency run's origin and edges; `waiting` is an open state (see
+    // the SQLite migration 10).
+    Migration {
+        version: 9,
+        statements: &[
+            "ALTER TABLE runs ADD COLUMN IF NOT EXISTS upstream TEXT",
+            "DROP INDEX IF EXISTS runs_open",
+            "CREATE INDEX IF NOT EXISTS runs_open ON runs (state) WHERE state IN ('waiting', 'pending', 'assigned', 'running', 'retrying')",
+        ],
+    },
 ];
 
 const DIALECT: Dialect = Dialect {

@@ -214,6 +214,7 @@ mod legacy_runs {
                 key: None,
                 params: None,
                 payload: None,
+                upstream: None,
             })
             .collect())
     }
@@ -442,6 +443,7 @@ mod tests {
             key: None,
             params: None,
             payload: None,
+            upstream: None,
         };
         let fence = Fence { scope: "scheduler".into(), token: 9 << 20 };
         assert!(matches!(Command::fire(fence.clone(), vec![plain.clone()], vec![]), Command::Fire { .. }));

@@ -55,6 +55,7 @@ pub(crate) fn run_from_row(r: &impl SqlRow) -> Result<RunRecord, StoreError> {
         updated_at: r.int("updated_at")?,
         params: r.opt_text("params")?,
         payload: r.opt_text("payload")?,
+        upstream: r.opt_text("upstream")?,
     })
 }
 

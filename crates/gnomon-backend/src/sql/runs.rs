@@ -18,7 +18,7 @@ impl<B: Backend> RunStore for SqlStore<B> {
         let attempts = [
             (
                 "UPDATE runs SET state = 'cancelled', reason = 'cancelled by request', updated_at = ? \
-                 WHERE id = ? AND state IN ('pending', 'retrying')",
+                 WHERE id = ? AND state IN ('waiting', 'pending', 'retrying')",
                 CancelOutcome::Cancelled,
             ),
             (
@@ -74,7 +74,7 @@ impl<B: Backend> RunStore for SqlStore<B> {
     }
 
     async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        let q = Self::q("SELECT * FROM runs WHERE state IN ('pending', 'assigned', 'running', 'retrying') ORDER BY seq");
+        let q = Self::q("SELECT * FROM runs WHERE state IN ('waiting', 'pending', 'assigned', 'running', 'retrying') ORDER BY seq");
         self.read_all(q).await?.iter().map(run_from_row).collect()
     }
 

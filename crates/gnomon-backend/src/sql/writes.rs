@@ -98,19 +98,21 @@ impl<B: Backend> SqlStore<B> {
             })
             .collect();
         let size = |(r, _, _): &(&NewRun, &String, RunRow)| {
-            512 + r.params.as_deref().map_or(0, str::len) + r.payload.as_deref().map_or(0, str::len)
+            512 + r.params.as_deref().map_or(0, str::len)
+                + r.payload.as_deref().map_or(0, str::len)
+                + r.upstream.as_deref().map_or(0, str::len)
         };
         for chunk in crate::chunks::by_size(&fresh, CHUNK, super::MAX_STATEMENT_BYTES, size) {
             let mut q = Self::q(
                 "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, manual, \
-                 cancel_requested, updated_at, params, payload) VALUES ",
+                 cancel_requested, updated_at, params, payload, upstream) VALUES ",
             );
             for (i, (r, id, row)) in chunk.iter().enumerate() {
                 q = q
                     .push(if i > 0 {
-                        ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)"
+                        ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)"
                     } else {
-                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)"
+                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)"
                     })
                     .bind(*id)
                     .bind(&r.job_uid)
@@ -125,7 +127,8 @@ impl<B: Backend> SqlStore<B> {
                     .bind(r.manual)
                     .bind(row.updated_at)
                     .bind(r.params.clone())
-                    .bind(r.payload.clone());
+                    .bind(r.payload.clone())
+                    .bind(r.upstream.clone());
             }
             let n = tx.execute(q.or_ignore("id").once()).await?;
             if n != chunk.len() as u64 {

@@ -51,8 +51,8 @@ fn err(e: rusqlite::Error) -> StoreError {
 
 const FENCE: &str = "SELECT token FROM leadership WHERE scope = ?1";
 const INSERT_RUN: &str = "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, \
-                          next_attempt_at, manual, cancel_requested, updated_at, params, payload) \
-                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14) ON CONFLICT DO NOTHING";
+                          next_attempt_at, manual, cancel_requested, updated_at, params, payload, upstream) \
+                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15) ON CONFLICT DO NOTHING";
 const ADVANCE_JOB: &str = "UPDATE jobs SET last_scheduled_at = MAX(COALESCE(last_scheduled_at, ?2), ?2) WHERE uid = ?1";
 const CAS_RUN: &str = "UPDATE runs SET state = ?4, attempt = ?5, reason = COALESCE(?6, reason), next_attempt_at = ?7, \
                        updated_at = ?8, cancel_requested = CASE WHEN ?9 THEN 0 ELSE cancel_requested END \
@@ -118,6 +118,7 @@ pub(crate) fn turn_write(
                     row.updated_at,
                     r.params,
                     r.payload,
+                    r.upstream,
                 ])
                 .map_err(err)?;
             if n == 1 {

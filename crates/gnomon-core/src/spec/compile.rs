@@ -130,7 +130,9 @@ impl JobSpec {
             }
         }
         crate::notify::compile_targets(&mut spec.notify)?;
-        crate::params::validate_declared(&spec.params, !matches!(schedule, Schedule::Manual))?;
+        crate::deps::validate_edges(&spec.name, &spec.after)?;
+        let untriggered = !matches!(schedule, Schedule::Manual) || !spec.after.is_empty();
+        crate::params::validate_declared(&spec.params, untriggered)?;
         crate::triggers::validate(&spec.triggers, &spec.params)?;
         let default_params = crate::params::defaults(&spec.params).map(|v| serde_json::to_string(&v).unwrap_or_default());
         Ok(CompiledJob {
@@ -391,5 +393,22 @@ mod tests {
         let long = format!(r#"{{"name":"{}","executor":{{"shell":{{"command":"true"}}}}}}"#, "a".repeat(129));
         assert_eq!(compile(&long).unwrap_err().code, "invalid_name");
         assert_eq!(parse_job_json(b"{\"name\":\"\xff\"}").unwrap_err().code, "invalid_encoding");
+    }
+
+    #[test]
+    fn after_edges_are_checked_where_the_job_is_parsed() {
+        let j = compile(r#"{"name":"report","after":[{"job":"load"},{"job":"clean","on":"any"}],"executor":{"shell":{"command":"true"}}}"#)
+            .unwrap();
+        assert_eq!(j.spec.after.len(), 2);
+        assert_eq!(j.spec.after[0].on, crate::deps::On::Succeeded);
+        let e = compile(r#"{"name":"report","after":[{"job":"report"}],"executor":{"shell":{"command":"true"}}}"#).unwrap_err();
+        assert_eq!((e.code, e.field.as_str()), ("dependency_cycle", "after[0].job"));
+        let e =
+            compile(r#"{"name":"report","after":[{"job":"load","on":"sometimes"}],"executor":{"shell":{"command":"true"}}}"#).unwrap_err();
+        assert!(e.field.starts_with("after[0]"), "{e:?}");
+        // A dependency job starts runs no trigger sets: its params need defaults.
+        let e = compile(r#"{"name":"report","after":[{"job":"load"}],"params":{"day":{}},"executor":{"shell":{"command":"true"}}}"#)
+            .unwrap_err();
+        assert_eq!((e.code, e.field.as_str()), ("missing_default", "params.day.default"));
     }
 }

@@ -83,6 +83,13 @@ pub struct JobSpec {
     /// `GNOMON_PARAM_<NAME>` and in the JSON file `GNOMON_PARAMS_FILE`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub params: BTreeMap<String, crate::params::ParamSpec>,
+    /// The jobs of this namespace whose runs this job runs after: for each
+    /// run of an upstream at an instant, this job gets one run of the same
+    /// instant, which waits until every upstream's run of that instant has
+    /// ended and runs if each ended as its edge's `on` accepts (else it is
+    /// recorded `skipped`). At most 32 edges; no cycles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<crate::deps::AfterEdge>,
     /// What else may start the job's runs: `{"webhook": {…}}`, a signed
     /// `POST /v1/hooks/{namespace}/{job}` whose body is the run's payload.
     #[serde(default, skip_serializing_if = "crate::triggers::TriggersSpec::is_empty")]

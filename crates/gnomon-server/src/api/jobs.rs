@@ -61,6 +61,7 @@ pub(super) async fn create_job(State(state): State<ApiState>, req: Request) -> A
     }
     let compiled = spec.compile()?;
     check_ns(&p, compiled.spec.namespace())?;
+    super::dependencies::check_edges(state.node.store.as_ref(), &compiled.spec).await?;
     let job = state.node.store.put_job(&compiled.spec, Precondition::DoesNotExist, state.node.clock.now_millis()).await?;
     state.node.nudge();
     Ok((StatusCode::CREATED, Json(view(&state, &job))))
@@ -90,6 +91,7 @@ pub(super) async fn put_job(State(state): State<ApiState>, Path(name): Path<Stri
         Some(v) => Precondition::MatchesVersion(v),
         None => Precondition::None,
     };
+    super::dependencies::check_edges(state.node.store.as_ref(), &compiled.spec).await?;
     let existed = state.node.store.get_job(compiled.spec.namespace(), &name).await?.is_some();
     let job = state.node.store.put_job(&compiled.spec, precondition, state.node.clock.now_millis()).await?;
     state.node.nudge();
@@ -152,7 +154,7 @@ pub(super) async fn get_job(State(state): State<ApiState>, Path(name): Path<Stri
     Ok(marked(q.stale, Json(view(&state, &job))))
 }
 
-#[utoipa::path(delete, path = "/v1/jobs/{name}", tag = "jobs", summary = "Delete a job (its runs stay in the history)",
+#[utoipa::path(delete, path = "/v1/jobs/{name}", tag = "jobs", summary = "Delete a job (its runs stay in the history; refused while other jobs run after it)",
     params(("name" = String, Path), ("namespace" = Option<String>, Query), ("version" = Option<u64>, Query)),
     responses((status = 204, description = "deleted"), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
 pub(super) async fn delete_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
@@ -163,6 +165,7 @@ pub(super) async fn delete_job(State(state): State<ApiState>, Path(name): Path<S
         Some(v) => Precondition::MatchesVersion(v),
         None => Precondition::None,
     };
+    super::dependencies::check_no_dependents(state.node.store.as_ref(), q.namespace(), &name).await?;
     state.node.store.delete_job(q.namespace(), &name, precondition).await?;
     state.node.nudge();
     Ok(StatusCode::NO_CONTENT)

@@ -12,6 +12,7 @@ use axum::{Json, Router};
 use crate::auth::Denied;
 
 pub mod authz;
+mod dependencies;
 pub mod error;
 pub mod extract;
 pub mod forward;

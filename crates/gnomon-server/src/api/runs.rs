@@ -47,6 +47,7 @@ pub fn run_view(run: &RunRecord, detail: Option<&RunDetail>, with_output: bool) 
                 .collect()
         }),
         waiting_for: None,
+        graph: None,
         notifications: None,
         params: run.params.as_deref().and_then(|p| serde_json::from_str(p).ok()),
         payload: detail.and(run.payload.clone()),
@@ -156,6 +157,11 @@ pub(super) async fn get_run(
     let mut v = run_view(&detail.run, Some(&detail), true);
     if detail.run.state == RunState::Pending {
         v.waiting_for = state.node.waiting_reason(&detail.run.job_uid);
+    }
+    let (graph, waiting) = super::dependencies::instant_graph(reader(&state, q.stale).as_ref(), &detail.run).await?;
+    v.graph = graph;
+    if waiting.is_some() {
+        v.waiting_for = waiting;
     }
     let notes = reader(&state, q.stale).run_notifications(&id).await?;
     v.notifications = Some(notification_views(&notes));

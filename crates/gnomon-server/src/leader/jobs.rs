@@ -105,8 +105,12 @@ impl LeaderRuntime {
             let instants = next..next + want as Millis;
             let runs: Vec<NewRun> = instants.clone().map(|at| template.run(&job, at, now, None)).collect();
             next = instants.end;
-            let outcomes = self.store.fire(&self.fence, &runs, &[]).await?;
+            let mut all = runs.clone();
+            all.extend(self.dependency_runs(&runs, now, &mut HashSet::default()));
+            let mut outcomes = self.store.fire(&self.fence, &all, &[]).await?;
             self.cache.jobs.manual_taken(&job.uid, next);
+            let dep_outcomes = outcomes.split_off(runs.len().min(outcomes.len()));
+            self.track_dependency_runs(all.split_off(runs.len()), dep_outcomes, now);
             for (run, outcome) in runs.into_iter().zip(outcomes) {
                 if outcome != FireOutcome::Created {
                     continue;
@@ -141,8 +145,12 @@ impl LeaderRuntime {
         let at = self.manual_start(&job, now);
         let run = template.run(&job, at, now, Some(key));
         let id = run.id();
-        let outcomes = self.store.fire(&self.fence, std::slice::from_ref(&run), &[]).await?;
+        let mut all = vec![run.clone()];
+        all.extend(self.dependency_runs(&all[..1], now, &mut HashSet::default()));
+        let mut outcomes = self.store.fire(&self.fence, &all, &[]).await?;
         self.cache.jobs.manual_taken(&job.uid, at + 1);
+        let dep_outcomes = outcomes.split_off(1.min(outcomes.len()));
+        self.track_dependency_runs(all.split_off(1), dep_outcomes, now);
         if outcomes.first() == Some(&FireOutcome::Created) {
             metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
             self.track_pending(run, now);
@@ -197,6 +205,7 @@ impl LeaderRuntime {
         let mut advances = Vec::new();
         let mut replace_cancels = Vec::new();
         let mut plans = Vec::new();
+        let mut dependency_ids: HashSet<String> = HashSet::default();
         for uid in &due_jobs {
             let Some(entry) = self.cache.jobs.get(uid) else { continue };
             // The previous version's due instants first, then this one's.
@@ -246,8 +255,12 @@ impl LeaderRuntime {
                     key: None,
                     payload: None,
                     params: (state == RunState::Pending).then(|| entry.default_params.as_deref().map(str::to_string)).flatten(),
+                    upstream: None,
                 });
             }
+            let first = new_runs.len() - plan.times.len();
+            let made = self.dependency_runs(&new_runs[first..], now, &mut dependency_ids);
+            new_runs.extend(made);
             // A timeline that starts at a change is written with the fire.
             let settled = (entry.settle && entry.carry.is_none()).then_some(entry.from);
             let last = plan.last_scheduled_at.max(settled);
@@ -290,7 +303,11 @@ impl LeaderRuntime {
         let mut existed = None;
         for (run, outcome) in new_runs.into_iter().zip(outcomes) {
             if outcome != FireOutcome::Created {
-                existed.get_or_insert(run.id());
+                // A dependency run is made by every upstream run of its
+                // instant (a fan-in): the first one made it.
+                if run.upstream.is_none() {
+                    existed.get_or_insert(run.id());
+                }
                 continue;
             }
             *created.entry(run.state.as_str()).or_default() += 1;
@@ -300,6 +317,8 @@ impl LeaderRuntime {
                 if !tracked.contains(run.id().as_str()) {
                     self.track_pending(run, now);
                 }
+            } else {
+                self.track_new(run, now);
             }
         }
         for (state, n) in created {
@@ -311,6 +330,32 @@ impl LeaderRuntime {
         match existed {
             None => Ok(()),
             Some(id) => Err(StoreError::Backend(format!("run {id} existed before this leader fired it; reloading from the store"))),
+        }
+    }
+
+    /// The dependency runs that `roots` (runs of one write) make, less those
+    /// already open here or made by an earlier root (`seen`).
+    pub(super) fn dependency_runs(&self, roots: &[NewRun], now: Millis, seen: &mut HashSet<String>) -> Vec<NewRun> {
+        let mut out = Vec::new();
+        for root in roots {
+            let id = root.id();
+            for run in self.cache.jobs.closure(&root.job_uid, root.scheduled_at, &id, root.params.as_deref(), now) {
+                let dep = run.id();
+                if !self.cache.runs.contains(&dep) && seen.insert(dep) {
+                    out.push(run);
+                }
+            }
+        }
+        out
+    }
+
+    /// Tracks the dependency runs a trigger's write created.
+    fn track_dependency_runs(&mut self, runs: Vec<NewRun>, outcomes: Vec<FireOutcome>, now: Millis) {
+        for (run, outcome) in runs.into_iter().zip(outcomes) {
+            if outcome == FireOutcome::Created {
+                metrics::counter!("gnomon_runs_total", "state" => run.state.as_str()).increment(1);
+                self.track_new(run, now);
+            }
         }
     }
 
@@ -380,6 +425,7 @@ impl ManualRun {
             key,
             params: self.params.clone(),
             payload: self.payload.clone(),
+            upstream: None,
         }
     }
 }

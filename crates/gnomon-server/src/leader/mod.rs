@@ -71,8 +71,10 @@ fn with_duration(average: Option<f64>, ms: f64) -> Option<f64> {
 }
 
 mod dispatch;
+mod graph;
 mod jobs;
 mod notify;
+mod release;
 mod results;
 mod runbook;
 mod runs;

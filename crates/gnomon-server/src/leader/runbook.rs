@@ -1,7 +1,8 @@
 //! [`RunBook`]: the leader's copy of the open runs, with the queues and
 //! indexes over them: by job, ready for dispatch, waiting to retry, whose
 //! worker holds their live attempt, which live attempts wait for their
-//! worker to reclaim them, and which cancels were sent. It is part of the
+//! worker to reclaim them, which cancels were sent, and which waiting
+//! dependency runs each upstream run's end may decide. It is part of the
 //! cache, rebuilt from the store as a whole; it owns these maps so that a
 //! run's entries come and go together.
 //!
@@ -9,7 +10,10 @@
 //! - every run named by the job index, a holder or an orphan is open here,
 //!   and a run leaves them all when it leaves the book;
 //! - a run is held by at most one worker, and an orphan has no holder
-//!   entry of another worker's: reclaiming it makes the reclaimer the holder.
+//!   entry of another worker's: reclaiming it makes the reclaimer the holder;
+//! - a waiting run is named under each of its upstream candidates in the
+//!   waiters index exactly while it waits, and it is marked to be decided
+//!   again whenever one of them is created ended or ends.
 //!
 //! The ready queue and the retry heap may name runs that have moved on
 //! since; their readers skip those.
@@ -34,6 +38,8 @@ pub(super) struct OpenRun {
     pub(super) params: Option<Arc<str>>,
     /// The payload of the webhook call that started it.
     pub(super) payload: Option<Arc<str>>,
+    /// A dependency run's origin and edges.
+    pub(super) after: Option<Arc<gnomon_core::deps::RunAfter>>,
 }
 
 /// A live attempt whose worker has no session here.
@@ -59,7 +65,15 @@ pub(super) struct RunBook {
     orphans: HashMap<RunId, Orphan>,
     /// Cancels sent: (run, attempt).
     cancels_sent: HashSet<(String, u32)>,
+    /// Upstream candidate run id → the waiting runs it may decide.
+    waiters: HashMap<String, Vec<RunId>>,
+    /// How candidates that ended while named in `waiters` ended.
+    ended: HashMap<String, RunState>,
+    /// Waiting runs to decide again (ordered, so a seed replays).
+    undecided: std::collections::BTreeSet<RunId>,
 }
+
+pub(super) use gnomon_backend::upstream_candidates;
 
 impl RunBook {
     pub(super) fn get(&self, id: &str) -> Option<&OpenRun> {
@@ -82,13 +96,74 @@ impl RunBook {
     /// Adds an open run (replacing one of the same id).
     pub(super) fn track(&mut self, id: RunId, run: OpenRun) {
         self.by_job.entry(run.key.uid.clone()).or_default().insert(id.clone());
+        if run.state == RunState::Waiting {
+            if let Some(after) = &run.after {
+                for c in upstream_candidates(after, run.scheduled_at).into_iter().flatten() {
+                    let list = self.waiters.entry(c).or_default();
+                    if !list.contains(&id) {
+                        list.push(id.clone());
+                    }
+                }
+            }
+            self.undecided.insert(id.clone());
+        }
         self.runs.insert(id, run);
+    }
+
+    /// Takes a run that stops waiting out of the waiters index.
+    fn stop_waiting(&mut self, id: &str, run: &OpenRun) {
+        let Some(after) = run.after.as_ref().filter(|_| run.state == RunState::Waiting) else { return };
+        for c in upstream_candidates(after, run.scheduled_at).into_iter().flatten() {
+            if let Some(list) = self.waiters.get_mut(&c) {
+                list.retain(|w| &**w != id);
+                if list.is_empty() {
+                    self.waiters.remove(&c);
+                    self.ended.remove(&c);
+                }
+            }
+        }
+        self.undecided.remove(id);
+    }
+
+    /// A run that may decide waiting runs ended (or was created ended, as
+    /// a skip record): they are decided again, knowing how it ended.
+    pub(super) fn upstream_ended(&mut self, id: &str, state: Option<RunState>) {
+        let Some(list) = self.waiters.get(id) else { return };
+        self.undecided.extend(list.iter().cloned());
+        if let Some(state) = state {
+            self.ended.insert(id.to_string(), state);
+        }
+    }
+
+    /// Every waiting run is decided again (a job changed: an upstream may
+    /// no longer be expected to run at an instant).
+    pub(super) fn reconsider_all_waiting(&mut self) {
+        let waiting: Vec<RunId> = self.runs.iter().filter(|(_, r)| r.state == RunState::Waiting).map(|(id, _)| id.clone()).collect();
+        self.undecided.extend(waiting);
+    }
+
+    /// The waiting runs to decide now, taken out.
+    pub(super) fn take_undecided(&mut self) -> Vec<RunId> {
+        let ids = std::mem::take(&mut self.undecided);
+        ids.into_iter().filter(|id| self.runs.get(id).is_some_and(|r| r.state == RunState::Waiting)).collect()
+    }
+
+    /// What the leader knows of a candidate upstream run without the
+    /// store: open here, or ended while a waiting run named it.
+    pub(super) fn known_upstream(&self, id: &str) -> Option<gnomon_core::deps::UpstreamRun> {
+        use gnomon_core::deps::UpstreamRun;
+        if self.runs.contains_key(id) {
+            return Some(UpstreamRun::Open);
+        }
+        self.ended.get(id).map(|s| UpstreamRun::Ended(*s))
     }
 
     /// Removes a run and everything that names it; the worker whose slot
     /// it held, if one did.
     pub(super) fn untrack(&mut self, id: &str) -> Option<String> {
+        self.upstream_ended(id, None);
         if let Some(run) = self.runs.remove(id) {
+            self.stop_waiting(id, &run);
             if let Some(set) = self.by_job.get_mut(run.key.uid.as_str()) {
                 set.remove(id);
                 if set.is_empty() {
@@ -161,9 +236,13 @@ impl RunBook {
     /// is freed is returned.
     pub(super) fn mirror(&mut self, t: &Transition) -> Option<String> {
         if t.to.is_terminal() {
+            self.upstream_ended(&t.run_id, Some(t.to));
             return self.untrack(&t.run_id);
         }
         let id = self.rid(&t.run_id);
+        if let Some(run) = self.runs.get(&id).filter(|r| r.state == RunState::Waiting).cloned() {
+            self.stop_waiting(&id, &run);
+        }
         let run = self.runs.get_mut(&id)?;
         run.state = t.to;
         run.attempt = t.to_attempt;
@@ -263,7 +342,8 @@ impl RunBook {
         let mut open = 0;
         let mut waiting = 0;
         let mut active = 0;
-        for r in ids.iter().filter_map(|id| self.runs.get(id)) {
+        // A waiting dependency run occupies nothing yet.
+        for r in ids.iter().filter_map(|id| self.runs.get(id)).filter(|r| r.state != RunState::Waiting) {
             open += 1;
             if matches!(r.state, RunState::Pending | RunState::Retrying) {
                 waiting += 1;
@@ -299,7 +379,7 @@ mod tests {
     }
 
     fn open(job: &str, state: RunState, attempt: u32) -> OpenRun {
-        OpenRun { key: key(job), scheduled_at: 0, state, attempt, ready_since: 0, assigned_at: 0, params: None, payload: None }
+        OpenRun { key: key(job), scheduled_at: 0, state, attempt, ready_since: 0, assigned_at: 0, params: None, payload: None, after: None }
     }
 
     fn to(id: &str, from: RunState, to: RunState, attempt: u32, at: Millis, next: Option<Millis>) -> Transition {
@@ -327,6 +407,60 @@ mod tests {
         for id in b.holders.keys().chain(b.orphans.keys()) {
             assert!(b.runs.contains_key(id), "{id} is held or orphaned but not open");
         }
+        for (c, ids) in &b.waiters {
+            for id in ids {
+                assert_eq!(b.runs.get(id).map(|r| r.state), Some(RunState::Waiting), "{id} waits on {c} but is not waiting");
+            }
+        }
+        for c in b.ended.keys() {
+            assert!(b.waiters.contains_key(c), "{c}'s end is kept though no run waits on it");
+        }
+    }
+
+    fn waiting(job: &str, at: Millis, edges: &[&str]) -> OpenRun {
+        use gnomon_core::deps::{On, RunAfter, StoredEdge};
+        let edges: Vec<StoredEdge> =
+            edges.iter().map(|u| StoredEdge { job: u.to_string(), uid: u.to_string(), on: On::Succeeded }).collect();
+        let first = edges[0].uid.clone();
+        let after = RunAfter { of: gnomon_backend::run_id(&first, at), of_uid: first, edges };
+        OpenRun { scheduled_at: at, after: Some(Arc::new(after)), ..open(job, RunState::Waiting, 0) }
+    }
+
+    #[test]
+    fn a_waiting_run_is_decided_again_when_an_upstream_ends_and_leaves_the_index_when_it_stops_waiting() {
+        use gnomon_core::deps::UpstreamRun;
+        let mut b = RunBook::default();
+        let up_a = gnomon_backend::run_id("a", 100);
+        let up_b = gnomon_backend::dep_run_id("b", 100);
+        b.track(Arc::from(up_a.as_str()), open("a", RunState::Running, 1));
+        b.track(Arc::from("w"), waiting("d", 100, &["a", "b"]));
+        check(&b);
+        assert_eq!(b.take_undecided(), [Arc::from("w")], "a new waiting run is decided once");
+        assert!(b.take_undecided().is_empty());
+        assert_eq!(b.job_counts("d"), (0, 0, 0), "a waiting run counts for no overlap");
+        assert_eq!(b.known_upstream(&up_a), Some(UpstreamRun::Open));
+        assert_eq!(b.known_upstream(&up_b), None, "not known here: the store is asked");
+        b.mirror(&to(&up_a, RunState::Running, RunState::Succeeded, 1, 5, None));
+        check(&b);
+        assert_eq!(b.known_upstream(&up_a), Some(UpstreamRun::Ended(RunState::Succeeded)));
+        assert_eq!(b.take_undecided(), [Arc::from("w")]);
+        // A skip record of the other upstream, created ended.
+        b.upstream_ended(&up_b, Some(RunState::Skipped));
+        assert_eq!(b.take_undecided(), [Arc::from("w")]);
+        // Released: it leaves the index, and the ends kept for it go.
+        b.mirror(&to("w", RunState::Waiting, RunState::Pending, 0, 6, None));
+        check(&b);
+        assert!(b.waiters.is_empty() && b.ended.is_empty());
+        assert_eq!(b.pop_ready().as_deref(), Some("w"), "released to the ready queue");
+        assert_eq!(b.job_counts("d"), (1, 1, 0));
+        // A job change decides every waiting run again.
+        b.track(Arc::from("w2"), waiting("d", 200, &["a"]));
+        b.take_undecided();
+        b.reconsider_all_waiting();
+        assert_eq!(b.take_undecided(), [Arc::from("w2")]);
+        b.untrack("w2");
+        check(&b);
+        assert!(b.waiters.is_empty());
     }
 
     #[test]

@@ -93,22 +93,38 @@ impl LeaderRuntime {
         self.cache.runs.rid(id)
     }
 
-    /// Tracks a newly created pending run and queues it for dispatch.
-    pub(super) fn track_pending(&mut self, run: NewRun, now: Millis) -> RunId {
+    /// Tracks a newly created run: a pending one is queued for dispatch, a
+    /// waiting one is indexed under its upstreams; one created ended (a
+    /// skip record) is not open, but may decide waiting runs.
+    pub(super) fn track_new(&mut self, run: NewRun, now: Millis) -> Option<RunId> {
         let id: RunId = Arc::from(run.id().as_str());
+        if run.state.is_terminal() {
+            self.cache.runs.upstream_ended(&id, Some(run.state));
+            return None;
+        }
         let open = OpenRun {
             key: self.job_key(&run.job_uid, &run.job, &run.namespace),
             scheduled_at: run.scheduled_at,
-            state: RunState::Pending,
+            state: run.state,
             attempt: 0,
             ready_since: now,
             assigned_at: 0,
             params: run.params.map(Arc::from),
             payload: run.payload.map(Arc::from),
+            after: run.upstream.as_deref().and_then(gnomon_core::deps::RunAfter::parse).map(Arc::new),
         };
         self.cache.runs.track(id.clone(), open);
-        self.cache.runs.queue(id.clone());
-        id
+        if run.state == RunState::Pending {
+            self.cache.runs.queue(id.clone());
+        }
+        Some(id)
+    }
+
+    /// Tracks a newly created pending run and queues it for dispatch.
+    pub(super) fn track_pending(&mut self, run: NewRun, now: Millis) -> RunId {
+        debug_assert_eq!(run.state, RunState::Pending);
+        let id = run.id();
+        self.track_new(run, now).unwrap_or_else(|| Arc::from(id.as_str()))
     }
 
     /// Drops a run from the cache, freeing the slot of its attempt.
@@ -188,6 +204,7 @@ impl LeaderRuntime {
             assigned_at,
             params: run.params.as_deref().map(Arc::from),
             payload: run.payload.as_deref().map(Arc::from),
+            after: run.upstream.as_deref().and_then(gnomon_core::deps::RunAfter::parse).map(Arc::new),
         };
         let id: RunId = Arc::from(run.id.as_str());
         self.cache.runs.track(id.clone(), open);

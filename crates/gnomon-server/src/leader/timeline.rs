@@ -62,6 +62,10 @@ pub(super) struct JobEntry {
     pub(super) notify: Option<Box<[super::notify::Target]>>,
     /// The values of a run no trigger set, as a scheduled fire records them.
     pub(super) default_params: Option<Arc<str>>,
+    /// The jobs it runs after, and its declared params (for what its
+    /// dependency runs inherit); kept for the graph.
+    pub(super) after: Box<[gnomon_core::deps::AfterEdge]>,
+    pub(super) declared: Option<Arc<std::collections::BTreeMap<String, gnomon_core::params::ParamSpec>>>,
 }
 
 /// The previous version's timeline up to the change.
@@ -98,6 +102,8 @@ pub(super) struct JobTimeline {
     next_generation: u64,
     /// How far the store's job change feed has been read.
     feed_seq: u64,
+    /// The held jobs' dependency edges.
+    graph: super::graph::DepGraph,
 }
 
 impl JobEntry {
@@ -125,11 +131,44 @@ impl JobTimeline {
     /// Drops a job (deleted in the store); its timer entries are skipped.
     pub(super) fn remove(&mut self, uid: &str) {
         self.jobs.remove(uid);
+        self.graph.remove(uid);
     }
 
     /// Every entry, taken out (a rebuild keeps them as what was learned).
     pub(super) fn take_entries(&mut self) -> HashMap<String, Box<JobEntry>> {
+        self.graph = Default::default();
         std::mem::take(&mut self.jobs)
+    }
+
+    /// The dependency runs a run of job `uid` at `at` makes (see
+    /// [`super::graph::DepGraph::closure`]).
+    pub(super) fn closure(&self, uid: &str, at: Millis, made_by: &str, params: Option<&str>, now: Millis) -> Vec<NewRun> {
+        self.graph.closure(uid, at, made_by, params, now)
+    }
+
+    /// Whether job `uid` will still get a run at the instant `at` that it
+    /// has none of yet: its timeline (or what a previous version still has
+    /// due) includes `at` and has not passed it, or one of its upstreams
+    /// will still get one (its dependency run of `at` is then made). A job
+    /// not held (deleted), paused at `at`, or whose timeline passed `at`
+    /// will not.
+    pub(super) fn expects(&self, uid: &str, at: Millis) -> bool {
+        self.expects_within(uid, at, 0)
+    }
+
+    fn expects_within(&self, uid: &str, at: Millis, depth: usize) -> bool {
+        let Some(entry) = self.jobs.get(uid) else { return false };
+        if let Some(c) = &entry.carry {
+            let after = entry.record.last_scheduled_at.map_or(c.after, |l| l.max(c.after));
+            if at > after && at <= c.until && c.schedule.includes(at) {
+                return true;
+            }
+        }
+        if !entry.record.paused && at > entry.base() && entry.schedule.includes(at) {
+            return true;
+        }
+        // The graph has no cycle but two writes that raced may leave one.
+        depth < 64 && self.graph.upstreams_of(uid).iter().any(|up| self.expects_within(up, at, depth + 1))
     }
 
     pub(super) fn feed_seq(&self) -> u64 {
@@ -159,7 +198,7 @@ impl JobTimeline {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(job = %record.name, error = %e, "stored job no longer validates; not scheduling it");
-                self.jobs.remove(&record.uid);
+                self.remove(&record.uid);
                 return;
             }
         };
@@ -257,6 +296,8 @@ impl JobTimeline {
             route: compiled.spec.route.map(Box::new),
             notify: super::notify::targets(&compiled.spec.notify),
             default_params: compiled.default_params.map(Arc::from),
+            after: compiled.spec.after.into_boxed_slice(),
+            declared: (!compiled.spec.params.is_empty()).then(|| Arc::new(compiled.spec.params)),
             generation,
             recent_ms,
             manual_next,
@@ -280,6 +321,8 @@ impl JobTimeline {
     /// Puts a job's entry in and its next due time on the timer.
     fn seat(&mut self, entry: Box<JobEntry>, now: Millis) {
         let generation = entry.generation;
+        let key = &entry.record.key;
+        self.graph.set(&key.uid, &key.namespace, &key.name, &entry.after, entry.declared.clone());
         let due = if entry.carry.is_some() || (entry.settle && !entry.record.paused) {
             Some(now)
         } else if !entry.record.paused {

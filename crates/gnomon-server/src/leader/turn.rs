@@ -40,6 +40,7 @@ impl LeaderRuntime {
             self.write_fire(plan).await?;
         }
         self.release_retries(now).await?;
+        self.release_waiting(now).await?;
         self.record_and_dispatch(now, last_chunk).await?;
         for (uid, before) in std::mem::take(&mut self.cache.replace_due) {
             self.cancel_open_runs_of(&uid, before, now).await?;
@@ -49,6 +50,11 @@ impl LeaderRuntime {
 
     pub(super) async fn poll_store(&mut self) -> Result<()> {
         let changes = self.store.job_changes(self.cache.jobs.feed_seq()).await?;
+        if !changes.deleted.is_empty() || !changes.upserted.is_empty() {
+            // An upstream deleted, paused or changed may no longer make
+            // the runs some waiting run expects of it.
+            self.cache.runs.reconsider_all_waiting();
+        }
         for uid in changes.deleted {
             self.cache.jobs.remove(&uid);
         }

@@ -115,6 +115,43 @@ pub(super) async fn a_runs_params_and_payload_are_kept_with_it(s: &dyn Store) {
     assert!(got.payload.as_deref() == Some(payload.as_str()), "a changed run keeps its payload");
 }
 
+/// A dependency run is created `waiting` with its upstream record, once
+/// per (job, instant) however many fires make it, is loaded among the open
+/// runs, is released by a CAS from `waiting`, and a cancel request cancels
+/// it at once (it has no attempt).
+pub(super) async fn a_dependency_run_waits_and_is_created_once(s: &dyn Store) {
+    let scope = unique("scope");
+    let fence = lead(s, &scope).await;
+    let up = s.put_job(&job_spec(&unique("up")), Precondition::DoesNotExist, 1).await.expect("create");
+    let down = s.put_job(&job_spec(&unique("down")), Precondition::DoesNotExist, 1).await.expect("create");
+    let record = format!(
+        r#"{{"of":"{}","of_uid":"{}","edges":[{{"job":"{}","uid":"{}","on":"succeeded"}}]}}"#,
+        run_id(&up.uid, 5000),
+        up.uid,
+        up.name,
+        up.uid
+    );
+    let waiting = |t: i64| NewRun { state: RunState::Waiting, upstream: Some(record.clone()), ..new_run(&down, t) };
+    assert_eq!(waiting(5000).id(), dep_run_id(&down.uid, 5000));
+    assert_ne!(waiting(5000).id(), run_id(&down.uid, 5000), "apart from the job's scheduled run of the instant");
+    let got = s.fire(&fence, &[new_run(&up, 5000), waiting(5000), new_run(&down, 5000)], &[]).await.expect("fire");
+    assert_eq!(got, [FireOutcome::Created; 3]);
+    // A second upstream of the same instant (a fan-in) makes it again.
+    assert_eq!(s.fire(&fence, &[waiting(5000)], &[]).await.expect("fire"), [FireOutcome::Existed]);
+    let id = dep_run_id(&down.uid, 5000);
+    let run = s_run(s, &id).await;
+    assert_eq!((run.state, run.upstream.as_deref()), (RunState::Waiting, Some(record.as_str())));
+    assert!(s.open_runs().await.expect("open").iter().any(|r| r.id == id && r.state == RunState::Waiting));
+    let release = tr(&id, RunState::Waiting, 0, RunState::Pending, 0, None);
+    assert_eq!(s.transition(&fence, std::slice::from_ref(&release)).await.expect("release"), [true]);
+    assert_eq!(s.transition(&fence, &[release]).await.expect("again"), [false], "released once");
+    assert_eq!(s_run(s, &id).await.upstream.as_deref(), Some(record.as_str()), "a changed run keeps its record");
+    s.fire(&fence, &[waiting(6000)], &[]).await.expect("fire");
+    let other = dep_run_id(&down.uid, 6000);
+    assert_eq!(s.request_cancel(&other, 7000).await.expect("cancel"), CancelOutcome::Cancelled);
+    assert_eq!(s_run(s, &other).await.state, RunState::Cancelled);
+}
+
 /// A turn as large as a leader writes, of runs as large as they get
 /// (64 KiB of params and 64 KiB of payload each, then 64 KiB of output per
 /// attempt), is written whole: a store whose requests have a bounded size

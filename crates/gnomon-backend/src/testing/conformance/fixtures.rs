@@ -31,6 +31,7 @@ pub(crate) fn new_run(job: &JobRecord, t: i64) -> NewRun {
         key: None,
         params: None,
         payload: None,
+        upstream: None,
     }
 }
 

@@ -43,6 +43,7 @@ where
     manual_and_scheduled_runs_share_an_instant(a.as_ref()).await;
     a_keyed_manual_run_is_created_once(a.as_ref()).await;
     a_runs_params_and_payload_are_kept_with_it(a.as_ref()).await;
+    a_dependency_run_waits_and_is_created_once(a.as_ref()).await;
     a_turn_of_the_largest_runs_is_written(a.as_ref(), 24).await;
     stale_token_writes_are_rejected(a.as_ref(), b.as_ref()).await;
     cas_transitions_and_terminal_finality(a.as_ref()).await;

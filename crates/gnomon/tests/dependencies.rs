@@ -1,0 +1,224 @@
+//! Job dependencies through the API and the CLI of real `gnomon dev`
+//! processes (embedded SQLite) on loopback: the checks at write, chains,
+//! fan-out and fan-in, failure edges and skips, inherited params, the graph
+//! of an instant, and a leader killed while upstream runs end. The
+//! replicated stores run dependency jobs through their failovers in
+//! `failover.rs`.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+mod common;
+use common::*;
+
+fn post(addr: &str, path: &str, body: &Value) -> (u16, Value) {
+    http(addr, "POST", path, Some(body.to_string().as_bytes())).unwrap()
+}
+
+fn create(addr: &str, spec: Value) {
+    let (code, body) = post(addr, "/v1/jobs", &spec);
+    assert_eq!(code, 201, "{spec}: {body}");
+}
+
+fn noop(name: &str, after: Value) -> Value {
+    json!({"name": name, "after": after, "executor": {"handler": {"name": "noop"}}})
+}
+
+/// Every run of `job`, by scheduled time.
+fn runs_of(addr: &str, job: &str) -> BTreeMap<String, Value> {
+    let (code, body) = http(addr, "GET", &format!("/v1/runs?job={job}&limit=1000"), None).unwrap();
+    assert_eq!(code, 200, "{body}");
+    body["runs"].as_array().unwrap().iter().map(|r| (r["scheduled_at"].as_str().unwrap().to_string(), r.clone())).collect()
+}
+
+fn ended(state: &Value) -> bool {
+    ["succeeded", "failed", "cancelled", "skipped"].contains(&state.as_str().unwrap_or(""))
+}
+
+fn run(addr: &str, id: &str) -> Value {
+    let (code, body) = http(addr, "GET", &format!("/v1/runs/{id}"), None).unwrap();
+    assert_eq!(code, 200, "{body}");
+    body
+}
+
+#[test]
+fn edges_are_checked_at_write_and_a_job_others_run_after_is_not_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_dev, addr) = leading_dev(dir.path());
+    create(&addr, noop("load", json!([])));
+    create(&addr, noop("transform", json!([{"job": "load"}])));
+    create(&addr, noop("report", json!([{"job": "transform"}])));
+    let jobs_before = http(&addr, "GET", "/v1/jobs", None).unwrap().1;
+
+    let cases = [
+        (noop("x", json!([{"job": "nope"}])), "unknown_upstream", "after[0].job"),
+        (noop("x", json!([{"job": "x"}])), "dependency_cycle", "after[0].job"),
+        (noop("x", json!([{"job": "other/load"}])), "cross_namespace", "after[0].job"),
+        (noop("x", json!([{"job": "load"}, {"job": "load"}])), "invalid_after", "after[1].job"),
+        (noop("x", json!([{"job": "load", "on": "sometimes"}])), "invalid_field", "after[0]"),
+    ];
+    for (spec, code, field) in cases {
+        let (status, body) = post(&addr, "/v1/jobs", &spec);
+        assert_eq!((status, body["error"]["code"].as_str()), (400, Some(code)), "{spec}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(field), "{body}");
+    }
+    // A cycle through an update, with its path.
+    let (status, body) =
+        http(&addr, "PUT", "/v1/jobs/load", Some(noop("load", json!([{"job": "report"}])).to_string().as_bytes())).unwrap();
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("dependency_cycle")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("load → transform → report → load"), "{body}");
+    // Deleting a job others run after is refused, naming them.
+    let (status, body) = http(&addr, "DELETE", "/v1/jobs/transform", None).unwrap();
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("has_dependents")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("report"), "{body}");
+    assert_eq!(http(&addr, "GET", "/v1/jobs", None).unwrap().1, jobs_before, "a refused write changes nothing");
+    // Once nothing runs after it, it goes.
+    assert_eq!(http(&addr, "DELETE", "/v1/jobs/report", None).unwrap().0, 204);
+    assert_eq!(http(&addr, "DELETE", "/v1/jobs/transform", None).unwrap().0, 204);
+}
+
+#[test]
+fn a_pipeline_runs_each_instant_once_fans_out_and_in_and_skips_a_refused_edge() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_dev, addr) = leading_dev(dir.path());
+    create(&addr, json!({"name": "load", "params": {"day": {"default": "today"}}, "executor": {"handler": {"name": "noop"}}}));
+    // load → (clean, stats) → report; audit only when load fails; notify on any end.
+    create(&addr, noop("clean", json!([{"job": "load"}])));
+    create(&addr, noop("stats", json!([{"job": "load"}])));
+    let script = r#"echo "day=$GNOMON_PARAM_DAY""#;
+    create(
+        &addr,
+        json!({"name": "report", "after": [{"job": "clean"}, {"job": "stats"}], "params": {"day": {"default": "never"}},
+               "executor": {"shell": {"command": "sh", "args": ["-c", script]}}}),
+    );
+    create(&addr, noop("audit", json!([{"job": "load", "on": "failed"}])));
+    create(&addr, noop("notify", json!([{"job": "load", "on": "any"}])));
+
+    let (code, t) = post(&addr, "/v1/jobs/load/trigger", &json!({"params": {"day": "2026-12-01"}}));
+    assert_eq!(code, 201, "{t}");
+    let root = t["id"].as_str().unwrap().to_string();
+    let at = run(&addr, &root)["scheduled_at"].as_str().unwrap().to_string();
+    wait_until("the pipeline to end", Duration::from_secs(60), || {
+        ["clean", "stats", "report", "audit", "notify"].iter().all(|j| runs_of(&addr, j).get(&at).is_some_and(|r| ended(&r["state"])))
+    });
+    for job in ["clean", "stats", "report", "notify"] {
+        let runs = runs_of(&addr, job);
+        assert_eq!(runs.len(), 1, "{job}: one run per upstream instant: {runs:?}");
+        assert_eq!(runs[&at]["state"], "succeeded", "{job}: {}", runs[&at]);
+    }
+    let audit = &runs_of(&addr, "audit")[&at];
+    assert_eq!(audit["state"], "skipped", "{audit}");
+    assert_eq!(audit["reason"], "after: load ended succeeded; the edge runs on failed");
+    // The fan-in ran after both of its upstreams, with the params of the
+    // instant (its own declaration takes the upstream's value).
+    let report = run(&addr, runs_of(&addr, "report")[&at]["id"].as_str().unwrap());
+    assert_eq!(report["params"]["day"], "2026-12-01", "{report}");
+    assert!(report["attempts"][0]["output"].as_str().unwrap().contains("day=2026-12-01"), "{report}");
+    let report_started = report["attempts"][0]["assigned_at"].as_str().unwrap().to_string();
+    for up in ["clean", "stats"] {
+        let r = run(&addr, runs_of(&addr, up)[&at]["id"].as_str().unwrap());
+        let up_ended = r["attempts"][0]["ended_at"].as_str().unwrap().to_string();
+        assert!(up_ended <= report_started, "{up} ended at {up_ended}, report started at {report_started}");
+    }
+    // The graph of the instant, from either side.
+    let g = &report["graph"];
+    let ups: Vec<(&str, &str)> =
+        g["upstream"].as_array().unwrap().iter().map(|u| (u["job"].as_str().unwrap(), u["state"].as_str().unwrap())).collect();
+    assert_eq!(ups, [("clean", "succeeded"), ("stats", "succeeded")], "{g}");
+    let root_view = run(&addr, &root);
+    let downs: Vec<&str> = root_view["graph"]["downstream"].as_array().unwrap().iter().map(|d| d["job"].as_str().unwrap()).collect();
+    assert_eq!(downs, ["audit", "clean", "notify", "stats"], "{}", root_view["graph"]);
+    // The CLI shows the graph too.
+    let out =
+        Command::new(BIN).args(["--server", &format!("http://{addr}"), "run", "get", &root]).env_remove("GNOMON_TOKEN").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("downstream") && text.contains("audit"), "{text}");
+
+    // A failing upstream: the failure edge runs, the others are skipped.
+    create(&addr, json!({"name": "flaky", "executor": {"shell": {"command": "false"}}}));
+    create(&addr, noop("on-fail", json!([{"job": "flaky", "on": "failed"}])));
+    create(&addr, noop("on-ok", json!([{"job": "flaky"}])));
+    create(&addr, noop("after-ok", json!([{"job": "on-ok"}])));
+    let (code, t) = post(&addr, "/v1/jobs/flaky/trigger", &json!({}));
+    assert_eq!(code, 201, "{t}");
+    let at = run(&addr, t["id"].as_str().unwrap())["scheduled_at"].as_str().unwrap().to_string();
+    wait_until("the failure edges to decide", Duration::from_secs(60), || {
+        ["on-fail", "on-ok", "after-ok"].iter().all(|j| runs_of(&addr, j).get(&at).is_some_and(|r| ended(&r["state"])))
+    });
+    assert_eq!(runs_of(&addr, "on-fail")[&at]["state"], "succeeded");
+    assert_eq!(runs_of(&addr, "on-ok")[&at]["state"], "skipped");
+    let after_ok = &runs_of(&addr, "after-ok")[&at];
+    assert_eq!(
+        (after_ok["state"].as_str(), after_ok["reason"].as_str()),
+        (Some("skipped"), Some("after: on-ok ended skipped; the edge runs on succeeded"))
+    );
+}
+
+#[test]
+fn a_waiting_run_shows_what_it_waits_for_and_can_be_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_dev, addr) = leading_dev(dir.path());
+    create(&addr, json!({"name": "slow", "executor": {"shell": {"command": "sleep", "args": ["30"]}}}));
+    create(&addr, noop("next", json!([{"job": "slow"}])));
+    let (code, t) = post(&addr, "/v1/jobs/slow/trigger", &json!({}));
+    assert_eq!(code, 201, "{t}");
+    let at = run(&addr, t["id"].as_str().unwrap())["scheduled_at"].as_str().unwrap().to_string();
+    let mut next = Value::Null;
+    wait_until("the downstream run to wait", Duration::from_secs(30), || {
+        next = runs_of(&addr, "next").get(&at).cloned().unwrap_or_default();
+        next["state"] == "waiting"
+    });
+    let id = next["id"].as_str().unwrap().to_string();
+    let view = run(&addr, &id);
+    assert_eq!(view["waiting_for"], "after: slow", "{view}");
+    let (code, cancelled) = http(&addr, "POST", &format!("/v1/runs/{id}/cancel"), None).unwrap();
+    assert_eq!((code, cancelled["state"].as_str()), (200, Some("cancelled")), "{cancelled}");
+    // Its upstream's end later changes nothing.
+    let slow = t["id"].as_str().unwrap();
+    assert_eq!(http(&addr, "POST", &format!("/v1/runs/{slow}/cancel"), None).unwrap().0, 202);
+    wait_until("the upstream to end", Duration::from_secs(30), || ended(&run(&addr, slow)["state"]));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(run(&addr, &id)["state"], "cancelled");
+}
+
+#[test]
+fn each_upstream_outcome_releases_its_downstream_run_once_across_a_killed_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut dev, addr) = leading_dev(dir.path());
+    create(&addr, json!({"name": "up", "executor": {"shell": {"command": "sh", "args": ["-c", "sleep 0.$((RANDOM % 5))"]}}}));
+    create(&addr, noop("down", json!([{"job": "up"}])));
+    let (code, t) = post(&addr, "/v1/jobs/up/trigger?count=40", &json!({}));
+    assert_eq!(code, 201, "{t}");
+    // Kill the leader while the upstream runs end, and their downstream
+    // runs are being released.
+    wait_until("some upstream runs to end", Duration::from_secs(30), || {
+        runs_of(&addr, "up").values().filter(|r| r["state"] == "succeeded").count() >= 5
+    });
+    dev.signal(SIGKILL);
+    dev.wait_exit(Duration::from_secs(10)).expect("the killed server exits");
+    let (_dev, addr) = leading_dev(dir.path());
+    wait_until("every downstream run to end", Duration::from_secs(120), || {
+        let up = runs_of(&addr, "up");
+        let down = runs_of(&addr, "down");
+        up.values().all(|r| ended(&r["state"])) && down.len() == up.len() && down.values().all(|r| ended(&r["state"]))
+    });
+    let up = runs_of(&addr, "up");
+    let down = runs_of(&addr, "down");
+    assert_eq!(up.len(), 40);
+    for (at, u) in &up {
+        let d = &down[at];
+        let expect = if u["state"] == "succeeded" { "succeeded" } else { "skipped" };
+        assert_eq!(d["state"], expect, "{at}: up {} → down {}", u, d);
+        if expect == "succeeded" {
+            let u = run(&addr, u["id"].as_str().unwrap());
+            let d = run(&addr, d["id"].as_str().unwrap());
+            let up_end = u["attempts"].as_array().unwrap().last().unwrap()["ended_at"].as_str().unwrap().to_string();
+            let down_start = d["attempts"][0]["assigned_at"].as_str().unwrap().to_string();
+            assert!(up_end <= down_start, "{at}: the downstream run started before its upstream ended");
+            assert_eq!(d["attempts"].as_array().unwrap().len(), 1, "released once: {d}");
+        }
+    }
+}
