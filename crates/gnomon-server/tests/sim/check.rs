@@ -8,7 +8,7 @@ use gnomon_core::{AttemptState, Millis, RunState};
 use gnomon_proto::v1;
 
 use crate::history::History;
-use crate::SimJob;
+use crate::{SimDep, SimJob};
 
 /// How long after the end a fire may still be missing (not yet due).
 const END_SLACK_MS: Millis = 3_000;
@@ -20,7 +20,14 @@ const PAUSE_SLACK_MS: Millis = 5_000;
 /// lease runs out 5 s later, and retries take at most a few seconds.
 pub const TERMINAL_WITHIN_MS: Millis = 30_000;
 
-pub async fn check(store: &dyn Store, jobs: &[SimJob], h: &History, end: Millis, v: &mut Vec<String>) -> Result<usize, String> {
+pub async fn check(
+    store: &dyn Store,
+    jobs: &[SimJob],
+    deps: &[SimDep],
+    h: &History,
+    end: Millis,
+    v: &mut Vec<String>,
+) -> Result<usize, String> {
     let mut runs: Vec<RunDetail> = Vec::new();
     let mut cursor = None;
     loop {
@@ -187,7 +194,61 @@ pub async fn check(store: &dyn Store, jobs: &[SimJob], h: &History, end: Millis,
         }
     }
     check_params(&runs, &by_id, jobs, h, v);
+    check_dependencies(&runs, &by_id, deps, v);
     Ok(runs.len())
+}
+
+/// 8. Dependencies: every run of an upstream (skip records and manual runs
+///    included) has its downstream jobs' runs of its instant (made in the
+///    same write); a downstream run that ran had every edge accepted, by
+///    upstream runs that had all ended before its first attempt was
+///    assigned; one skipped by its edges had an edge refused; none is left
+///    waiting (check 2).
+fn check_dependencies(runs: &[RunDetail], by_id: &HashMap<&str, &RunDetail>, deps: &[SimDep], v: &mut Vec<String>) {
+    let uid_of = |name: &str| runs.iter().find(|d| d.run.job == name).map(|d| d.run.job_uid.clone());
+    for dep in deps {
+        let Some(dep_uid) = uid_of(&dep.name) else { continue };
+        for (up, _) in &dep.after {
+            for u in runs.iter().filter(|d| &d.run.job == up) {
+                let id = gnomon_backend::dep_run_id(&dep_uid, u.run.scheduled_at);
+                if !by_id.contains_key(id.as_str()) {
+                    v.push(format!("run {} of {up} ({}): no run {id} of {} at its instant", u.run.id, u.run.state.as_str(), dep.name));
+                }
+            }
+        }
+        for d in runs.iter().filter(|d| d.run.job == dep.name) {
+            let Some(after) = d.run.upstream.as_deref().and_then(gnomon_core::deps::RunAfter::parse) else {
+                v.push(format!("run {} of {}: no upstream record", d.run.id, dep.name));
+                continue;
+            };
+            let at = d.run.scheduled_at;
+            let mut refused = false;
+            let mut last_end = Millis::MIN;
+            for (edge, candidates) in after.edges.iter().zip(gnomon_backend::upstream_candidates(&after, at)) {
+                let found: Vec<&RunDetail> = candidates.iter().filter_map(|c| by_id.get(c.as_str()).copied()).collect();
+                if found.is_empty() || found.iter().any(|u| !u.run.state.is_terminal() || !edge.on.accepts(u.run.state)) {
+                    refused = true;
+                }
+                for u in found.iter().filter(|u| u.run.state.is_terminal()) {
+                    last_end = last_end.max(u.run.updated_at);
+                }
+            }
+            let ran = !d.attempts.is_empty();
+            if ran && refused {
+                v.push(format!("run {} of {}: ran though an edge was not accepted ({:?})", d.run.id, dep.name, d.run.upstream));
+            }
+            if let Some(first) = d.attempts.first().filter(|a| a.assigned_at < last_end) {
+                v.push(format!("run {}: attempt 1 assigned at {} before its upstreams ended at {last_end}", d.run.id, first.assigned_at));
+            }
+            let skipped_by_edges = d.run.state == RunState::Skipped && d.run.reason.as_deref().is_some_and(|r| r.starts_with("after:"));
+            if skipped_by_edges && !refused {
+                v.push(format!("run {} of {}: skipped ({:?}) though every edge accepted", d.run.id, dep.name, d.run.reason));
+            }
+            if d.run.state == RunState::Skipped && !skipped_by_edges {
+                v.push(format!("run {} of {}: skipped for {:?}", d.run.id, dep.name, d.run.reason));
+            }
+        }
+    }
 }
 
 /// 7. Every run records the params it runs with: a scheduled run of a job

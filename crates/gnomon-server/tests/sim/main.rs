@@ -99,6 +99,24 @@ fn job_json(name: &str, every_ms: Millis, params: bool, rng: &mut StdRng) -> Str
     )
 }
 
+/// A dependency job of the simulation: no schedule, runs after `after`
+/// (upstream name, `on`).
+pub struct SimDep {
+    pub name: String,
+    pub after: Vec<(String, gnomon_core::deps::On)>,
+}
+
+fn dep_json(dep: &SimDep) -> String {
+    let after: Vec<String> = dep.after.iter().map(|(j, on)| format!(r#"{{"job":"{j}","on":"{}"}}"#, on.as_str())).collect();
+    format!(
+        r#"{{"name":"{}","after":[{}],"executor":{{"handler":{{"name":"noop"}}}},
+            "retry":{{"max_attempts":3,"backoff":{{"initial":"300ms","max":"1s","jitter":0}}}},
+            "notify":[{{"on":["failed","succeeded","recovered"],"webhook":{{"url":"http://127.0.0.1:9/sim"}}}}]}}"#,
+        dep.name,
+        after.join(",")
+    )
+}
+
 pub struct Outcome {
     pub runs: usize,
     pub faults: u64,
@@ -131,15 +149,34 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
         let rec = sqlite.put_job(&spec, Precondition::DoesNotExist, clock.now_millis()).await.map_err(|e| e.to_string())?;
         jobs.push(SimJob { name, every_ms, created_at: rec.created_at, params, spec_json });
     }
+    // Dependency jobs: one after j0 (on a random outcome: fan-out with the
+    // next), and one after j0 and j1 (a fan-in over two timelines) or after
+    // the first (a chain).
+    use gnomon_core::deps::On;
+    let ons = [On::Succeeded, On::Failed, On::Any];
+    let mut deps = vec![SimDep { name: "d0".into(), after: vec![("j0".into(), ons[rng.gen_range(0..3)])] }];
+    let d1 = if rng.gen_bool(0.5) {
+        vec![("j0".into(), ons[rng.gen_range(0..3)]), ("j1".into(), ons[rng.gen_range(0..3)])]
+    } else {
+        vec![("d0".into(), ons[rng.gen_range(0..3)])]
+    };
+    deps.push(SimDep { name: "d1".into(), after: d1 });
+    for dep in &deps {
+        let spec = parse_job_json(dep_json(dep).as_bytes()).map_err(|e| e.to_string())?.compile().map_err(|e| e.to_string())?.spec;
+        sqlite.put_job(&spec, Precondition::DoesNotExist, clock.now_millis()).await.map_err(|e| e.to_string())?;
+    }
     // The store gives jobs random uids, and the leader breaks ties between
     // jobs by uid: fixed ones make a seed replay exactly.
     {
         use sqlx::Connection;
         let mut c = sqlx::SqliteConnection::connect(&url).await.map_err(|e| e.to_string())?;
-        for job in &jobs {
+        let uid = |name: &str| seed.wrapping_mul(31).wrapping_add(name.len() as u64 * 7 + name.as_bytes()[1] as u64);
+        let names = jobs.iter().map(|j| (j.name.clone(), uid(&j.name)));
+        let names = names.chain(deps.iter().enumerate().map(|(i, d)| (d.name.clone(), uid(&d.name).wrapping_add(1000 + i as u64))));
+        for (name, uid) in names {
             sqlx::query("UPDATE jobs SET uid = ? WHERE name = ?")
-                .bind(format!("{:016x}", seed.wrapping_mul(31).wrapping_add(job.name.len() as u64 * 7 + job.name.as_bytes()[1] as u64)))
-                .bind(&job.name)
+                .bind(format!("{uid:016x}"))
+                .bind(&name)
                 .execute(&mut c)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -217,7 +254,7 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
     }
     h.close(clock.now_millis());
     let mut violations = store.violations();
-    let runs = check::check(&*sqlite, &jobs, &h, end, &mut violations).await?;
+    let runs = check::check(&*sqlite, &jobs, &deps, &h, end, &mut violations).await?;
     if !violations.is_empty() && std::env::var("GNOMON_SIM_SEED").is_ok() {
         for (t, what) in &h.log {
             eprintln!("{:>8} ms  {what}", t - T0);
