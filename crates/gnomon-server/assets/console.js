@@ -396,7 +396,7 @@ views.job = async (el, ns, name, cursor) => {
 views.runs = async (el, cursor, state) => {
   const page = await api('GET', `/v1/runs?limit=100${cursor ? '&cursor=' + enc(cursor) : ''}${state ? '&state=' + enc(state) : ''}`);
   const opt = (v, label) => `<option value="${esc(v)}"${v === (state || '') ? ' selected' : ''}>${esc(label || v)}</option>`;
-  el.innerHTML = `<h1>Runs</h1><div class="filters"><select id="f-state">${opt('', 'any state')}${['pending', 'assigned', 'running', 'retrying', ...OUTCOMES].map((s) => opt(s)).join('')}</select></div>
+  el.innerHTML = `<h1>Runs</h1><div class="filters"><select id="f-state">${opt('', 'any state')}${['waiting', 'pending', 'assigned', 'running', 'retrying', ...OUTCOMES].map((s) => opt(s)).join('')}</select></div>
   ${runRows(page.runs)}<div class="row">${cursor ? `<a class="btn" href="#/runs${state ? '/state/' + enc(state) : ''}">Newest</a>` : ''}${page.next_cursor ? `<a class="btn" href="#/runs/page/${enc(page.next_cursor)}${state ? '/' + enc(state) : ''}">Older →</a>` : ''}</div>`;
   $('#f-state').onchange = (e) => { location.hash = e.target.value ? '#/runs/state/' + enc(e.target.value) : '#/runs'; };
 };
@@ -420,6 +420,9 @@ views.run = async (el, id) => {
   <div class="card"><h3>Attempts</h3><div class="big">${attempts.length}</div><div class="mute">${r.next_attempt_at ? 'next ' + when(r.next_attempt_at) : ''}${esc(r.waiting_for || '')}</div></div></div>
   ${r.params ? `<h2>Params</h2><div class="tbl"><table><thead><tr><th>name</th><th>value</th></tr></thead><tbody>
   ${Object.entries(r.params).map(([k, v]) => `<tr><td class="mono">${esc(k)}</td><td class="mono">${esc(typeof v === 'string' ? v : JSON.stringify(v))}</td></tr>`).join('')}
+  </tbody></table></div>` : ''}
+  ${r.graph ? `<h2>Graph of this instant</h2><div class="tbl" id="graph"><table><thead><tr><th></th><th>job</th><th>on</th><th>run</th><th>state</th></tr></thead><tbody>
+  ${[...r.graph.upstream.map((g) => ['runs after', g]), ...r.graph.downstream.map((g) => ['runs before', g])].map(([side, g]) => `<tr><td class="mute">${side}</td><td><a href="#/job/${enc(r.namespace)}/${enc(g.job)}">${esc(g.job)}</a></td><td>${esc(g.on)}</td><td class="mono">${g.id ? `<a href="#/run/${enc(g.id)}">${esc(g.id)}</a>` : '<span class="mute">no run</span>'}</td><td>${g.state ? st(g.state) : '-'}</td></tr>`).join('')}
   </tbody></table></div>` : ''}
   ${r.payload !== undefined ? `<h2>Payload</h2><pre class="output" id="payload">${esc(r.payload)}</pre>` : ''}
   <h2>Timeline</h2><div class="timeline">${bars || '<p class="mute">No attempt yet.</p>'}</div>

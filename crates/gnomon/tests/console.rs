@@ -234,11 +234,16 @@ async fn walk(b: &Browser, addr: &str, viewer: &str) {
     // Cancel a running run.
     let slow = json!({"name": "console-slow", "executor": {"shell": {"command": "sleep", "args": ["120"]}}});
     assert_eq!(api(addr, "POST", "/v1/jobs", Some(slow)).0, 201);
+    let next = json!({"name": "console-next", "after": [{"job": "console-slow"}], "executor": {"handler": {"name": "noop"}}});
+    assert_eq!(api(addr, "POST", "/v1/jobs", Some(next)).0, 201);
     let (status, run) = api(addr, "POST", "/v1/jobs/console-slow/trigger", None);
     assert_eq!(status, 201);
     let id = run["id"].as_str().unwrap().to_string();
     b.goto(&format!("#/run/{id}")).await;
     b.wait_text(".st.running", "running", 60).await;
+    // Its page shows the graph of its instant: the run waiting after it.
+    b.wait_text("#graph", "console-next", 30).await;
+    b.wait_text("#graph .st", "waiting", 30).await;
     b.el("#cancel").await.click().await.unwrap();
     b.el("#confirm-yes").await.click().await.unwrap();
     b.wait_text(".card .st", "cancelled", 60).await;

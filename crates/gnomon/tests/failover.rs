@@ -248,6 +248,12 @@ impl Ha {
         let burst = json!({"name": "burst", "executor": {"handler": {"name": "noop"}}, "triggers": {"webhook": {"secret_env": HOOK_ENV}}});
         let (code, body) = self.api(l, "POST", "/v1/jobs", Some(burst));
         assert_eq!(code, 201, "{body}");
+        // A dependency job: each run of every-second releases its run of
+        // the same instant, through every fault.
+        let after = json!({"name": "after-second", "after": [{"job": "every-second", "on": "any"}], "executor": {"handler": {"name": "noop"}},
+                           "retry": {"max_attempts": 5, "backoff": {"initial": "100ms", "max": "1s", "multiplier": 2.0, "jitter": 0}}});
+        let (code, body) = self.api(l, "POST", "/v1/jobs", Some(after));
+        assert_eq!(code, 201, "{body}");
         wait_until("the jobs to fire", Duration::from_secs(30), || self.runs("every-second").len() >= 3);
         self.started = self.runs("every-second").iter().map(|r| r.scheduled_at).min().unwrap();
     }
@@ -257,7 +263,7 @@ impl Ha {
     /// non-terminal (beyond the last seconds').
     fn check_history(&self) {
         let end = now_ms() - 15_000;
-        for job in ["every-second", "every-second-once", "burst"] {
+        for job in ["every-second", "every-second-once", "burst", "after-second"] {
             let stuck: Vec<String> = self
                 .runs(job)
                 .into_iter()
@@ -283,6 +289,7 @@ impl Ha {
             t += 1000;
         }
         assert!(missing.is_empty(), "fire_all missed {} scheduled seconds, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
+        self.check_dependency_runs(end);
         for job in ["every-second", "every-second-once"] {
             for r in self.runs(job) {
                 let d = self.rt.block_on(self.store.get_run(&r.id)).expect("get run").expect("run exists");
@@ -317,6 +324,32 @@ impl Ha {
         let res = http_with(None, &self.replicas[i].addr(), "POST", "/v1/hooks/default/burst", &headers, Some(body.as_bytes()));
         let (code, body) = res.unwrap_or((0, Value::Null));
         (code, body["id"].as_str().or(body["error"]["code"].as_str()).map(str::to_string))
+    }
+
+    /// Every run of every-second that ended has its one after-second run of
+    /// the same instant, decided by its outcome (`any`: it ran unless the
+    /// instant was skipped), and started only after it ended.
+    fn check_dependency_runs(&self, end: i64) {
+        let downs: BTreeMap<i64, gnomon_backend::RunRecord> = self.runs("after-second").into_iter().map(|r| (r.scheduled_at, r)).collect();
+        for up in self.runs("every-second").into_iter().filter(|r| r.fired_at < end) {
+            let Some(down) = downs.get(&up.scheduled_at) else {
+                panic!("run {} ({}) has no after-second run of its instant", up.id, up.state.as_str());
+            };
+            assert_eq!(down.id, gnomon_backend::dep_run_id(&down.job_uid, up.scheduled_at));
+            let ran = up.state != gnomon_core::RunState::Skipped;
+            let want = if ran { gnomon_core::RunState::Succeeded } else { gnomon_core::RunState::Skipped };
+            assert_eq!(down.state, want, "{}: upstream {} ended {}; {:?}", down.id, up.id, up.state.as_str(), down.reason);
+            let d = self.rt.block_on(self.store.get_run(&down.id)).expect("get run").expect("run exists");
+            if let Some(first) = d.attempts.first() {
+                assert!(
+                    first.assigned_at >= up.updated_at,
+                    "{}: started at {} before its upstream ended at {}",
+                    down.id,
+                    first.assigned_at,
+                    up.updated_at
+                );
+            }
+        }
     }
 
     /// SIGKILL the leader; an idempotency key answered before the kill,

@@ -124,6 +124,16 @@ fn every_answer_matches_the_published_document() {
     assert_eq!((status, err["error"]["code"].as_str()), (400, Some("invalid_cron")));
     assert_eq!(c.call("POST", "/v1/schedules/preview", "/v1/schedules/preview", Some(json!({"schedule": {}, "count": 0}))).0, 400);
 
+    // Dependencies: a job after echo; a cycle, an unknown upstream and
+    // deleting a job others run after are refused.
+    let after = json!({"name": "after-echo", "after": [{"job": "echo", "on": "any"}], "executor": {"handler": {"name": "noop"}}});
+    assert_eq!(c.call("POST", "/v1/jobs", "/v1/jobs", Some(after)).0, 201);
+    let unknown = json!({"name": "x", "after": [{"job": "nope"}], "executor": {"handler": {"name": "noop"}}});
+    let (status, err) = c.call("POST", "/v1/jobs", "/v1/jobs", Some(unknown));
+    assert_eq!((status, err["error"]["code"].as_str()), (400, Some("unknown_upstream")));
+    let (status, err) = c.call("DELETE", "/v1/jobs/{name}", "/v1/jobs/echo", None);
+    assert_eq!((status, err["error"]["code"].as_str()), (409, Some("has_dependents")));
+
     // Runs: one trigger runs to the end on the embedded worker.
     let (status, run) = c.call("POST", "/v1/jobs/{name}/trigger", "/v1/jobs/echo/trigger", None);
     assert_eq!(status, 201);
@@ -137,6 +147,13 @@ fn every_answer_matches_the_published_document() {
     let (status, done) = c.call("GET", "/v1/runs/{id}", &format!("/v1/runs/{id}"), None);
     assert_eq!(status, 200);
     assert!(done["attempts"][0]["output"].as_str().unwrap_or("").contains("hello"), "{done}");
+    assert_eq!(done["graph"]["downstream"][0]["job"], "after-echo", "the instant's graph: {done}");
+    let down = done["graph"]["downstream"][0]["id"].as_str().expect("its run of the instant").to_string();
+    wait_until("the dependency run to end", Duration::from_secs(60), || {
+        http(&addr, "GET", &format!("/v1/runs/{down}"), None).map(|(_, v)| v["state"] == json!("succeeded")).unwrap_or(false)
+    });
+    let (status, dep) = c.call("GET", "/v1/runs/{id}", &format!("/v1/runs/{down}"), None);
+    assert_eq!((status, dep["graph"]["upstream"][0]["state"].as_str()), (200, Some("succeeded")), "{dep}");
     assert_eq!(c.call("GET", "/v1/runs/{id}", "/v1/runs/nope", None).0, 404);
     assert_eq!(c.call("GET", "/v1/runs", "/v1/runs?limit=2", None).0, 200);
     assert_eq!(c.call("GET", "/v1/runs", "/v1/runs?job=echo&state=succeeded&stale=true", None).0, 200);
@@ -149,6 +166,8 @@ fn every_answer_matches_the_published_document() {
     wait_until("the slow run to start", Duration::from_secs(60), || {
         http(&addr, "GET", &format!("/v1/runs/{slow_id}"), None).map(|(_, v)| v["state"] == json!("running")).unwrap_or(false)
     });
+    let (status, waiting) = c.call("GET", "/v1/runs", "/v1/runs?state=waiting", None);
+    assert_eq!(status, 200, "{waiting}");
     let (status, _) = c.call("POST", "/v1/runs/{id}/cancel", &format!("/v1/runs/{slow_id}/cancel"), None);
     assert!(status == 200 || status == 202, "cancel answered {status}");
     assert_eq!(c.call("POST", "/v1/runs/{id}/cancel", &format!("/v1/runs/{id}/cancel"), None).0, 409);
@@ -190,6 +209,7 @@ fn every_answer_matches_the_published_document() {
     assert_eq!(c.call("GET", "/healthz", "/healthz", None).0, 200);
     assert_eq!(c.call("GET", "/readyz", "/readyz", None).0, 200);
     assert_eq!(c.call("DELETE", "/v1/jobs/{name}", "/v1/jobs/echo?version=99", None).0, 409);
+    assert_eq!(c.call("DELETE", "/v1/jobs/{name}", "/v1/jobs/after-echo", None).0, 204);
     assert_eq!(c.call("DELETE", "/v1/jobs/{name}", "/v1/jobs/echo", None).0, 204);
 
     // Every operation the document lists was called.
@@ -222,7 +242,7 @@ fn every_answer_matches_the_published_document() {
     ]);
     assert_eq!(p["fires"][1]["local"], json!("2026-03-29T03:00:00+02:00"));
     assert_eq!(cli(&["job", "preview", "ping", "--count", "2"])["fires"].as_array().map(Vec::len), Some(2));
-    assert_eq!(cli(&["run", "get", &id]), done);
+    assert_eq!(cli(&["run", "get", &id]), http(&addr, "GET", &format!("/v1/runs/{id}"), None).unwrap().1);
     let many = cli(&["job", "trigger", "hand", "--count", "2"]);
     assert_eq!(many["count"], json!(2));
     // YAML and JSON lines carry the same answers.
@@ -232,7 +252,7 @@ fn every_answer_matches_the_published_document() {
         String::from_utf8(out.stdout).unwrap()
     };
     let yaml: Value = serde_yaml_ng::from_str(&raw(&["-o", "yaml", "run", "get", &id])).unwrap();
-    assert_eq!(yaml, done);
+    assert_eq!(yaml, http(&addr, "GET", &format!("/v1/runs/{id}"), None).unwrap().1);
     let lines = raw(&["-o", "jsonl", "run", "list", "--limit", "3"]);
     assert_eq!(lines.lines().count(), 3);
     assert!(lines.lines().all(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["id"].is_string())));
