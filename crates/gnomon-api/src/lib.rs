@@ -7,11 +7,13 @@
 
 #![warn(missing_docs)]
 
+pub mod backfills;
 pub mod cluster;
 pub mod jobs;
 pub mod runs;
 pub mod status;
 
+pub use backfills::{Backfill, BackfillList, BackfillRequest};
 pub use cluster::{ClusterMember, ClusterStatus, NewLearner, Removed};
 pub use jobs::{Job, JobList, JobStatus, PreviewFire, SchedulePreview, SchedulePreviewRequest};
 pub use runs::{Attempt, GraphRun, Run, RunGraph, RunList, RunNotification, TriggerAnswer, TriggerBody, Triggered};

@@ -5,7 +5,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{hooks, jobs, runs, status, trigger};
+use crate::api::{backfills, hooks, jobs, runs, status, trigger};
 use crate::cluster_api;
 
 #[derive(OpenApi)]
@@ -20,6 +20,7 @@ use crate::cluster_api;
         jobs::create_job, jobs::list_jobs, jobs::get_job, jobs::put_job,
         jobs::delete_job, trigger::trigger_job, jobs::pause_job, jobs::resume_job,
         jobs::preview_schedule, hooks::hook,
+        backfills::create_backfill, backfills::list_backfills, backfills::get_backfill, backfills::cancel_backfill,
         runs::list_runs, runs::get_run, runs::cancel_run,
         status::list_workers, status::whoami, status::leader, status::healthz, status::readyz,
         cluster_api::status, cluster_api::add_learner, cluster_api::promote, cluster_api::remove,
@@ -30,6 +31,7 @@ use crate::cluster_api;
         (name = "jobs", description = "Jobs, manual triggers and schedule previews"),
         (name = "hooks", description = "Webhook calls that start runs, signed with the job's secret instead of a credential"),
         (name = "runs", description = "Runs and their attempts"),
+        (name = "backfills", description = "Backfills of past instants and their progress"),
         (name = "cluster", description = "Leadership, workers and raft members"),
         (name = "operations", description = "Probes"),
     )

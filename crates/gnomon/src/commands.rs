@@ -122,6 +122,11 @@ pub async fn job(c: &Client, cmd: JobCmd, out: Output) -> anyhow::Result<()> {
             let run: Run = c.post_bytes(&path, &headers, body).await?;
             table::triggered(&TriggerAnswer::One(Box::new(run)), out)
         }
+        JobCmd::Backfill { job, from, to, params, rate, wait } => {
+            let params = (!params.is_empty()).then(|| params.into_iter().collect());
+            let request = gnomon_api::BackfillRequest { from, to, params, rate };
+            crate::backfill::create(c, crate::backfill::Ask { name: job.name, namespace: job.namespace, request, wait }, out).await
+        }
         JobCmd::Preview(p) => preview(c, p, out).await,
         JobCmd::Pause(n) => {
             let job: Job = c.call(Method::POST, &job_path(&n.name, "/pause"), &ns_query(&n.namespace), None::<&()>).await?;

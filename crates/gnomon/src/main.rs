@@ -5,6 +5,7 @@
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 mod auth_cmd;
+mod backfill;
 mod client;
 mod commands;
 mod config;
@@ -85,6 +86,9 @@ enum Command {
     /// Inspect and cancel runs.
     #[command(subcommand)]
     Run(RunCmd),
+    /// Follow, list and cancel backfills (`gnomon job backfill` starts one).
+    #[command(subcommand)]
+    Backfill(backfill::BackfillCmd),
     /// Run a worker for the servers in `--server` (comma-separated
     /// host:port); `gnomon worker list` shows the leader's worker sessions.
     Worker(WorkerCommand),
@@ -207,6 +211,29 @@ enum JobCmd {
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
     },
+    /// Create the runs of the past instants of a job's schedule in a range:
+    /// an instant that has a run or a skip record keeps it, so a repeated
+    /// or overlapping backfill creates nothing twice.
+    Backfill {
+        #[command(flatten)]
+        job: NameArg,
+        /// The range's first instant (RFC 3339), included.
+        #[arg(long)]
+        from: String,
+        /// The range's last instant (RFC 3339), included; not in the future.
+        #[arg(long)]
+        to: String,
+        /// Set one of the job's params for every run (repeatable), as for
+        /// `job trigger`.
+        #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+        params: Vec<(String, serde_json::Value)>,
+        /// Instants per second (1 to 1000; default 10).
+        #[arg(long)]
+        rate: Option<u32>,
+        /// Follow it until it ends, with a progress bar.
+        #[arg(long)]
+        wait: bool,
+    },
     /// The next fire times of a job's schedule, or of a schedule given here,
     /// with daylight-saving changes marked.
     Preview(PreviewArgs),
@@ -297,7 +324,7 @@ enum RunCmd {
         #[arg(long)]
         job: Option<String>,
         /// Only runs in this state.
-        #[arg(long, value_parser = ["pending", "assigned", "running", "retrying", "succeeded", "failed", "cancelled", "skipped"])]
+        #[arg(long, value_parser = ["waiting", "pending", "assigned", "running", "retrying", "succeeded", "failed", "cancelled", "skipped"])]
         state: Option<String>,
         /// Only this namespace's runs (needed when the credential is
         /// limited to several).
@@ -444,6 +471,7 @@ async fn run(cli: Cli, loaded: config::Loaded) -> anyhow::Result<()> {
             match command {
                 Command::Job(cmd) => commands::job(&c, cmd, out).await,
                 Command::Run(cmd) => commands::runs(&c, cmd, out).await,
+                Command::Backfill(cmd) => backfill::run(&c, cmd, out).await,
                 Command::Worker(WorkerCommand { cmd: Some(WorkerCmd::List), .. }) => table::workers(&c.get("/v1/workers", &[]).await?, out),
                 Command::Leader => table::leader(&c.get("/v1/leader", &[]).await?, out),
                 Command::Cluster(cmd) => commands::cluster(&c, cmd, out).await,

@@ -191,6 +191,40 @@ pub fn run_detail(v: &Run, out: Output) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn backfill_row(b: &gnomon_api::Backfill) -> Vec<String> {
+    vec![
+        b.id.clone(),
+        format!("{}/{}", b.namespace, b.job),
+        format!("{} .. {}", b.from, b.to),
+        b.state.clone(),
+        format!("{}/{}", b.created + b.kept, b.total),
+        b.created.to_string(),
+        b.kept.to_string(),
+        format!("{}/s", b.rate),
+    ]
+}
+
+const BACKFILL_HEADERS: [&str; 8] = ["id", "job", "range", "state", "done", "created", "kept", "rate"];
+
+pub fn backfills(list: &gnomon_api::BackfillList, out: Output) -> anyhow::Result<()> {
+    if structured_list(list, &list.backfills, out)? {
+        return Ok(());
+    }
+    print_table(&BACKFILL_HEADERS, list.backfills.iter().map(backfill_row).collect());
+    Ok(())
+}
+
+pub fn backfill(b: &gnomon_api::Backfill, out: Output) -> anyhow::Result<()> {
+    if structured(b, out)? {
+        return Ok(());
+    }
+    print_table(&BACKFILL_HEADERS, vec![backfill_row(b)]);
+    if let Some(r) = &b.reason {
+        println!("\n{r}");
+    }
+    Ok(())
+}
+
 pub fn triggered(t: &TriggerAnswer, out: Output) -> anyhow::Result<()> {
     match t {
         TriggerAnswer::One(run) => run_detail(run, out),

@@ -50,6 +50,10 @@ const TABLE: &[(&str, &str, Need, Scope)] = &[
     ("post", "/v1/jobs/{name}/trigger", Need::Operator, Scope::Refused),
     ("post", "/v1/jobs/{name}/pause", Need::Operator, Scope::Refused),
     ("post", "/v1/jobs/{name}/resume", Need::Operator, Scope::Refused),
+    ("post", "/v1/jobs/{name}/backfill", Need::Operator, Scope::Refused),
+    ("get", "/v1/backfills", Need::Viewer, Scope::Refused),
+    ("get", "/v1/backfills/{id}", Need::Viewer, Scope::Hidden),
+    ("post", "/v1/backfills/{id}/cancel", Need::Operator, Scope::Hidden),
     ("post", "/v1/schedules/preview", Need::Viewer, Scope::None),
     ("get", "/v1/runs", Need::Viewer, Scope::Refused),
     ("get", "/v1/runs/{id}", Need::Viewer, Scope::Hidden),
@@ -134,7 +138,9 @@ fn snapshot(addr: &str, admin: &str) -> Value {
         jobs["jobs"].as_array().unwrap().iter().map(|j| json!([j["namespace"], j["name"], j["version"], j["status"]["paused"]])).collect();
     let (_, runs) = http_as(Some(admin), addr, "GET", &format!("/v1/runs?namespace={NS}&limit=1000"), None).unwrap();
     let runs: Vec<Value> = runs["runs"].as_array().unwrap().iter().map(|r| json!([r["id"], r["state"]])).collect();
-    json!({"jobs": jobs, "runs": runs})
+    let (_, backfills) = http_as(Some(admin), addr, "GET", "/v1/backfills", None).unwrap();
+    let backfills: Vec<Value> = backfills["backfills"].as_array().unwrap().iter().map(|b| json!([b["id"], b["state"]])).collect();
+    json!({"jobs": jobs, "runs": runs, "backfills": backfills})
 }
 
 #[test]
@@ -187,6 +193,18 @@ fn every_operation_answers_every_credential_as_the_table_says() {
     let (s, run) = http_as(Some(&admin), &addr, "POST", &format!("/v1/jobs/fixture/trigger?namespace={NS}"), None).unwrap();
     assert_eq!(s, 201, "{run}");
     let run_id = run["id"].as_str().unwrap().to_string();
+    // A backfill of NS for the backfill operations, cancelled at once (so
+    // it writes nothing while the table is checked).
+    let now = chrono::Utc::now();
+    let range = |from: i64, to: i64| {
+        let at = |h: i64| (now - chrono::Duration::hours(h)).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        json!({"from": at(from), "to": at(to), "rate": 1}).to_string().into_bytes()
+    };
+    let (s, b) = http_as(Some(&admin), &addr, "POST", &format!("/v1/jobs/fixture/backfill?namespace={NS}"), Some(&range(900, 1))).unwrap();
+    assert_eq!(s, 201, "{b}");
+    let backfill_id = b["id"].as_str().unwrap().to_string();
+    let (s, b) = http_as(Some(&admin), &addr, "POST", &format!("/v1/backfills/{backfill_id}/cancel"), None).unwrap();
+    assert_eq!(s, 200, "{b}");
 
     let names = ["trigger", "pause", "resume", "cancel", "jobs"];
     let mut checked = 0;
@@ -196,6 +214,8 @@ fn every_operation_answers_every_credential_as_the_table_says() {
             names.iter().map(|n| (template.replace("{name}", n), Some(n.to_string()))).collect()
         } else if template.starts_with("/v1/runs/{id}") {
             vec![(template.replace("{id}", &run_id), None)]
+        } else if template.starts_with("/v1/backfills/{id}") {
+            vec![(template.replace("{id}", &backfill_id), None)]
         } else {
             vec![(template.replace("{id}", "2").replace("{namespace}", NS).replace("{job}", "fixture"), None)]
         };
@@ -211,8 +231,13 @@ fn every_operation_answers_every_credential_as_the_table_says() {
                     }
                     ("put", _) => (format!("{path}?namespace={NS}"), Some(job(name.as_deref().unwrap()))),
                     ("post", "/v1/schedules/preview") => (path.clone(), Some(br#"{"schedule":{"every":"1h"}}"#.to_vec())),
+                    // A range that ends in the future: refused once allowed
+                    // (400), so no backfill runs while the table is checked.
+                    ("post", "/v1/jobs/{name}/backfill") => (format!("{path}?namespace={NS}"), Some(range(3, -1))),
                     ("post", "/v1/cluster/learners") => (path.clone(), Some(br#"{"id":9,"address":"127.0.0.1:1"}"#.to_vec())),
-                    _ if template.starts_with("/v1/jobs") || *template == "/v1/runs" => (format!("{path}?namespace={NS}"), None),
+                    _ if template.starts_with("/v1/jobs") || *template == "/v1/runs" || *template == "/v1/backfills" => {
+                        (format!("{path}?namespace={NS}"), None)
+                    }
                     _ => (path.clone(), None),
                 };
                 let before = snapshot(&addr, &admin);

@@ -61,6 +61,8 @@ struct Ha {
     _workers: Vec<Proc>,
     /// The scheduled seconds the fire_all job must cover, from its first run.
     started: i64,
+    /// A backfill asked for before the faults, and its range.
+    backfill: Option<(String, i64, i64)>,
     /// This test's keys in the shared etcd cluster, removed at the end.
     etcd_prefix: Option<String>,
 }
@@ -143,7 +145,7 @@ impl Ha {
             replicas.push(Replica { id: format!("s{i}"), port, proxies, args, proc: None });
         }
         let etcd_prefix = matches!(backend, Backend::Etcd | Backend::EtcdStore).then(|| format!("/gnomon/{cluster}/"));
-        let mut ha = Ha { dir, rt, db, store, replicas, _workers: Vec::new(), started: 0, etcd_prefix };
+        let mut ha = Ha { dir, rt, db, store, replicas, _workers: Vec::new(), started: 0, backfill: None, etcd_prefix };
         for i in 0..3 {
             ha.start_replica(i);
         }
@@ -256,6 +258,38 @@ impl Ha {
         assert_eq!(code, 201, "{body}");
         wait_until("the jobs to fire", Duration::from_secs(30), || self.runs("every-second").len() >= 3);
         self.started = self.runs("every-second").iter().map(|r| r.scheduled_at).min().unwrap();
+        // A backfill of the 80 s before every-second-once was created, at 2
+        // instants a second: it runs through the first faults.
+        let to = self.started - 5_000;
+        let from = to - 79_000;
+        let iso = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).unwrap().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let body = json!({"from": iso(from), "to": iso(to), "rate": 2});
+        let (code, b) = self.api(l, "POST", "/v1/jobs/every-second-once/backfill", Some(body));
+        assert_eq!(code, 201, "{b}");
+        self.backfill = Some((b["id"].as_str().unwrap().to_string(), from, to));
+    }
+
+    /// The backfill finished through the faults: every instant of its range
+    /// has its one record (no duplicate: checked with the job's others).
+    fn check_backfill(&self) {
+        let Some((id, from, to)) = self.backfill.clone() else { return };
+        let read = || self.rt.block_on(self.store.get_backfill(&id)).expect("get backfill").expect("it exists");
+        let mut b = read();
+        for _ in 0..60 {
+            if b.state != gnomon_backend::BackfillState::Running {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            b = read();
+        }
+        assert_eq!(b.state, gnomon_backend::BackfillState::Done, "at {}: {b:?}", now_ms());
+        assert_eq!((b.total, b.created + b.kept), (80, 80), "{b:?}");
+        let have: HashSet<i64> = self.runs("every-second-once").into_iter().map(|r| r.scheduled_at).collect();
+        let mut t = from;
+        while t <= to {
+            assert!(have.contains(&t), "backfilled instant {t} has no record");
+            t += 1000;
+        }
     }
 
     /// The history is clean: no duplicate fires; every second of the
@@ -290,6 +324,7 @@ impl Ha {
         }
         assert!(missing.is_empty(), "fire_all missed {} scheduled seconds, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
         self.check_dependency_runs(end);
+        self.check_backfill();
         for job in ["every-second", "every-second-once"] {
             for r in self.runs(job) {
                 let d = self.rt.block_on(self.store.get_run(&r.id)).expect("get run").expect("run exists");

@@ -158,6 +158,28 @@ fn every_answer_matches_the_published_document() {
     assert_eq!(c.call("GET", "/v1/runs", "/v1/runs?limit=2", None).0, 200);
     assert_eq!(c.call("GET", "/v1/runs", "/v1/runs?job=echo&state=succeeded&stale=true", None).0, 200);
     assert_eq!(c.call("GET", "/v1/runs", "/v1/runs?state=weird", None).0, 400);
+    // Backfills: one that finishes, one cancelled, refusals.
+    let tick = json!({"name": "tick", "schedule": {"every": "1s"}, "executor": {"handler": {"name": "noop"}}});
+    assert_eq!(c.call("POST", "/v1/jobs", "/v1/jobs", Some(tick)).0, 201);
+    let at = |ago_s: i64| (chrono::Utc::now() - chrono::Duration::seconds(ago_s)).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let (status, b) =
+        c.call("POST", "/v1/jobs/{name}/backfill", "/v1/jobs/tick/backfill", Some(json!({"from": at(20), "to": at(15), "rate": 100})));
+    assert_eq!(status, 201, "{b}");
+    let bid = b["id"].as_str().unwrap().to_string();
+    wait_until("the backfill to finish", Duration::from_secs(60), || {
+        http(&addr, "GET", &format!("/v1/backfills/{bid}"), None).map(|(_, v)| v["state"] == json!("done")).unwrap_or(false)
+    });
+    assert_eq!(c.call("GET", "/v1/backfills/{id}", &format!("/v1/backfills/{bid}"), None).0, 200);
+    assert_eq!(c.call("GET", "/v1/backfills", "/v1/backfills?job=tick", None).0, 200);
+    assert_eq!(c.call("POST", "/v1/backfills/{id}/cancel", &format!("/v1/backfills/{bid}/cancel"), None).0, 409);
+    let (_, slow_b) =
+        c.call("POST", "/v1/jobs/{name}/backfill", "/v1/jobs/tick/backfill", Some(json!({"from": at(3000), "to": at(2000), "rate": 1})));
+    let sid = slow_b["id"].as_str().unwrap().to_string();
+    assert_eq!(c.call("POST", "/v1/backfills/{id}/cancel", &format!("/v1/backfills/{sid}/cancel"), None).0, 200);
+    assert_eq!(c.call("GET", "/v1/backfills/{id}", "/v1/backfills/nope", None).0, 404);
+    let (status, err) = c.call("POST", "/v1/jobs/{name}/backfill", "/v1/jobs/tick/backfill", Some(json!({"from": at(1), "to": at(-60)})));
+    assert_eq!((status, err["error"]["code"].as_str()), (400, Some("invalid_range")));
+
     // A long run, cancelled while it runs.
     let slow = json!({"name": "slow", "executor": {"shell": {"command": "sleep", "args": ["30"]}}});
     assert_eq!(c.call("POST", "/v1/jobs", "/v1/jobs", Some(slow)).0, 201);

@@ -53,6 +53,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::*;
 
+mod backfills;
 mod clock;
 mod election;
 mod jobs;

@@ -534,3 +534,42 @@ impl StoreProbes for RaftStore {
         Some(Arc::new(RaftStore { member: self.member.clone(), stale: true }))
     }
 }
+
+#[async_trait]
+impl BackfillStore for RaftStore {
+    async fn create_backfill(&self, b: &NewBackfill, now: Millis) -> Result<BackfillRecord, StoreError> {
+        self.ask(Command::CreateBackfill { backfill: b.clone(), now }, |r| match r {
+            Reply::Backfill(b) => Ok(*b),
+            r => Err(r),
+        })
+        .await
+    }
+
+    async fn get_backfill(&self, id: &str) -> Result<Option<BackfillRecord>, StoreError> {
+        self.read().await?.get_backfill(id).await
+    }
+
+    async fn list_backfills(&self, namespace: Option<&str>) -> Result<Vec<BackfillRecord>, StoreError> {
+        self.read().await?.list_backfills(namespace).await
+    }
+
+    async fn cancel_backfill(&self, id: &str, now: Millis) -> Result<BackfillRecord, StoreError> {
+        self.ask(Command::CancelBackfill { id: id.into(), now }, |r| match r {
+            Reply::Backfill(b) => Ok(*b),
+            r => Err(r),
+        })
+        .await
+    }
+
+    async fn running_backfills(&self) -> Result<Vec<BackfillRecord>, StoreError> {
+        self.read().await?.running_backfills().await
+    }
+
+    async fn advance_backfill(&self, fence: &Fence, progress: &BackfillProgress) -> Result<bool, StoreError> {
+        self.ask(Command::AdvanceBackfill { fence: fence.clone(), progress: progress.clone() }, |r| match r {
+            Reply::Settled(b) => Ok(b),
+            r => Err(r),
+        })
+        .await
+    }
+}

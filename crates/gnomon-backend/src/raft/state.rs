@@ -187,6 +187,9 @@ impl StateMachine {
             Command::Prune { fence, keep_per_job, before, max } => Reply::Pruned(store.prune(&fence, keep_per_job, before, max).await?),
             Command::LeaderTime { fence, at } => Reply::LeaderTime(store.advance_leader_time(&fence, at).await?),
             Command::SettleNotification { fence, delivery } => Reply::Settled(store.settle_notification(&fence, &delivery).await?),
+            Command::CreateBackfill { backfill, now } => Reply::Backfill(Box::new(store.create_backfill(&backfill, now).await?)),
+            Command::CancelBackfill { id, now } => Reply::Backfill(Box::new(store.cancel_backfill(&id, now).await?)),
+            Command::AdvanceBackfill { fence, progress } => Reply::Settled(store.advance_backfill(&fence, &progress).await?),
         })
     }
 

@@ -123,6 +123,21 @@ pub enum Command {
         fence: Fence,
         delivery: Delivery,
     },
+    /// A new backfill (a client write).
+    CreateBackfill {
+        backfill: crate::NewBackfill,
+        now: Millis,
+    },
+    /// A backfill cancelled (a client write).
+    CancelBackfill {
+        id: String,
+        now: Millis,
+    },
+    /// A backfill's progress (a leader write).
+    AdvanceBackfill {
+        fence: Fence,
+        progress: crate::BackfillProgress,
+    },
     /// [`Command::Fire`] with a run that is not plain ([`NewRun::is_plain`]:
     /// an idempotency key, params, a payload). Its runs are JSON inside the entry
     /// (`json_runs`), so a field added to a run later is read as absent
@@ -255,6 +270,11 @@ impl Command {
             Command::RequestCancel { .. } => {
                 Some(Need { what: "cancelling a run", role: "operator", namespace: None, unrestricted: false })
             }
+            Command::CreateBackfill { backfill, .. } => Some(need("backfilling a job", "operator", &backfill.namespace)),
+            // The backfill's namespace was checked where it was looked up.
+            Command::CancelBackfill { .. } => {
+                Some(Need { what: "cancelling a backfill", role: "operator", namespace: None, unrestricted: false })
+            }
             _ => None,
         }
     }
@@ -277,6 +297,7 @@ pub enum Reply {
     Pruned(u64),
     LeaderTime(Millis),
     Settled(bool),
+    Backfill(Box<crate::BackfillRecord>),
 }
 
 impl Reply {

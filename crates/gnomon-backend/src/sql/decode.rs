@@ -116,3 +116,25 @@ pub(crate) fn leadership_from_row(r: &impl SqlRow) -> Result<LeadershipRecord, S
         leader_time: r.int("leader_time")?,
     })
 }
+
+/// A `backfills` row (`SELECT *`).
+pub(crate) fn backfill_from_row(r: &impl SqlRow) -> Result<crate::BackfillRecord, StoreError> {
+    Ok(crate::BackfillRecord {
+        id: r.text("id")?,
+        namespace: r.text("namespace")?,
+        job: r.text("job")?,
+        job_uid: r.text("job_uid")?,
+        from: r.int("from_ms")?,
+        to: r.int("to_ms")?,
+        params: r.opt_text("params")?,
+        rate: r.u32("rate")?,
+        total: r.uint("total")?,
+        cursor: r.int("cursor_ms")?,
+        state: parsed("backfill state", &r.text("state")?, crate::BackfillState::parse)?,
+        created: r.uint("created")?,
+        kept: r.uint("kept")?,
+        reason: r.opt_text("reason")?,
+        created_at: r.int("created_at")?,
+        updated_at: r.int("updated_at")?,
+    })
+}

@@ -42,6 +42,7 @@
 
 pub(crate) mod attempts;
 pub(crate) mod backend;
+pub(crate) mod backfills;
 pub(crate) mod decode;
 pub(crate) mod dialect;
 pub(crate) mod driver;

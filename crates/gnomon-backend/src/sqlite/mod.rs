@@ -152,6 +152,19 @@ const MIGRATIONS: &[Migration] = &[
     // A dependency run's origin and edges (`waiting`, an open state, is
     // found by `runs_by_state` like the others).
     Migration { version: 10, statements: &["ALTER TABLE runs ADD COLUMN upstream TEXT"] },
+    // Backfills: the requests to create the runs of a job's past instants.
+    Migration {
+        version: 11,
+        statements: &["BEGIN;
+         CREATE TABLE backfills (
+            id TEXT PRIMARY KEY, namespace TEXT NOT NULL, job TEXT NOT NULL, job_uid TEXT NOT NULL,
+            from_ms INTEGER NOT NULL, to_ms INTEGER NOT NULL, params TEXT, rate INTEGER NOT NULL, total INTEGER NOT NULL,
+            cursor_ms INTEGER NOT NULL, state TEXT NOT NULL, created INTEGER NOT NULL, kept INTEGER NOT NULL, reason TEXT,
+            created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL
+         );
+         CREATE INDEX backfills_by_state ON backfills (state);
+         COMMIT;"],
+    },
 ];
 
 const DIALECT: Dialect = Dialect {

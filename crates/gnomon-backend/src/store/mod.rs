@@ -11,11 +11,13 @@
 //! | [`RunStore`] | the API (run reads, cancel requests), the leader (recovery) |
 //! | [`NotificationStore`] | the leader's deliverer (the outbox) |
 //! | [`RetentionStore`] | the leader (pruning, fenced), metrics (size) |
+//! | [`BackfillStore`] | the API (backfill requests, cancels), the leader (their progress, fenced) |
 //! | [`StoreProbes`] | the node at start: what the backend can do besides |
 //!
 //! The conformance suite (`testing::conformance`) checks every role on
 //! every backend, one file per role.
 
+mod backfills;
 mod jobs;
 mod leader_writes;
 mod leadership;
@@ -24,6 +26,7 @@ mod probes;
 mod retention;
 mod runs;
 
+pub use backfills::BackfillStore;
 pub use jobs::JobStore;
 pub use leader_writes::LeaderWrites;
 pub use leadership::LeadershipStore;
@@ -35,13 +38,25 @@ pub use runs::RunStore;
 /// Every role trait, for `use gnomon_backend::roles::*` where a concrete
 /// store's methods are called (a `dyn Store` needs no import).
 pub mod roles {
-    pub use super::{JobStore, LeaderWrites, LeadershipStore, NotificationStore, RetentionStore, RunStore, Store, StoreProbes};
+    pub use super::{
+        BackfillStore, JobStore, LeaderWrites, LeadershipStore, NotificationStore, RetentionStore, RunStore, Store, StoreProbes,
+    };
 }
 
 /// The persistent state of gnomon: every role together. Nothing is
 /// implemented for `Store` itself; a backend implements each role.
 pub trait Store:
-    JobStore + LeadershipStore + LeaderWrites + RunStore + NotificationStore + RetentionStore + StoreProbes + Send + Sync + std::fmt::Debug
+    JobStore
+    + LeadershipStore
+    + LeaderWrites
+    + RunStore
+    + NotificationStore
+    + RetentionStore
+    + BackfillStore
+    + StoreProbes
+    + Send
+    + Sync
+    + std::fmt::Debug
 {
 }
 
@@ -52,6 +67,7 @@ impl<T> Store for T where
         + RunStore
         + NotificationStore
         + RetentionStore
+        + BackfillStore
         + StoreProbes
         + Send
         + Sync

@@ -12,6 +12,7 @@ use axum::{Json, Router};
 use crate::auth::Denied;
 
 pub mod authz;
+pub(crate) mod backfills;
 mod dependencies;
 pub mod error;
 pub mod extract;
@@ -47,6 +48,10 @@ fn v1_routes() -> Router<ApiState> {
                 .merge(delete(Policy::admin("deleting a job"), jobs::delete_job)),
         )
         .route("/jobs/{name}/trigger", post(Policy::operator("triggering a job"), trigger::trigger_job))
+        .route("/jobs/{name}/backfill", post(Policy::operator("backfilling a job"), backfills::create_backfill))
+        .route("/backfills", get(READ, backfills::list_backfills))
+        .route("/backfills/{id}", get(READ, backfills::get_backfill))
+        .route("/backfills/{id}/cancel", post(Policy::operator("cancelling a backfill"), backfills::cancel_backfill))
         .route("/jobs/{name}/pause", post(Policy::operator("pausing a job"), jobs::pause_job))
         .route("/jobs/{name}/resume", post(Policy::operator("resuming a job"), jobs::resume_job))
         .route("/schedules/preview", post(Policy::viewer("previewing a schedule"), jobs::preview_schedule))

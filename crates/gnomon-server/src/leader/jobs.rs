@@ -350,7 +350,7 @@ impl LeaderRuntime {
     }
 
     /// Tracks the dependency runs a trigger's write created.
-    fn track_dependency_runs(&mut self, runs: Vec<NewRun>, outcomes: Vec<FireOutcome>, now: Millis) {
+    pub(super) fn track_dependency_runs(&mut self, runs: Vec<NewRun>, outcomes: Vec<FireOutcome>, now: Millis) {
         for (run, outcome) in runs.into_iter().zip(outcomes) {
             if outcome == FireOutcome::Created {
                 metrics::counter!("gnomon_runs_total", "state" => run.state.as_str()).increment(1);

@@ -70,6 +70,7 @@ fn with_duration(average: Option<f64>, ms: f64) -> Option<f64> {
     Some(average.map_or(ms, |o| o + DURATION_EWMA * (ms - o)))
 }
 
+mod backfills;
 mod dispatch;
 mod graph;
 mod jobs;
@@ -308,6 +309,8 @@ struct Cache {
     runs: RunBook,
     /// Why a job's runs cannot be placed right now, by job uid.
     waiting: HashMap<String, String>,
+    /// The running backfills.
+    backfills: backfills::Backfills,
     /// `replace` fires written whose older runs are still to be cancelled:
     /// (job uid, the new run's instant).
     replace_due: Vec<(String, Millis)>,
@@ -468,6 +471,7 @@ impl LeaderRuntime {
             token = self.fence.token,
             jobs = self.cache.jobs.len(),
             open_runs = self.cache.runs.len(),
+            backfills = self.cache.backfills.len(),
             ms = began.elapsed().as_millis() as u64,
             "leader state loaded from the store"
         );

@@ -30,6 +30,7 @@ impl LeaderRuntime {
                 live.push(id);
             }
         }
+        self.load_backfills().await?;
         if let Some(leases) = &self.leases {
             if self.lease_deletions.is_none() {
                 self.lease_deletions = Some(leases.deletions());

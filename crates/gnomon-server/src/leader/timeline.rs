@@ -146,6 +146,19 @@ impl JobTimeline {
         self.graph.closure(uid, at, made_by, params, now)
     }
 
+    /// The last instant job `uid`'s timeline will never fire itself: where
+    /// it stands (its last fire, or where its timeline starts), or before
+    /// what a previous version still has due; while it is paused with
+    /// nothing carried, `now` (the times of a pause are never fired).
+    /// `None` for a job not held.
+    pub(super) fn settled_until(&self, uid: &str, now: Millis) -> Option<Millis> {
+        let entry = self.jobs.get(uid)?;
+        if let Some(c) = &entry.carry {
+            return Some(entry.record.last_scheduled_at.map_or(c.after, |l| l.max(c.after)).min(entry.base()));
+        }
+        Some(if entry.record.paused { entry.base().max(now) } else { entry.base() })
+    }
+
     /// Whether job `uid` will still get a run at the instant `at` that it
     /// has none of yet: its timeline (or what a previous version still has
     /// due) includes `at` and has not passed it, or one of its upstreams

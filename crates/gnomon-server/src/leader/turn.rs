@@ -41,6 +41,7 @@ impl LeaderRuntime {
         }
         self.release_retries(now).await?;
         self.release_waiting(now).await?;
+        self.run_backfills(now).await?;
         self.record_and_dispatch(now, last_chunk).await?;
         for (uid, before) in std::mem::take(&mut self.cache.replace_due) {
             self.cancel_open_runs_of(&uid, before, now).await?;
@@ -65,6 +66,7 @@ impl LeaderRuntime {
             }
         }
         self.cache.jobs.set_feed_seq(changes.seq);
+        self.load_backfills().await?;
         for run in self.store.cancel_requests().await? {
             if self.cache.runs.holder(&run.id).is_some() && !self.cache.runs.cancel_sent(&run.id, run.attempt) {
                 self.send_cancel(&run.id, run.attempt);

@@ -290,6 +290,34 @@ impl NotificationStore for FaultyStore {
 impl RetentionStore for FaultyStore {}
 
 #[async_trait]
+impl BackfillStore for FaultyStore {
+    async fn create_backfill(&self, b: &NewBackfill, now: Millis) -> Result<BackfillRecord, StoreError> {
+        self.inner.create_backfill(b, now).await
+    }
+
+    async fn get_backfill(&self, id: &str) -> Result<Option<BackfillRecord>, StoreError> {
+        self.inner.get_backfill(id).await
+    }
+
+    async fn list_backfills(&self, namespace: Option<&str>) -> Result<Vec<BackfillRecord>, StoreError> {
+        self.inner.list_backfills(namespace).await
+    }
+
+    async fn cancel_backfill(&self, id: &str, now: Millis) -> Result<BackfillRecord, StoreError> {
+        self.inner.cancel_backfill(id, now).await
+    }
+
+    async fn running_backfills(&self) -> Result<Vec<BackfillRecord>, StoreError> {
+        self.read_fault()?;
+        self.inner.running_backfills().await
+    }
+
+    async fn advance_backfill(&self, fence: &Fence, progress: &BackfillProgress) -> Result<bool, StoreError> {
+        self.write(fence, self.inner.advance_backfill(fence, progress)).await
+    }
+}
+
+#[async_trait]
 impl StoreProbes for FaultyStore {
     fn backend(&self) -> &'static str {
         self.inner.backend()

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::*;
 
+mod backfills;
 mod election;
 mod firing;
 mod fixtures;
@@ -54,4 +55,5 @@ where
     leader_time_only_moves_forward(a.as_ref(), b.as_ref()).await;
     notifications_ride_with_their_transition(a.as_ref(), b.as_ref()).await;
     retention_deletes_only_old_terminal_runs(a.as_ref()).await;
+    backfills::backfills_advance_by_fenced_cas_and_stop_when_cancelled(a.as_ref(), b.as_ref()).await;
 }

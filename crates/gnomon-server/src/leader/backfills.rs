@@ -1,0 +1,237 @@
+//! [`Backfills`]: the running backfills the leader works through, and the
+//! turn's step that does it. Part of the cache: loaded from the store on
+//! every rebuild and on every poll (which picks up new and cancelled ones).
+//!
+//! A backfill creates the runs of its job's instants in `[from, to]` by
+//! their scheduled run ids (`run_id(job, instant)`), inserted if absent,
+//! so an instant that already has a run or a skip record keeps it, and a
+//! repeated, overlapping or resumed backfill creates nothing twice. It
+//! takes only instants the job's timeline will never fire itself (at or
+//! before where the timeline stands), at most `rate` a second, and records
+//! its cursor after each chunk (a fenced compare-and-swap from the cursor
+//! it read), so a new leader continues where the last write left it.
+//!
+//! Invariants (checked by the tests below):
+//! - a backfill is here only while the store last said it runs;
+//! - it is due again no sooner than its rate allows.
+
+use std::collections::BTreeMap;
+
+use gnomon_backend::{BackfillProgress, BackfillRecord};
+
+use super::*;
+
+/// The most instants one step of a backfill takes.
+const MAX_CHUNK: u32 = 500;
+
+/// A backfill and when it may take its next chunk.
+struct Entry {
+    record: BackfillRecord,
+    next_at: Millis,
+}
+
+#[derive(Default)]
+pub(super) struct Backfills {
+    running: BTreeMap<String, Entry>,
+}
+
+impl Backfills {
+    /// Takes in the running backfills as the store has them (those not
+    /// listed no longer run).
+    pub(super) fn load(&mut self, list: Vec<BackfillRecord>, now: Millis) {
+        let mut next = BTreeMap::new();
+        for record in list {
+            let next_at = self.running.get(&record.id).map_or(now, |e| e.next_at);
+            next.insert(record.id.clone(), Entry { record, next_at });
+        }
+        self.running = next;
+    }
+
+    /// The backfills due a chunk at `now`, oldest first.
+    pub(super) fn due(&self, now: Millis) -> Vec<BackfillRecord> {
+        self.running.values().filter(|e| e.next_at <= now).map(|e| e.record.clone()).collect()
+    }
+
+    /// How many instants one chunk of a backfill at `rate` takes, and how
+    /// long after it the next one may start.
+    pub(super) fn chunk(rate: u32) -> (usize, Millis) {
+        let rate = rate.max(1);
+        let n = rate.min(MAX_CHUNK);
+        (n as usize, Millis::from(n) * 1000 / Millis::from(rate))
+    }
+
+    /// A chunk was written: the record as it is now, due again at `next_at`;
+    /// ended ones leave.
+    pub(super) fn advanced(&mut self, record: BackfillRecord, next_at: Millis) {
+        if record.state != gnomon_backend::BackfillState::Running {
+            self.running.remove(&record.id);
+            return;
+        }
+        self.running.insert(record.id.clone(), Entry { record, next_at });
+    }
+
+    /// Not due before `at` (it waits for its job's timeline).
+    pub(super) fn wait(&mut self, id: &str, at: Millis) {
+        if let Some(e) = self.running.get_mut(id) {
+            e.next_at = at;
+        }
+    }
+
+    /// Drops one (it no longer runs).
+    pub(super) fn remove(&mut self, id: &str) {
+        self.running.remove(id);
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.running.len()
+    }
+}
+
+impl LeaderRuntime {
+    /// Reads the running backfills (new ones, cancelled ones).
+    pub(super) async fn load_backfills(&mut self) -> Result<()> {
+        let list = self.store.running_backfills().await?;
+        self.cache.backfills.load(list, self.clock.now_millis());
+        Ok(())
+    }
+
+    /// Takes one chunk of every backfill that is due: its runs (with the
+    /// dependency runs they make) in one fenced write, then its progress.
+    pub(super) async fn run_backfills(&mut self, now: Millis) -> Result<()> {
+        for b in self.cache.backfills.due(now) {
+            let (n, pause) = Backfills::chunk(b.rate);
+            let Some((schedule, settled)) =
+                self.cache.jobs.get(&b.job_uid).map(|e| (e.schedule.clone(), self.cache.jobs.settled_until(&b.job_uid, now)))
+            else {
+                self.finish_backfill(&b, b.cursor, 0, 0, "its job was deleted", now).await?;
+                continue;
+            };
+            let until = b.to.min(settled.unwrap_or(Millis::MIN));
+            let (times, more) = schedule.fires_between(b.cursor, until, n);
+            if times.is_empty() {
+                if until >= b.to {
+                    self.finish_backfill(&b, b.to, 0, 0, "every instant of the range has a record", now).await?;
+                } else {
+                    // The job's timeline has not passed the range yet.
+                    self.cache.backfills.wait(&b.id, now + 1000);
+                }
+                continue;
+            }
+            let roots: Vec<NewRun> = times
+                .iter()
+                .map(|&at| NewRun {
+                    job_uid: b.job_uid.clone(),
+                    namespace: b.namespace.clone(),
+                    job: b.job.clone(),
+                    scheduled_at: at,
+                    fired_at: now,
+                    state: RunState::Pending,
+                    reason: Some(format!("backfill {}", b.id)),
+                    manual: false,
+                    key: None,
+                    params: b.params.clone(),
+                    payload: None,
+                    upstream: None,
+                })
+                .collect();
+            let mut all = roots.clone();
+            all.extend(self.dependency_runs(&roots, now, &mut HashSet::default()));
+            let mut outcomes = self.store.fire(&self.fence, &all, &[]).await?;
+            let dep_outcomes = outcomes.split_off(roots.len().min(outcomes.len()));
+            self.track_dependency_runs(all.split_off(roots.len()), dep_outcomes, now);
+            let (mut created, mut kept) = (0, 0);
+            for (run, outcome) in roots.into_iter().zip(outcomes) {
+                if outcome == FireOutcome::Created {
+                    created += 1;
+                    metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
+                    self.track_pending(run, now);
+                } else {
+                    kept += 1;
+                }
+            }
+            let last = *times.last().unwrap_or(&b.cursor);
+            if !more && until >= b.to {
+                self.finish_backfill(&b, b.to, created, kept, "every instant of the range has a record", now).await?;
+            } else {
+                let progress = BackfillProgress {
+                    id: b.id.clone(),
+                    from_cursor: b.cursor,
+                    cursor: last,
+                    created: b.created + created,
+                    kept: b.kept + kept,
+                    done: None,
+                    at: now,
+                };
+                self.record_progress(b, progress, now + pause).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn finish_backfill(&mut self, b: &BackfillRecord, cursor: Millis, created: u64, kept: u64, why: &str, now: Millis) -> Result<()> {
+        let progress = BackfillProgress {
+            id: b.id.clone(),
+            from_cursor: b.cursor,
+            cursor,
+            created: b.created + created,
+            kept: b.kept + kept,
+            done: Some(why.into()),
+            at: now,
+        };
+        tracing::info!(backfill = %b.id, job = %b.job, created = progress.created, kept = progress.kept, "backfill done");
+        self.record_progress(b.clone(), progress, now).await
+    }
+
+    /// Writes a backfill's progress; one that no longer runs (cancelled)
+    /// or moved on (another write) is dropped until the next poll.
+    async fn record_progress(&mut self, mut b: BackfillRecord, progress: BackfillProgress, next_at: Millis) -> Result<()> {
+        if self.store.advance_backfill(&self.fence, &progress).await? && b.advance(&progress) {
+            self.cache.backfills.advanced(b, next_at);
+        } else {
+            self.cache.backfills.remove(&b.id);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gnomon_backend::{BackfillState, NewBackfill};
+
+    fn record(id: &str, rate: u32) -> BackfillRecord {
+        let b = NewBackfill {
+            id: id.into(),
+            namespace: "default".into(),
+            job: "j".into(),
+            job_uid: "u".into(),
+            from: 1000,
+            to: 9000,
+            params: None,
+            rate,
+            total: 9,
+        };
+        BackfillRecord::new(&b, 0)
+    }
+
+    #[test]
+    fn a_backfill_is_due_as_its_rate_allows_and_leaves_when_it_ends() {
+        assert_eq!(Backfills::chunk(10), (10, 1000));
+        assert_eq!(Backfills::chunk(1000), (500, 500));
+        assert_eq!(Backfills::chunk(0), (1, 1000));
+        let mut b = Backfills::default();
+        b.load(vec![record("a", 2), record("b", 5)], 100);
+        assert_eq!(b.due(100).len(), 2);
+        let mut a = record("a", 2);
+        a.cursor = 2000;
+        b.advanced(a.clone(), 1100);
+        assert_eq!(b.due(1000).iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["b"]);
+        // A reload keeps when each is due, and drops what no longer runs.
+        b.load(vec![a.clone()], 1000);
+        assert!(b.due(1000).is_empty() && b.len() == 1);
+        assert_eq!(b.due(1100)[0].cursor, 2000);
+        a.state = BackfillState::Done;
+        b.advanced(a, 2000);
+        assert_eq!(b.len(), 0);
+    }
+}
