@@ -83,6 +83,30 @@ pub struct JobHeads {
     pub seq: u64,
 }
 
+/// What a resume writes as the job's last fire, or `None` to keep it: a
+/// paused job whose timeline has no instant between its last fire (or its
+/// creation) and its pause has nothing left to fire from before the pause,
+/// and the times of the pause are never fired, so its timeline is settled
+/// up to the resume at once. A leader that loads the job later (after it is
+/// paused and resumed again, say) then starts there, instead of at a last
+/// fire from before an earlier pause. With times before the pause still to
+/// fire (or a schedule change not yet fired), it is left to the leader.
+pub fn settled_on_resume(job: &JobRecord, now: Millis) -> Option<Millis> {
+    if !job.paused {
+        return None;
+    }
+    let paused_at = job.paused_at?;
+    let base = job.last_scheduled_at.unwrap_or(job.created_at);
+    if job.schedule_changed_at.is_some_and(|c| c > base) {
+        return None;
+    }
+    let schedule = job.spec.compile().ok()?.schedule;
+    if schedule.next_after(base).is_some_and(|next| next <= paused_at) {
+        return None;
+    }
+    Some(base.max(now - 1))
+}
+
 /// The deterministic id of the run of `job_uid` at `scheduled_at`.
 pub fn run_id(job_uid: &str, scheduled_at: Millis) -> String {
     format!("{job_uid}-{scheduled_at}")

@@ -375,6 +375,7 @@ function bindJobActions(el, jobs, after) {
 views.job = async (el, ns, name, cursor) => {
   const job = await api('GET', `/v1/jobs/${enc(name)}?namespace=${enc(ns)}`);
   const page = await api('GET', `/v1/runs?job=${enc(name)}&namespace=${enc(ns)}&limit=50${cursor ? '&cursor=' + enc(cursor) : ''}`);
+  const fills = (await api('GET', `/v1/backfills?job=${enc(name)}&namespace=${enc(ns)}`)).backfills;
   const done = page.runs.filter((r) => TERMINAL.has(r.state) && r.state !== 'skipped');
   const ok = done.filter((r) => r.state === 'succeeded').length;
   const points = done.slice().reverse().map((r) => ({ x: ms(r.fired_at), y: ms(r.updated_at) - ms(r.fired_at), ok: r.state === 'succeeded' }));
@@ -388,9 +389,19 @@ views.job = async (el, ns, name, cursor) => {
     <h2>Duration (fire → end)</h2>${lineChart(points, 'per run, oldest to newest')}
   </div><div><h2>Spec <span class="mute small">version ${job.status.version}</span></h2><pre id="spec">${esc(JSON.stringify(spec, null, 2))}</pre>
     <p class="mute small">created ${when(job.status.created_at)} · updated ${when(job.status.updated_at)} · last fired ${when(job.status.last_scheduled_at)}</p></div></div>
+  ${fills.length ? `<h2>Backfills</h2><div class="tbl" id="backfills"><table><thead><tr><th>range</th><th>state</th><th>progress</th><th>created</th><th>kept</th><th>rate</th><th></th></tr></thead><tbody>
+  ${fills.map((b) => `<tr><td class="mono small">${esc(b.from)} … ${esc(b.to)}</td><td>${st(b.state)}</td>
+    <td><progress max="${b.total}" value="${b.created + b.kept}" title="${b.created + b.kept} of ${b.total}"></progress> <span class="small">${b.created + b.kept}/${b.total}</span></td>
+    <td>${b.created}</td><td>${b.kept}</td><td>${b.rate}/s</td>
+    <td>${b.state === 'running' && can('operator') ? `<button class="danger" data-backfill="${esc(b.id)}">Cancel</button>` : esc(b.reason || '')}</td></tr>`).join('')}
+  </tbody></table></div>` : ''}
   <h2>Runs</h2>${runRows(page.runs, false)}
   <div class="row">${cursor ? `<a class="btn" href="#/job/${enc(ns)}/${enc(name)}">Newest</a>` : ''}${page.next_cursor ? `<a class="btn" id="older" href="#/job/${enc(ns)}/${enc(name)}/runs/${enc(page.next_cursor)}">Older →</a>` : ''}</div>`;
   bindJobActions(el, [job], () => views.job(el, ns, name, cursor));
+  el.querySelectorAll('button[data-backfill]').forEach((b) => (b.onclick = async () => {
+    if (!(await confirmDo(`Cancel backfill ${b.dataset.backfill}? The runs it created stay.`))) return;
+    try { await api('POST', `/v1/backfills/${enc(b.dataset.backfill)}/cancel`); toast('Backfill cancelled'); await views.job(el, ns, name, cursor); } catch (e) { toast(e.message); }
+  }));
 };
 
 views.runs = async (el, cursor, state) => {

@@ -250,6 +250,21 @@ async fn walk(b: &Browser, addr: &str, viewer: &str) {
     b.shot("06-run-cancelled").await;
     assert_eq!(api(addr, "GET", &format!("/v1/runs/{id}"), None).1["state"], json!("cancelled"));
 
+    // A backfill shows on its job's page with its progress, and is
+    // cancelled there.
+    let tick = json!({"name": "console-tick", "schedule": {"every": "1s"}, "executor": {"handler": {"name": "noop"}}});
+    assert_eq!(api(addr, "POST", "/v1/jobs", Some(tick)).0, 201);
+    let at = |ago_s: i64| (chrono::Utc::now() - chrono::Duration::seconds(ago_s)).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let (status, fill) = api(addr, "POST", "/v1/jobs/console-tick/backfill", Some(json!({"from": at(3600), "to": at(60), "rate": 1})));
+    assert_eq!(status, 201, "{fill}");
+    b.goto("#/job/default/console-tick").await;
+    b.wait_text("#backfills", "running", 30).await;
+    b.el("#backfills button[data-backfill]").await.click().await.unwrap();
+    b.el("#confirm-yes").await.click().await.unwrap();
+    b.wait_text("#backfills", "cancelled", 30).await;
+    b.shot("06a-backfill-cancelled").await;
+    assert_eq!(api(addr, "GET", &format!("/v1/backfills/{}", fill["id"].as_str().unwrap()), None).1["state"], "cancelled");
+
     // A job with params: its page has a field per param; a trigger sends
     // what is typed there, and the run's page shows its values.
     let report = json!({"name": "console-report", "params": {"region": {"default": "eu"}, "date": {}},

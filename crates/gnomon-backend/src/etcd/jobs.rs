@@ -83,6 +83,9 @@ impl EtcdStore {
                 if paused {
                     j.paused_at = Some(now);
                 } else {
+                    if let Some(last) = crate::settled_on_resume(&j, now) {
+                        j.last_scheduled_at = Some(j.last_scheduled_at.map_or(last, |l| l.max(last)));
+                    }
                     j.resumed_at = Some(now);
                 }
             }

@@ -75,18 +75,36 @@ impl<B: Backend> JobStore for SqlStore<B> {
     async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError> {
         let mut w = self.db.writer().await?;
         let mut tx = Self::begin_write(&mut w).await?;
+        // A resume may settle the timeline at once (`settled_on_resume`).
+        let settle = match paused {
+            true => None,
+            false => Self::job_by_name(&mut tx, namespace, name).await?.and_then(|j| crate::settled_on_resume(&j, now)),
+        };
         let seq = Self::bump_change_seq(&mut tx).await?;
         // The pause or resume time is recorded only when `paused` changes
         // (assigned before `paused`: MySQL evaluates an UPDATE's
         // assignments left to right).
-        let sql = if paused {
-            "UPDATE jobs SET paused_at = CASE WHEN paused = 0 THEN ? ELSE paused_at END, paused = 1, \
-             version = version + 1, updated_at = ?, change_seq = ? WHERE namespace = ? AND name = ?"
+        let q = if paused {
+            Self::q(
+                "UPDATE jobs SET paused_at = CASE WHEN paused = 0 THEN ? ELSE paused_at END, paused = 1, \
+                 version = version + 1, updated_at = ?, change_seq = ? WHERE namespace = ? AND name = ?",
+            )
+        } else if let Some(last) = settle {
+            Self::q("UPDATE jobs SET last_scheduled_at = ")
+                .push(B::DIALECT.greatest)
+                .push(
+                    "(COALESCE(last_scheduled_at, ?), ?), resumed_at = CASE WHEN paused = 1 THEN ? ELSE resumed_at END, paused = 0, \
+                     version = version + 1, updated_at = ?, change_seq = ? WHERE namespace = ? AND name = ?",
+                )
+                .bind(last)
+                .bind(last)
         } else {
-            "UPDATE jobs SET resumed_at = CASE WHEN paused = 1 THEN ? ELSE resumed_at END, paused = 0, \
-             version = version + 1, updated_at = ?, change_seq = ? WHERE namespace = ? AND name = ?"
+            Self::q(
+                "UPDATE jobs SET resumed_at = CASE WHEN paused = 1 THEN ? ELSE resumed_at END, paused = 0, \
+                 version = version + 1, updated_at = ?, change_seq = ? WHERE namespace = ? AND name = ?",
+            )
         };
-        let changed = tx.execute(Self::q(sql).bind(now).bind(now).bind(seq).bind(namespace).bind(name)).await?;
+        let changed = tx.execute(q.bind(now).bind(now).bind(seq).bind(namespace).bind(name)).await?;
         if changed == 0 {
             return Err(StoreError::NotFound(format!("job {namespace}/{name}")));
         }

@@ -43,6 +43,7 @@ pub async fn check(
         }
     }
     let by_id: HashMap<&str, &RunDetail> = runs.iter().map(|d| (d.run.id.as_str(), d)).collect();
+    let backfills = store.list_backfills(None).await.map_err(|e| e.to_string())?;
 
     // 1. One record per scheduled instant: none missing, none twice, none
     //    at an instant the schedule does not have, none while paused.
@@ -51,10 +52,31 @@ pub async fn check(
         for d in runs.iter().filter(|d| d.run.job == job.name && !d.run.manual) {
             *seen.entry(d.run.scheduled_at).or_default() += 1;
         }
+        // Instants a backfill covers: exactly one record up to its cursor
+        // (paused or not: a backfill fills them), at most one past it.
+        let mut covered: BTreeMap<Millis, bool> = BTreeMap::new();
+        for b in backfills.iter().filter(|b| b.job == job.name) {
+            let mut t = (b.from + job.every_ms - 1).div_euclid(job.every_ms) * job.every_ms;
+            while t <= b.to {
+                let handled = t <= b.cursor;
+                covered.entry(t).and_modify(|h| *h |= handled).or_insert(handled);
+                t += job.every_ms;
+            }
+        }
+        for (t, handled) in &covered {
+            let n = seen.remove(t).unwrap_or(0);
+            if n > 1 || (*handled && n != 1) {
+                v.push(format!("job {}: {n} records at backfilled instant {t} (handled: {handled})", job.name));
+            }
+        }
         let paused = h.paused.get(&job.name).cloned().unwrap_or_default();
         let in_pause = |t: Millis, slack: Millis| paused.iter().any(|(p, r)| t > p + slack && r.is_none_or(|r| t <= r));
         let mut t = (job.created_at / job.every_ms + 1) * job.every_ms;
         while t <= end - END_SLACK_MS {
+            if covered.contains_key(&t) {
+                t += job.every_ms;
+                continue;
+            }
             let n = seen.remove(&t).unwrap_or(0);
             if n > 1 {
                 v.push(format!("job {}: {n} runs at instant {t}", job.name));
@@ -63,7 +85,12 @@ pub async fn check(
                 v.push(format!("job {}: no run or skip record for instant {t} (+{} ms)", job.name, t - crate::T0));
             }
             if n > 0 && in_pause(t, PAUSE_SLACK_MS) {
-                v.push(format!("job {}: instant {t} fired while the job was paused", job.name));
+                let why: Vec<String> = runs
+                    .iter()
+                    .filter(|d| d.run.job == job.name && d.run.scheduled_at == t && !d.run.manual)
+                    .map(|d| format!("{} {} {:?} fired at +{}", d.run.id, d.run.state.as_str(), d.run.reason, d.run.fired_at - crate::T0))
+                    .collect();
+                v.push(format!("job {}: instant {t} fired while the job was paused: {why:?}", job.name));
             }
             t += job.every_ms;
         }
@@ -195,6 +222,15 @@ pub async fn check(
     }
     check_params(&runs, &by_id, jobs, h, v);
     check_dependencies(&runs, &by_id, deps, v);
+    // 9. Every backfill ended: done (its cursor at its end) or cancelled.
+    for b in &backfills {
+        if b.state == gnomon_backend::BackfillState::Running || (b.state == gnomon_backend::BackfillState::Done && b.cursor != b.to) {
+            v.push(format!("backfill {} of {}: {} at cursor {} (range {}..{})", b.id, b.job, b.state.as_str(), b.cursor, b.from, b.to));
+        }
+        if b.state == gnomon_backend::BackfillState::Done && b.created + b.kept != b.total {
+            v.push(format!("backfill {}: created {} + kept {} of {}", b.id, b.created, b.kept, b.total));
+        }
+    }
     Ok(runs.len())
 }
 
@@ -224,8 +260,13 @@ fn check_dependencies(runs: &[RunDetail], by_id: &HashMap<&str, &RunDetail>, dep
             let at = d.run.scheduled_at;
             let mut refused = false;
             let mut last_end = Millis::MIN;
+            // Judged by what existed when it was decided: an upstream run a
+            // later backfill made (of an instant it had none of) does not
+            // change a decision made before it.
+            let decided_at = d.attempts.first().map_or(d.run.updated_at, |a| a.assigned_at);
             for (edge, candidates) in after.edges.iter().zip(gnomon_backend::upstream_candidates(&after, at)) {
-                let found: Vec<&RunDetail> = candidates.iter().filter_map(|c| by_id.get(c.as_str()).copied()).collect();
+                let found: Vec<&RunDetail> =
+                    candidates.iter().filter_map(|c| by_id.get(c.as_str()).copied()).filter(|u| u.run.fired_at <= decided_at).collect();
                 if found.is_empty() || found.iter().any(|u| !u.run.state.is_terminal() || !edge.on.accepts(u.run.state)) {
                     refused = true;
                 }

@@ -92,3 +92,21 @@ pub(super) async fn job_heads_and_reads_by_uid(a: &dyn Store, b: &dyn Store) {
     assert_eq!(got[0].last_scheduled_at, Some(5000));
     assert!(a.jobs_by_uid(&[]).await.expect("by uid").is_empty());
 }
+
+/// A resume settles a job's timeline up to it when nothing was due
+/// between its last fire and its pause (the pause's times never fire), and
+/// leaves it to the leader when something was.
+pub(super) async fn a_resume_settles_the_timeline_when_nothing_is_left_to_fire(s: &dyn Store) {
+    // Every second, created at 1: nothing due by 500, two times by 2500.
+    let quiet = s.put_job(&job_spec(&unique("quiet")), Precondition::DoesNotExist, 1).await.expect("create");
+    s.set_job_paused(&quiet.namespace, &quiet.name, true, 500).await.expect("pause");
+    let resumed = s.set_job_paused(&quiet.namespace, &quiet.name, false, 5000).await.expect("resume");
+    assert_eq!((resumed.resumed_at, resumed.last_scheduled_at), (Some(5000), Some(4999)), "settled up to the resume");
+    // Resuming a job that runs changes nothing.
+    let again = s.set_job_paused(&quiet.namespace, &quiet.name, false, 6000).await.expect("resume again");
+    assert_eq!((again.resumed_at, again.last_scheduled_at), (Some(5000), Some(4999)));
+    let due = s.put_job(&job_spec(&unique("due")), Precondition::DoesNotExist, 1).await.expect("create");
+    s.set_job_paused(&due.namespace, &due.name, true, 2500).await.expect("pause");
+    let resumed = s.set_job_paused(&due.namespace, &due.name, false, 5000).await.expect("resume");
+    assert_eq!((resumed.resumed_at, resumed.last_scheduled_at), (Some(5000), None), "the times before the pause still fire");
+}

@@ -36,6 +36,7 @@ where
     let a = open().await;
     let b = open().await;
     jobs_and_preconditions(a.as_ref()).await;
+    a_resume_settles_the_timeline_when_nothing_is_left_to_fire(a.as_ref()).await;
     job_change_feed(a.as_ref(), b.as_ref()).await;
     fire_uniqueness_under_concurrency(a.clone(), b.clone()).await;
     two_servers_race_fire_in_a_tight_loop(a.clone(), b.clone()).await;
