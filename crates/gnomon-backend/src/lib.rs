@@ -4,6 +4,7 @@
 //! Store and election are separate seams and can be combined; fencing works
 //! across any pair because the *store* checks the token of every leader write.
 
+mod backfill;
 pub mod caller;
 mod chunks;
 pub mod election;
@@ -27,6 +28,7 @@ mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
+pub use backfill::*;
 pub use model::*;
 pub use store::*;
 

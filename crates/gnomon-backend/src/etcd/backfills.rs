@@ -1,6 +1,8 @@
 //! The etcd store's backfills: `P/backfills/<id>` holds a backfill record
-//! as JSON. Changes are compare-and-swaps on the key's revision; a
-//! progress report also compares the fence.
+//! as JSON, and `P/backfills_running/<id>` (empty) is present while it
+//! runs, so the leader's poll reads only the running ones. Changes are
+//! compare-and-swaps on the record's revision; a progress report also
+//! compares the fence.
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
@@ -15,6 +17,17 @@ impl EtcdStore {
         resp.kvs().first().map(|kv| Ok((parse::<BackfillRecord>("backfill", kv.value())?, kv.mod_revision()))).transpose()
     }
 
+    /// The puts (and the delete of the running mark once it has ended)
+    /// that write `b`.
+    fn backfill_ops(&self, b: &BackfillRecord) -> Vec<TxnOp> {
+        let running = self.k(&format!("backfills_running/{}", b.id));
+        let mark = match b.state {
+            BackfillState::Running => TxnOp::put(running, "", None),
+            _ => TxnOp::delete(running, None),
+        };
+        vec![TxnOp::put(self.k(&format!("backfills/{}", b.id)), json(b), None), mark]
+    }
+
     async fn all_backfills(&self) -> Result<Vec<BackfillRecord>, StoreError> {
         let resp = self.get(self.k("backfills/"), Some(GetOptions::new().with_prefix())).await?;
         resp.kvs().iter().map(|kv| parse::<BackfillRecord>("backfill", kv.value())).collect()
@@ -26,8 +39,8 @@ impl BackfillStore for EtcdStore {
     async fn create_backfill(&self, b: &NewBackfill, now: Millis) -> Result<BackfillRecord, StoreError> {
         let rec = BackfillRecord::new(b, now);
         let key = self.k(&format!("backfills/{}", b.id));
-        let put = TxnOp::put(key.clone(), json(&rec), None);
-        if self.txn(Txn::new().when(vec![Compare::version(key, CompareOp::Equal, 0)]).and_then(vec![put])).await?.succeeded() {
+        let ops = self.backfill_ops(&rec);
+        if self.txn(Txn::new().when(vec![Compare::version(key, CompareOp::Equal, 0)]).and_then(ops)).await?.succeeded() {
             return Ok(rec);
         }
         Err(StoreError::AlreadyExists(format!("backfill {}", b.id)))
@@ -54,7 +67,7 @@ impl BackfillStore for EtcdStore {
                 return Err(StoreError::Terminal(format!("backfill {id}")));
             }
             let key = self.k(&format!("backfills/{id}"));
-            if self.cas_txn(vec![Compare::mod_revision(key.clone(), CompareOp::Equal, rev)], vec![TxnOp::put(key, json(&b), None)]).await? {
+            if self.cas_txn(vec![Compare::mod_revision(key, CompareOp::Equal, rev)], self.backfill_ops(&b)).await? {
                 return Ok(b);
             }
         }
@@ -62,7 +75,20 @@ impl BackfillStore for EtcdStore {
     }
 
     async fn running_backfills(&self) -> Result<Vec<BackfillRecord>, StoreError> {
-        let mut list: Vec<BackfillRecord> = self.all_backfills().await?.into_iter().filter(|b| b.state == BackfillState::Running).collect();
+        let prefix = self.k("backfills_running/");
+        let marks = self.get(prefix.clone(), Some(GetOptions::new().with_prefix().with_keys_only())).await?;
+        let mut keys = Vec::new();
+        for kv in marks.kvs() {
+            let key = kv.key_str().map_err(|e| StoreError::Corrupt(format!("backfill mark: {e}")))?;
+            keys.push(self.k(&format!("backfills/{}", key.trim_start_matches(&prefix))));
+        }
+        let mut list = Vec::new();
+        for kv in self.get_many(&keys).await?.into_iter().flatten() {
+            let b: BackfillRecord = parse("backfill", kv.value())?;
+            if b.state == BackfillState::Running {
+                list.push(b);
+            }
+        }
         list.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         Ok(list)
     }
@@ -74,8 +100,8 @@ impl BackfillStore for EtcdStore {
         }
         let key = self.k(&format!("backfills/{}", p.id));
         let mut compares = self.fence_compares(fence).await?;
-        compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, rev));
-        if self.cas_txn(compares, vec![TxnOp::put(key, json(&b), None)]).await? {
+        compares.push(Compare::mod_revision(key, CompareOp::Equal, rev));
+        if self.cas_txn(compares, self.backfill_ops(&b)).await? {
             return Ok(true);
         }
         self.check_fenced(fence).await.map(|()| false)
