@@ -98,10 +98,10 @@ impl DepGraph {
     /// edges, with its params inherited from that run.
     pub(super) fn closure(&self, uid: &str, at: Millis, made_by: &str, params: Option<&str>, now: Millis) -> Vec<NewRun> {
         let mut out = Vec::new();
-        let Some(root) = self.nodes.get(uid) else { return out };
         if self.is_empty() {
             return out;
         }
+        let Some(root) = self.nodes.get(uid) else { return out };
         let mut seen: BTreeSet<&str> = BTreeSet::from([uid]);
         let parsed = |p: Option<&str>| p.and_then(|t| serde_json::from_str::<Params>(t).ok());
         let mut queue: VecDeque<(&str, &Node, String, Option<Params>)> = VecDeque::from([(uid, root, made_by.to_string(), parsed(params))]);

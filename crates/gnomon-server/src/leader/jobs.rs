@@ -337,6 +337,9 @@ impl LeaderRuntime {
     /// already open here or made by an earlier root (`seen`).
     pub(super) fn dependency_runs(&self, roots: &[NewRun], now: Millis, seen: &mut HashSet<String>) -> Vec<NewRun> {
         let mut out = Vec::new();
+        if self.cache.jobs.has_no_edges() {
+            return out;
+        }
         for root in roots {
             let id = root.id();
             for run in self.cache.jobs.closure(&root.job_uid, root.scheduled_at, &id, root.params.as_deref(), now) {

@@ -140,6 +140,11 @@ impl JobTimeline {
         std::mem::take(&mut self.jobs)
     }
 
+    /// Whether no held job runs after another (no run makes dependency runs).
+    pub(super) fn has_no_edges(&self) -> bool {
+        self.graph.is_empty()
+    }
+
     /// The dependency runs a run of job `uid` at `at` makes (see
     /// [`super::graph::DepGraph::closure`]).
     pub(super) fn closure(&self, uid: &str, at: Millis, made_by: &str, params: Option<&str>, now: Millis) -> Vec<NewRun> {
