@@ -149,14 +149,20 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
         let rec = sqlite.put_job(&spec, Precondition::DoesNotExist, clock.now_millis()).await.map_err(|e| e.to_string())?;
         jobs.push(SimJob { name, every_ms, created_at: rec.created_at, params, spec_json });
     }
-    // Dependency jobs: one after j0 (on a random outcome: fan-out with the
-    // next), and one after j0 and j1 (a fan-in over two timelines) or after
-    // the first (a chain).
+    // Dependency jobs: one after the slowest job (on a random outcome:
+    // fan-out with the next), and one after the two slowest (a fan-in over
+    // two timelines, at the instants they share) or after the first (a
+    // chain). After the slowest, so that the workers keep up with the load
+    // (a run waits in the queue as long as the load exceeds them, and every
+    // run must end within `TERMINAL_WITHIN_MS`).
     use gnomon_core::deps::On;
     let ons = [On::Succeeded, On::Failed, On::Any];
-    let mut deps = vec![SimDep { name: "d0".into(), after: vec![("j0".into(), ons[rng.gen_range(0..3)])] }];
+    let mut by_period: Vec<&SimJob> = jobs.iter().collect();
+    by_period.sort_by_key(|j| std::cmp::Reverse(j.every_ms));
+    let (slowest, next) = (by_period[0].name.clone(), by_period[1].name.clone());
+    let mut deps = vec![SimDep { name: "d0".into(), after: vec![(slowest.clone(), ons[rng.gen_range(0..3)])] }];
     let d1 = if rng.gen_bool(0.5) {
-        vec![("j0".into(), ons[rng.gen_range(0..3)]), ("j1".into(), ons[rng.gen_range(0..3)])]
+        vec![(slowest, ons[rng.gen_range(0..3)]), (next, ons[rng.gen_range(0..3)])]
     } else {
         vec![("d0".into(), ons[rng.gen_range(0..3)])]
     };
