@@ -14,7 +14,6 @@
 //! Bounds are generous (shared, noisy machines); the failover *times* are
 //! measured by `bench/failover.sh`, not asserted here.
 
-use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +23,9 @@ use serde_json::{json, Value};
 
 mod common;
 use common::*;
+
+#[path = "failover/history.rs"]
+mod history;
 
 const ELECTION_TTL: &str = "3s";
 const LEASE_TTL: &str = "4s";
@@ -269,80 +271,6 @@ impl Ha {
         self.backfill = Some((b["id"].as_str().unwrap().to_string(), from, to));
     }
 
-    /// The backfill finished through the faults: every instant of its range
-    /// has its one record (no duplicate: checked with the job's others).
-    fn check_backfill(&self) {
-        let Some((id, from, to)) = self.backfill.clone() else { return };
-        let read = || self.rt.block_on(self.store.get_backfill(&id)).expect("get backfill").expect("it exists");
-        let mut b = read();
-        for _ in 0..60 {
-            if b.state != gnomon_backend::BackfillState::Running {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(500));
-            b = read();
-        }
-        assert_eq!(b.state, gnomon_backend::BackfillState::Done, "at {}: {b:?}", now_ms());
-        assert_eq!((b.total, b.created + b.kept), (80, 80), "{b:?}");
-        let have: HashSet<i64> = self.runs("every-second-once").into_iter().map(|r| r.scheduled_at).collect();
-        let mut t = from;
-        while t <= to {
-            assert!(have.contains(&t), "backfilled instant {t} has no record");
-            t += 1000;
-        }
-    }
-
-    /// The history is clean: no duplicate fires; every second of the
-    /// fire_all job fired once; no run with two live attempts; no run left
-    /// non-terminal (beyond the last seconds').
-    fn check_history(&self) {
-        let end = now_ms() - 15_000;
-        for job in ["every-second", "every-second-once", "burst", "after-second"] {
-            let stuck: Vec<String> = self
-                .runs(job)
-                .into_iter()
-                .filter(|r| r.fired_at < end && !r.state.is_terminal())
-                .map(|r| format!("{} {}", r.id, r.state.as_str()))
-                .collect();
-            assert!(stuck.is_empty(), "{job}: {} runs left non-terminal, e.g. {:?}", stuck.len(), &stuck[..stuck.len().min(5)]);
-        }
-        for job in ["every-second", "every-second-once"] {
-            let runs = self.runs(job);
-            let mut seen = HashSet::new();
-            for r in &runs {
-                assert!(seen.insert(r.scheduled_at), "{job}: scheduled time {} fired twice", r.scheduled_at);
-            }
-        }
-        let all: BTreeMap<i64, _> = self.runs("every-second").into_iter().map(|r| (r.scheduled_at, r)).collect();
-        let mut t = self.started;
-        let mut missing = Vec::new();
-        while t <= end {
-            if !all.contains_key(&t) {
-                missing.push(t);
-            }
-            t += 1000;
-        }
-        assert!(missing.is_empty(), "fire_all missed {} scheduled seconds, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
-        self.check_dependency_runs(end);
-        self.check_backfill();
-        for job in ["every-second", "every-second-once"] {
-            for r in self.runs(job) {
-                let d = self.rt.block_on(self.store.get_run(&r.id)).expect("get run").expect("run exists");
-                let live = d
-                    .attempts
-                    .iter()
-                    .filter(|a| matches!(a.state, gnomon_core::AttemptState::Assigned | gnomon_core::AttemptState::Running))
-                    .count();
-                assert!(live <= 1, "run {} has {live} live attempts: {:?}", r.id, d.attempts);
-                let mut spans: Vec<(i64, i64)> = d.attempts.iter().map(|a| (a.assigned_at, a.ended_at.unwrap_or(i64::MAX))).collect();
-                spans.sort();
-                for w in spans.windows(2) {
-                    assert!(w[1].0 >= w[0].1, "run {}: attempts overlap in time: {:?}", r.id, d.attempts);
-                }
-            }
-        }
-    }
-
     /// `POST /v1/jobs/burst/trigger` with an idempotency key on replica
     /// `i` (a follower forwards it to the leader): (status, run id).
     fn trigger_keyed(&self, i: usize, key: &str) -> (u16, Option<String>) {
@@ -359,32 +287,6 @@ impl Ha {
         let res = http_with(None, &self.replicas[i].addr(), "POST", "/v1/hooks/default/burst", &headers, Some(body.as_bytes()));
         let (code, body) = res.unwrap_or((0, Value::Null));
         (code, body["id"].as_str().or(body["error"]["code"].as_str()).map(str::to_string))
-    }
-
-    /// Every run of every-second that ended has its one after-second run of
-    /// the same instant, decided by its outcome (`any`: it ran unless the
-    /// instant was skipped), and started only after it ended.
-    fn check_dependency_runs(&self, end: i64) {
-        let downs: BTreeMap<i64, gnomon_backend::RunRecord> = self.runs("after-second").into_iter().map(|r| (r.scheduled_at, r)).collect();
-        for up in self.runs("every-second").into_iter().filter(|r| r.fired_at < end) {
-            let Some(down) = downs.get(&up.scheduled_at) else {
-                panic!("run {} ({}) has no after-second run of its instant", up.id, up.state.as_str());
-            };
-            assert_eq!(down.id, gnomon_backend::dep_run_id(&down.job_uid, up.scheduled_at));
-            let ran = up.state != gnomon_core::RunState::Skipped;
-            let want = if ran { gnomon_core::RunState::Succeeded } else { gnomon_core::RunState::Skipped };
-            assert_eq!(down.state, want, "{}: upstream {} ended {}; {:?}", down.id, up.id, up.state.as_str(), down.reason);
-            let d = self.rt.block_on(self.store.get_run(&down.id)).expect("get run").expect("run exists");
-            if let Some(first) = d.attempts.first() {
-                assert!(
-                    first.assigned_at >= up.updated_at,
-                    "{}: started at {} before its upstream ended at {}",
-                    down.id,
-                    first.assigned_at,
-                    up.updated_at
-                );
-            }
-        }
     }
 
     /// SIGKILL the leader; an idempotency key answered before the kill,
@@ -608,29 +510,6 @@ impl Drop for Ha {
     }
 }
 
-/// Removes a test's keys from the shared etcd cluster.
-async fn delete_etcd_prefix(prefix: &str) {
-    let Ok(endpoints) = gnomon_backend::etcd::parse_endpoints(&etcd_endpoints()) else { return };
-    if let Ok(mut c) = etcd_client::Client::connect(endpoints, None).await {
-        let _ = c.delete(prefix, Some(etcd_client::DeleteOptions::new().with_prefix())).await;
-    }
-}
-
-fn rand_u32() -> u32 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    t ^ std::process::id().rotate_left(16)
-}
-
-fn raw_get(addr: &str, path: &str) -> std::io::Result<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
-}
-
 fn failover_suite(backend: Backend) {
     let mut ha = Ha::start(backend);
     ha.create_jobs();
@@ -669,162 +548,4 @@ fn failover_with_mysql_get_lock() {
 #[test]
 fn failover_with_postgres_advisory_lock() {
     failover_suite(Backend::Postgres);
-}
-
-/// Runs `gnomon server …` expecting it to refuse to start; returns stderr.
-fn refused(args: &[&str]) -> String {
-    let mut cmd = std::process::Command::new(BIN);
-    cmd.arg("server").args(args).env_remove("GNOMON_STORE").env_remove("GNOMON_ETCD").env_remove("GNOMON_ELECTION");
-    cmd.env("GNOMON_ALLOW_ROOT_JOBS", "1");
-    let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            use std::io::Read;
-            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-            assert!(!status.success(), "gnomon server {args:?} started; stderr:\n{err}");
-            return err;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("gnomon server {args:?} neither started nor refused within 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-#[test]
-fn bad_election_settings_are_refused_at_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = format!("sqlite://{}", dir.path().join("g.db").display());
-    let listen = format!("127.0.0.1:{}", free_port());
-    let free = free_port().to_string();
-    let unreachable = format!("127.0.0.1:{free}");
-    let pg = Db::Postgres.base_url();
-    let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--store", &sqlite, "--etcd", "127.0.0.1:2379,,127.0.0.1:2380"], "empty entry"),
-        (vec!["--store", &sqlite, "--etcd", "127.0.0.1"], "no port"),
-        (vec!["--store", &sqlite, "--etcd", "https://127.0.0.1:2379"], "TLS"),
-        (vec!["--store", &sqlite, "--etcd", &unreachable], "unreachable"),
-        (vec!["--store", &sqlite, "--etcd", &unreachable], "--election-fallback local"),
-        (vec!["--store", &pg, "--election", "local"], "--single-server"),
-        (vec!["--store", &sqlite, "--election", "mysql"], "mysql://"),
-        (vec!["--store", &sqlite, "--election", "etcd"], "--etcd"),
-        (vec!["--store", &sqlite, "--election", "raft"], "not one of"),
-        (vec!["--store", &pg, "--election-fallback", "local"], "only applies to the etcd"),
-        (vec!["--store", &sqlite, "--election-fallback", "maybe"], "[possible values: none, local]"),
-        (vec!["--store", &sqlite, "--election-ttl", "0s"], "--election-ttl"),
-        (vec!["--store", &sqlite, "--etcd", &unreachable, "--cluster", "a/b"], "--cluster"),
-    ];
-    for (args, says) in cases {
-        let mut all = vec!["--listen", listen.as_str()];
-        all.extend(args.iter().copied());
-        let err = refused(&all);
-        assert!(err.contains(says), "gnomon server {args:?} should say {says:?}; it said:\n{err}");
-        assert!(err.lines().count() <= 4, "a short message, not a dump:\n{err}");
-        assert!(!err.contains("panicked"), "{err}");
-    }
-}
-
-#[test]
-fn etcd_fallback_to_local_is_logged_and_counted() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let unreachable = format!("127.0.0.1:{}", free_port());
-    let args: Vec<String> = [
-        "server",
-        "--listen",
-        &addr,
-        "--store",
-        &format!("sqlite://{}", dir.path().join("g.db").display()),
-        "--etcd",
-        &unreachable,
-        "--election-fallback",
-        "local",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let p = Proc::spawn(dir.path(), "server", &args);
-    wait_until("the degraded server to lead", Duration::from_secs(60), || {
-        http(&addr, "GET", "/v1/leader", None).is_ok_and(|(_, v)| v["is_self"] == json!(true))
-    });
-    let metrics = raw_get(&addr, "/metrics").unwrap();
-    assert!(
-        metrics.lines().any(|l| l.starts_with("gnomon_leader_election_total")
-            && l.contains("backend=\"etcd\"")
-            && l.contains("result=\"fallback_local\"")
-            && !l.ends_with(" 0")),
-        "{metrics}"
-    );
-    let log = p.log();
-    assert!(log.contains("WARN") && log.contains("FALLING BACK TO THE LOCAL ELECTOR"), "{log}");
-}
-
-#[test]
-fn a_killed_worker_is_evicted_by_its_etcd_session_lease() {
-    let dir = tempfile::tempdir().unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let cluster = format!("evict-{:08x}", rand_u32());
-    let url = format!("etcd://{}/{cluster}", etcd_endpoints());
-    let args: Vec<String> = ["server", "--listen", &addr, "--node-id", "s1", "--store", &url].iter().map(|s| s.to_string()).collect();
-    let server = Proc::spawn(dir.path(), "server", &args);
-    wait_until("the server to lead", Duration::from_secs(60), || {
-        http(&addr, "GET", "/v1/leader", None).is_ok_and(|(_, v)| v["is_self"] == json!(true))
-    });
-    let worker = |id: &str| {
-        let data = dir.path().join(id);
-        let args: Vec<String> = ["--server", &addr, "worker", "--id", id, "--capacity", "10", "--data-dir", data.to_str().unwrap()]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        Proc::spawn(dir.path(), id, &args)
-    };
-    let live = |ids: &[&str]| {
-        let (_, v) = http(&addr, "GET", "/v1/workers", None).unwrap_or((0, Value::Null));
-        let list: Vec<String> = v["workers"]
-            .as_array()
-            .map(|a| a.iter().filter(|w| w["state"] == "live").filter_map(|w| w["id"].as_str().map(str::to_string)).collect())
-            .unwrap_or_default();
-        ids.iter().all(|id| list.iter().any(|l| l == id))
-    };
-    let wa = worker("wa");
-    wait_until("wa to be live", Duration::from_secs(30), || live(&["wa"]));
-    let job = json!({"name": "sleeper", "executor": {"shell": {"command": "sh", "args": ["-c", "sleep 3"]}},
-                     "retry": {"max_attempts": 3, "backoff": {"initial": "100ms", "max": "1s", "multiplier": 2.0, "jitter": 0}}});
-    let (code, body) = http(&addr, "POST", "/v1/jobs", Some(&serde_json::to_vec(&job).unwrap())).unwrap();
-    assert_eq!(code, 201, "{body}");
-    let ids: Vec<String> =
-        (0..4).map(|_| http(&addr, "POST", "/v1/jobs/sleeper/trigger", None).unwrap().1["id"].as_str().unwrap().to_string()).collect();
-    let state = |id: &str| http(&addr, "GET", &format!("/v1/runs/{id}"), None).map(|(_, v)| v).unwrap_or(Value::Null);
-    wait_until("the runs to be running on wa", Duration::from_secs(30), || ids.iter().all(|id| state(id)["state"] == "running"));
-    let _wb = worker("wb");
-    wait_until("wb to be live", Duration::from_secs(30), || live(&["wa", "wb"]));
-    let killed_ms = now_ms();
-    let killed = Instant::now();
-    wa.signal(SIGKILL);
-    // Default session TTL on etcd: 15 s; then the 3 s run on wb.
-    wait_until("the runs to succeed on wb", Duration::from_secs(15 + 2 + 3 + 20), || {
-        ids.iter().all(|id| state(id)["state"] == "succeeded")
-    });
-    eprintln!("all runs done {:?} after the kill", killed.elapsed());
-    let log = server.log();
-    assert!(log.contains("worker session lease deleted in the store"), "the store's lease deletion evicted wa:\n{log}");
-    for id in &ids {
-        let run = state(id);
-        let attempts = run["attempts"].as_array().unwrap();
-        assert_eq!((attempts[0]["state"].as_str(), attempts[0]["worker"].as_str()), (Some("lost"), Some("wa")), "{run}");
-        assert_eq!(attempts.last().unwrap()["worker"].as_str(), Some("wb"), "{run}");
-        let ended = chrono::DateTime::parse_from_rfc3339(attempts[0]["ended_at"].as_str().unwrap()).unwrap().timestamp_millis();
-        assert!(ended - killed_ms <= 17_000, "evicted {} ms after the kill (TTL 15 s + 2 s)", ended - killed_ms);
-    }
-    drop(server);
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(delete_etcd_prefix(&format!("/gnomon/{cluster}/")));
 }

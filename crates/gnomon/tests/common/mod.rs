@@ -332,3 +332,25 @@ pub fn dump_logs(dir: &Path) {
         }
     }
 }
+
+/// Removes a test's keys from the shared etcd cluster.
+pub async fn delete_etcd_prefix(prefix: &str) {
+    let Ok(endpoints) = gnomon_backend::etcd::parse_endpoints(&gnomon_backend::testing::testdb::etcd_endpoints()) else { return };
+    if let Ok(mut c) = etcd_client::Client::connect(endpoints, None).await {
+        let _ = c.delete(prefix, Some(etcd_client::DeleteOptions::new().with_prefix())).await;
+    }
+}
+
+pub fn rand_u32() -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    t ^ std::process::id().rotate_left(16)
+}
+
+pub fn raw_get(addr: &str, path: &str) -> std::io::Result<String> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
