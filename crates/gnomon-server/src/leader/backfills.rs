@@ -11,6 +11,10 @@
 //! its cursor after each chunk (a fenced compare-and-swap from the cursor
 //! it read), so a new leader continues where the last write left it.
 //!
+//! A waiting dependency run expects an upstream's run at an instant a
+//! running backfill of it will still reach (`covers`); every waiting run is
+//! decided again once a backfill ends or stops running here.
+//!
 //! Invariants (checked by the tests below):
 //! - a backfill is here only while the store last said it runs;
 //! - it is due again no sooner than its rate allows.
@@ -37,14 +41,22 @@ pub(super) struct Backfills {
 
 impl Backfills {
     /// Takes in the running backfills as the store has them (those not
-    /// listed no longer run).
-    pub(super) fn load(&mut self, list: Vec<BackfillRecord>, now: Millis) {
+    /// listed no longer run); whether one that ran here is gone.
+    pub(super) fn load(&mut self, list: Vec<BackfillRecord>, now: Millis) -> bool {
         let mut next = BTreeMap::new();
         for record in list {
             let next_at = self.running.get(&record.id).map_or(now, |e| e.next_at);
             next.insert(record.id.clone(), Entry { record, next_at });
         }
+        let gone = self.running.keys().any(|id| !next.contains_key(id));
         self.running = next;
+        gone
+    }
+
+    /// Whether a running backfill of job `uid` has the instant `at` still
+    /// ahead of it (it will give it a record if its job's schedule has it).
+    pub(super) fn covers(&self, uid: &str, at: Millis) -> bool {
+        self.running.values().any(|e| e.record.job_uid == uid && e.record.cursor < at && at <= e.record.to)
     }
 
     /// The backfills due a chunk at `now`, oldest first.
@@ -91,8 +103,16 @@ impl LeaderRuntime {
     /// Reads the running backfills (new ones, cancelled ones).
     pub(super) async fn load_backfills(&mut self) -> Result<()> {
         let list = self.store.running_backfills().await?;
-        self.cache.backfills.load(list, self.clock.now_millis());
+        if self.cache.backfills.load(list, self.clock.now_millis()) {
+            // A waiting run may have expected an instant of it.
+            self.cache.runs.reconsider_all_waiting();
+        }
         Ok(())
+    }
+
+    /// Whether a running backfill will give job `uid` a record at `at`.
+    pub(super) fn backfill_will_make(&self, uid: &str, at: Millis) -> bool {
+        self.cache.backfills.covers(uid, at) && self.cache.jobs.get(uid).is_some_and(|e| e.schedule.includes(at))
     }
 
     /// Takes one chunk of every backfill that is due: its runs (with the
@@ -186,9 +206,13 @@ impl LeaderRuntime {
     /// or moved on (another write) is dropped until the next poll.
     async fn record_progress(&mut self, mut b: BackfillRecord, progress: BackfillProgress, next_at: Millis) -> Result<()> {
         if self.store.advance_backfill(&self.fence, &progress).await? && b.advance(&progress) {
+            if b.state != gnomon_backend::BackfillState::Running {
+                self.cache.runs.reconsider_all_waiting();
+            }
             self.cache.backfills.advanced(b, next_at);
         } else {
             self.cache.backfills.remove(&b.id);
+            self.cache.runs.reconsider_all_waiting();
         }
         Ok(())
     }
@@ -226,8 +250,11 @@ mod tests {
         a.cursor = 2000;
         b.advanced(a.clone(), 1100);
         assert_eq!(b.due(1000).iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["b"]);
-        // A reload keeps when each is due, and drops what no longer runs.
-        b.load(vec![a.clone()], 1000);
+        // A reload keeps when each is due, and drops (and says so) what no
+        // longer runs.
+        assert!(b.load(vec![a.clone()], 1000));
+        assert!(b.covers("u", 3000) && b.covers("u", 9000), "instants past its cursor");
+        assert!(!b.covers("u", 2000) && !b.covers("u", 9001) && !b.covers("other", 3000));
         assert!(b.due(1000).is_empty() && b.len() == 1);
         assert_eq!(b.due(1100)[0].cursor, 2000);
         a.state = BackfillState::Done;

@@ -5,7 +5,8 @@
 //!
 //! A decision rests only on committed facts: the runs the [`RunBook`]
 //! holds open, the ends it mirrored, the store's copy of the others, and
-//! whether the [`JobTimeline`] will still fire an upstream at the instant.
+//! whether the [`JobTimeline`] (or a running backfill) will still give an
+//! upstream a run at the instant.
 //! Ended runs never change, so a run released on them stays right; a run
 //! not decided yet is decided again when one of its candidates ends, when
 //! a job changes, and after every rebuild.
@@ -70,7 +71,7 @@ impl LeaderRuntime {
                 None => {}
             }
         }
-        if self.cache.jobs.expects(uid, at) {
+        if self.cache.jobs.expects(uid, at) || self.backfill_will_make(uid, at) {
             runs.push(UpstreamRun::Expected);
         } else if runs.is_empty() {
             runs.push(UpstreamRun::Absent);
