@@ -202,17 +202,25 @@ impl LeaderRuntime {
         self.record_progress(b.clone(), progress, now).await
     }
 
-    /// Writes a backfill's progress; one that no longer runs (cancelled)
-    /// or moved on (another write) is dropped until the next poll.
+    /// Writes a backfill's progress. When the store refuses it (the
+    /// backfill was cancelled, or an earlier write whose outcome was
+    /// unknown did land), the store's copy is taken instead: a backfill
+    /// that still runs stays (waiting runs may expect its instants), one
+    /// that ended leaves, and every waiting run is decided again.
     async fn record_progress(&mut self, mut b: BackfillRecord, progress: BackfillProgress, next_at: Millis) -> Result<()> {
         if self.store.advance_backfill(&self.fence, &progress).await? && b.advance(&progress) {
             if b.state != gnomon_backend::BackfillState::Running {
                 self.cache.runs.reconsider_all_waiting();
             }
             self.cache.backfills.advanced(b, next_at);
-        } else {
-            self.cache.backfills.remove(&b.id);
-            self.cache.runs.reconsider_all_waiting();
+            return Ok(());
+        }
+        match self.store.get_backfill(&b.id).await? {
+            Some(fresh) if fresh.state == gnomon_backend::BackfillState::Running => self.cache.backfills.advanced(fresh, next_at),
+            _ => {
+                self.cache.backfills.remove(&b.id);
+                self.cache.runs.reconsider_all_waiting();
+            }
         }
         Ok(())
     }

@@ -296,6 +296,7 @@ impl BackfillStore for FaultyStore {
     }
 
     async fn get_backfill(&self, id: &str) -> Result<Option<BackfillRecord>, StoreError> {
+        self.read_fault()?;
         self.inner.get_backfill(id).await
     }
 
