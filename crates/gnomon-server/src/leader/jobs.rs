@@ -71,6 +71,10 @@ impl LeaderRuntime {
         let Some(job) = self.store.get_job(namespace, name).await? else {
             return Err(StoreError::NotFound(format!("job {namespace}/{name}")).into());
         };
+        // Every job written before this call is in the graph its runs'
+        // dependency runs are made from (a downstream job created just
+        // before the trigger gets its run).
+        self.sync_jobs().await?;
         if request.origin == Origin::Webhook && job.spec.triggers.webhook.is_none() {
             return Err(TriggerError::NoWebhook);
         }

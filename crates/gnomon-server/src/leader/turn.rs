@@ -50,6 +50,18 @@ impl LeaderRuntime {
     }
 
     pub(super) async fn poll_store(&mut self) -> Result<()> {
+        self.sync_jobs().await?;
+        self.load_backfills().await?;
+        for run in self.store.cancel_requests().await? {
+            if self.cache.runs.holder(&run.id).is_some() && !self.cache.runs.cancel_sent(&run.id, run.attempt) {
+                self.send_cancel(&run.id, run.attempt);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes in the job writes since the feed position the cache has read.
+    pub(super) async fn sync_jobs(&mut self) -> Result<()> {
         let changes = self.store.job_changes(self.cache.jobs.feed_seq()).await?;
         if !changes.deleted.is_empty() || !changes.upserted.is_empty() {
             // An upstream deleted, paused or changed may no longer make
@@ -66,12 +78,6 @@ impl LeaderRuntime {
             }
         }
         self.cache.jobs.set_feed_seq(changes.seq);
-        self.load_backfills().await?;
-        for run in self.store.cancel_requests().await? {
-            if self.cache.runs.holder(&run.id).is_some() && !self.cache.runs.cancel_sent(&run.id, run.attempt) {
-                self.send_cancel(&run.id, run.attempt);
-            }
-        }
         Ok(())
     }
 
