@@ -205,7 +205,7 @@ impl Env {
     /// leader writes one while the next request and the last response are
     /// on the wire).
     async fn create_runs(&self, job: &str, n: usize) {
-        self.post_all((0..n / 1000).map(|_| (format!("/v1/jobs/{job}/trigger?count=1000"), Value::Null)).collect(), 4).await;
+        self.post_all((0..n / 1000).map(|_| (format!("/v1/jobs/{job}/trigger?count=1000"), json!({}))).collect(), 4).await;
     }
 
     async fn all_runs(&self) -> Vec<Value> {
