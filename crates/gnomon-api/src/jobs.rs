@@ -55,6 +55,13 @@ pub struct SchedulePreviewRequest {
     /// List the fire times after this instant (RFC 3339; default now).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
+    /// The job whose jitter delays the fires (a jittered schedule's delays
+    /// depend on the job's namespace and name); without it, no `fire_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// The namespace of `job` (default `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// The next fire times of a schedule.
@@ -68,8 +75,16 @@ pub struct SchedulePreview {
     pub after: String,
     /// The fire times, earliest first: `count` of them, or fewer when the
     /// schedule fires no more (an `at` schedule fires once, a manual one
-    /// never).
+    /// never, a bounded one not past its `end_at`).
     pub fires: Vec<PreviewFire>,
+    /// The schedule's first possible instant, when it is bounded: none
+    /// before it is listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    /// The schedule's last possible instant, when it is bounded: none
+    /// after it is listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<String>,
 }
 
 /// One fire time of a schedule preview.
@@ -86,4 +101,8 @@ pub struct PreviewFire {
     pub offset_changed_from: Option<String>,
     /// What the daylight-saving policy did to this fire, when it did anything.
     pub note: Option<String>,
+    /// When the instant fires, for a jittered schedule previewed with its
+    /// `job`: `at` delayed by the job's jitter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fire_at: Option<String>,
 }

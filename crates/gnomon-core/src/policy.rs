@@ -5,6 +5,8 @@
 //! changing). Invariant 4: every scheduled time after a job's
 //! `last_scheduled_at` ends as a fire or a recorded skip.
 
+#[cfg(test)]
+use crate::schedule::Rule;
 use crate::schedule::Schedule;
 use crate::spec::{MisfirePolicy, OverlapPolicy};
 use crate::Millis;
@@ -69,6 +71,9 @@ pub struct PlanInput<'a> {
     /// How late a time may be reached and still count as on time, in
     /// milliseconds (`--misfire-grace`).
     pub grace_ms: i64,
+    /// Times fire at their jittered fire time (else at the time itself:
+    /// what a previous version of the job left due fires at once).
+    pub jittered: bool,
 }
 
 /// Decides, for every scheduled time in `(after, min(now, until)]`, whether
@@ -105,12 +110,19 @@ pub fn plan_fires(input: &PlanInput<'_>) -> FirePlan {
         cursor = cursor.max(window_start.min(end));
     }
 
-    // 2. Times inside the window.
-    let (recent, more) = input.schedule.fires_between(cursor, end, MAX_FIRES_PER_PLAN);
-    let late: Vec<Millis> = recent.iter().copied().filter(|t| input.now - *t > input.grace_ms).collect();
-    let latest_late = late.last().copied();
+    // 2. Times inside the window whose fire time has come (a jittered
+    // time fires later than it is; fire times keep the times' order, so
+    // the due ones come first). Lateness counts from the fire time.
+    let (mut recent, mut more) = input.schedule.fires_between(cursor, end, MAX_FIRES_PER_PLAN);
+    let fire_at = |t: Millis| if input.jittered { input.schedule.fire_at(t) } else { t };
+    while recent.last().is_some_and(|t| fire_at(*t) > input.now) {
+        recent.pop();
+        more = false;
+    }
+    let is_late = |t: Millis| input.now - fire_at(t) > input.grace_ms;
+    let latest_late = recent.iter().copied().rfind(|t| is_late(*t));
     for t in recent.iter().copied() {
-        let is_late = input.now - t > input.grace_ms;
+        let is_late = is_late(t);
         let decision = if !is_late {
             Decision::Fire
         } else {
@@ -183,8 +195,17 @@ mod tests {
     const S: i64 = 1000;
 
     fn plan(misfire: MisfirePolicy, after: Millis, now: Millis, window: i64) -> FirePlan {
-        let schedule = Schedule::Every { every_ms: S };
-        plan_fires(&PlanInput { schedule: &schedule, after, now, until: now, misfire, catchup_window_ms: window, grace_ms: S })
+        let schedule = Schedule::from(Rule::Every { every_ms: S });
+        plan_fires(&PlanInput {
+            schedule: &schedule,
+            after,
+            now,
+            until: now,
+            misfire,
+            catchup_window_ms: window,
+            grace_ms: S,
+            jittered: true,
+        })
     }
 
     fn fired(p: &FirePlan) -> Vec<Millis> {
@@ -242,5 +263,40 @@ mod tests {
         assert_eq!(decide_overlap(OverlapPolicy::Replace, 1, 0), OverlapDecision::FireAndCancelOpen);
         assert_eq!(decide_overlap(OverlapPolicy::BufferOne, 1, 0), OverlapDecision::Fire);
         assert!(matches!(decide_overlap(OverlapPolicy::BufferOne, 2, 1), OverlapDecision::Skip(_)));
+    }
+
+    #[test]
+    fn a_jittered_time_is_due_at_its_fire_time_and_late_from_it() {
+        use crate::schedule::Jitter;
+        let schedule = Schedule::from(Rule::Every { every_ms: 10 * S }).jittered(Some(Jitter { max_ms: 9 * S, seed: 7 }));
+        let fire = schedule.fire_at(100 * S);
+        assert!(fire > 100 * S, "this seed delays the time");
+        let at = |now: Millis| {
+            plan_fires(&PlanInput {
+                schedule: &schedule,
+                after: 90 * S,
+                now,
+                until: now,
+                misfire: MisfirePolicy::Skip,
+                catchup_window_ms: 3600 * S,
+                grace_ms: S,
+                jittered: true,
+            })
+        };
+        assert!(at(fire - 1).times.is_empty(), "not due before its fire time");
+        assert_eq!(fired(&at(fire)), vec![100 * S], "on time at its fire time, though later than the time");
+        assert!(fired(&at(fire + 2 * S)).is_empty(), "late by more than the grace from its fire time");
+        // What a previous version left due fires at once.
+        let p = plan_fires(&PlanInput {
+            schedule: &schedule,
+            after: 90 * S,
+            now: 100 * S,
+            until: 100 * S,
+            misfire: MisfirePolicy::Skip,
+            catchup_window_ms: 3600 * S,
+            grace_ms: S,
+            jittered: false,
+        });
+        assert_eq!(fired(&p), vec![100 * S]);
     }
 }

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 
-use crate::schedule::{CronSchedule, Schedule};
+use crate::schedule::{CronSchedule, Rule, Schedule};
 use crate::Millis;
 
 /// Most fire times one preview lists.
@@ -23,6 +23,8 @@ pub struct PreviewFire {
     pub offset_changed_from: Option<i32>,
     /// What the DST policy did to this fire, in words, when it did anything.
     pub note: Option<String>,
+    /// When it fires, for a jittered schedule: `at` delayed by its jitter.
+    pub fire_at: Option<Millis>,
 }
 
 /// The zone's offset from UTC at an instant, in seconds.
@@ -47,8 +49,8 @@ pub fn format_local(tz: &Tz, at: Millis) -> String {
 /// The zone a schedule's wall-clock times are shown in: a cron schedule's
 /// own zone, else UTC (`every` and `at` run on absolute time).
 pub fn zone_of(schedule: &Schedule) -> Tz {
-    match schedule {
-        Schedule::Cron(c) => c.timezone,
+    match schedule.rule() {
+        Rule::Cron(c) => c.timezone,
         _ => Tz::UTC,
     }
 }
@@ -63,8 +65,8 @@ pub fn preview(schedule: &Schedule, after: Millis, count: usize) -> Vec<PreviewF
     while out.len() < count.min(MAX_PREVIEW) {
         let Some(at) = schedule.next_after(cursor) else { break };
         let offset = offset_seconds(&tz, at);
-        let note = match schedule {
-            Schedule::Cron(c) => dst_note(c, at, offset),
+        let note = match schedule.rule() {
+            Rule::Cron(c) => dst_note(c, at, offset),
             _ => None,
         };
         out.push(PreviewFire {
@@ -72,6 +74,7 @@ pub fn preview(schedule: &Schedule, after: Millis, count: usize) -> Vec<PreviewF
             offset_seconds: offset,
             offset_changed_from: (offset != previous_offset).then_some(previous_offset),
             note,
+            fire_at: schedule.jitter().map(|_| schedule.fire_at(at)),
         });
         previous_offset = offset;
         cursor = at;
@@ -118,7 +121,7 @@ mod tests {
     #[test]
     fn a_fixed_time_in_a_spring_forward_gap_is_moved_and_marked() {
         // Europe/Berlin springs forward at 2026-03-29 02:00 → 03:00.
-        let s = Schedule::Cron(Box::new(CronSchedule::parse("0 30 2 * * *", "Europe/Berlin").unwrap()));
+        let s = Schedule::from(Rule::Cron(Box::new(CronSchedule::parse("0 30 2 * * *", "Europe/Berlin").unwrap())));
         let fires = preview(&s, ms("2026-03-27T12:00:00Z"), 4);
         let local: Vec<String> = fires.iter().map(|f| format_local(&Tz::Europe__Berlin, f.at)).collect();
         assert_eq!(
@@ -135,12 +138,12 @@ mod tests {
     #[test]
     fn a_repeated_hour_is_marked_for_fixed_and_frequent_expressions() {
         // Europe/Berlin falls back at 2026-10-25 03:00 → 02:00.
-        let fixed = Schedule::Cron(Box::new(CronSchedule::parse("0 30 2 * * *", "Europe/Berlin").unwrap()));
+        let fixed = Schedule::from(Rule::Cron(Box::new(CronSchedule::parse("0 30 2 * * *", "Europe/Berlin").unwrap())));
         let fires = preview(&fixed, ms("2026-10-24T12:00:00Z"), 2);
         assert_eq!(format_local(&Tz::Europe__Berlin, fires[0].at), "2026-10-25T02:30:00+02:00");
         assert!(fires[0].note.as_deref().unwrap().contains("first occurrence"));
         assert_eq!(fires[1].offset_changed_from, Some(7200));
-        let frequent = Schedule::Cron(Box::new(CronSchedule::parse("0 30 * * * *", "Europe/Berlin").unwrap()));
+        let frequent = Schedule::from(Rule::Cron(Box::new(CronSchedule::parse("0 30 * * * *", "Europe/Berlin").unwrap())));
         let fires = preview(&frequent, ms("2026-10-24T23:45:00Z"), 2);
         assert_eq!(format_local(&Tz::Europe__Berlin, fires[0].at), "2026-10-25T02:30:00+02:00");
         assert_eq!(format_local(&Tz::Europe__Berlin, fires[1].at), "2026-10-25T02:30:00+01:00");
@@ -150,13 +153,13 @@ mod tests {
 
     #[test]
     fn intervals_and_limits() {
-        let s = Schedule::Every { every_ms: 60_000 };
+        let s = Schedule::from(Rule::Every { every_ms: 60_000 });
         let fires = preview(&s, 0, 1000);
         assert_eq!(fires.len(), MAX_PREVIEW);
         assert_eq!(fires[0].at, 60_000);
         assert!(fires.iter().all(|f| f.note.is_none() && f.offset_seconds == 0));
-        assert!(preview(&Schedule::Manual, 0, 10).is_empty());
-        assert_eq!(preview(&Schedule::At { at_ms: 5 }, 0, 10).len(), 1);
+        assert!(preview(&Schedule::manual(), 0, 10).is_empty());
+        assert_eq!(preview(&Schedule::from(Rule::At { at_ms: 5 }), 0, 10).len(), 1);
         assert_eq!(format_offset(-34200), "-09:30");
     }
 }

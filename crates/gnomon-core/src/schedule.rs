@@ -21,11 +21,13 @@
 use chrono::{DateTime, Duration as ChronoDuration, NaiveDateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 
+pub use crate::jitter::Jitter;
 use crate::{Millis, SpecError};
 
-/// A parsed, validated schedule.
+/// What a schedule's instants are, before its bounds: a cron expression,
+/// an interval, one instant, or none.
 #[derive(Debug, Clone)]
-pub enum Schedule {
+pub enum Rule {
     /// Fires when the cron expression matches the zone's wall clock, per
     /// the module's DST policy.
     Cron(Box<CronSchedule>),
@@ -42,6 +44,24 @@ pub enum Schedule {
     },
     /// Never fires by itself; manual triggers only.
     Manual,
+}
+
+/// A parsed, validated schedule: its rule's instants within its bounds
+/// (`start_at` and `end_at`, both included; instants outside are not
+/// instants of the schedule at all), each fired at its instant delayed
+/// by its [`Jitter`].
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    rule: Rule,
+    start_ms: Option<Millis>,
+    end_ms: Option<Millis>,
+    jitter: Option<Jitter>,
+}
+
+impl From<Rule> for Schedule {
+    fn from(rule: Rule) -> Self {
+        Self { rule, start_ms: None, end_ms: None, jitter: None }
+    }
 }
 
 /// A parsed cron expression and the zone whose wall clock it is evaluated
@@ -254,13 +274,13 @@ fn gap_end(tz: &Tz, naive: NaiveDateTime) -> Option<Millis> {
     Some(lo * 1000)
 }
 
-impl Schedule {
+impl Rule {
     /// The next fire instant strictly after `after_ms`, or `None` when the
     /// schedule will not fire again.
     pub fn next_after(&self, after_ms: Millis) -> Option<Millis> {
         match self {
-            Schedule::Cron(cron) => cron.next_after(after_ms),
-            Schedule::Every { every_ms } => {
+            Rule::Cron(cron) => cron.next_after(after_ms),
+            Rule::Every { every_ms } => {
                 let every = *every_ms;
                 if every <= 0 {
                     return None;
@@ -268,17 +288,84 @@ impl Schedule {
                 let k = after_ms.div_euclid(every) + 1;
                 k.checked_mul(every)
             }
-            Schedule::At { at_ms } => (*at_ms > after_ms).then_some(*at_ms),
-            Schedule::Manual => None,
+            Rule::At { at_ms } => (*at_ms > after_ms).then_some(*at_ms),
+            Rule::Manual => None,
+        }
+    }
+}
+
+impl Schedule {
+    /// The schedule of a job that never fires by itself.
+    pub fn manual() -> Self {
+        Rule::Manual.into()
+    }
+
+    /// The same schedule with only the instants in `[start, end]` (either
+    /// bound may be absent).
+    pub fn bounded(mut self, start_ms: Option<Millis>, end_ms: Option<Millis>) -> Self {
+        self.start_ms = start_ms;
+        self.end_ms = end_ms;
+        self
+    }
+
+    /// The same schedule with each instant's fire delayed by `jitter`.
+    pub fn jittered(mut self, jitter: Option<Jitter>) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Its rule (what its instants are before the bounds).
+    pub fn rule(&self) -> &Rule {
+        &self.rule
+    }
+
+    /// Whether it never fires by itself.
+    pub fn is_manual(&self) -> bool {
+        matches!(self.rule, Rule::Manual)
+    }
+
+    /// Its bounds: the first and last instants it may have.
+    pub fn bounds(&self) -> (Option<Millis>, Option<Millis>) {
+        (self.start_ms, self.end_ms)
+    }
+
+    /// Its jitter, if any.
+    pub fn jitter(&self) -> Option<&Jitter> {
+        self.jitter.as_ref()
+    }
+
+    /// The longest delay its jitter may give an instant's fire (0 without
+    /// jitter).
+    pub fn max_jitter_ms(&self) -> Millis {
+        self.jitter.as_ref().map_or(0, |j| j.max_ms)
+    }
+
+    /// The next instant strictly after `after_ms` within the bounds, or
+    /// `None` when the schedule will not have another.
+    pub fn next_after(&self, after_ms: Millis) -> Option<Millis> {
+        let after = match self.start_ms {
+            Some(start) => after_ms.max(start.saturating_sub(1)),
+            None => after_ms,
+        };
+        let next = self.rule.next_after(after)?;
+        self.end_ms.is_none_or(|end| next <= end).then_some(next)
+    }
+
+    /// When the instant `at_ms` fires: `at_ms` delayed by its jitter (see
+    /// [`Jitter::offset_ms`]), always before the next instant's fire.
+    pub fn fire_at(&self, at_ms: Millis) -> Millis {
+        match &self.jitter {
+            None => at_ms,
+            Some(j) => at_ms.saturating_add(j.offset_ms(at_ms, self.next_after(at_ms))),
         }
     }
 
-    /// Whether `at_ms` is one of the schedule's fire instants.
+    /// Whether `at_ms` is one of the schedule's instants.
     pub fn includes(&self, at_ms: Millis) -> bool {
         at_ms.checked_sub(1).and_then(|before| self.next_after(before)) == Some(at_ms)
     }
 
-    /// Every fire instant in `(after_ms, until_ms]`, at most `limit` of them,
+    /// Every instant in `(after_ms, until_ms]`, at most `limit` of them,
     /// plus whether the list was cut short by `limit`.
     pub fn fires_between(&self, after_ms: Millis, until_ms: Millis, limit: usize) -> (Vec<Millis>, bool) {
         let mut out = Vec::new();
@@ -312,16 +399,16 @@ mod tests {
     fn a_schedule_includes_exactly_its_fire_instants() {
         // 02:30 Berlin, and on the spring-forward day (02:30 does not
         // exist) the first instant after the gap.
-        let c = Schedule::Cron(Box::new(CronSchedule::parse("0 30 2 * * *", "Europe/Berlin").unwrap()));
+        let c = Schedule::from(Rule::Cron(Box::new(CronSchedule::parse("0 30 2 * * *", "Europe/Berlin").unwrap())));
         assert!(c.includes(ms("2026-03-30T00:30:00Z")));
         assert!(c.includes(ms("2026-03-29T01:00:00Z")));
         assert!(!c.includes(ms("2026-03-30T00:30:00.001Z")));
         assert!(!c.includes(ms("2026-03-30T00:29:59.999Z")));
-        let every = Schedule::Every { every_ms: 60_000 };
+        let every = Schedule::from(Rule::Every { every_ms: 60_000 });
         assert!(every.includes(120_000) && every.includes(0) && !every.includes(120_001));
-        let at = Schedule::At { at_ms: 5 };
+        let at = Schedule::from(Rule::At { at_ms: 5 });
         assert!(at.includes(5) && !at.includes(4));
-        assert!(!Schedule::Manual.includes(5));
+        assert!(!Schedule::manual().includes(5));
         assert!(!at.includes(Millis::MIN));
     }
 
@@ -373,12 +460,14 @@ mod tests {
         assert_eq!(iso(c.next_after(fire).unwrap()), "2026-03-30T00:30:00.000Z");
         // Several fixed times in the gap collapse into one fire at 03:00 local.
         let c = CronSchedule::parse("0 0,15,30 2 * * *", "Europe/Berlin").unwrap();
-        let (fires, _) = Schedule::Cron(Box::new(c)).fires_between(ms("2026-03-29T00:30:00Z"), ms("2026-03-29T03:00:00Z"), 1000);
+        let (fires, _) =
+            Schedule::from(Rule::Cron(Box::new(c))).fires_between(ms("2026-03-29T00:30:00Z"), ms("2026-03-29T03:00:00Z"), 1000);
         assert_eq!(fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(), vec!["2026-03-29T01:00:00.000Z"]);
         // A frequent expression (every minute of hour 2) runs on absolute
         // time: the gap's times do not exist, so nothing fires for them.
         let c = CronSchedule::parse("0 * 2 * * *", "Europe/Berlin").unwrap();
-        let (fires, _) = Schedule::Cron(Box::new(c)).fires_between(ms("2026-03-29T00:30:00Z"), ms("2026-03-29T03:00:00Z"), 1000);
+        let (fires, _) =
+            Schedule::from(Rule::Cron(Box::new(c))).fires_between(ms("2026-03-29T00:30:00Z"), ms("2026-03-29T03:00:00Z"), 1000);
         assert!(fires.is_empty(), "{fires:?}");
     }
 
@@ -386,13 +475,13 @@ mod tests {
     fn fall_back_overlap_fires_once_at_first_occurrence() {
         // Europe/Berlin repeats 02:00-03:00 on 2026-10-25: 00:00Z-01:00Z (CEST) and 01:00Z-02:00Z (CET).
         let c = CronSchedule::parse("0 30 2 * * *", "Europe/Berlin").unwrap();
-        let s = Schedule::Cron(Box::new(c));
+        let s = Schedule::from(Rule::Cron(Box::new(c)));
         let (fires, _) = s.fires_between(ms("2026-10-24T12:00:00Z"), ms("2026-10-26T12:00:00Z"), 10);
         assert_eq!(fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(), vec!["2026-10-25T00:30:00.000Z", "2026-10-26T01:30:00.000Z"]);
         // Hourly is frequent: on absolute time, one fire an hour through the
         // overlap (02:00 CEST, 02:00 CET, 03:00 CET).
         let c = CronSchedule::parse("0 0 * * * *", "Europe/Berlin").unwrap();
-        let s = Schedule::Cron(Box::new(c));
+        let s = Schedule::from(Rule::Cron(Box::new(c)));
         let (fires, _) = s.fires_between(ms("2026-10-24T23:30:00Z"), ms("2026-10-25T02:30:00Z"), 10);
         assert_eq!(
             fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(),
@@ -418,7 +507,7 @@ mod tests {
     /// frequent and a fixed-time expression.
     #[test]
     fn frequent_cron_keeps_absolute_time_and_fixed_times_fire_once() {
-        let every5 = Schedule::Cron(Box::new(CronSchedule::parse("0 */5 * * * *", "America/New_York").unwrap()));
+        let every5 = Schedule::from(Rule::Cron(Box::new(CronSchedule::parse("0 */5 * * * *", "America/New_York").unwrap())));
         // Fall back (2026-11-01 06:00Z: 02:00 EDT -> 01:00 EST): every five
         // minutes of absolute time, through both passes of 01:xx.
         let (fires, _) = every5.fires_between(ms("2026-11-01T05:50:00Z"), ms("2026-11-01T07:10:00Z"), 100);
@@ -436,10 +525,10 @@ mod tests {
         assert_eq!(every5.next_after(ms("2026-11-01T06:31:00Z")), Some(ms("2026-11-01T06:35:00Z")));
         // Fixed times: once at the first 01:30 on fall-back day; at the gap's
         // end on spring-forward day.
-        let fixed = Schedule::Cron(Box::new(CronSchedule::parse("0 30 1 * * *", "America/New_York").unwrap()));
+        let fixed = Schedule::from(Rule::Cron(Box::new(CronSchedule::parse("0 30 1 * * *", "America/New_York").unwrap())));
         let (fires, _) = fixed.fires_between(ms("2026-10-31T12:00:00Z"), ms("2026-11-01T12:00:00Z"), 10);
         assert_eq!(fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(), vec!["2026-11-01T05:30:00.000Z"]);
-        let fixed = Schedule::Cron(Box::new(CronSchedule::parse("0 30 2 * * *", "America/New_York").unwrap()));
+        let fixed = Schedule::from(Rule::Cron(Box::new(CronSchedule::parse("0 30 2 * * *", "America/New_York").unwrap())));
         let (fires, _) = fixed.fires_between(ms("2026-03-07T12:00:00Z"), ms("2026-03-08T12:00:00Z"), 10);
         assert_eq!(fires.iter().map(|f| iso(*f)).collect::<Vec<_>>(), vec!["2026-03-08T07:00:00.000Z"]);
     }
@@ -459,7 +548,7 @@ mod tests {
 
     #[test]
     fn every_runs_on_absolute_time_across_dst() {
-        let s = Schedule::Every { every_ms: 3_600_000 };
+        let s = Schedule::from(Rule::Every { every_ms: 3_600_000 });
         let (fires, _) = s.fires_between(ms("2026-10-24T23:30:00Z"), ms("2026-10-25T03:30:00Z"), 10);
         assert_eq!(fires.len(), 4);
         assert!(fires.windows(2).all(|w| w[1] - w[0] == 3_600_000));
@@ -468,15 +557,15 @@ mod tests {
 
     #[test]
     fn at_and_manual() {
-        let at = Schedule::At { at_ms: 5000 };
+        let at = Schedule::from(Rule::At { at_ms: 5000 });
         assert_eq!(at.next_after(0), Some(5000));
         assert_eq!(at.next_after(5000), None);
-        assert_eq!(Schedule::Manual.next_after(0), None);
+        assert_eq!(Rule::Manual.next_after(0), None);
     }
 
     #[test]
     fn fires_between_reports_truncation() {
-        let s = Schedule::Every { every_ms: 1000 };
+        let s = Schedule::from(Rule::Every { every_ms: 1000 });
         let (fires, cut) = s.fires_between(0, 10_000, 3);
         assert_eq!(fires, vec![1000, 2000, 3000]);
         assert!(cut);

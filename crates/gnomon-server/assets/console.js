@@ -69,9 +69,10 @@ function dur(msec) {
 }
 function scheduleText(s) {
   if (!s) return 'manual';
-  if (s.cron) return `cron ${s.cron}` + (s.timezone ? ` (${s.timezone})` : '');
-  if (s.every) return `every ${s.every}`;
-  if (s.at) return `once at ${s.at}`;
+  const extra = (s.start_at ? ` from ${s.start_at}` : '') + (s.end_at ? ` until ${s.end_at}` : '') + (s.jitter ? `, jitter ${s.jitter}` : '');
+  if (s.cron) return `cron ${s.cron}` + (s.timezone ? ` (${s.timezone})` : '') + extra;
+  if (s.every) return `every ${s.every}` + extra;
+  if (s.at) return `once at ${s.at}` + extra;
   return 'manual';
 }
 const executorKind = (e) => Object.keys(e || {})[0] || '-';
@@ -463,7 +464,8 @@ views.workers = async (el) => {
 };
 
 // ---- the job form ----
-const FORM_FIELDS = ['name', 'namespace', 'description', 'schedule.cron', 'schedule.timezone', 'schedule.every', 'schedule.at', 'timeout',
+const FORM_FIELDS = ['name', 'namespace', 'description', 'schedule.cron', 'schedule.timezone', 'schedule.every', 'schedule.at',
+  'schedule.start_at', 'schedule.end_at', 'schedule.jitter', 'timeout',
   'retry.max_attempts', 'retry.backoff.initial', 'retry.backoff.max', 'overlap', 'misfire', 'catchup_window', 'route.strategy', 'route.labels', 'notify', 'executor'];
 
 function field(path, label, input, hint) {
@@ -507,6 +509,9 @@ views.edit = async (el, ns, name) => {
       ${field('schedule.timezone', 'Time zone', text('f-timezone', s.timezone, 'UTC'), 'IANA name, e.g. Europe/Berlin')}
       ${field('schedule.every', 'Every', text('f-every', s.every, '5m'))}
       ${field('schedule.at', 'At (RFC 3339)', text('f-at', s.at, '2027-01-01T09:00:00Z'))}
+      ${field('schedule.start_at', 'Starts at (RFC 3339, optional)', text('f-start', s.start_at, 'first instant'), 'no instants before it')}
+      ${field('schedule.end_at', 'Ends at (RFC 3339, optional)', text('f-end', s.end_at, 'last instant'), 'no instants after it')}
+      ${field('schedule.jitter', 'Jitter (optional)', text('f-jitter', s.jitter, '30s'), 'each fire delayed by up to this, the same on every leader')}
     </div></fieldset>
     <fieldset><legend>Executor</legend><div class="grid">${field('executor', 'Kind', select('f-ex', ex, [['shell', 'shell command'], ['http', 'HTTP request'], ['handler', 'registered handler']]))}</div>
       <div class="grid ex ex-shell">${field('executor.shell.command', 'Command', text('f-command', e.command, '/usr/local/bin/report'))}
@@ -539,6 +544,8 @@ views.edit = async (el, ns, name) => {
   const showKinds = () => {
     const k = $('#f-kind').value;
     for (const f of ['cron', 'timezone', 'every', 'at']) $(`[data-field="schedule.${f}"]`).hidden = !(k === f || (k === 'cron' && f === 'timezone'));
+    for (const f of ['start_at', 'end_at']) $(`[data-field="schedule.${f}"]`).hidden = !(k === 'cron' || k === 'every');
+    $('[data-field="schedule.jitter"]').hidden = k === 'manual';
     $$('.ex').forEach((g) => { g.hidden = !g.classList.contains('ex-' + $('#f-ex').value); });
   };
   const v = (id) => $('#' + id).value.trim();
@@ -547,6 +554,9 @@ views.edit = async (el, ns, name) => {
     if (k === 'cron') { out.cron = v('f-cron'); if (v('f-timezone')) out.timezone = v('f-timezone'); }
     if (k === 'every') out.every = v('f-every');
     if (k === 'at') out.at = v('f-at');
+    if ((k === 'cron' || k === 'every') && v('f-start')) out.start_at = v('f-start');
+    if ((k === 'cron' || k === 'every') && v('f-end')) out.end_at = v('f-end');
+    if (k !== 'manual' && v('f-jitter')) out.jitter = v('f-jitter');
     return out;
   };
   const specOf = () => {
@@ -620,9 +630,13 @@ views.edit = async (el, ns, name) => {
       const box = $('#preview');
       if (!box) return;
       try {
-        const p = await api('POST', '/v1/schedules/preview', { schedule: scheduleOf(), count: 10 });
+        const body = { schedule: scheduleOf(), count: 10 };
+        if (v('f-name')) { body.job = v('f-name'); if (v('f-namespace')) body.namespace = v('f-namespace'); }
+        const p = await api('POST', '/v1/schedules/preview', body);
+        const bounds = (p.start_at ? ` from ${esc(p.start_at)}` : '') + (p.end_at ? ` until ${esc(p.end_at)}` : '');
         box.innerHTML = p.fires.length
-          ? `<p class="mute small">In ${esc(p.timezone)}:</p><ol>${p.fires.map((f) => `<li class="${f.offset_changed_from || f.note ? 'dst' : ''}"><span class="mono">${esc(f.local)}</span>` +
+          ? `<p class="mute small">In ${esc(p.timezone)}${bounds ? ', instants' + bounds + ' only' : ''}:</p><ol>${p.fires.map((f) => `<li class="${f.offset_changed_from || f.note ? 'dst' : ''}"><span class="mono">${esc(f.local)}</span>` +
+            `${f.fire_at ? ` <span class="mute small">fires ${esc(f.fire_at)}</span>` : ''}` +
             `${f.offset_changed_from ? ` <b>clocks changed ${esc(f.offset_changed_from)} → ${esc(f.offset)}</b>` : ''}${f.note ? `<div class="small">${esc(f.note)}</div>` : ''}</li>`).join('')}</ol>`
           : '<p class="mute">This schedule does not fire by itself (manual triggers only), or not again.</p>';
       } catch (err) {
@@ -634,7 +648,7 @@ views.edit = async (el, ns, name) => {
   preview();
   $('#f-kind').onchange = () => { showKinds(); preview(); };
   $('#f-ex').onchange = showKinds;
-  for (const id of ['f-cron', 'f-timezone', 'f-every', 'f-at']) $('#' + id).oninput = preview;
+  for (const id of ['f-cron', 'f-timezone', 'f-every', 'f-at', 'f-start', 'f-end', 'f-jitter', 'f-name']) $('#' + id).oninput = preview;
   $('#job-form').onsubmit = (ev) => { ev.preventDefault(); try { save(specOf()); } catch (err) { showFieldError(err); } };
   $('#tab-form').onclick = () => { $('#job-form').hidden = false; $('#json-pane').hidden = true; $('#tab-form').classList.add('on'); $('#tab-json').classList.remove('on'); };
   $('#tab-json').onclick = () => {

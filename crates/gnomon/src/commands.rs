@@ -11,7 +11,15 @@ use crate::{table, ClusterCmd, CreateArgs, JobCmd, Output, PreviewArgs, RunCmd, 
 
 impl ScheduleArgs {
     fn spec(self) -> ScheduleSpec {
-        ScheduleSpec { cron: self.cron, timezone: self.timezone, every: self.every, at: self.at }
+        ScheduleSpec {
+            cron: self.cron,
+            timezone: self.timezone,
+            every: self.every,
+            at: self.at,
+            start_at: self.start_at,
+            end_at: self.end_at,
+            jitter: self.jitter,
+        }
     }
 }
 
@@ -156,7 +164,7 @@ async fn preview(c: &Client, p: PreviewArgs, out: Output) -> anyhow::Result<()> 
         }
         None => p.schedule.spec(),
     };
-    let body = SchedulePreviewRequest { schedule, count: Some(p.count), after: p.after };
+    let body = SchedulePreviewRequest { schedule, count: Some(p.count), after: p.after, job: p.name, namespace: p.namespace };
     let answer: SchedulePreview = c.call(Method::POST, "/v1/schedules/preview", &[], Some(&body)).await?;
     table::preview(&answer, out)
 }

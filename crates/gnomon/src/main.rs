@@ -288,6 +288,16 @@ struct ScheduleArgs {
     /// One-shot RFC 3339 time.
     #[arg(long, group = "sched")]
     at: Option<String>,
+    /// The schedule's first instant (RFC 3339, included; cron or every).
+    #[arg(long)]
+    start_at: Option<String>,
+    /// The schedule's last instant (RFC 3339, included; cron or every).
+    #[arg(long)]
+    end_at: Option<String>,
+    /// Delay each fire by up to this much, by an amount fixed per job and
+    /// instant (e.g. 30s; at most 1h).
+    #[arg(long)]
+    jitter: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -292,6 +292,13 @@ pub fn preview(v: &SchedulePreview, out: Output) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("next fire times after {} ({}):", v.after, v.timezone);
+    match (&v.start_at, &v.end_at) {
+        (Some(from), Some(to)) => println!("instants from {from} to {to} only"),
+        (Some(from), None) => println!("instants from {from} on only"),
+        (None, Some(to)) => println!("instants up to {to} only"),
+        (None, None) => {}
+    }
+    let jittered = v.fires.iter().any(|f| f.fire_at.is_some());
     let rows = v
         .fires
         .iter()
@@ -302,10 +309,19 @@ pub fn preview(v: &SchedulePreview, out: Output) -> anyhow::Result<()> {
                 (true, Some(n)) => n.clone(),
                 (false, Some(n)) => format!("{change}; {n}"),
             };
-            vec![f.local.clone(), f.at.clone(), note]
+            let mut row = vec![f.local.clone(), f.at.clone()];
+            if jittered {
+                row.push(f.fire_at.clone().unwrap_or_default());
+            }
+            row.push(note);
+            row
         })
         .collect();
-    print_table(&["local time", "utc", "daylight saving"], rows);
+    if jittered {
+        print_table(&["local time", "utc", "fires at (jitter)", "daylight saving"], rows);
+    } else {
+        print_table(&["local time", "utc", "daylight saving"], rows);
+    }
     if v.fires.is_empty() {
         println!("(this schedule does not fire again)");
     }

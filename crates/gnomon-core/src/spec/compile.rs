@@ -81,13 +81,14 @@ impl JobSpec {
         validate_name("name", &spec.name, MAX_NAME_LEN)?;
         let ns = spec.namespace().to_string();
         validate_name("namespace", &ns, MAX_NAMESPACE_LEN)?;
-        spec.namespace = Some(ns);
+        spec.namespace = Some(ns.clone());
         if let Some(d) = &spec.description {
             if d.len() > 4096 {
                 return Err(SpecError::new("invalid_field", "description", "longer than 4096 bytes"));
             }
         }
-        let schedule = compile_schedule(&mut spec.schedule)?;
+        let name = spec.name.clone();
+        let schedule = compile_schedule(&mut spec.schedule, Some((&ns, &name)))?;
         validate_executor(&spec.executor)?;
         let timeout = match &spec.timeout {
             Some(t) => {
@@ -131,7 +132,10 @@ impl JobSpec {
         }
         crate::notify::compile_targets(&mut spec.notify)?;
         crate::deps::validate_edges(&spec.name, &spec.after)?;
-        let untriggered = !matches!(schedule, Schedule::Manual) || !spec.after.is_empty();
+        if schedule.max_jitter_ms() >= i64::try_from(catchup.as_millis()).unwrap_or(i64::MAX) {
+            return Err(SpecError::new("invalid_schedule", "schedule.jitter", "must be shorter than the job's catchup_window"));
+        }
+        let untriggered = !schedule.is_manual() || !spec.after.is_empty();
         crate::params::validate_declared(&spec.params, untriggered)?;
         crate::triggers::validate(&spec.triggers, &spec.params)?;
         let default_params = crate::params::defaults(&spec.params).map(|v| serde_json::to_string(&v).unwrap_or_default());
@@ -148,13 +152,56 @@ impl JobSpec {
 }
 
 impl ScheduleSpec {
-    /// The schedule this describes (as a job's spec compiles it).
-    pub fn compile(&self) -> Result<Schedule, SpecError> {
-        compile_schedule(&mut self.clone())
+    /// The schedule this describes, as the spec of job `name` in
+    /// `namespace` compiles it (its jitter is seeded by them); without a
+    /// job, a jitter is checked but delays nothing.
+    pub fn compile(&self, job: Option<(&str, &str)>) -> Result<Schedule, SpecError> {
+        compile_schedule(&mut self.clone(), job)
     }
 }
 
-fn compile_schedule(s: &mut ScheduleSpec) -> Result<Schedule, SpecError> {
+fn time_field(field: &str, text: &str) -> Result<Millis, SpecError> {
+    let t = chrono::DateTime::parse_from_rfc3339(text)
+        .map_err(|e| SpecError::new("invalid_schedule", field, format!("not an RFC 3339 time: {e}")))?;
+    Ok(t.timestamp_millis())
+}
+
+/// A schedule's rule, then its bounds and jitter (normalised in `s`).
+fn compile_schedule(s: &mut ScheduleSpec, job: Option<(&str, &str)>) -> Result<Schedule, SpecError> {
+    let rule = compile_rule(s)?;
+    let bounded = s.start_at.is_some() || s.end_at.is_some();
+    if bounded && !matches!(rule, Rule::Cron(_) | Rule::Every { .. }) {
+        let field = if s.start_at.is_some() { "schedule.start_at" } else { "schedule.end_at" };
+        return Err(SpecError::new("invalid_schedule", field, "start_at and end_at bound a cron or every schedule"));
+    }
+    let start = s.start_at.as_deref().map(|t| time_field("schedule.start_at", t)).transpose()?;
+    let end = s.end_at.as_deref().map(|t| time_field("schedule.end_at", t)).transpose()?;
+    if let (Some(start), Some(end)) = (start, end) {
+        if end < start {
+            return Err(SpecError::new("invalid_schedule", "schedule.end_at", "must not be before schedule.start_at"));
+        }
+    }
+    s.start_at = start.map(crate::format_millis);
+    s.end_at = end.map(crate::format_millis);
+    let jitter = match &s.jitter {
+        None => None,
+        Some(_) if matches!(rule, Rule::Manual) => {
+            return Err(SpecError::new("invalid_schedule", "schedule.jitter", "jitter applies to cron, every or at schedules"));
+        }
+        Some(text) => {
+            let d = positive_duration_field("schedule.jitter", text)?;
+            if d > MAX_JITTER {
+                return Err(SpecError::new("invalid_duration", "schedule.jitter", "must be at most 1h"));
+            }
+            s.jitter = Some(format_duration(d));
+            let seed = job.map(|(ns, name)| Jitter::seed_of(ns, name));
+            seed.map(|seed| Jitter { max_ms: i64::try_from(d.as_millis()).unwrap_or(i64::MAX), seed })
+        }
+    };
+    Ok(Schedule::from(rule).bounded(start, end).jittered(jitter))
+}
+
+fn compile_rule(s: &mut ScheduleSpec) -> Result<Rule, SpecError> {
     let given = [s.cron.is_some(), s.every.is_some(), s.at.is_some()].iter().filter(|b| **b).count();
     if given > 1 {
         return Err(SpecError::new("invalid_schedule", "schedule", "give exactly one of cron, every or at (or none for manual only)"));
@@ -167,7 +214,7 @@ fn compile_schedule(s: &mut ScheduleSpec) -> Result<Schedule, SpecError> {
         let c = CronSchedule::parse(expr, &tz)?;
         s.cron = Some(c.expression.clone());
         s.timezone = Some(tz);
-        return Ok(Schedule::Cron(Box::new(c)));
+        return Ok(Rule::Cron(Box::new(c)));
     }
     if let Some(every) = &s.every {
         let d = positive_duration_field("schedule.every", every)?;
@@ -175,16 +222,16 @@ fn compile_schedule(s: &mut ScheduleSpec) -> Result<Schedule, SpecError> {
             return Err(SpecError::new("invalid_duration", "schedule.every", "must be at least 100ms"));
         }
         s.every = Some(format_duration(d));
-        return Ok(Schedule::Every { every_ms: i64::try_from(d.as_millis()).unwrap_or(i64::MAX) });
+        return Ok(Rule::Every { every_ms: i64::try_from(d.as_millis()).unwrap_or(i64::MAX) });
     }
     if let Some(at) = &s.at {
         let t = chrono::DateTime::parse_from_rfc3339(at)
             .map_err(|e| SpecError::new("invalid_schedule", "schedule.at", format!("not an RFC 3339 time: {e}")))?;
         let at_ms: Millis = t.timestamp_millis();
         s.at = Some(crate::format_millis(at_ms));
-        return Ok(Schedule::At { at_ms });
+        return Ok(Rule::At { at_ms });
     }
-    Ok(Schedule::Manual)
+    Ok(Rule::Manual)
 }
 
 fn compile_backoff(b: Option<&mut BackoffSpec>) -> Result<BackoffPolicy, SpecError> {
@@ -410,5 +457,51 @@ mod tests {
         let e = compile(r#"{"name":"report","after":[{"job":"load"}],"params":{"day":{}},"executor":{"shell":{"command":"true"}}}"#)
             .unwrap_err();
         assert_eq!((e.code, e.field.as_str()), ("missing_default", "params.day.default"));
+    }
+
+    #[test]
+    fn bounds_and_jitter_are_checked_and_normalised_where_the_schedule_is_parsed() {
+        let j = compile(
+            r#"{"name":"q","schedule":{"cron":"0 0 * * * *","start_at":"2027-01-04T09:00:00+01:00","end_at":"2027-03-31T23:59:59Z","jitter":"90s"},
+                "executor":{"shell":{"command":"true"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(j.spec.schedule.start_at.as_deref(), Some("2027-01-04T08:00:00.000Z"));
+        assert_eq!(j.spec.schedule.jitter.as_deref(), Some("1m30s"));
+        assert_eq!(j.schedule.max_jitter_ms(), 90_000);
+        let start = chrono::DateTime::parse_from_rfc3339("2027-01-04T08:00:00Z").unwrap().timestamp_millis();
+        assert_eq!(j.schedule.next_after(0), Some(start), "the first instant is start_at");
+        let bad = |schedule: &str| {
+            let e = compile(&format!(r#"{{"name":"q","schedule":{schedule},"executor":{{"shell":{{"command":"true"}}}}}}"#)).unwrap_err();
+            (e.code, e.field)
+        };
+        let field = |f: &str| f.to_string();
+        assert_eq!(bad(r#"{"every":"1m","start_at":"monday"}"#), ("invalid_schedule", field("schedule.start_at")));
+        assert_eq!(
+            bad(r#"{"every":"1m","start_at":"2027-02-01T00:00:00Z","end_at":"2027-01-01T00:00:00Z"}"#),
+            ("invalid_schedule", field("schedule.end_at"))
+        );
+        assert_eq!(bad(r#"{"at":"2027-02-01T00:00:00Z","end_at":"2027-03-01T00:00:00Z"}"#), ("invalid_schedule", field("schedule.end_at")));
+        assert_eq!(bad(r#"{"start_at":"2027-02-01T00:00:00Z"}"#), ("invalid_schedule", field("schedule.start_at")));
+        assert_eq!(bad(r#"{"jitter":"5s"}"#), ("invalid_schedule", field("schedule.jitter")));
+        assert_eq!(bad(r#"{"every":"1m","jitter":"2h"}"#), ("invalid_duration", field("schedule.jitter")));
+        assert_eq!(bad(r#"{"every":"1m","jitter":"soon"}"#), ("invalid_duration", field("schedule.jitter")));
+        let e = compile(
+            r#"{"name":"q","schedule":{"every":"1m","jitter":"10m"},"catchup_window":"5m","executor":{"shell":{"command":"true"}}}"#,
+        )
+        .unwrap_err();
+        assert_eq!((e.code, e.field.as_str()), ("invalid_schedule", "schedule.jitter"));
+        // The jitter of one job differs from another's, the same for both
+        // compiles of one.
+        let of = |name: &str| {
+            compile(&format!(
+                r#"{{"name":"{name}","schedule":{{"every":"1h","jitter":"59m"}},"executor":{{"shell":{{"command":"true"}}}}}}"#
+            ))
+            .unwrap()
+            .schedule
+            .fire_at(3_600_000)
+        };
+        assert_eq!(of("a"), of("a"));
+        assert_ne!(of("a"), of("b"));
     }
 }

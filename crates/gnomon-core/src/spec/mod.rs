@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::duration::{format_duration, parse_duration};
 use crate::retry::BackoffPolicy;
-use crate::schedule::{CronSchedule, Schedule};
+use crate::schedule::{CronSchedule, Jitter, Rule, Schedule};
 use crate::{Millis, SpecError};
 
 /// The longest job or handler name, in characters.
@@ -126,6 +126,24 @@ pub struct ScheduleSpec {
     /// with millisecond precision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<String>,
+    /// The first instant the schedule may have (RFC 3339, included): with
+    /// `cron` or `every`, instants before it are not instants of the
+    /// schedule (no run, no skip record). Stored in UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    /// The last instant the schedule may have (RFC 3339, included; not
+    /// before `start_at`): with `cron` or `every`, instants after it are
+    /// not instants of the schedule. Stored in UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<String>,
+    /// Delays each instant's fire by up to this duration (1ms to 1h, less
+    /// than the job's `catchup_window`), by an amount derived from the
+    /// job's namespace, name and the instant, so every leader fires it at
+    /// the same time and jobs due at one instant spread out. A run keeps
+    /// its instant as `scheduled_at`; the delay is always less than the
+    /// time to the next instant. Not with a manual schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<String>,
 }
 
 /// What an attempt runs: job JSON holds exactly one of `shell`, `http` or
@@ -394,7 +412,7 @@ pub struct CompiledJob {
     /// The normalised spec (namespace filled in, durations and times in
     /// canonical form, no `status`): what is stored.
     pub spec: JobSpec,
-    /// The compiled schedule ([`Schedule::Manual`] when none is given).
+    /// The compiled schedule ([`Schedule::manual`] when none is given).
     pub schedule: Schedule,
     /// One attempt's timeout; `None`: no limit.
     pub timeout: Option<Duration>,
@@ -411,6 +429,9 @@ pub struct CompiledJob {
     /// declares no params.
     pub default_params: Option<String>,
 }
+
+/// The longest `schedule.jitter`.
+pub const MAX_JITTER: Duration = Duration::from_secs(3600);
 
 /// The catch-up window of a job that sets none: one hour.
 pub const DEFAULT_CATCHUP_WINDOW: Duration = Duration::from_secs(3600);

@@ -7,7 +7,6 @@ use axum::response::IntoResponse;
 use axum::Json;
 use gnomon_api::{Backfill, BackfillList, BackfillRequest};
 use gnomon_backend::{backfill_id, BackfillRecord, NewBackfill, StoreError};
-use gnomon_core::schedule::Schedule;
 use gnomon_core::{format_millis, Millis};
 use serde::Deserialize;
 
@@ -84,7 +83,7 @@ pub(super) async fn create_backfill(State(state): State<ApiState>, Path(name): P
         return Err(ApiError::bad("invalid_rate", format!("rate: instants per second, 1 to {MAX_BACKFILL_RATE}")));
     }
     let compiled = job.spec.compile()?;
-    if matches!(compiled.schedule, Schedule::Manual) {
+    if compiled.schedule.is_manual() {
         return Err(ApiError::bad("no_schedule", format!("job {}/{name} has no schedule, so no instants to backfill", job.namespace)));
     }
     let (instants, cut) = compiled.schedule.fires_between(from - 1, to, MAX_BACKFILL_INSTANTS);

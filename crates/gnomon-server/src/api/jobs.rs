@@ -35,8 +35,14 @@ fn next_fire(state: &ApiState, job: &JobRecord) -> Option<i64> {
     }
     let compiled = job.spec.compile().ok()?;
     let now = state.node.clock.now_millis();
-    let base = job.last_scheduled_at.unwrap_or(job.created_at).max(now - 1);
-    compiled.schedule.next_after(base)
+    let schedule = &compiled.schedule;
+    // An instant whose jittered fire is still to come may lie before now.
+    let base = job.last_scheduled_at.unwrap_or(job.created_at).max(now - 1 - schedule.max_jitter_ms());
+    let mut next = schedule.next_after(base)?;
+    while schedule.fire_at(next) < now {
+        next = schedule.next_after(next)?;
+    }
+    Some(schedule.fire_at(next))
 }
 
 fn view(state: &ApiState, job: &JobRecord) -> Job {
@@ -212,7 +218,13 @@ pub(super) async fn preview_schedule(State(state): State<ApiState>, req: Request
             .map_err(|e| ApiError::bad("invalid_time", format!("after: {t:?} is not an RFC 3339 time: {e}")))?
             .timestamp_millis(),
     };
-    let schedule = body.schedule.compile()?;
+    let namespace = body.namespace.as_deref().unwrap_or(gnomon_core::spec::DEFAULT_NAMESPACE);
+    if let Some(job) = &body.job {
+        check_name(job)?;
+        gnomon_core::spec::validate_name("namespace", namespace, gnomon_core::spec::MAX_NAMESPACE_LEN)?;
+    }
+    let schedule = body.schedule.compile(body.job.as_deref().map(|job| (namespace, job)))?;
+    let (start_at, end_at) = schedule.bounds();
     let tz = zone_of(&schedule);
     let fires = preview(&schedule, after, count as usize)
         .into_iter()
@@ -222,7 +234,14 @@ pub(super) async fn preview_schedule(State(state): State<ApiState>, req: Request
             offset: format_offset(f.offset_seconds),
             offset_changed_from: f.offset_changed_from.map(format_offset),
             note: f.note,
+            fire_at: f.fire_at.map(format_millis),
         })
         .collect();
-    Ok(Json(SchedulePreview { timezone: tz.name().to_string(), after: format_millis(after), fires }))
+    Ok(Json(SchedulePreview {
+        timezone: tz.name().to_string(),
+        after: format_millis(after),
+        fires,
+        start_at: start_at.map(format_millis),
+        end_at: end_at.map(format_millis),
+    }))
 }

@@ -225,6 +225,8 @@ impl LeaderRuntime {
                 misfire: entry.misfire,
                 catchup_window_ms: entry.catchup_window_ms,
                 grace_ms: self.config.misfire_grace_ms,
+                // What a previous version left due fires at once.
+                jittered: entry.carry.is_none(),
             });
             let (mut open, mut waiting, _) = self.cache.runs.job_counts(uid);
             for planned in &plan.times {
@@ -316,8 +318,13 @@ impl LeaderRuntime {
             }
             *created.entry(run.state.as_str()).or_default() += 1;
             if run.state == RunState::Pending {
-                // Lateness up to the commit: when the run became durable.
-                lateness.record((committed - run.scheduled_at).max(0) as f64 / 1000.0);
+                // Lateness up to the commit (when the run became durable),
+                // from the instant's fire time (its jitter included).
+                let due = match self.cache.jobs.get(&run.job_uid) {
+                    Some(entry) if !run.manual && run.upstream.is_none() => entry.schedule.fire_at(run.scheduled_at),
+                    _ => run.scheduled_at,
+                };
+                lateness.record((committed - due).max(0) as f64 / 1000.0);
                 if !tracked.contains(run.id().as_str()) {
                     self.track_pending(run, now);
                 }

@@ -81,7 +81,7 @@ pub(super) struct Carry {
 fn schedule_key(s: &gnomon_core::spec::ScheduleSpec) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (&s.cron, &s.timezone, &s.every, &s.at).hash(&mut h);
+    (&s.cron, &s.timezone, &s.every, &s.at, &s.start_at, &s.end_at, &s.jitter).hash(&mut h);
     h.finish()
 }
 
@@ -282,8 +282,10 @@ impl JobTimeline {
                 } else if let Some(resumed) = record.resumed_at.filter(|r| *r > base) {
                     let paused = record.paused_at.filter(|p| *p > base && *p <= resumed);
                     (resumed.min(now), paused.map(before_pause), true)
-                } else if let Some((changed, previous)) =
-                    record.schedule_changed_at.filter(|c| *c > base).zip(record.previous_schedule.as_ref().and_then(|s| s.compile().ok()))
+                } else if let Some((changed, previous)) = record
+                    .schedule_changed_at
+                    .filter(|c| *c > base)
+                    .zip(record.previous_schedule.as_ref().and_then(|s| s.compile(Some((&record.namespace, &record.name))).ok()))
                 {
                     // The schedule changed after the last fire: the old one's
                     // due times up to the change fire under it, the new one
@@ -344,7 +346,7 @@ impl JobTimeline {
         let due = if entry.carry.is_some() || (entry.settle && !entry.record.paused) {
             Some(now)
         } else if !entry.record.paused {
-            entry.schedule.next_after(entry.base())
+            entry.schedule.next_after(entry.base()).map(|at| entry.schedule.fire_at(at))
         } else {
             None
         };
@@ -394,7 +396,12 @@ impl JobTimeline {
             entry.carry = None;
             (!entry.record.paused).then_some(now)
         } else {
-            entry.schedule.next_after(entry.record.last_scheduled_at.unwrap_or(now).max(now))
+            // Every instant up to `now` whose (jittered) fire time has come
+            // was planned; one after a jitter's reach before `now` may not
+            // have.
+            let schedule = &entry.schedule;
+            let after = entry.record.last_scheduled_at.unwrap_or(now).max(now - schedule.max_jitter_ms());
+            schedule.next_after(after).map(|at| schedule.fire_at(at))
         };
         if let Some(next) = next {
             self.timer.push(Reverse((next, uid.to_string(), generation)));
@@ -422,7 +429,11 @@ mod tests {
     use gnomon_core::spec::parse_job_json;
 
     fn record(uid: &str, every: &str, version: u64, paused: bool) -> JobRecord {
-        let json = format!(r#"{{"name":"{uid}","schedule":{{"every":"{every}"}},"executor":{{"handler":{{"name":"noop"}}}}}}"#);
+        record_of(uid, &format!(r#"{{"every":"{every}"}}"#), version, paused)
+    }
+
+    fn record_of(uid: &str, schedule: &str, version: u64, paused: bool) -> JobRecord {
+        let json = format!(r#"{{"name":"{uid}","schedule":{schedule},"executor":{{"handler":{{"name":"noop"}}}}}}"#);
         let spec = parse_job_json(json.as_bytes()).unwrap().compile().unwrap().spec;
         JobRecord {
             uid: uid.into(),
@@ -513,5 +524,35 @@ mod tests {
         check(&again);
         assert_eq!(again.get("a").and_then(|j| j.record.last_scheduled_at), Some(3_000));
         assert_eq!(again.next_due(), Some(4_000));
+    }
+
+    #[test]
+    fn a_jittered_instant_comes_due_at_its_fire_time_and_none_is_passed_over() {
+        let mut t = JobTimeline::default();
+        t.upsert(record_of("a", r#"{"every":"10s","jitter":"9s"}"#, 1, false), 0, &HashMap::default());
+        let schedule = t.get("a").expect("job").schedule.clone();
+        let fire = |at: Millis| schedule.fire_at(at);
+        assert!((10_000..19_000).contains(&fire(10_000)));
+        assert_eq!(t.next_due(), Some(fire(10_000)));
+        assert!(t.take_due(fire(10_000) - 1, 10).is_empty());
+        assert_eq!(t.take_due(fire(10_000), 10), ["a"]);
+        // Fired at its fire time: the next instant's fire comes next,
+        // even when `now` has passed that instant itself.
+        assert!(fire(20_000) > 20_000, "this job's second instant is delayed");
+        t.fired("a", Some(10_000), false, false, 20_000);
+        check(&t);
+        assert_eq!(t.next_due(), Some(fire(20_000)));
+    }
+
+    #[test]
+    fn bounds_leave_the_instants_outside_them_out() {
+        let mut t = JobTimeline::default();
+        let schedule = r#"{"every":"1s","start_at":"1970-01-01T00:00:05Z","end_at":"1970-01-01T00:00:07Z"}"#;
+        t.upsert(record_of("a", schedule, 1, false), 0, &HashMap::default());
+        assert_eq!(t.next_due(), Some(5_000), "nothing before start_at");
+        assert_eq!(t.take_due(5_000, 10), ["a"]);
+        t.fired("a", Some(7_000), false, false, 7_000);
+        check(&t);
+        assert_eq!(t.next_due(), None, "nothing after end_at");
     }
 }

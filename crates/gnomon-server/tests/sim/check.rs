@@ -59,7 +59,9 @@ pub async fn check(
             let mut t = (b.from + job.every_ms - 1).div_euclid(job.every_ms) * job.every_ms;
             while t <= b.to {
                 let handled = t <= b.cursor;
-                covered.entry(t).and_modify(|h| *h |= handled).or_insert(handled);
+                if job.in_bounds(t) {
+                    covered.entry(t).and_modify(|h| *h |= handled).or_insert(handled);
+                }
                 t += job.every_ms;
             }
         }
@@ -71,9 +73,26 @@ pub async fn check(
         }
         let paused = h.paused.get(&job.name).cloned().unwrap_or_default();
         let in_pause = |t: Millis, slack: Millis| paused.iter().any(|(p, r)| t > p + slack && r.is_none_or(|r| t <= r));
+        // A record made before its instant's (jittered) fire time, except
+        // at a pause, which fires what was scheduled before it at once.
+        for d in runs.iter().filter(|d| d.run.job == job.name && !d.run.manual && !covered.contains_key(&d.run.scheduled_at)) {
+            let (t, due) = (d.run.scheduled_at, job.schedule.fire_at(d.run.scheduled_at));
+            if due - t > job.jitter_ms {
+                v.push(format!("job {}: instant {t} delayed by {} ms, more than its jitter {}", job.name, due - t, job.jitter_ms));
+            }
+            let at_pause = paused.iter().any(|(p, _)| *p + PAUSE_SLACK_MS >= t && *p <= due);
+            if d.run.fired_at < due && !at_pause {
+                v.push(format!(
+                    "job {}: instant {t} recorded at +{}, before its fire time +{}",
+                    job.name,
+                    d.run.fired_at - crate::T0,
+                    due - crate::T0
+                ));
+            }
+        }
         let mut t = (job.created_at / job.every_ms + 1) * job.every_ms;
         while t <= end - END_SLACK_MS {
-            if covered.contains_key(&t) {
+            if covered.contains_key(&t) || !job.in_bounds(t) {
                 t += job.every_ms;
                 continue;
             }
@@ -81,7 +100,8 @@ pub async fn check(
             if n > 1 {
                 v.push(format!("job {}: {n} runs at instant {t}", job.name));
             }
-            if n == 0 && !in_pause(t, 0) {
+            // The last instants' jittered fires may not have come.
+            if n == 0 && !in_pause(t, 0) && t <= end - END_SLACK_MS - job.jitter_ms {
                 v.push(format!("job {}: no run or skip record for instant {t} (+{} ms)", job.name, t - crate::T0));
             }
             if n > 0 && in_pause(t, PAUSE_SLACK_MS) {

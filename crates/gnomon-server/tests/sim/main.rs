@@ -79,7 +79,41 @@ pub struct SimJob {
     pub created_at: Millis,
     /// It declares the param `tier` (default `std`).
     pub params: bool,
+    /// Its schedule's bounds (`start_at`, `end_at`), if it has them.
+    pub start_at: Option<Millis>,
+    pub end_at: Option<Millis>,
+    /// The longest delay its jitter gives a fire (0: none).
+    pub jitter_ms: Millis,
+    /// Its compiled schedule (for the fire times of its jitter).
+    pub schedule: gnomon_core::Schedule,
     spec_json: String,
+}
+
+impl SimJob {
+    /// Whether `t` lies within the schedule's bounds.
+    pub fn in_bounds(&self, t: Millis) -> bool {
+        self.start_at.is_none_or(|s| t >= s) && self.end_at.is_none_or(|e| t <= e)
+    }
+}
+
+/// The schedule fields of a simulated job: an interval, sometimes bounds
+/// (a start and an end within the run) and a jitter (shorter or longer
+/// than the interval; it is capped below the next instant).
+fn schedule_json(every_ms: Millis, rng: &mut StdRng) -> (String, Option<Millis>, Option<Millis>, Millis) {
+    let (mut start, mut end) = (None, None);
+    if rng.gen_bool(0.3) {
+        let s = T0 + rng.gen_range(0..20) * 1_000 + rng.gen_range(0..every_ms);
+        start = Some(s);
+        end = rng.gen_bool(0.7).then(|| s + rng.gen_range(5_000..60_000));
+    }
+    let jitter = if rng.gen_bool(0.3) { [every_ms / 2, every_ms * 3, 250][rng.gen_range(0..3)] } else { 0 };
+    let mut fields = vec![format!(r#""every":"{every_ms}ms""#)];
+    fields.extend(start.map(|s| format!(r#""start_at":"{}""#, gnomon_core::format_millis(s))));
+    fields.extend(end.map(|e| format!(r#""end_at":"{}""#, gnomon_core::format_millis(e))));
+    if jitter > 0 {
+        fields.push(format!(r#""jitter":"{jitter}ms""#));
+    }
+    (format!("{{{}}}", fields.join(",")), start, end, jitter)
 }
 
 /// The params of a simulated job that has them, and their defaults.
@@ -87,12 +121,12 @@ pub const SIM_PARAMS: &str = r#"{"tier":{"default":"std"}}"#;
 /// A simulated job with params also takes webhook calls.
 const SIM_TRIGGERS: &str = r#""triggers":{"webhook":{"secret_env":"GNOMON_HOOK_SECRET_SIM"}}"#;
 
-fn job_json(name: &str, every_ms: Millis, params: bool, rng: &mut StdRng) -> String {
+fn job_json(name: &str, schedule: &str, params: bool, rng: &mut StdRng) -> String {
     let overlap = ["allow", "allow", "forbid", "buffer_one", "replace"][rng.gen_range(0..5)];
     let misfire = ["fire_once", "fire_all", "skip"][rng.gen_range(0..3)];
     let params = if params { format!(r#""params":{SIM_PARAMS},{SIM_TRIGGERS},"#) } else { String::new() };
     format!(
-        r#"{{"name":"{name}","schedule":{{"every":"{every_ms}ms"}},"executor":{{"handler":{{"name":"noop"}}}},{params}
+        r#"{{"name":"{name}","schedule":{schedule},"executor":{{"handler":{{"name":"noop"}}}},{params}
             "retry":{{"max_attempts":ATTEMPTS,"backoff":{{"initial":"300ms","max":"1s","jitter":0}}}},
             "overlap":"{overlap}","misfire":"{misfire}",
             "notify":[{{"on":["failed","succeeded","recovered"],"webhook":{{"url":"http://127.0.0.1:9/sim"}}}}]}}"#
@@ -143,11 +177,13 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
         let name = format!("j{i}");
         let every_ms = [500, 1_000, 1_000, 2_000, 3_000][rng.gen_range(0..5)];
         let params = rng.gen_bool(0.5);
-        let spec_json = job_json(&name, every_ms, params, &mut rng);
+        let (schedule, start_at, end_at, jitter_ms) = schedule_json(every_ms, &mut rng);
+        let spec_json = job_json(&name, &schedule, params, &mut rng);
         let json = spec_json.replace("ATTEMPTS", &rng.gen_range(2..=5).to_string());
-        let spec = parse_job_json(json.as_bytes()).map_err(|e| e.to_string())?.compile().map_err(|e| e.to_string())?.spec;
-        let rec = sqlite.put_job(&spec, Precondition::DoesNotExist, clock.now_millis()).await.map_err(|e| e.to_string())?;
-        jobs.push(SimJob { name, every_ms, created_at: rec.created_at, params, spec_json });
+        let compiled = parse_job_json(json.as_bytes()).map_err(|e| e.to_string())?.compile().map_err(|e| e.to_string())?;
+        let rec = sqlite.put_job(&compiled.spec, Precondition::DoesNotExist, clock.now_millis()).await.map_err(|e| e.to_string())?;
+        let schedule = compiled.schedule;
+        jobs.push(SimJob { name, every_ms, created_at: rec.created_at, params, start_at, end_at, jitter_ms, schedule, spec_json });
     }
     // Dependency jobs: one after the slowest job (on a random outcome:
     // fan-out with the next), and one after the two slowest (a fan-in over
@@ -190,7 +226,7 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
         let _ = c.close().await;
     }
     let mut workers: Vec<SimWorker> =
-        (0..rng.gen_range(2..=3)).map(|i| SimWorker::new(format!("w{i}"), rng.gen_range(2..=4), T0)).collect();
+        (0..rng.gen_range(2..=3)).map(|i| SimWorker::new(format!("w{i}"), rng.gen_range(3..=5), T0)).collect();
 
     let mut term = new_term(&store, &clock).await;
     // A deposed leader that has not noticed yet: it keeps stepping.
@@ -364,7 +400,7 @@ async fn api_actions(
         if let Some(uid) = uid {
             let from = (job.created_at / job.every_ms - rng.gen_range(5..40)) * job.every_ms;
             let to = (job.created_at + rng.gen_range(0..10_000)).min(now - 1);
-            let total = ((to.div_euclid(job.every_ms) - (from - 1).div_euclid(job.every_ms)).max(0)) as u64;
+            let total = job.schedule.fires_between(from - 1, to, usize::MAX).0.len() as u64;
             let b = gnomon_backend::NewBackfill {
                 id: gnomon_backend::backfill_id(&uid, now),
                 namespace: "default".into(),
