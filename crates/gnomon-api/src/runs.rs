@@ -174,6 +174,16 @@ pub struct TriggerBody {
     pub params: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
+/// A webhook call's answer: the run it started (or its key named), and
+/// nothing of the run's params, payload or output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HookRun {
+    /// The run's id.
+    pub id: String,
+    /// The run's state now.
+    pub state: RunState,
+}
+
 /// A trigger's answer: the run (one run), or the ids (`count` above 1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]

@@ -40,21 +40,40 @@ impl TriggersSpec {
     }
 }
 
-/// A webhook trigger: who may call it (whoever holds the secret), how
-/// fresh a call must be, and which params its payload sets.
+/// A webhook trigger: who may call it (whoever holds one of its secrets),
+/// how fresh a call must be, and which params its payload sets.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WebhookTrigger {
-    /// The environment variable, on every server, that holds the signing
-    /// secret: `GNOMON_HOOK_SECRET_` followed by capitals, digits or `_`.
-    /// A call carries `Gnomon-Timestamp: <Unix milliseconds>` and
-    /// `Gnomon-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`.
-    pub secret_env: String,
+    /// The name of the signing secret, held by every server for the job's
+    /// own namespace: the environment variable
+    /// `GNOMON_HOOK_SECRET_<namespace>__<NAME>` (in the `default` namespace
+    /// also `GNOMON_HOOK_SECRET_<NAME>`). 1-64 letters, digits or `_`, not
+    /// starting with `_`, no `__`. A call carries `Gnomon-Timestamp: <Unix
+    /// milliseconds>` and `Gnomon-Signature: v2=<hex HMAC-SHA256>` of
+    /// `v2\n{namespace}\n{job}\n{timestamp}\n{key}\n{body}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9](?:_?[A-Za-z0-9])*$", min_length = 1, max_length = 64))]
+    pub secret: Option<String>,
+    /// A second secret's name, accepted as well: a secret is rotated
+    /// without downtime by naming the new one here, moving the senders to
+    /// it, then making it `secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9](?:_?[A-Za-z0-9])*$", min_length = 1, max_length = 64))]
+    pub secondary_secret: Option<String>,
+    /// The older way to name the secret: the environment variable itself.
+    /// Only a variable of the job's own namespace is accepted
+    /// (`GNOMON_HOOK_SECRET_<namespace>__<NAME>`, or in the `default`
+    /// namespace `GNOMON_HOOK_SECRET_<NAME>`); use `secret` instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^GNOMON_HOOK_SECRET_[A-Za-z0-9_-]+$", max_length = 128, deprecated))]
+    pub secret_env: Option<String>,
     /// How far, in seconds, a call's timestamp may be from the server's
     /// clock (1 to 3600, default 300). A call is accepted once: a replay of
-    /// it inside this window is refused.
+    /// it is refused for at least its timestamp plus 3600 seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3600))]
     pub tolerance_seconds: Option<u32>,
     /// Params the payload sets, by name: a JSON pointer (RFC 6901, e.g.
     /// `/ref` or `/repository/name`) into a JSON payload. A pointer that
@@ -63,7 +82,40 @@ pub struct WebhookTrigger {
     pub params: BTreeMap<String, String>,
 }
 
+/// The environment variable that holds the webhook secret `name` of
+/// `namespace`: `GNOMON_HOOK_SECRET_<namespace>__<NAME>`, the namespace as
+/// written, the name in capitals.
+pub fn hook_secret_env(namespace: &str, name: &str) -> String {
+    format!("{HOOK_SECRET_PREFIX}{namespace}__{}", name.to_ascii_uppercase())
+}
+
+/// Whether the variable `env` holds a secret of `namespace`: its own
+/// scoped variables, and in the `default` namespace the unscoped ones
+/// (`GNOMON_HOOK_SECRET_<NAME>`, NAME without `__`).
+pub fn env_in_scope(namespace: &str, env: &str) -> bool {
+    let Some(tail) = env.strip_prefix(HOOK_SECRET_PREFIX) else { return false };
+    if let Some(name) = tail.strip_prefix(namespace).and_then(|t| t.strip_prefix("__")) {
+        return crate::notify::check_secret_name("", name).is_ok() && name == name.to_ascii_uppercase();
+    }
+    namespace == crate::spec::DEFAULT_NAMESPACE && crate::notify::check_secret_name("", tail).is_ok() && tail == tail.to_ascii_uppercase()
+}
+
 impl WebhookTrigger {
+    /// The variables, in order, that may hold this job's secrets for a job
+    /// of `namespace`: never one of another namespace.
+    pub fn secret_envs(&self, namespace: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        for name in [&self.secret, &self.secondary_secret].into_iter().flatten() {
+            for env in crate::notify::secret_envs(namespace, name) {
+                v.push(env.replacen(crate::notify::SECRET_ENV_PREFIX, HOOK_SECRET_PREFIX, 1));
+            }
+        }
+        if let Some(env) = self.secret_env.as_ref().filter(|e| env_in_scope(namespace, e)) {
+            v.push(env.clone());
+        }
+        v
+    }
+
     /// The tolerance in milliseconds.
     pub fn tolerance_millis(&self) -> i64 {
         i64::from(self.tolerance_seconds.unwrap_or(DEFAULT_TOLERANCE_SECONDS)) * 1000
@@ -81,17 +133,39 @@ impl WebhookTrigger {
     }
 }
 
-/// Checks `triggers` against the job's declared params.
-pub fn validate(triggers: &TriggersSpec, declared: &BTreeMap<String, ParamSpec>) -> Result<(), SpecError> {
+/// Checks `triggers` against the job's namespace and declared params.
+pub fn validate(triggers: &TriggersSpec, namespace: &str, declared: &BTreeMap<String, ParamSpec>) -> Result<(), SpecError> {
     let Some(hook) = &triggers.webhook else { return Ok(()) };
-    let env = &hook.secret_env;
-    let tail = env.strip_prefix(HOOK_SECRET_PREFIX).unwrap_or("");
-    if tail.is_empty() || env.len() > 128 || !tail.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_') {
-        return Err(SpecError::new(
-            "invalid_trigger",
-            "triggers.webhook.secret_env",
-            format!("the name of an environment variable {HOOK_SECRET_PREFIX}<NAME>, NAME of capitals, digits or '_' (at most 128 bytes in all)"),
-        ));
+    for (field, name) in [("triggers.webhook.secret", &hook.secret), ("triggers.webhook.secondary_secret", &hook.secondary_secret)] {
+        if let Some(name) = name {
+            crate::notify::check_secret_name(field, name).map_err(|e| SpecError::new("invalid_trigger", field, e.message))?;
+        }
+    }
+    match (&hook.secret, &hook.secret_env) {
+        (Some(_), Some(_)) => {
+            return Err(SpecError::new("invalid_trigger", "triggers.webhook.secret_env", "give secret or secret_env, not both"));
+        }
+        (None, None) => {
+            return Err(SpecError::new(
+                "invalid_trigger",
+                "triggers.webhook.secret",
+                format!("name the signing secret (the server reads {})", hook_secret_env(namespace, "NAME")),
+            ));
+        }
+        (None, Some(env)) if env.len() > 128 || !env_in_scope(namespace, env) => {
+            return Err(SpecError::new(
+                "invalid_trigger",
+                "triggers.webhook.secret_env",
+                format!(
+                    "a variable of this namespace's webhook secrets, {} (NAME of capitals, digits or '_'); better, name the secret with `secret`",
+                    hook_secret_env(namespace, "NAME")
+                ),
+            ));
+        }
+        _ => {}
+    }
+    if hook.secondary_secret.is_some() && hook.secondary_secret == hook.secret {
+        return Err(SpecError::new("invalid_trigger", "triggers.webhook.secondary_secret", "must name another secret than secret"));
     }
     if let Some(t) = hook.tolerance_seconds {
         if !(1..=MAX_TOLERANCE_SECONDS).contains(&t) {
@@ -123,7 +197,15 @@ mod tests {
     use super::*;
 
     fn hook(env: &str) -> TriggersSpec {
-        TriggersSpec { webhook: Some(WebhookTrigger { secret_env: env.into(), ..Default::default() }) }
+        TriggersSpec { webhook: Some(WebhookTrigger { secret_env: Some(env.into()), ..Default::default() }) }
+    }
+
+    fn named(secret: &str) -> TriggersSpec {
+        TriggersSpec { webhook: Some(WebhookTrigger { secret: Some(secret.into()), ..Default::default() }) }
+    }
+
+    fn validate(t: &TriggersSpec, declared: &BTreeMap<String, ParamSpec>) -> Result<(), SpecError> {
+        super::validate(t, "default", declared)
     }
 
     fn declared(names: &[&str]) -> BTreeMap<String, ParamSpec> {
@@ -134,13 +216,60 @@ mod tests {
     fn a_secret_is_a_hook_secret_variable_and_nothing_else() {
         assert!(validate(&hook("GNOMON_HOOK_SECRET_DEPLOY"), &declared(&[])).is_ok());
         assert!(validate(&hook("GNOMON_HOOK_SECRET_A_2"), &declared(&[])).is_ok());
-        for bad in ["", "PATH", "GNOMON_HOOK_SECRET_", "GNOMON_HOOK_SECRET_lower", "GNOMON_HOOK_SECRET_A-B", "GNOMON_NOTIFY_SECRET_X"] {
+        for bad in [
+            "",
+            "PATH",
+            "GNOMON_HOOK_SECRET_",
+            "GNOMON_HOOK_SECRET_lower",
+            "GNOMON_HOOK_SECRET_A-B",
+            "GNOMON_NOTIFY_SECRET_X",
+            "GNOMON_HOOK_SECRET_A__B",
+        ] {
             let e = validate(&hook(bad), &declared(&[])).unwrap_err();
             assert_eq!(e.field, "triggers.webhook.secret_env", "{bad}");
             assert_eq!(e.code, "invalid_trigger");
         }
         let long = format!("{HOOK_SECRET_PREFIX}{}", "A".repeat(120));
         assert!(validate(&hook(&long), &declared(&[])).is_err());
+    }
+
+    #[test]
+    fn secrets_are_scoped_to_the_job_namespace() {
+        let mut t = named("deploy");
+        t.webhook.as_mut().unwrap().secondary_secret = Some("deploy_next".into());
+        assert!(super::validate(&t, "team-a", &declared(&[])).is_ok());
+        let w = t.webhook.as_ref().unwrap();
+        assert_eq!(w.secret_envs("team-a"), vec!["GNOMON_HOOK_SECRET_team-a__DEPLOY", "GNOMON_HOOK_SECRET_team-a__DEPLOY_NEXT"]);
+        assert_eq!(
+            w.secret_envs("default"),
+            vec![
+                "GNOMON_HOOK_SECRET_default__DEPLOY",
+                "GNOMON_HOOK_SECRET_DEPLOY",
+                "GNOMON_HOOK_SECRET_default__DEPLOY_NEXT",
+                "GNOMON_HOOK_SECRET_DEPLOY_NEXT"
+            ]
+        );
+        // A name can never reach into another namespace.
+        for bad in ["team_b__deploy", "_x", "a-b", "", &"x".repeat(65)] {
+            let e = super::validate(&named(bad), "team-a", &declared(&[])).unwrap_err();
+            assert_eq!((e.code, e.field.as_str()), ("invalid_trigger", "triggers.webhook.secret"), "{bad}");
+        }
+        // The older variable form: only this namespace's own variables.
+        assert!(super::validate(&hook("GNOMON_HOOK_SECRET_team-a__DEPLOY"), "team-a", &declared(&[])).is_ok());
+        for bad in ["GNOMON_HOOK_SECRET_DEPLOY", "GNOMON_HOOK_SECRET_team-b__DEPLOY", "GNOMON_HOOK_SECRET_team-a__A__B"] {
+            assert!(super::validate(&hook(bad), "team-a", &declared(&[])).is_err(), "{bad}");
+            let w = WebhookTrigger { secret_env: Some(bad.into()), ..Default::default() };
+            assert!(w.secret_envs("team-a").is_empty(), "a stored job never reads {bad}");
+        }
+        assert!(validate(&hook("GNOMON_HOOK_SECRET_DEPLOY"), &declared(&[])).is_ok());
+        // One secret, not both forms, nor none; the second differs.
+        let mut both = named("a");
+        both.webhook.as_mut().unwrap().secret_env = Some("GNOMON_HOOK_SECRET_A".into());
+        assert!(validate(&both, &declared(&[])).is_err());
+        assert!(validate(&TriggersSpec { webhook: Some(WebhookTrigger::default()) }, &declared(&[])).is_err());
+        let mut same = named("a");
+        same.webhook.as_mut().unwrap().secondary_secret = Some("a".into());
+        assert!(validate(&same, &declared(&[])).is_err());
     }
 
     #[test]
@@ -167,7 +296,7 @@ mod tests {
 
     #[test]
     fn a_payload_sets_what_its_pointers_find() {
-        let mut w = WebhookTrigger { secret_env: "GNOMON_HOOK_SECRET_X".into(), ..Default::default() };
+        let mut w = WebhookTrigger { secret: Some("x".into()), ..Default::default() };
         w.params.insert("branch".into(), "/ref".into());
         w.params.insert("repo".into(), "/repository/name".into());
         w.params.insert("missing".into(), "/nope".into());

@@ -276,7 +276,8 @@ async fn post(client: &reqwest::Client, secrets: &Secrets, target: &NotifyTarget
                         r#final: false,
                     };
                 };
-                h.push(("Gnomon-Signature".into(), signature(&secret, now, &body)));
+                let signed = crate::signing::Signed { namespace: &n.namespace, job: &n.job, key: "", body: &body };
+                h.push(("Gnomon-Signature".into(), signature(&secret, now, &signed)));
             }
             (body, h)
         }

@@ -109,26 +109,30 @@ pub async fn job(c: &Client, cmd: JobCmd, out: Output) -> anyhow::Result<()> {
                 (None, Some(p)) => std::fs::read(&p).with_context(|| format!("--data-file {}", p.display()))?,
                 (None, None) => Vec::new(),
             };
-            let var = match secret_env {
-                Some(v) => v,
+            let ns = job.namespace.as_deref().unwrap_or(gnomon_core::spec::DEFAULT_NAMESPACE);
+            let vars = match secret_env {
+                Some(v) => vec![v],
                 None => {
                     let spec: Job = c.get(&job_path(&job.name, ""), &ns_query(&job.namespace)).await?;
                     let Some(hook) = spec.spec.triggers.webhook else {
                         bail!("job {} takes no webhook calls (it has no triggers.webhook)", job.name)
                     };
-                    hook.secret_env
+                    hook.secret_envs(ns)
                 }
             };
-            let secret = std::env::var(&var).ok().filter(|s| !s.is_empty());
-            let Some(secret) = secret else { bail!("the environment variable {var} (the webhook's secret) is not set") };
-            let ns = job.namespace.as_deref().unwrap_or(gnomon_core::spec::DEFAULT_NAMESPACE);
+            let secret = vars.iter().find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()));
+            let Some(secret) = secret else { bail!("none of {} (the webhook's secret) is set", vars.join(", ")) };
             let now = chrono::Utc::now().timestamp_millis();
+            let key = idempotency_key.unwrap_or_default();
+            let signed = gnomon_server::signing::Signed { namespace: ns, job: &job.name, key: &key, body: &body };
             let mut headers =
-                vec![("Gnomon-Timestamp", now.to_string()), ("Gnomon-Signature", gnomon_server::signing::signature(&secret, now, &body))];
-            headers.extend(idempotency_key.map(|k| ("Idempotency-Key", k)));
+                vec![("Gnomon-Timestamp", now.to_string()), ("Gnomon-Signature", gnomon_server::signing::signature(&secret, now, &signed))];
+            if !key.is_empty() {
+                headers.push(("Idempotency-Key", key.clone()));
+            }
             let path = format!("/v1/hooks/{}/{}", path_segment(ns), path_segment(&job.name));
-            let run: Run = c.post_bytes(&path, &headers, body).await?;
-            table::triggered(&TriggerAnswer::One(Box::new(run)), out)
+            let run: gnomon_api::HookRun = c.post_bytes(&path, &headers, body).await?;
+            table::hook_run(&run, out)
         }
         JobCmd::Backfill { job, from, to, params, rate, wait } => {
             let params = (!params.is_empty()).then(|| params.into_iter().collect());

@@ -225,6 +225,14 @@ pub fn backfill(b: &gnomon_api::Backfill, out: Output) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A webhook call's answer: its run's id and state.
+pub fn hook_run(run: &gnomon_api::HookRun, out: Output) -> anyhow::Result<()> {
+    if !structured(run, out)? {
+        println!("{} {}", run.id, run.state.as_str());
+    }
+    Ok(())
+}
+
 pub fn triggered(t: &TriggerAnswer, out: Output) -> anyhow::Result<()> {
     match t {
         TriggerAnswer::One(run) => run_detail(run, out),

@@ -290,14 +290,21 @@ async fn walk(b: &Browser, addr: &str, viewer: &str) {
 
     // A job that takes webhook calls shows where to send them; a call's
     // run shows its payload.
-    let hooked = json!({"name": "console-hook", "triggers": {"webhook": {"secret_env": "GNOMON_HOOK_SECRET_CONSOLE"}},
+    let hooked = json!({"name": "console-hook", "triggers": {"webhook": {"secret": "console"}},
         "executor": {"handler": {"name": "noop"}}});
     assert_eq!(api(addr, "POST", "/v1/jobs", Some(hooked)).0, 201);
     b.goto("#/job/default/console-hook").await;
     b.wait_text("#webhook", "/v1/hooks/default/console-hook", 30).await;
     let payload = br#"{"event":"deploy <finished>"}"#;
     let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
-    let (ts_text, sig) = (ts.to_string(), gnomon_server::signing::signature("console-secret", ts, payload));
+    let (ts_text, sig) = (
+        ts.to_string(),
+        gnomon_server::signing::signature(
+            "console-secret",
+            ts,
+            &gnomon_server::signing::Signed { namespace: "default", job: "console-hook", key: "", body: payload },
+        ),
+    );
     let headers = [("Gnomon-Timestamp", ts_text.as_str()), ("Gnomon-Signature", sig.as_str())];
     let (status, run) = http_with(None, addr, "POST", "/v1/hooks/default/console-hook", &headers, Some(payload)).unwrap();
     assert_eq!(status, 201, "{run}");

@@ -249,7 +249,8 @@ impl Ha {
         }
         // A manual-only job: a burst of it keeps a leader busy writing. It
         // takes webhook calls too.
-        let burst = json!({"name": "burst", "executor": {"handler": {"name": "noop"}}, "triggers": {"webhook": {"secret_env": HOOK_ENV}}});
+        let burst =
+            json!({"name": "burst", "executor": {"handler": {"name": "noop"}}, "triggers": {"webhook": {"secret": HOOK_SECRET_NAME}}});
         let (code, body) = self.api(l, "POST", "/v1/jobs", Some(burst));
         assert_eq!(code, 201, "{body}");
         // A dependency job: each run of every-second releases its run of
@@ -282,7 +283,7 @@ impl Ha {
     /// A webhook call of `burst` on replica `i`, timestamped `ts`, with
     /// `body`: (status, error code or run id).
     fn hook_call(&self, i: usize, ts: i64, body: &str) -> (u16, Option<String>) {
-        let (ts_text, sig) = (ts.to_string(), sign(HOOK_SECRET, ts, body.as_bytes()));
+        let (ts_text, sig) = (ts.to_string(), sign(HOOK_SECRET, "default", "burst", ts, "", body.as_bytes()));
         let headers = [("Gnomon-Timestamp", ts_text.as_str()), ("Gnomon-Signature", sig.as_str())];
         let res = http_with(None, &self.replicas[i].addr(), "POST", "/v1/hooks/default/burst", &headers, Some(body.as_bytes()));
         let (code, body) = res.unwrap_or((0, Value::Null));
@@ -528,6 +529,7 @@ fn failover_suite(backend: Backend) {
 
 /// The secret of the `burst` job's webhook, in every replica's environment.
 const HOOK_ENV: &str = "GNOMON_HOOK_SECRET_FAILOVER";
+const HOOK_SECRET_NAME: &str = "failover";
 const HOOK_SECRET: &str = "failover-hook-secret";
 
 #[test]

@@ -140,8 +140,8 @@ fn outcomes_are_posted_signed_retried_and_shown() {
     assert_eq!(first.headers["gnomon-notification-id"], second.headers["gnomon-notification-id"], "a retry is the same notification");
     let ts = &second.headers["gnomon-timestamp"];
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(b"s3cret").unwrap();
-    mac.update(format!("{ts}.{}", second.body).as_bytes());
-    assert_eq!(second.headers["gnomon-signature"], format!("sha256={}", hex::encode(mac.finalize().into_bytes())), "signed");
+    mac.update(format!("v2\ndefault\nnightly\n{ts}\n\n{}", second.body).as_bytes());
+    assert_eq!(second.headers["gnomon-signature"], format!("v2={}", hex::encode(mac.finalize().into_bytes())), "signed");
     assert_eq!(second.headers["x-team"], "data");
     assert_eq!(second.headers["gnomon-event"], "failed");
     let body: Value = serde_json::from_str(&second.body).unwrap();
@@ -242,8 +242,8 @@ fn a_job_signs_only_with_a_secret_of_its_own_namespace() {
     wait_until("team A's signed notice", Duration::from_secs(30), || !r.at("/a").is_empty());
     let got = &r.at("/a")[0];
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(b"team-a-secret").unwrap();
-    mac.update(format!("{}.{}", got.headers["gnomon-timestamp"], got.body).as_bytes());
-    assert_eq!(got.headers["gnomon-signature"], format!("sha256={}", hex::encode(mac.finalize().into_bytes())));
+    mac.update(format!("v2\nA\nreport\n{}\n\n{}", got.headers["gnomon-timestamp"], got.body).as_bytes());
+    assert_eq!(got.headers["gnomon-signature"], format!("v2={}", hex::encode(mac.finalize().into_bytes())));
     wait_until("team B's delivery given up", Duration::from_secs(30), || {
         notifications(&addr, &run_b).first().is_some_and(|n| n["state"] == "failed")
     });

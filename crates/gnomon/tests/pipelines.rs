@@ -1,8 +1,9 @@
 //! The work around a fire, through the API and the CLI of real `gnomon dev`
 //! processes (embedded SQLite) on loopback: idempotency keys on manual
-//! triggers and webhook calls, run params and payloads, across a killed and
-//! restarted leader. The replicated stores' failovers repeat keys and
-//! webhook calls in `failover.rs`.
+//! triggers (and what a repeat makes downstream: nothing), run params,
+//! across a killed and restarted leader. Webhook calls are in
+//! `webhooks.rs`; the replicated stores' failovers repeat keys and webhook
+//! calls in `failover.rs`.
 
 use std::process::Command;
 use std::time::Duration;
@@ -182,145 +183,38 @@ fn params_have_defaults_a_trigger_sets_them_and_each_run_keeps_and_runs_with_its
     assert_eq!(ended_run(&addr, &id)["params"], json!({"window": "1d"}));
 }
 
-const HOOK_SECRET: &str = "hook-s3cret";
-
-/// A webhook call with the given timestamp and signature headers.
-fn hook_call(addr: &str, job: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Value) {
-    http_with(None, addr, "POST", &format!("/v1/hooks/default/{job}"), headers, Some(body)).unwrap()
-}
-
-/// A call signed now with `secret`.
-fn signed_call(addr: &str, job: &str, secret: &str, key: Option<&str>, body: &[u8]) -> (u16, Value) {
-    let ts = now_ms();
-    let (ts, sig) = (ts.to_string(), sign(secret, ts, body));
-    let mut headers = vec![("Gnomon-Timestamp", ts.as_str()), ("Gnomon-Signature", sig.as_str())];
-    headers.extend(key.map(|k| ("Idempotency-Key", k)));
-    hook_call(addr, job, &headers, body)
-}
-
+/// A repeated key creates nothing, downstream included: three calls with
+/// one key, seconds apart, make one run of the upstream job and one run of
+/// each downstream job, at the upstream run's instant as stored.
 #[test]
-fn a_signed_webhook_call_starts_one_run_with_its_payload_even_across_a_killed_leader() {
+fn a_repeated_key_makes_no_downstream_run_again() {
     let dir = tempfile::tempdir().unwrap();
-    let env = [("GNOMON_HOOK_SECRET_DEPLOY", HOOK_SECRET)];
-    let (dev, addr) = leading_dev_env(dir.path(), &env);
-    let script = r#"echo "branch=$GNOMON_PARAM_BRANCH"; stat -c %a "$GNOMON_PAYLOAD_FILE"; cat "$GNOMON_PAYLOAD_FILE""#;
-    let hook = |secret_env: &str, params: Value| {
-        json!({"name": "deploy", "params": {"branch": {"default": "main"}},
-            "triggers": {"webhook": {"secret_env": secret_env, "params": params}},
-            "executor": {"shell": {"command": "sh", "args": ["-c", script]}}})
-    };
-    // A bad trigger is refused at create, with its field.
-    for (spec, code, field) in [
-        (hook("PATH", json!({})), "invalid_trigger", "triggers.webhook.secret_env"),
-        (hook("GNOMON_HOOK_SECRET_DEPLOY", json!({"brnach": "/ref"})), "unknown_param", "triggers.webhook.params.brnach"),
-        (hook("GNOMON_HOOK_SECRET_DEPLOY", json!({"branch": "ref"})), "invalid_trigger", "triggers.webhook.params.branch"),
-    ] {
-        let (status, body) = post(&addr, "/v1/jobs", &spec);
-        assert_eq!((status, body["error"]["code"].as_str()), (400, Some(code)), "{spec}: {body}");
-        assert!(body["error"]["message"].as_str().unwrap().contains(field), "{body}");
+    let (_dev, addr) = leading_dev(dir.path());
+    create_manual_job(&addr, "extract");
+    let transform = json!({"name": "transform", "after": [{"job": "extract"}], "executor": {"handler": {"name": "noop"}}});
+    assert_eq!(post(&addr, "/v1/jobs", &transform).0, 201);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        let (code, body) = http_with(
+            None,
+            &addr,
+            "POST",
+            "/v1/jobs/extract/trigger",
+            &[("Idempotency-Key", "nightly-2026-12-06")],
+            Some(br#"{"params":{}}"#),
+        )
+        .unwrap();
+        assert_eq!(code, if i == 0 { 201 } else { 200 }, "{body}");
+        ids.push(body["id"].as_str().unwrap().to_string());
     }
-    let (code, body) = post(&addr, "/v1/jobs", &hook("GNOMON_HOOK_SECRET_DEPLOY", json!({"branch": "/ref"})));
-    assert_eq!(code, 201, "{body}");
-    create_manual_job(&addr, "plain");
-
-    let payload = br#"{"ref":"release-7","pusher":"ana"}"#;
-    let ts = now_ms();
-    let (ts_text, sig) = (ts.to_string(), sign(HOOK_SECRET, ts, payload));
-    let signed = [("Gnomon-Timestamp", ts_text.as_str()), ("Gnomon-Signature", sig.as_str())];
-    let (code, run) = hook_call(&addr, "deploy", &signed, payload);
-    assert_eq!(code, 201, "{run}");
-    let id = run["id"].as_str().unwrap().to_string();
-    assert_eq!(run["payload"].as_str().map(str::as_bytes), Some(&payload[..]), "{run}");
-    assert_eq!(run["params"], json!({"branch": "release-7"}), "the payload set the param: {run}");
-    assert_eq!(run["reason"], "webhook");
-    let done = ended_run(&addr, &id);
-    assert_eq!(done["state"], "succeeded", "{done}");
-    let output = done["attempts"][0]["output"].as_str().unwrap();
-    assert_eq!(output.trim_end(), format!("branch=release-7\n600\n{}", String::from_utf8_lossy(payload)), "{output}");
-
-    // A replay of the same call is refused, and so is everything unsigned,
-    // stale or too large; none of it creates a run.
-    let (code, body) = hook_call(&addr, "deploy", &signed, payload);
-    assert_eq!((code, body["error"]["code"].as_str()), (409, Some("webhook_replayed")), "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains(&id), "the refusal names the run: {body}");
-    let stale = now_ms() - 301_000;
-    let (stale_text, stale_sig) = (stale.to_string(), sign(HOOK_SECRET, stale, payload));
-    let wrong = sign("not-the-secret", ts, payload);
-    let big = vec![b'x'; 64 * 1024 + 1];
-    let (big_ts, big_sig) = (ts.to_string(), sign(HOOK_SECRET, ts, &big));
-    let latin1 = b"caf\xe9";
-    let latin1_sig = sign(HOOK_SECRET, ts, latin1);
-    // (job, headers, body, status, code)
-    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a [u8], u16, &'a str);
-    let cases: Vec<Case> = vec![
-        ("deploy", vec![], payload, 401, "invalid_timestamp"),
-        ("deploy", vec![("Gnomon-Timestamp", &ts_text)], payload, 401, "invalid_signature"),
-        ("deploy", vec![("Gnomon-Timestamp", &ts_text), ("Gnomon-Signature", &wrong)], payload, 401, "invalid_signature"),
-        ("deploy", vec![("Gnomon-Timestamp", &ts_text), ("Gnomon-Signature", &sig)], b"{\"ref\":\"other\"}", 401, "invalid_signature"),
-        ("deploy", vec![("Gnomon-Timestamp", &stale_text), ("Gnomon-Signature", &stale_sig)], payload, 401, "invalid_timestamp"),
-        ("deploy", vec![("Gnomon-Timestamp", &big_ts), ("Gnomon-Signature", &big_sig)], &big, 413, "payload_too_large"),
-        ("deploy", vec![("Gnomon-Timestamp", &ts_text), ("Gnomon-Signature", &latin1_sig)], latin1, 400, "invalid_payload"),
-        ("plain", vec![("Gnomon-Timestamp", &ts_text), ("Gnomon-Signature", &sig)], payload, 404, "no_webhook"),
-        ("nosuchjob", vec![("Gnomon-Timestamp", &ts_text), ("Gnomon-Signature", &sig)], payload, 404, "no_webhook"),
-    ];
-    for (job, headers, body, status, code) in cases {
-        let (got, answer) = hook_call(&addr, job, &headers, body);
-        assert_eq!((got, answer["error"]["code"].as_str()), (status, Some(code)), "{job} {headers:?}: {answer}");
-    }
-    assert_eq!(run_ids(&addr, "deploy"), vec![id.clone()], "refused calls create nothing");
-    assert!(run_ids(&addr, "plain").is_empty());
-
-    // With an idempotency key, a new signature of the same event is a
-    // repeat (200, the same run); another payload under the key is refused.
-    let event = br#"{"ref":"release-8"}"#;
-    let (code, keyed) = signed_call(&addr, "deploy", HOOK_SECRET, Some("delivery-8"), event);
-    assert_eq!(code, 201, "{keyed}");
-    let (code, again) = signed_call(&addr, "deploy", HOOK_SECRET, Some("delivery-8"), event);
-    assert_eq!((code, &again["id"]), (200, &keyed["id"]), "{again}");
-    let (code, other) = signed_call(&addr, "deploy", HOOK_SECRET, Some("delivery-8"), br#"{"ref":"release-9"}"#);
-    assert_eq!((code, other["error"]["code"].as_str()), (409, Some("idempotency_key_reused")), "{other}");
-
-    // The CLI signs a call as a sender would (the secret's variable named
-    // by the job, read from the server, or given).
-    let out = Command::new(BIN)
-        .args(["--server", &format!("http://{addr}"), "job", "hook", "deploy", "--data", r#"{"ref":"from-cli"}"#, "--output", "json"])
-        .env_remove("GNOMON_TOKEN")
-        .env("GNOMON_HOOK_SECRET_DEPLOY", HOOK_SECRET)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(cli["params"], json!({"branch": "from-cli"}), "{cli}");
-    let unset = Command::new(BIN)
-        .args(["--server", &format!("http://{addr}"), "job", "hook", "deploy", "--secret-env", "GNOMON_HOOK_SECRET_NONE"])
-        .env_remove("GNOMON_TOKEN")
-        .output()
-        .unwrap();
-    assert!(!unset.status.success() && String::from_utf8_lossy(&unset.stderr).contains("GNOMON_HOOK_SECRET_NONE"));
-    // A payload that is not JSON goes as text, and is taken as it is.
-    let out = Command::new(BIN)
-        .args(["--server", &format!("http://{addr}"), "job", "hook", "deploy", "--data", "deploy please"])
-        .args(["--secret-env", "GNOMON_HOOK_SECRET_DEPLOY", "--output", "json"])
-        .env_remove("GNOMON_TOKEN")
-        .env("GNOMON_HOOK_SECRET_DEPLOY", HOOK_SECRET)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((text["payload"].as_str(), &text["params"]), (Some("deploy please"), &json!({"branch": "main"})), "{text}");
-    assert_eq!(run_ids(&addr, "deploy").len(), 4);
-
-    // A server without the secret refuses calls it cannot check.
-    stop_hard(dev);
-    let (dev, addr) = leading_dev_env(dir.path(), &[]);
-    let (code, body) = signed_call(&addr, "deploy", HOOK_SECRET, None, br#"{"ref":"x"}"#);
-    assert_eq!((code, body["error"]["code"].as_str()), (503, Some("webhook_secret_missing")), "{body}");
-    // After a killed leader, the replay and the key still hold.
-    stop_hard(dev);
-    let (_dev, addr) = leading_dev_env(dir.path(), &env);
-    let (code, body) = hook_call(&addr, "deploy", &signed, payload);
-    assert_eq!((code, body["error"]["code"].as_str()), (409, Some("webhook_replayed")), "{body}");
-    let (code, again) = signed_call(&addr, "deploy", HOOK_SECRET, Some("delivery-8"), event);
-    assert_eq!((code, &again["id"]), (200, &keyed["id"]), "{again}");
-    assert_eq!(run_ids(&addr, "deploy").len(), 4, "one run per call, whatever was repeated");
+    assert!(ids.iter().all(|id| id == &ids[0]), "{ids:?}");
+    let upstream = ended_run(&addr, &ids[0]);
+    let downstream = run_ids(&addr, "transform");
+    assert_eq!(downstream.len(), 1, "one downstream run for one upstream run: {downstream:?}");
+    let down = ended_run(&addr, &downstream[0]);
+    assert_eq!(down["scheduled_at"], upstream["scheduled_at"], "at the upstream run's instant: {down}");
+    assert_eq!(down["state"], "succeeded", "{down}");
 }

@@ -137,7 +137,7 @@ impl JobSpec {
         }
         let untriggered = !schedule.is_manual() || !spec.after.is_empty();
         crate::params::validate_declared(&spec.params, untriggered)?;
-        crate::triggers::validate(&spec.triggers, &spec.params)?;
+        crate::triggers::validate(&spec.triggers, &ns, &spec.params)?;
         let default_params = crate::params::defaults(&spec.params).map(|v| serde_json::to_string(&v).unwrap_or_default());
         Ok(CompiledJob {
             default_params,

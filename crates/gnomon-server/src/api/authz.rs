@@ -108,30 +108,44 @@ pub(super) fn denied(d: &Denied) -> Response {
 }
 
 /// Finds the caller (401 without a known credential) and writes an audit
-/// line for every write, answered or refused.
+/// line for every write, answered or refused, and for refused reads
+/// within a budget ([`super::audit::REFUSED_READS`]). Every line names the
+/// namespace; the caller's text in it is escaped.
 pub async fn authenticate(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let write = is_write(&method);
-    let path = full_path(&request);
+    let path = super::audit::shown(&full_path(&request));
+    let namespace = super::audit::namespace_of(request.uri().query());
     let peer = crate::listener::ClientAddr::shown(request.extensions().get());
     let given = request.headers().get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
+    let read_refusal_logged = |now: &dyn gnomon_core::Clock| {
+        let second = u64::try_from(now.now_millis() / 1000).unwrap_or(0);
+        super::audit::REFUSED_READS.take(second)
+    };
     let principal = match state.auth.authenticate(given) {
         Ok(p) => p,
         Err(d) => {
             if write {
-                tracing::warn!(target: "gnomon::audit", credential = "-", %peer, %method, %path, status = 401, "refused: {d}");
+                tracing::warn!(target: "gnomon::audit", credential = "-", %peer, %method, %namespace, %path, status = 401, "refused: {d}");
+            } else if let Some(left_out) = read_refusal_logged(&*state.node.clock) {
+                tracing::warn!(target: "gnomon::audit", credential = "-", %peer, %method, %namespace, %path, status = 401, left_out, "read refused: {d}");
             }
             return denied(&d);
         }
     };
     request.extensions_mut().insert(Authenticated(principal.clone()));
     let response = next.run(request).await;
+    let status = response.status().as_u16();
+    let refused = status == 401 || status == 403;
     if write {
-        let status = response.status().as_u16();
-        if status == 401 || status == 403 {
-            tracing::warn!(target: "gnomon::audit", credential = %principal.name, role = %principal.role, %peer, %method, %path, status, "api write refused");
+        if refused {
+            tracing::warn!(target: "gnomon::audit", credential = %principal.name, role = %principal.role, %peer, %method, %namespace, %path, status, "api write refused");
         } else {
-            tracing::info!(target: "gnomon::audit", credential = %principal.name, role = %principal.role, %peer, %method, %path, status, "api write");
+            tracing::info!(target: "gnomon::audit", credential = %principal.name, role = %principal.role, %peer, %method, %namespace, %path, status, "api write");
+        }
+    } else if refused {
+        if let Some(left_out) = read_refusal_logged(&*state.node.clock) {
+            tracing::warn!(target: "gnomon::audit", credential = %principal.name, role = %principal.role, %peer, %method, %namespace, %path, status, left_out, "api read refused");
         }
     }
     response

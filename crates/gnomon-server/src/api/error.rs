@@ -13,7 +13,7 @@ use gnomon_core::SpecError;
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub(super) status: StatusCode,
-    code: &'static str,
+    pub(super) code: &'static str,
     pub(super) message: String,
 }
 

@@ -33,15 +33,25 @@ pub async fn to_leader(state: &ApiState, req: Request) -> ApiResult<Response> {
     if req.headers().contains_key(FORWARDED_BY) {
         return Err(not_leader(state, "the request was already forwarded once"));
     }
+    let (parts, body) = req.into_parts();
+    let body = read_body(body).await?;
+    with_body(state, &parts, body).await
+}
+
+/// Sends a request whose body was read already to the leader.
+pub(super) async fn with_body(state: &ApiState, req: &axum::http::request::Parts, body: Vec<u8>) -> ApiResult<Response> {
+    if req.headers.contains_key(FORWARDED_BY) {
+        return Err(not_leader(state, "the request was already forwarded once"));
+    }
     let Some(forwarder) = state.forward.as_ref() else {
         return Err(not_leader(state, "does not forward calls"));
     };
     let Some(leader) = state.node.leader_address().await else {
         return Err(not_leader(state, "knows no leader to forward to"));
     };
-    let path = req.extensions().get::<axum::extract::OriginalUri>().map(|u| u.0.clone()).unwrap_or_else(|| req.uri().clone());
+    let path = req.extensions.get::<axum::extract::OriginalUri>().map(|u| u.0.clone()).unwrap_or_else(|| req.uri.clone());
     let url = format!("{}://{leader}{}", forwarder.scheme, path.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
-    let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes()).map_err(|_| ApiError::bad("bad_request", "method"))?;
+    let method = reqwest::Method::from_bytes(req.method.as_str().as_bytes()).map_err(|_| ApiError::bad("bad_request", "method"))?;
     let mut out = forwarder.client.request(method, &url).header(FORWARDED_BY, state.node.config.node_id.as_str());
     for name in [
         header::AUTHORIZATION,
@@ -51,11 +61,10 @@ pub async fn to_leader(state: &ApiState, req: Request) -> ApiResult<Response> {
         header::HeaderName::from_static(crate::signing::TIMESTAMP_HEADER),
         header::HeaderName::from_static(crate::signing::SIGNATURE_HEADER),
     ] {
-        if let Some(v) = req.headers().get(&name) {
+        if let Some(v) = req.headers.get(&name) {
             out = out.header(name.as_str(), v.as_bytes());
         }
     }
-    let body = read_body(req.into_body()).await?;
     let answer = out.body(body).send().await.map_err(|e| {
         ApiError::new(StatusCode::BAD_GATEWAY, "leader_unreachable", format!("cannot forward to the leader at {leader}: {e}"))
     })?;

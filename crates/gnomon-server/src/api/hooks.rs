@@ -2,135 +2,192 @@
 //! a job that takes them (`triggers.webhook`).
 //!
 //! The call carries no credential: it is authenticated by its signature
-//! under the job's secret ([`crate::signing`]), over its timestamp and
-//! body, and its timestamp must be within the job's tolerance of this
-//! server's clock. Its body becomes the run's payload.
+//! under one of the job's secrets ([`crate::signing`]), over its place
+//! (namespace and job), timestamp, idempotency key and body, and its
+//! timestamp must be within the job's tolerance of this server's clock.
+//!
+//! Every server, a follower included, checks what is cheap before it reads
+//! a body: the path, the timestamp, that the job takes calls and that this
+//! server holds a secret of it. It then reads at most
+//! [`MAX_PAYLOAD_BYTES`] under [`BODY_DEADLINE`]. A refusal of the
+//! caller's proof (no such job, no webhook, no secret held here, a bad or
+//! stale signature) is one answer, the same 401 after draining the same
+//! bounded body, so that no answer tells which jobs exist.
 //!
 //! A call creates at most one run, whichever server answers it and however
-//! often it is sent. With an `Idempotency-Key` the run's id comes from the
-//! key, as on a manual trigger: a repeat answers 200 with that run. Without
-//! one, the run's id comes from the call's signature, so a replay of the
-//! same call (same timestamp, same body) finds the run the first one made
-//! and is refused (409 `webhook_replayed`); the store holds that record, so
-//! a replay is refused on every server and after a leader change, for as
-//! long as retention keeps the run (a call older than the tolerance is
-//! refused anyway).
+//! often it is sent. With an `Idempotency-Key` (signed) the run's id comes
+//! from the key, in the webhooks' own key space (no manual trigger's key
+//! names it): a repeat answers 200 with that run. Without one, the run's
+//! id comes from the call's signature, so a replay finds the run the first
+//! call made and is refused (409 `webhook_replayed`).
 
+use std::time::Duration;
+
+use axum::body::Body;
 use axum::extract::{Path, Request, State};
-use axum::http::StatusCode;
-use axum::response::Response;
-use gnomon_core::triggers::MAX_PAYLOAD_BYTES;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use gnomon_core::spec::{validate_name, MAX_NAMESPACE_LEN, MAX_NAME_LEN};
+use gnomon_core::triggers::{MAX_PAYLOAD_BYTES, MAX_TOLERANCE_SECONDS};
+use http_body_util::BodyExt;
 
-use super::error::{ApiError, ApiResult};
-use super::extract::read_body;
+use super::error::ApiError;
+use super::extract::MAX_BODY_BYTES;
 use super::state::ApiState;
-use super::trigger::{ask_leader, idempotency_key, one_run};
+use super::trigger::{ask_leader, idempotency_key};
 use crate::leader::{Origin, TriggerRequest};
-use crate::signing::{verify, Refusal, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use crate::signing::{check_timestamp, verify, Refusal, Signed, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+
+/// How long a caller has to send its body.
+pub const BODY_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The idempotency key of a call sent without one: its signature. It starts
 /// with a space, which an `Idempotency-Key` header may not, so no caller's
 /// key can name the run of another call.
 fn delivery_key(signature: &[u8; 32]) -> String {
-    format!(" webhook sha256={}", hex::encode(signature))
+    format!(" call {}", hex::encode(signature))
 }
 
-fn header(headers: &axum::http::HeaderMap, name: &str) -> Option<String> {
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
     Some(headers.get(name)?.to_str().unwrap_or("").to_string())
 }
 
-fn no_webhook(ns: &str, name: &str) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "no_webhook", format!("no job {ns}/{name} takes webhook calls"))
+/// The one answer to a call whose proof does not hold, whatever the reason.
+fn unauthorized() -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "the webhook call is not authorized")
 }
 
-fn unauthorized(r: Refusal) -> ApiError {
-    let code = match r {
-        Refusal::NoTimestamp | Refusal::BadTimestamp | Refusal::Stale { .. } => "invalid_timestamp",
-        Refusal::NoSignature | Refusal::BadSignatureFormat | Refusal::Mismatch => "invalid_signature",
-    };
-    ApiError::new(StatusCode::UNAUTHORIZED, code, r.to_string())
+fn too_large() -> ApiError {
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", format!("a webhook payload is at most {MAX_PAYLOAD_BYTES} bytes"))
+}
+
+/// Why a call was refused: for the server's log only.
+enum Refused {
+    /// The caller's proof: answered [`unauthorized`] after the drain.
+    Proof(String),
+    /// Anything else, answered as it says.
+    Answer(ApiError),
+}
+
+impl From<ApiError> for Refused {
+    fn from(e: ApiError) -> Self {
+        Refused::Answer(e)
+    }
+}
+
+fn proof(why: impl Into<String>) -> Refused {
+    Refused::Proof(why.into())
+}
+
+impl From<Refusal> for Refused {
+    fn from(r: Refusal) -> Self {
+        Refused::Proof(r.to_string())
+    }
 }
 
 #[utoipa::path(post, path = "/v1/hooks/{namespace}/{job}", tag = "hooks", summary = "Start a run from a signed webhook call",
     description = "For a job with `triggers.webhook`. No credential: the call carries `Gnomon-Timestamp` (Unix milliseconds, \
-        within the job's tolerance of the server's clock, default 300 s) and `Gnomon-Signature: sha256=<hex HMAC-SHA256 of \
-        \"<timestamp>.<body>\">` under the secret in the job's `secret_env`. The body (UTF-8, at most 64 KiB) is the run's payload; \
-        the job's `triggers.webhook.params` take params from it. With an `Idempotency-Key`, a repeat answers 200 with the run the \
-        key names; without one, a replay of the same call is refused with 409.",
+        within the job's tolerance of the server's clock, default 300 s) and `Gnomon-Signature: v2=<hex HMAC-SHA256>` of \
+        `v2\\n{namespace}\\n{job}\\n{timestamp}\\n{key}\\n{body}` under one of the job's secrets (`key`: the `Idempotency-Key`, \
+        empty without one). The body (UTF-8, at most 64 KiB, sent within 10 s) is the run's payload; the job's \
+        `triggers.webhook.params` take params from it. With an `Idempotency-Key`, a repeat answers 200 with the run the key \
+        names; without one, a replay of the same call is refused with 409. Every refusal of the call's proof (no such job, \
+        no webhook, a bad or stale signature) is the same 401.",
     security(()),
-    params(("namespace" = String, Path), ("job" = String, Path),
-        ("Gnomon-Timestamp" = String, Header, description = "Unix milliseconds"),
-        ("Gnomon-Signature" = String, Header, description = "sha256=<64 hex digits>"),
-        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters naming the run")),
+    params(("namespace" = String, Path, pattern = "^[A-Za-z0-9_.-]{1,64}$"), ("job" = String, Path, pattern = "^[A-Za-z0-9_.-]{1,128}$"),
+        ("Gnomon-Timestamp" = String, Header, description = "Unix milliseconds", pattern = "^[1-9][0-9]{0,15}$"),
+        ("Gnomon-Signature" = String, Header, description = "v2=<64 hex digits>", pattern = "^v2=[0-9a-f]{64}$"),
+        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters naming the run", pattern = "^[!-~]([ -~]{0,253}[!-~])?$")),
     request_body(content = String, description = "The payload: any UTF-8 text, usually JSON"),
-    responses((status = 201, body = gnomon_api::Run, description = "the run the call started"),
-        (status = 200, body = gnomon_api::Run, description = "the run the idempotency key already named; nothing was created"),
-        (status = 401, body = gnomon_api::ErrorBody, description = "the timestamp or the signature does not hold"),
-        (status = 404, body = gnomon_api::ErrorBody, description = "no such job, or it takes no webhook calls"),
+    responses((status = 201, body = gnomon_api::HookRun, description = "the run the call started"),
+        (status = 200, body = gnomon_api::HookRun, description = "the run the idempotency key already named; nothing was created"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "the call's proof does not hold (whatever the reason)"),
         (status = 409, body = gnomon_api::ErrorBody, description = "a replay of a call already accepted, or a key reused with another payload"),
         (status = 413, body = gnomon_api::ErrorBody, description = "the payload is larger than 64 KiB"),
         (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
 
-pub(crate) async fn hook(State(state): State<ApiState>, Path((ns, name)): Path<(String, String)>, req: Request) -> ApiResult<Response> {
+pub(crate) async fn hook(State(state): State<ApiState>, Path((ns, name)): Path<(String, String)>, req: Request) -> Response {
     let peer = crate::listener::ClientAddr::shown(req.extensions().get());
-    let path = format!("/v1/hooks/{ns}/{name}");
-    let answer = answer(state, ns, name, req).await;
-    let status = match &answer {
-        Ok(r) => r.status(),
-        Err(e) => e.status,
+    let (namespace, job) = (super::audit::shown(&ns), super::audit::shown(&name));
+    let (parts, body) = req.into_parts();
+    let (answer, why) = match answer(&state, &ns, &name, &parts, body).await {
+        Ok(r) => (r, None),
+        Err(Refused::Answer(e)) => {
+            let why = e.message.clone();
+            (e.into_response(), Some(why))
+        }
+        Err(Refused::Proof(why)) => (unauthorized().into_response(), Some(why)),
     };
-    if status.is_success() {
-        tracing::info!(target: "gnomon::audit", credential = "-", %peer, method = "POST", %path, status = status.as_u16(), "webhook call");
-    } else {
-        tracing::warn!(target: "gnomon::audit", credential = "-", %peer, method = "POST", %path, status = status.as_u16(), "webhook call refused");
+    let status = answer.status().as_u16();
+    match why {
+        None => tracing::info!(target: "gnomon::audit", credential = "-", %peer, method = "POST", %namespace, %job, status, "webhook call"),
+        Some(why) => tracing::warn!(target: "gnomon::audit", credential = "-", %peer, method = "POST", %namespace, %job, status,
+            why = %super::audit::shown(&why), "webhook call refused"),
     }
     answer
 }
 
-async fn answer(state: ApiState, ns: String, name: String, req: Request) -> ApiResult<Response> {
-    if state.node.leader_commands().is_none() {
-        // Only the leader creates runs: a follower hands the call on, as it
-        // came (the leader checks its signature again).
-        return super::forward::to_leader(&state, req).await;
-    }
-    let key = idempotency_key(req.headers())?;
-    let (timestamp, signature) = (header(req.headers(), TIMESTAMP_HEADER), header(req.headers(), SIGNATURE_HEADER));
-    let body = read_body(req.into_body()).await?;
-    // An unknown job and one that takes no calls look the same to a caller.
-    let job = match state.node.store.get_job(&ns, &name).await {
-        Ok(Some(job)) => job,
-        Ok(None) | Err(gnomon_backend::StoreError::NotFound(_)) => return Err(no_webhook(&ns, &name)),
-        Err(e) => return Err(e.into()),
+/// The body, read to its end but never past [`MAX_PAYLOAD_BYTES`] nor past
+/// [`BODY_DEADLINE`]: `Ok(None)` when it is larger (the rest is then read
+/// and dropped up to the API's bound, so the caller gets the answer rather
+/// than a reset connection).
+async fn bounded(body: Body) -> Result<Option<Vec<u8>>, ApiError> {
+    let read = async {
+        let mut body = body;
+        let mut out = Vec::new();
+        let mut seen = 0usize;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|_| ApiError::bad("invalid_body", "the body could not be read"))?;
+            if let Ok(data) = frame.into_data() {
+                seen += data.len();
+                if seen > MAX_BODY_BYTES {
+                    break;
+                }
+                if seen <= MAX_PAYLOAD_BYTES {
+                    out.extend_from_slice(&data);
+                }
+            }
+        }
+        Ok((seen <= MAX_PAYLOAD_BYTES).then_some(out))
     };
-    let Some(hook) = job.spec.triggers.webhook.clone() else { return Err(no_webhook(&ns, &name)) };
-    let secret = std::env::var(&hook.secret_env).ok().filter(|s| !s.is_empty()).ok_or_else(|| {
-        tracing::error!(job = %format!("{ns}/{name}"), variable = %hook.secret_env, "a webhook call came for a job whose secret this server does not hold");
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "webhook_secret_missing",
-            format!("this server does not hold the job's secret (the environment variable {} is not set)", hook.secret_env),
-        )
-    })?;
+    tokio::time::timeout(BODY_DEADLINE, read)
+        .await
+        .map_err(|_| ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", "the body did not arrive in time"))?
+}
+
+async fn answer(state: &ApiState, ns: &str, name: &str, parts: &axum::http::request::Parts, body: Body) -> Result<Response, Refused> {
+    // A declared length past the API's bound is refused before anything
+    // is read, for every path alike.
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large().into());
+    }
+    let checked = before_body(state, ns, name, &parts.headers).await;
+    let body = bounded(body).await?.ok_or_else(too_large)?;
+    let (hook, secrets, key) = checked?;
+    let key_text = key.clone().unwrap_or_default();
+    let signed = Signed { namespace: ns, job: name, key: &key_text, body: &body };
     let now = state.node.clock.now_millis();
-    let verified =
-        verify(&secret, timestamp.as_deref(), signature.as_deref(), &body, now, hook.tolerance_millis()).map_err(unauthorized)?;
-    if body.len() > MAX_PAYLOAD_BYTES {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!("a webhook payload is at most {MAX_PAYLOAD_BYTES} bytes; this one has {}", body.len()),
-        ));
+    let (timestamp, signature) = (header(&parts.headers, TIMESTAMP_HEADER), header(&parts.headers, SIGNATURE_HEADER));
+    let verified = verify(&secrets, timestamp.as_deref(), signature.as_deref(), &signed, now, hook.tolerance_millis())?;
+    if state.node.leader_commands().is_none() {
+        // Only the leader creates runs: a follower hands on a call that
+        // holds (the leader checks it again).
+        return Ok(super::forward::with_body(state, parts, body).await?);
     }
     let payload = String::from_utf8(body).map_err(|_| ApiError::bad("invalid_payload", "a webhook payload must be UTF-8 text"))?;
     let params = hook.params_from(&payload);
-    // Checked here for a clear answer; the leader checks again against the
-    // job as it is when it creates the run.
-    gnomon_core::params::resolve(&job.spec.params, &params)?;
     let replay_guard = key.is_none();
     let key = key.unwrap_or_else(|| delivery_key(&verified.signature));
     let payload = (!payload.is_empty()).then_some(payload);
     let request = TriggerRequest { count: 1, key: Some(key), params, payload, origin: Origin::Webhook };
-    let triggered = ask_leader(&state, ns, name, request).await?;
+    let triggered = match ask_leader(state, ns.to_string(), name.to_string(), request).await {
+        Ok(t) => t,
+        // The job stopped taking calls, or was deleted, since it was read.
+        Err(e) if e.code == "no_webhook" || e.status == StatusCode::NOT_FOUND => return Err(proof(e.message)),
+        Err(e) => return Err(e.into()),
+    };
     let id = triggered
         .ids
         .into_iter()
@@ -141,9 +198,51 @@ async fn answer(state: ApiState, ns: String, name: String, req: Request) -> ApiR
             StatusCode::CONFLICT,
             "webhook_replayed",
             format!("this call (the same timestamp, body and signature) was accepted before and started run {id}"),
-        ));
+        )
+        .into());
     }
-    one_run(&state, if triggered.existed { StatusCode::OK } else { StatusCode::CREATED }, &id).await
+    let run = state
+        .node
+        .store
+        .get_run(&id)
+        .await
+        .map_err(ApiError::from)?
+        .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "triggered run vanished"))?;
+    let status = if triggered.existed { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(gnomon_api::HookRun { id, state: run.run.state })).into_response())
+}
+
+/// What is checked before the body is read: the path, the key's form, the
+/// timestamp, the job and its webhook, and the secrets this server holds
+/// for it. Returns the job's webhook, those secrets and the key.
+async fn before_body(
+    state: &ApiState,
+    ns: &str,
+    name: &str,
+    headers: &HeaderMap,
+) -> Result<(gnomon_core::triggers::WebhookTrigger, Vec<String>, Option<String>), Refused> {
+    if validate_name("namespace", ns, MAX_NAMESPACE_LEN).is_err() || validate_name("job", name, MAX_NAME_LEN).is_err() {
+        return Err(proof("no such job"));
+    }
+    let key = idempotency_key(headers)?;
+    let now = state.node.clock.now_millis();
+    let widest = i64::from(MAX_TOLERANCE_SECONDS) * 1000;
+    check_timestamp(header(headers, TIMESTAMP_HEADER).as_deref(), now, widest)?;
+    let job = match state.node.store.get_job(ns, name).await {
+        Ok(Some(job)) => job,
+        Ok(None) | Err(gnomon_backend::StoreError::NotFound(_)) => return Err(proof("no such job")),
+        Err(e) => return Err(ApiError::from(e).into()),
+    };
+    let Some(hook) = job.spec.triggers.webhook.clone() else { return Err(proof("the job takes no webhook calls")) };
+    check_timestamp(header(headers, TIMESTAMP_HEADER).as_deref(), now, hook.tolerance_millis())?;
+    let envs = hook.secret_envs(ns);
+    let secrets: Vec<String> = envs.iter().filter_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty())).collect();
+    if secrets.is_empty() {
+        tracing::error!(namespace = %super::audit::shown(ns), job = %super::audit::shown(name), variables = ?envs,
+            "a webhook call came for a job none of whose secrets this server holds");
+        return Err(proof("this server holds none of the job's secrets"));
+    }
+    Ok((hook, secrets, key))
 }
 
 #[cfg(test)]
@@ -157,5 +256,12 @@ mod tests {
         let mut headers = axum::http::HeaderMap::new();
         headers.insert(super::super::trigger::IDEMPOTENCY_KEY, key.parse().unwrap());
         assert!(idempotency_key(&headers).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_body_is_read_within_its_bound() {
+        let exact = vec![b'x'; MAX_PAYLOAD_BYTES];
+        assert_eq!(bounded(Body::from(exact.clone())).await.unwrap(), Some(exact));
+        assert_eq!(bounded(Body::from(vec![b'x'; MAX_PAYLOAD_BYTES + 1])).await.unwrap(), None);
     }
 }

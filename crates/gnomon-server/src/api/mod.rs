@@ -11,6 +11,7 @@ use axum::{Json, Router};
 
 use crate::auth::Denied;
 
+mod audit;
 pub mod authz;
 pub(crate) mod backfills;
 mod dependencies;

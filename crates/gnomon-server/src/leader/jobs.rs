@@ -145,31 +145,41 @@ impl LeaderRuntime {
         template: ManualRun,
         request: &TriggerRequest,
     ) -> std::result::Result<Triggered, TriggerError> {
+        let key = stored_key(request.origin, key);
+        let id = gnomon_backend::keyed_run_id(&job.uid, &key);
+        // What the store holds decides, before anything is planned: a
+        // repeat writes nothing, its downstream runs included (they were
+        // made with the key's run, at its instant as stored).
+        if let Some(stored) = self.store.get_run(&id).await? {
+            let run = stored.run;
+            // The same key with other values, or with another payload, is
+            // another request.
+            let other_params = !request.params.is_empty() && !sets_the_same(run.params.as_deref(), &request.params);
+            let other_payload = request.payload.is_some() && run.payload != request.payload;
+            if other_params || other_payload {
+                return Err(TriggerError::KeyReused { id });
+            }
+            return Ok(Triggered { ids: vec![id], existed: true });
+        }
         let now = self.clock.now_millis();
         let at = self.manual_start(&job, now);
         let run = template.run(&job, at, now, Some(key));
-        let id = run.id();
+        debug_assert_eq!(run.id(), id);
         let mut all = vec![run.clone()];
         all.extend(self.dependency_runs(&all[..1], now, &mut HashSet::default()));
         let mut outcomes = self.store.fire(&self.fence, &all, &[]).await?;
         self.cache.jobs.manual_taken(&job.uid, at + 1);
         let dep_outcomes = outcomes.split_off(1.min(outcomes.len()));
         self.track_dependency_runs(all.split_off(1), dep_outcomes, now);
-        if outcomes.first() == Some(&FireOutcome::Created) {
-            metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
-            self.track_pending(run, now);
-            return Ok(Triggered { ids: vec![id], existed: false });
+        if outcomes.first() != Some(&FireOutcome::Created) {
+            // The store held the run after all, though it read as absent
+            // under this leader's fence: that is not a store this leader
+            // can trust its reads of. Rebuild from it.
+            return Err(StoreError::Backend(format!("run {id} was absent when read and present when written")).into());
         }
-        // A repeat: the same key with other values, or with another
-        // payload, is another request.
-        if !request.params.is_empty() || request.payload.is_some() {
-            let stored = self.store.get_run(&id).await?.map(|d| d.run);
-            let (params, payload) = stored.map(|r| (r.params, r.payload)).unwrap_or_default();
-            if !sets_the_same(params.as_deref(), &request.params) || (request.payload.is_some() && payload != request.payload) {
-                return Err(TriggerError::KeyReused { id });
-            }
-        }
-        Ok(Triggered { ids: vec![id], existed: true })
+        metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
+        self.track_pending(run, now);
+        Ok(Triggered { ids: vec![id], existed: false })
     }
 
     /// The first instant free for a manual run of `job` (now, or past the
@@ -401,6 +411,16 @@ impl LeaderRuntime {
             }
         }
         self.apply(batch).await
+    }
+}
+
+/// The key a run is stored under: a manual trigger's as given, a webhook
+/// call's in a space of its own that no manual key can name (an
+/// `Idempotency-Key` never starts with a space).
+fn stored_key(origin: Origin, key: String) -> String {
+    match origin {
+        Origin::Api => key,
+        Origin::Webhook => format!(" hook {key}"),
     }
 }
 

@@ -317,7 +317,7 @@ async fn a_webhook_run_carries_its_payload_to_its_worker() {
     job_with(
         &store,
         r#"{"name":"hooked","executor":{"handler":{"name":"noop"}},"params":{"branch":{"default":"main"}},
-            "triggers":{"webhook":{"secret_env":"GNOMON_HOOK_SECRET_T","params":{"branch":"/ref"}}}}"#,
+            "triggers":{"webhook":{"secret":"t","params":{"branch":"/ref"}}}}"#,
     )
     .await;
     job_with(&store, r#"{"name":"plain","executor":{"handler":{"name":"noop"}}}"#).await;

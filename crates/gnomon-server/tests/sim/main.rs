@@ -119,7 +119,7 @@ fn schedule_json(every_ms: Millis, rng: &mut StdRng) -> (String, Option<Millis>,
 /// The params of a simulated job that has them, and their defaults.
 pub const SIM_PARAMS: &str = r#"{"tier":{"default":"std"}}"#;
 /// A simulated job with params also takes webhook calls.
-const SIM_TRIGGERS: &str = r#""triggers":{"webhook":{"secret_env":"GNOMON_HOOK_SECRET_SIM"}}"#;
+const SIM_TRIGGERS: &str = r#""triggers":{"webhook":{"secret":"sim"}}"#;
 
 fn job_json(name: &str, schedule: &str, params: bool, rng: &mut StdRng) -> String {
     let overlap = ["allow", "allow", "forbid", "buffer_one", "replace"][rng.gen_range(0..5)];

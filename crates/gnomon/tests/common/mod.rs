@@ -138,14 +138,14 @@ pub fn leading_dev_env(dir: &Path, env: &[(&str, &str)]) -> (Proc, String) {
     (dev, addr)
 }
 
-/// `sha256=<hex HMAC-SHA256(secret, "<ts>.<body>")>`, the webhook
-/// signature, computed here independently of the server's code.
-pub fn sign(secret: &str, ts: i64, body: &[u8]) -> String {
+/// `v2=<hex HMAC-SHA256(secret, "v2\n<ns>\n<job>\n<ts>\n<key>\n<body>")>`,
+/// the webhook signature, computed here independently of the server's code.
+pub fn sign(secret: &str, ns: &str, job: &str, ts: i64, key: &str, body: &[u8]) -> String {
     use hmac::Mac;
     let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(format!("{ts}.").as_bytes());
+    mac.update(format!("v2\n{ns}\n{job}\n{ts}\n{key}\n").as_bytes());
     mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    format!("v2={}", hex::encode(mac.finalize().into_bytes()))
 }
 
 /// The wall clock in Unix milliseconds.
