@@ -278,6 +278,16 @@ fn check_dependencies(runs: &[RunDetail], by_id: &HashMap<&str, &RunDetail>, dep
                 continue;
             };
             let at = d.run.scheduled_at;
+            // Made for the upstream run that made it, at that run's instant
+            // as stored (a repeated key or a replayed call makes none).
+            match by_id.get(after.of.as_str()) {
+                Some(maker) if maker.run.scheduled_at == at => {}
+                Some(maker) => v.push(format!(
+                    "run {} of {}: at {at}, but the run {} that made it is at {}",
+                    d.run.id, dep.name, maker.run.id, maker.run.scheduled_at
+                )),
+                None => v.push(format!("run {} of {}: the run {} that made it is not in the store", d.run.id, dep.name, after.of)),
+            }
             let mut refused = false;
             let mut last_end = Millis::MIN;
             // Judged by what existed when it was decided: an upstream run a

@@ -173,10 +173,13 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
     let mut h = History::default();
 
     let mut jobs = Vec::new();
-    for i in 0..rng.gen_range(2..=4) {
+    let periods: Vec<Millis> = (0..rng.gen_range(2..=4)).map(|_| [500, 1_000, 1_000, 2_000, 3_000][rng.gen_range(0..5)]).collect();
+    // The slowest job, which the dependency jobs run after, always takes
+    // webhook calls (with params), so keys and replays meet downstream runs.
+    let slowest_i = (0..periods.len()).max_by_key(|&i| (periods[i], std::cmp::Reverse(i))).unwrap_or(0);
+    for (i, &every_ms) in periods.iter().enumerate() {
         let name = format!("j{i}");
-        let every_ms = [500, 1_000, 1_000, 2_000, 3_000][rng.gen_range(0..5)];
-        let params = rng.gen_bool(0.5);
+        let params = i == slowest_i || rng.gen_bool(0.5);
         let (schedule, start_at, end_at, jitter_ms) = schedule_json(every_ms, &mut rng);
         let spec_json = job_json(&name, &schedule, params, &mut rng);
         let json = spec_json.replace("ATTEMPTS", &rng.gen_range(2..=5).to_string());
@@ -357,12 +360,16 @@ async fn api_actions(
     } else if roll < 0.025 {
         let (reply, rx) = oneshot::channel();
         // Half of them with one of a few idempotency keys, so keys repeat
-        // within a term and across terms.
-        let key = rng.gen_bool(0.5).then(|| format!("key-{}", rng.gen_range(0..4)));
+        // within a term and across terms; on a job that takes webhook
+        // calls, some are unkeyed calls replayed (named by their
+        // signature, here `call-N`).
+        let replay = job.params && rng.gen_bool(0.2);
+        let key = if replay {
+            Some(format!(" call {}", rng.gen_range(0..3)))
+        } else {
+            rng.gen_bool(0.5).then(|| format!("key-{}", rng.gen_range(0..4)))
+        };
         let count = if key.is_some() { 1 } else { rng.gen_range(1..=3) };
-        if let Some(k) = &key {
-            h.keys_tried.push(k.clone());
-        }
         // A job with params: some triggers set `tier`; a key always sets
         // the same value (key-0 and key-1 set one, the others none), so a
         // repeat is never another request.
@@ -381,9 +388,15 @@ async fn api_actions(
         });
         // key-2 and key-3 on a job with params come as webhook calls, each
         // key with its own payload (a repeat carries the same).
-        let hook = job.params && matches!(key.as_deref(), Some("key-2" | "key-3"));
-        let payload = hook.then(|| format!(r#"{{"event":"{}"}}"#, key.as_deref().unwrap_or_default()));
+        let hook = replay || job.params && matches!(key.as_deref(), Some("key-2" | "key-3"));
+        let payload = hook.then(|| format!(r#"{{"event":"{}"}}"#, key.as_deref().unwrap_or_default().trim()));
         let origin = if hook { Origin::Webhook } else { Origin::Api };
+        // The key a run is stored under: webhook calls' keys have a space
+        // of their own.
+        let stored = key.as_ref().map(|k| if hook { format!(" hook {k}") } else { k.clone() });
+        if let Some(k) = &stored {
+            h.keys_tried.push(k.clone());
+        }
         let name = job.name.clone();
         let _ = term.commands.try_send(LeaderCommand::Trigger {
             namespace: "default".into(),
@@ -391,7 +404,7 @@ async fn api_actions(
             request: TriggerRequest { count, key: key.clone(), params, payload: payload.clone(), origin },
             reply,
         });
-        triggers.push((key.map(|k| (name, k)), (expected, payload), rx));
+        triggers.push((stored.map(|k| (name, k)), (expected, payload), rx));
     } else if roll < 0.027 {
         // A backfill, as the API writes it: a range of the job's instants
         // before and after its creation (those after have records, kept),

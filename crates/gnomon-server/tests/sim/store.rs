@@ -134,6 +134,21 @@ impl FaultyStore {
     }
 
     /// A leader write: the fault, the call, and the stale-token check.
+    /// A call that creates nothing issues no write: a keyed run (a key's
+    /// or a webhook call's) the store holds already must not be written
+    /// again by the leader that holds the fence (its repeat read the store
+    /// first). A deposed leader's write is fenced, and checked there.
+    async fn no_write_for_nothing(&self, fence: &Fence, runs: &[NewRun]) {
+        if fence.token < self.current.load(Ordering::SeqCst) {
+            return;
+        }
+        for run in runs.iter().filter(|r| r.key.is_some() && r.upstream.is_none()) {
+            if let Ok(Some(_)) = self.inner.get_run(&run.id()).await {
+                self.lock().violations.push(format!("a write for a call that created nothing: keyed run {} exists", run.id()));
+            }
+        }
+    }
+
     async fn write<T, F>(&self, fence: &Fence, call: F) -> Result<T, StoreError>
     where
         F: std::future::Future<Output = Result<T, StoreError>>,
@@ -221,6 +236,7 @@ impl LeadershipStore for FaultyStore {
 #[async_trait]
 impl LeaderWrites for FaultyStore {
     async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError> {
+        self.no_write_for_nothing(fence, runs).await;
         self.write(fence, self.inner.fire(fence, runs, advances)).await
     }
 
