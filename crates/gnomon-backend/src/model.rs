@@ -130,6 +130,18 @@ pub fn keyed_run_id(job_uid: &str, key: &str) -> String {
     format!("{job_uid}-k{}", hex::encode(&digest[..16]))
 }
 
+/// Whether `id` is a keyed run's ([`keyed_run_id`]: an idempotency key's
+/// or a webhook call's): the record that refuses a repeat or a replay.
+pub fn is_keyed_run_id(id: &str) -> bool {
+    id.contains("-k")
+}
+
+/// How long retention keeps a keyed run at least, from its fire: a webhook
+/// call's timestamp is at most the widest tolerance (3,600 s) from the
+/// fire, and its replay must be refused until that timestamp plus the
+/// widest tolerance.
+pub const KEYED_RUN_HOLD_MS: Millis = 2 * 3_600_000;
+
 /// The id of the dependency run of `job_uid` at the upstream instant
 /// `scheduled_at`: one per (job, instant), however many upstream runs of
 /// that instant make it, and apart from the job's scheduled and manual ids

@@ -85,22 +85,22 @@ async fn retention_deletes_old_terminal_runs_only() {
         .collect();
     store.fire(&fence, &runs, &[]).await.unwrap();
     // Keep the newest 3 per job: 7 terminal runs go, the open ones stay.
-    assert_eq!(store.prune(&fence, 3, 0, 100).await.unwrap(), 7);
+    assert_eq!(store.prune(&fence, 3, 0, i64::MAX, 100).await.unwrap(), 7);
     let left = store.list_runs(&RunFilter { job: Some("kept".into()), ..Default::default() }, 100, None).await.unwrap().runs;
     let times: Vec<i64> = left.iter().map(|r| r.scheduled_at).collect();
     assert_eq!(times, vec![9000, 8000, 7000]);
     assert!(store.get_run(&runs[0].id()).await.unwrap().is_none());
     assert_eq!(store.open_runs().await.unwrap().len(), 2);
     // By age: everything terminal fired before 8000 (only 7000 is left).
-    assert_eq!(store.prune(&fence, 1000, 8000, 100).await.unwrap(), 1);
+    assert_eq!(store.prune(&fence, 1000, 8000, i64::MAX, 100).await.unwrap(), 1);
     // Nothing more to do; the size is reported.
-    assert_eq!(store.prune(&fence, 0, i64::MAX, 100).await.unwrap(), 0);
+    assert_eq!(store.prune(&fence, 0, i64::MAX, i64::MAX, 100).await.unwrap(), 0);
     assert!(store.size_bytes().await.unwrap_or(0) > 0);
     // A stale term may not prune.
     let newer = store.next_epoch("scheduler").await.unwrap();
     store.fence(&Fence { scope: "scheduler".into(), token: newer }, &LeaderInfo::default(), 2).await.unwrap();
     store.fire(&fence, &[], &[]).await.expect_err("stale");
-    assert!(matches!(store.prune(&fence, 0, i64::MAX, 100).await, Err(StoreError::Fenced { .. })));
+    assert!(matches!(store.prune(&fence, 0, i64::MAX, i64::MAX, 100).await, Err(StoreError::Fenced { .. })));
 }
 
 /// Retention counts a job's runs by its uid: two namespaces with a job of
@@ -140,19 +140,19 @@ async fn retention_counts_runs_per_job_not_per_name() {
     let b = store.put_job(&other, Precondition::DoesNotExist, 1).await.unwrap();
     store.fire(&fence, &done(&a, 0, 5), &[]).await.unwrap();
     store.fire(&fence, &done(&b, 0, 5), &[]).await.unwrap();
-    assert_eq!(store.prune(&fence, 5, 0, 100).await.unwrap(), 0, "5 runs each: nothing beyond 5 per job");
+    assert_eq!(store.prune(&fence, 5, 0, i64::MAX, 100).await.unwrap(), 0, "5 runs each: nothing beyond 5 per job");
     store.delete_job("default", "twin", Precondition::None).await.unwrap();
     let again = store.put_job(&job_spec("twin"), Precondition::DoesNotExist, 2).await.unwrap();
     store.fire(&fence, &done(&again, 10, 2), &[]).await.unwrap();
-    assert_eq!(store.prune(&fence, 5, 0, 100).await.unwrap(), 0, "the re-created job counts on its own");
-    assert_eq!(store.prune(&fence, 4, 0, 100).await.unwrap(), 2, "one each from the deleted job and the other namespace's");
+    assert_eq!(store.prune(&fence, 5, 0, i64::MAX, 100).await.unwrap(), 0, "the re-created job counts on its own");
+    assert_eq!(store.prune(&fence, 4, 0, i64::MAX, 100).await.unwrap(), 2, "one each from the deleted job and the other namespace's");
     // As written before the index existed: no uid index, no marker.
     let endpoints = etcd_endpoints();
     let mut c = etcd_client::Client::connect(endpoints.split(',').collect::<Vec<_>>(), None).await.unwrap();
     let p = format!("/gnomon/{cluster}/");
     c.delete(format!("{p}idx/uid/"), Some(etcd_client::DeleteOptions::new().with_prefix())).await.unwrap();
     c.delete(format!("{p}meta/uid_index"), None).await.unwrap();
-    assert_eq!(store.prune(&fence, 2, 0, 100).await.unwrap(), 4, "backfilled, then 2 kept of each 4");
+    assert_eq!(store.prune(&fence, 2, 0, i64::MAX, 100).await.unwrap(), 4, "backfilled, then 2 kept of each 4");
     let marker = c.get(format!("{p}meta/uid_index"), None).await.unwrap();
     assert_eq!(marker.kvs()[0].value(), b"done");
     let left = c.get(format!("{p}idx/uid/"), Some(etcd_client::GetOptions::new().with_prefix().with_count_only())).await.unwrap();

@@ -255,8 +255,12 @@ async fn retention_loop(store: Arc<dyn Store>, fence: Fence, config: LeaderConfi
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let before = clock.now_millis().saturating_sub(config.retain_ms);
-        match store.prune(&fence, config.retain_runs, before, PRUNE_MAX).await {
+        let now = clock.now_millis();
+        let before = now.saturating_sub(config.retain_ms);
+        // Keyed runs are the records that refuse a repeated key or a
+        // replayed webhook call: kept at least this long, whatever else.
+        let keep_keyed_after = now.saturating_sub(gnomon_backend::KEYED_RUN_HOLD_MS);
+        match store.prune(&fence, config.retain_runs, before, keep_keyed_after, PRUNE_MAX).await {
             Ok(0) => {}
             Ok(n) => {
                 metrics::counter!("gnomon_runs_pruned_total").increment(n);

@@ -38,7 +38,7 @@ async fn prune_all(store: &dyn Store, fence: &Fence, keep: usize, before: i64) -
     let t = Instant::now();
     loop {
         let r = Instant::now();
-        let n = store.prune(fence, keep, before, ROUND).await.expect("prune");
+        let n = store.prune(fence, keep, before, i64::MAX, ROUND).await.expect("prune");
         times.push(r.elapsed().as_secs_f64() * 1000.0);
         deleted += n;
         if n == 0 {
@@ -103,7 +103,7 @@ async fn bench(name: &str, url: &str, total: usize) {
         store.size_bytes().await
     );
     let r = Instant::now();
-    let n = store.prune(&fence, per_job, 0, ROUND).await.expect("prune");
+    let n = store.prune(&fence, per_job, 0, i64::MAX, ROUND).await.expect("prune");
     println!("  a round with nothing to delete: {:.0} ms ({n} deleted)", r.elapsed().as_secs_f64() * 1000.0);
     report("down to 1,000 per job", prune_all(store.as_ref(), &fence, 1000, 0).await);
     report("the rest by age", prune_all(store.as_ref(), &fence, 1000, i64::MAX).await);

@@ -425,8 +425,15 @@ impl NotificationStore for EtcdStore {
 
 #[async_trait]
 impl RetentionStore for EtcdStore {
-    async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
-        self.prune_runs(fence, keep_per_job, before, max).await
+    async fn prune(
+        &self,
+        fence: &Fence,
+        keep_per_job: usize,
+        before: Millis,
+        keep_keyed_after: Millis,
+        max: usize,
+    ) -> Result<u64, StoreError> {
+        self.prune_runs(fence, keep_per_job, before, keep_keyed_after, max).await
     }
 
     async fn size_bytes(&self) -> Option<u64> {

@@ -26,7 +26,15 @@ impl EtcdStore {
         self.k(&format!("idx/uid/{job_uid}/{}", seq_key(seq)))
     }
 
-    pub(super) async fn prune_runs(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
+    pub(super) async fn prune_runs(
+        &self,
+        fence: &Fence,
+        keep_per_job: usize,
+        before: Millis,
+        keep_keyed_after: Millis,
+        max: usize,
+    ) -> Result<u64, StoreError> {
+        let held = |run: &ERun| crate::is_keyed_run_id(&run.id) && run.fired_at >= keep_keyed_after;
         self.backfill_uid_index(fence).await?;
         let mut victims: Vec<(ERun, i64)> = Vec::new();
         let mut chosen: HashSet<String> = HashSet::new();
@@ -41,7 +49,7 @@ impl EtcdStore {
             .await?;
         let ids: Vec<String> = old.kvs().iter().filter_map(|kv| kv.value_str().ok().map(str::to_string)).collect();
         for (id, (run, rev)) in self.read_runs(&ids).await? {
-            if run.fired_at < before && run.state.is_terminal() && chosen.insert(id) {
+            if run.fired_at < before && run.state.is_terminal() && !held(&run) && chosen.insert(id) {
                 victims.push((run, rev));
             }
         }
@@ -78,7 +86,7 @@ impl EtcdStore {
                 match found.get(&id) {
                     None => dangling.push(key),
                     Some((run, rev)) => {
-                        if run.state.is_terminal() && chosen.insert(id) {
+                        if run.state.is_terminal() && !held(run) && chosen.insert(id) {
                             victims.push((run.clone(), *rev));
                         }
                     }

@@ -503,8 +503,15 @@ impl NotificationStore for RaftStore {
 
 #[async_trait]
 impl RetentionStore for RaftStore {
-    async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
-        self.ask(Command::Prune { fence: fence.clone(), keep_per_job, before, max }, |r| match r {
+    async fn prune(
+        &self,
+        fence: &Fence,
+        keep_per_job: usize,
+        before: Millis,
+        keep_keyed_after: Millis,
+        max: usize,
+    ) -> Result<u64, StoreError> {
+        self.ask(Command::Prune { fence: fence.clone(), keep_per_job, before, keep_keyed_after, max }, |r| match r {
             Reply::Pruned(n) => Ok(n),
             r => Err(r),
         })

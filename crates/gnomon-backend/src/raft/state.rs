@@ -184,7 +184,9 @@ impl StateMachine {
                 Reply::Turn(store.fire_and_transition(&fence, &runs, &advances, &transitions).await?)
             }
             Command::RequestCancel { run_id, now } => Reply::Cancel(store.request_cancel(&run_id, now).await?),
-            Command::Prune { fence, keep_per_job, before, max } => Reply::Pruned(store.prune(&fence, keep_per_job, before, max).await?),
+            Command::Prune { fence, keep_per_job, before, keep_keyed_after, max } => {
+                Reply::Pruned(store.prune(&fence, keep_per_job, before, keep_keyed_after, max).await?)
+            }
             Command::LeaderTime { fence, at } => Reply::LeaderTime(store.advance_leader_time(&fence, at).await?),
             Command::SettleNotification { fence, delivery } => Reply::Settled(store.settle_notification(&fence, &delivery).await?),
             Command::CreateBackfill { backfill, now } => Reply::Backfill(Box::new(store.create_backfill(&backfill, now).await?)),

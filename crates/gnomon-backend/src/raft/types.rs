@@ -111,6 +111,10 @@ pub enum Command {
         fence: Fence,
         keep_per_job: usize,
         before: Millis,
+        /// Keyed runs fired at or after this are kept (absent in entries
+        /// of an older version: none held).
+        #[serde(default = "no_hold")]
+        keep_keyed_after: Millis,
         max: usize,
     },
     /// The leader's clock, committed (the leader time never runs backwards).
@@ -491,4 +495,9 @@ mod tests {
         let runs: Vec<NewRun> = serde_json::from_str(older).unwrap();
         assert_eq!(runs, vec![plain]);
     }
+}
+
+/// No keyed run held from pruning (a `Prune` entry from before the hold).
+fn no_hold() -> Millis {
+    Millis::MAX
 }

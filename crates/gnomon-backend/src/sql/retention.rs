@@ -20,7 +20,14 @@ fn limit(n: usize) -> i64 {
 impl<B: Backend> SqlStore<B> {
     /// Terminal runs fired before `before`, oldest first, at most `max`
     /// in all with those already `chosen`.
-    async fn choose_by_age(&self, terminal: &[&str], before: Millis, max: usize, chosen: &mut BTreeSet<String>) -> Result<(), StoreError> {
+    async fn choose_by_age(
+        &self,
+        terminal: &[&str],
+        before: Millis,
+        keep_keyed_after: Millis,
+        max: usize,
+        chosen: &mut BTreeSet<String>,
+    ) -> Result<(), StoreError> {
         // Per terminal state, the oldest runs in insertion order (the
         // `(state, seq)` index). Fire times follow insertion (leader time
         // never runs backwards), so the runs fired before `before` are the
@@ -32,10 +39,14 @@ impl<B: Backend> SqlStore<B> {
             let q =
                 Self::q("SELECT id, fired_at FROM runs WHERE state = ? ORDER BY seq LIMIT ?").bind(*state).bind(limit(max - chosen.len()));
             for r in &self.read_all(q).await? {
-                if r.int("fired_at")? >= before {
+                let fired_at = r.int("fired_at")?;
+                if fired_at >= before {
                     break;
                 }
-                chosen.insert(r.text("id")?);
+                let id = r.text("id")?;
+                if !(crate::is_keyed_run_id(&id) && fired_at >= keep_keyed_after) {
+                    chosen.insert(id);
+                }
             }
         }
         Ok(())
@@ -47,6 +58,7 @@ impl<B: Backend> SqlStore<B> {
         &self,
         terminal: &[&str],
         keep_per_job: usize,
+        keep_keyed_after: Millis,
         max: usize,
         chosen: &mut BTreeSet<String>,
     ) -> Result<(), StoreError> {
@@ -66,14 +78,16 @@ impl<B: Backend> SqlStore<B> {
             let Some(cutoff) = self.read_optional(cutoff).await? else { continue };
             // The state is filtered here, not in SQL, so the planner walks
             // this job's index and not the states'.
-            let q = Self::q("SELECT id, state FROM runs WHERE namespace = ? AND job = ? AND seq <= ? ORDER BY seq LIMIT ?")
+            let q = Self::q("SELECT id, state, fired_at FROM runs WHERE namespace = ? AND job = ? AND seq <= ? ORDER BY seq LIMIT ?")
                 .bind(&ns)
                 .bind(&job)
                 .bind(cutoff.int("seq")?)
                 .bind(limit(max - chosen.len()));
             for r in &self.read_all(q).await? {
-                if terminal.contains(&r.text("state")?.as_str()) {
-                    chosen.insert(r.text("id")?);
+                let id = r.text("id")?;
+                let held = crate::is_keyed_run_id(&id) && r.int("fired_at")? >= keep_keyed_after;
+                if terminal.contains(&r.text("state")?.as_str()) && !held {
+                    chosen.insert(id);
                 }
             }
         }
@@ -88,15 +102,22 @@ impl<B: Backend> RetentionStore for SqlStore<B> {
         row.first_opt_int().ok()?.and_then(|n| u64::try_from(n).ok())
     }
 
-    async fn prune(&self, fence: &Fence, keep_per_job: usize, before: Millis, max: usize) -> Result<u64, StoreError> {
+    async fn prune(
+        &self,
+        fence: &Fence,
+        keep_per_job: usize,
+        before: Millis,
+        keep_keyed_after: Millis,
+        max: usize,
+    ) -> Result<u64, StoreError> {
         // The runs to delete are chosen by reads outside the write
         // transaction (a terminal run stays terminal, so the choice cannot
         // go stale); the deletion is one short fenced transaction.
         let terminal: Vec<&str> = ALL_RUN_STATES.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect();
         let mut chosen = BTreeSet::new();
-        self.choose_by_age(&terminal, before, max, &mut chosen).await?;
+        self.choose_by_age(&terminal, before, keep_keyed_after, max, &mut chosen).await?;
         if chosen.len() < max {
-            self.choose_by_count(&terminal, keep_per_job, max, &mut chosen).await?;
+            self.choose_by_count(&terminal, keep_per_job, keep_keyed_after, max, &mut chosen).await?;
         }
         if chosen.is_empty() {
             // Nothing to delete: still refuse a stale term, without taking

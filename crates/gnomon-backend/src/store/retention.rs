@@ -18,9 +18,17 @@ use crate::*;
 pub trait RetentionStore: Send + Sync {
     /// Deletes terminal runs (with their attempts) beyond the newest
     /// `keep_per_job` of each job or fired before `before`, at most `max`
-    /// of them; returns how many. Every store prunes; this default
-    /// (nothing) is for test stores.
-    async fn prune(&self, _fence: &Fence, _keep_per_job: usize, _before: Millis, _max: usize) -> Result<u64, StoreError> {
+    /// of them; returns how many. A keyed run ([`crate::is_keyed_run_id`])
+    /// fired at or after `keep_keyed_after` is never deleted, whatever the
+    /// count. Every store prunes; this default (nothing) is for test stores.
+    async fn prune(
+        &self,
+        _fence: &Fence,
+        _keep_per_job: usize,
+        _before: Millis,
+        _keep_keyed_after: Millis,
+        _max: usize,
+    ) -> Result<u64, StoreError> {
         Ok(0)
     }
     /// The store's size in bytes, where the backend reports one (etcd).

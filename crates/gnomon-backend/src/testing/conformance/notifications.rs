@@ -80,7 +80,7 @@ pub(super) async fn notifications_ride_with_their_transition(a: &dyn Store, b: &
     };
     assert!(matches!(a.settle_notification(&fence, &late).await, Err(StoreError::Fenced { .. })), "a stale term is fenced");
     // Pruning a run deletes its notifications.
-    a.prune(&newer, 0, i64::MAX, 100_000).await.expect("prune");
+    a.prune(&newer, 0, i64::MAX, i64::MAX, 100_000).await.expect("prune");
     assert!(b.get_run(&r0).await.expect("get").is_none());
     assert!(b.run_notifications(&r0).await.expect("read").is_empty() && b.run_notifications(&r2).await.expect("read").is_empty());
     assert!(!mine(b.due_notifications(i64::MAX, 1000).await.expect("due")).contains(&format!("{r2}/late/0")));

@@ -113,20 +113,29 @@ pub(super) async fn retention_deletes_only_old_terminal_runs(s: &dyn Store) {
         page.runs.iter().map(|r| r.scheduled_at - 1_000_000).collect::<Vec<i64>>()
     };
     // Keep the newest 3 per job: 7 terminal runs go, the open ones stay.
-    assert!(s.prune(&fence, 3, 0, 10_000).await.expect("prune") >= 7);
+    assert!(s.prune(&fence, 3, 0, i64::MAX, 10_000).await.expect("prune") >= 7);
     assert_eq!(mine().await, vec![9000, 8000, 7000], "the newest three runs are kept");
     assert!(s.get_run(&runs[0].id()).await.expect("get").is_none(), "a pruned run is gone");
     // By age: everything terminal fired before the kept terminal run's
     // fire time (1_007_001) and a millisecond.
-    s.prune(&fence, 1000, 1_007_002, 10_000).await.expect("prune by age");
+    s.prune(&fence, 1000, 1_007_002, i64::MAX, 10_000).await.expect("prune by age");
     assert_eq!(mine().await, vec![9000, 8000], "only the open runs are left");
+    // A keyed run (a key's or a webhook call's record) fired at or after
+    // the hold is kept, by count and by age; before it, it goes.
+    let keyed = NewRun { state: RunState::Skipped, manual: true, key: Some(unique("hold")), ..new_run(&job, 1_020_000) };
+    assert!(crate::is_keyed_run_id(&keyed.id()), "{}", keyed.id());
+    s.fire(&fence, std::slice::from_ref(&keyed), &[]).await.expect("fire keyed");
+    let fired = s.get_run(&keyed.id()).await.expect("get").expect("the keyed run").run.fired_at;
+    s.prune(&fence, 0, i64::MAX, fired, 10_000).await.expect("prune held");
+    assert!(s.get_run(&keyed.id()).await.expect("get").is_some(), "a keyed run within the hold is kept");
     // Even with nothing to keep, open runs stay.
-    s.prune(&fence, 0, i64::MAX, 10_000).await.expect("prune all");
+    s.prune(&fence, 0, i64::MAX, i64::MAX, 10_000).await.expect("prune all");
+    assert!(s.get_run(&keyed.id()).await.expect("get").is_none(), "past the hold it goes");
     assert_eq!(mine().await, vec![9000, 8000], "open runs are never pruned");
     // The size is reported, and the SQL stores' is that of their database.
     assert!(s.size_bytes().await.unwrap_or(0) > 0, "{} reports its size", s.backend());
     // A stale term may not prune.
     let newer = Fence { scope: fence.scope.clone(), token: fence.token + 1 };
     s.fence(&newer, &LeaderInfo::default(), 2).await.expect("newer term");
-    assert!(matches!(s.prune(&fence, 0, i64::MAX, 10).await, Err(StoreError::Fenced { .. })), "a stale term's prune is fenced");
+    assert!(matches!(s.prune(&fence, 0, i64::MAX, i64::MAX, 10).await, Err(StoreError::Fenced { .. })), "a stale term's prune is fenced");
 }
