@@ -293,3 +293,29 @@ fn webhook_keys_have_their_own_space_and_a_repeat_makes_nothing_downstream() {
     assert_eq!((code, &again["id"]), (200, &hooked["id"]), "{again}");
     assert_eq!(run_ids(&addr, "default", "notify").len(), 4, "the CLI's run made one more, nothing else did");
 }
+
+/// A caller that sends its headers and then part of its body, and stalls:
+/// the call is cut at the body's deadline, whatever the job, and holds
+/// nothing after it.
+#[test]
+fn a_slow_body_is_cut_at_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_dev, addr) = leading_dev_env(dir.path(), &[("GNOMON_HOOK_SECRET_DEPLOY", SECRET)]);
+    assert_eq!(post(&addr, "/v1/jobs", &job("deploy", "default", json!({"secret": "deploy"}))).0, 201);
+    let slow = |path: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let ts = now_ms();
+        write!(s, "POST {path} HTTP/1.1\r\nHost: {addr}\r\nGnomon-Timestamp: {ts}\r\nGnomon-Signature: v2={}\r\n", "0".repeat(64)).unwrap();
+        write!(s, "Content-Length: 100\r\nConnection: close\r\n\r\n0123456789").unwrap();
+        let t0 = std::time::Instant::now();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        (out.lines().next().unwrap_or("").to_string(), t0.elapsed())
+    };
+    for path in ["/v1/hooks/default/deploy", "/v1/hooks/default/nosuchjob"] {
+        let (status, took) = slow(path);
+        assert!(status.starts_with("HTTP/1.1 408"), "{path}: {status}");
+        assert!(took >= Duration::from_secs(9) && took < Duration::from_secs(50), "{path}: cut after {took:?}");
+    }
+}
