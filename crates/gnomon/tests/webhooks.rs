@@ -209,15 +209,11 @@ fn webhook_keys_have_their_own_space_and_a_repeat_makes_nothing_downstream() {
 
     // An operator's keyed trigger and a webhook call with the same key
     // name two runs: neither sees the other's.
-    let (code, manual) = http_with(
-        None,
-        &addr,
-        "POST",
-        "/v1/jobs/deploy/trigger",
-        &[("Idempotency-Key", "k-1")],
-        Some(br#"{"params":{"branch":"ops-secret"}}"#),
-    )
-    .unwrap();
+    let operator = || {
+        let body = br#"{"params":{"branch":"ops-secret"}}"#;
+        http_with(None, &addr, "POST", "/v1/jobs/deploy/trigger", &[("Idempotency-Key", "k-1")], Some(body)).unwrap()
+    };
+    let (code, manual) = operator();
     assert_eq!(code, 201, "{manual}");
     let event = br#"{"ref":"release-8"}"#;
     let signed = |key: Option<&str>, body: &[u8]| call(&addr, "default", "deploy", SECRET, ("default", "deploy"), key, body);
@@ -233,15 +229,7 @@ fn webhook_keys_have_their_own_space_and_a_repeat_makes_nothing_downstream() {
     let (code, other) = signed(Some("k-1"), br#"{"ref":"release-9"}"#);
     assert_eq!((code, other["error"]["code"].as_str()), (409, Some("idempotency_key_reused")), "{other}");
     // The operator's key still names the operator's run.
-    let (code, op_again) = http_with(
-        None,
-        &addr,
-        "POST",
-        "/v1/jobs/deploy/trigger",
-        &[("Idempotency-Key", "k-1")],
-        Some(br#"{"params":{"branch":"ops-secret"}}"#),
-    )
-    .unwrap();
+    let (code, op_again) = operator();
     assert_eq!((code, &op_again["id"]), (200, &manual["id"]), "{op_again}");
 
     // An unkeyed call replayed: refused, and nothing downstream either.
