@@ -377,11 +377,13 @@ views.job = async (el, ns, name, cursor) => {
   const job = await api('GET', `/v1/jobs/${enc(name)}?namespace=${enc(ns)}`);
   const page = await api('GET', `/v1/runs?job=${enc(name)}&namespace=${enc(ns)}&limit=50${cursor ? '&cursor=' + enc(cursor) : ''}`);
   const fills = (await api('GET', `/v1/backfills?job=${enc(name)}&namespace=${enc(ns)}`)).backfills;
+  const pipeline = jobPipeline(job, (await api('GET', `/v1/jobs?namespace=${enc(ns)}`)).jobs);
   const done = page.runs.filter((r) => TERMINAL.has(r.state) && r.state !== 'skipped');
   const ok = done.filter((r) => r.state === 'succeeded').length;
   const points = done.slice().reverse().map((r) => ({ x: ms(r.fired_at), y: ms(r.updated_at) - ms(r.fired_at), ok: r.state === 'succeeded' }));
   const spec = Object.assign({}, job); delete spec.status;
   el.innerHTML = `<div class="row spread"><h1>${esc(ns)}/${esc(name)} ${job.status.paused ? st('paused') : ''}</h1>${jobActions(job, false)}</div>
+  ${pipeline}
   <div class="two"><div>
     <div class="cards"><div class="card"><h3>Schedule</h3><div class="mono">${esc(scheduleText(job.schedule))}</div><div class="mute">next ${job.status.paused ? 'paused' : when(job.status.next_fire_at)}</div></div>
     ${job.triggers && job.triggers.webhook ? `<div class="card" id="webhook"><h3>Webhook</h3><div class="mono small">POST ${esc(location.origin)}/v1/hooks/${enc(job.namespace || 'default')}/${enc(job.name)}</div><div class="mute">signed with ${esc(job.triggers.webhook.secret_env)}</div></div>` : ''}
@@ -415,6 +417,7 @@ views.runs = async (el, cursor, state) => {
 
 views.run = async (el, id) => {
   const r = await api('GET', `/v1/runs/${enc(id)}`);
+  const graph = await runPipeline(r);
   const attempts = r.attempts || [];
   const t0 = Math.min(ms(r.fired_at), ...attempts.map((a) => ms(a.assigned_at)));
   const t1 = Math.max(Date.now() > t0 && !TERMINAL.has(r.state) ? Date.now() : ms(r.updated_at), ...attempts.map((a) => ms(a.ended_at) || 0), t0 + 1);
@@ -427,15 +430,13 @@ views.run = async (el, id) => {
   }).join('');
   el.innerHTML = `<div class="row spread"><h1 class="mono">${esc(r.id)}</h1>${can('operator') && !TERMINAL.has(r.state) ? '<button class="danger" id="cancel">Cancel run</button>' : ''}</div>
   <div class="cards"><div class="card"><h3>State</h3><div class="big">${st(r.state)}</div><div class="mute">${esc(r.reason || '')}${r.cancel_requested && !TERMINAL.has(r.state) ? ' cancelling…' : ''}</div></div>
-  <div class="card"><h3>Job</h3><a href="#/job/${enc(r.namespace)}/${enc(r.job)}">${esc(r.namespace)}/${esc(r.job)}</a><div class="mute">${r.manual ? (r.reason === 'webhook' ? 'webhook call' : 'manual trigger') : 'scheduled'}</div></div>
+  <div class="card"><h3>Job</h3><a href="#/job/${enc(r.namespace)}/${enc(r.job)}">${esc(r.namespace)}/${esc(r.job)}</a><div class="mute">${r.manual ? (r.reason === 'webhook' ? 'webhook call' : 'manual trigger') : r.graph && r.graph.upstream.length ? 'after its upstreams' : 'scheduled'}</div></div>
   <div class="card"><h3>Scheduled</h3><div title="${esc(r.scheduled_at)}">${esc(r.scheduled_at)}</div><div class="mute">fired ${when(r.fired_at)}</div></div>
   <div class="card"><h3>Attempts</h3><div class="big">${attempts.length}</div><div class="mute">${r.next_attempt_at ? 'next ' + when(r.next_attempt_at) : ''}${esc(r.waiting_for || '')}</div></div></div>
   ${r.params ? `<h2>Params</h2><div class="tbl"><table><thead><tr><th>name</th><th>value</th></tr></thead><tbody>
   ${Object.entries(r.params).map(([k, v]) => `<tr><td class="mono">${esc(k)}</td><td class="mono">${esc(typeof v === 'string' ? v : JSON.stringify(v))}</td></tr>`).join('')}
   </tbody></table></div>` : ''}
-  ${r.graph ? `<h2>Graph of this instant</h2><div class="tbl" id="graph"><table><thead><tr><th></th><th>job</th><th>on</th><th>run</th><th>state</th></tr></thead><tbody>
-  ${[...r.graph.upstream.map((g) => ['runs after', g]), ...r.graph.downstream.map((g) => ['runs before', g])].map(([side, g]) => `<tr><td class="mute">${side}</td><td><a href="#/job/${enc(r.namespace)}/${enc(g.job)}">${esc(g.job)}</a></td><td>${esc(g.on)}</td><td class="mono">${g.id ? `<a href="#/run/${enc(g.id)}">${esc(g.id)}</a>` : '<span class="mute">no run</span>'}</td><td>${g.state ? st(g.state) : '-'}</td></tr>`).join('')}
-  </tbody></table></div>` : ''}
+  ${graph}
   ${r.payload !== undefined ? `<h2>Payload</h2><pre class="output" id="payload">${esc(r.payload)}</pre>` : ''}
   <h2>Timeline</h2><div class="timeline">${bars || '<p class="mute">No attempt yet.</p>'}</div>
   <div class="legend"><span><i style="background:#cbd5e1"></i>assigned, not started</span><span><i style="background:#2b6cb0"></i>running</span><span><i style="background:${COLORS.succeeded}"></i>succeeded</span><span><i style="background:${COLORS.failed}"></i>failed, timed out or lost</span></div>

@@ -9,6 +9,8 @@ use axum::Router;
 /// The console's page, served at `/` and `/ui`.
 pub const PAGE: &str = include_str!("../assets/console.html");
 const SCRIPT: &str = include_str!("../assets/console.js");
+/// The console's pipeline drawings (loaded before `console.js`).
+const GRAPH_SCRIPT: &str = include_str!("../assets/console-graph.js");
 const STYLE: &str = include_str!("../assets/console.css");
 /// The API viewer at `/docs`: renders `/v1/openapi.json`.
 pub const DOCS: &str = include_str!("../assets/docs.html");
@@ -21,6 +23,10 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/", get(page))
         .route("/ui", get(page))
         .route("/ui/console.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], SCRIPT).into_response() }))
+        .route(
+            "/ui/console-graph.js",
+            get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], GRAPH_SCRIPT).into_response() }),
+        )
         .route("/ui/console.css", get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response() }))
         .route("/docs", get(|| async { Html(DOCS) }))
 }

@@ -31,11 +31,12 @@ fn job_path(name: &str, action: &str) -> String {
     format!("/v1/jobs/{}{action}", path_segment(name))
 }
 
-fn create_body(a: CreateArgs) -> anyhow::Result<serde_json::Value> {
+pub(crate) fn create_body(a: CreateArgs) -> anyhow::Result<serde_json::Value> {
     let Some((command, args)) = a.command.split_first() else { bail!("give the command after `--`") };
     let schedule = a.schedule.spec();
+    let scheduled = schedule.cron.is_some() || schedule.every.is_some() || schedule.at.is_some();
     let mut spec = serde_json::json!({
-        "name": a.name, "schedule": schedule,
+        "name": a.name.clone(), "schedule": schedule,
         "executor": {"shell": {"command": command, "args": args}},
     });
     if let Some(ns) = a.namespace {
@@ -53,6 +54,7 @@ fn create_body(a: CreateArgs) -> anyhow::Result<serde_json::Value> {
     if let Some(o) = a.overlap {
         spec["overlap"] = o.into();
     }
+    a.pipeline.apply(&mut spec, &a.name, scheduled)?;
     Ok(spec)
 }
 

@@ -11,6 +11,7 @@ mod commands;
 mod config;
 mod doctor;
 mod hardening;
+mod job_flags;
 mod leader_args;
 mod raft_member;
 mod serve;
@@ -156,7 +157,14 @@ enum ClusterCmd {
 
 #[derive(Subcommand, Debug)]
 enum JobCmd {
-    /// Create a shell job: `gnomon job create NAME --cron EXPR -- CMD ARGS…`.
+    /// Create a shell job: `gnomon job create NAME --cron EXPR -- CMD ARGS…`;
+    /// `--after` puts it in a pipeline, `--param` declares its params and
+    /// `--webhook-secret` lets signed webhook calls start it.
+    #[command(after_help = "Examples:\n  \
+        gnomon job create extract --cron '0 0 2 * * *' --param day=today -- /opt/etl/extract\n  \
+        gnomon job create transform --after extract -- /opt/etl/transform\n  \
+        gnomon job create cleanup --after extract:failed --after transform:any -- /opt/etl/cleanup\n  \
+        gnomon job create deploy --param branch=main --webhook-secret DEPLOY --webhook-param branch=/ref -- ./deploy.sh")]
     Create(CreateArgs),
     /// Create or update jobs from a JSON file (one job or an array); `-` reads stdin.
     Apply {
@@ -321,6 +329,8 @@ struct CreateArgs {
     /// The job's namespace (default: `default`).
     #[arg(long)]
     namespace: Option<String>,
+    #[command(flatten)]
+    pipeline: job_flags::PipelineArgs,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true)]
     command: Vec<String>,

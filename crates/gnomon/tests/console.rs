@@ -137,6 +137,24 @@ fn start(dir: &Path, auth_file: &Path) -> (Proc, String, Owned, String) {
     (dev, addr, driver, driver_url)
 }
 
+/// A Chromium session through chromedriver, and the browser's view of the
+/// console at `addr` (screenshots in `target/tmp/console/`).
+async fn browser(dir: &Path, driver_url: &str, addr: &str) -> (Client, Browser) {
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console");
+    std::fs::create_dir_all(&shots).unwrap();
+    let caps = serde_json::from_value(json!({
+        "goog:chromeOptions": {
+            "binary": chromium(),
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000",
+                     format!("--user-data-dir={}", dir.join("profile").display())]
+        }
+    }))
+    .unwrap();
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    let c = ClientBuilder::new(connector).capabilities(caps).connect(driver_url).await.expect("a chromedriver session");
+    (c.clone(), Browser { c, base: format!("http://{addr}"), shots })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_does_what_the_cli_does() {
     let dir = tempfile::tempdir().unwrap();
@@ -146,19 +164,7 @@ async fn the_console_does_what_the_cli_does() {
     let (dev, addr, _driver, driver_url) = start(dir.path(), &auth_file);
     // The server asks for the token.
     assert_eq!(http(&addr, "GET", "/v1/jobs", None).unwrap().0, 401, "{}", dev.log());
-    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console");
-    std::fs::create_dir_all(&shots).unwrap();
-    let caps = serde_json::from_value(json!({
-        "goog:chromeOptions": {
-            "binary": chromium(),
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000",
-                     format!("--user-data-dir={}", dir.path().join("profile").display())]
-        }
-    }))
-    .unwrap();
-    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    let c = ClientBuilder::new(connector).capabilities(caps).connect(&driver_url).await.expect("a chromedriver session");
-    let b = Browser { c: c.clone(), base: format!("http://{addr}"), shots };
+    let (c, b) = browser(dir.path(), &driver_url, &addr).await;
     // The walk runs as its own task so that a failure still ends the
     // browser session (and the browser with it) before the test fails.
     let walked = tokio::spawn({
@@ -243,7 +249,7 @@ async fn walk(b: &Browser, addr: &str, viewer: &str) {
     b.wait_text(".st.running", "running", 60).await;
     // Its page shows the graph of its instant: the run waiting after it.
     b.wait_text("#graph", "console-next", 30).await;
-    b.wait_text("#graph .st", "waiting", 30).await;
+    b.wait_text("#graph .node[data-job='console-next'][data-state='waiting']", "waiting", 30).await;
     b.el("#cancel").await.click().await.unwrap();
     b.el("#confirm-yes").await.click().await.unwrap();
     b.wait_text(".card .st", "cancelled", 60).await;
@@ -350,4 +356,194 @@ async fn walk(b: &Browser, addr: &str, viewer: &str) {
     b.wait_text("h1", "console-echo", 30).await;
     assert_eq!(offered("button[data-act]").await + offered("a[href$='/edit']").await, 0, "a viewer is offered changes");
     b.shot("11-viewer-job").await;
+}
+
+/// Signs the browser in with the admin token.
+async fn sign_in(b: &Browser) {
+    b.goto("").await;
+    b.wait_text("#signin-why", "", 30).await;
+    b.fill("#signin-token", TOKEN).await;
+    b.el("#signin-go").await.click().await.unwrap();
+    b.wait_text("#who", "admin", 30).await;
+}
+
+/// What the browser drew in `svg`: each node's (job, run, state, class,
+/// computed fill) and each edge label's (from, to, on, text).
+type Drawn = (Vec<(String, String, String, String, String)>, Vec<(String, String, String, String)>);
+
+async fn drawn(b: &Browser, svg: &str) -> Drawn {
+    let script = format!(
+        "const s = document.querySelector({svg:?}); if (!s) return null;
+         return [[...s.querySelectorAll('.node')].map(n => [n.dataset.job, n.dataset.run || '', n.dataset.state || '', n.getAttribute('class'),
+                   getComputedStyle(n.querySelector('rect')).fill]),
+                 [...s.querySelectorAll('.edge-label')].map(e => [e.dataset.from, e.dataset.to, e.dataset.on, e.textContent])];"
+    );
+    let v = b.c.execute(&script, vec![]).await.unwrap();
+    serde_json::from_value(v).unwrap_or_default()
+}
+
+/// Waits until `svg` holds `nodes` nodes, and returns what it drew.
+async fn wait_drawn(b: &Browser, svg: &str, nodes: usize) -> Drawn {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let d = drawn(b, svg).await;
+        if d.0.len() == nodes {
+            return d;
+        }
+        if Instant::now() > deadline {
+            b.shot("timeout").await;
+            panic!("{svg} has {} nodes, not {nodes}: {d:?}", d.0.len());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_draws_pipelines_and_the_runs_of_an_instant() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_viewer, entry) = new_credential("viewer-1", &["--role", "viewer"]);
+    let auth_file = dir.path().join("auth.toml");
+    std::fs::write(&auth_file, entry).unwrap();
+    let (_dev, addr, _driver, driver_url) = start(dir.path(), &auth_file);
+    // extract → transform → report (on any), extract → load (on failed),
+    // extract → hold (a long run) → publish.
+    let noop = |name: &str, after: serde_json::Value| json!({"name": name, "after": after, "executor": {"handler": {"name": "noop"}}});
+    for spec in [
+        json!({"name": "extract", "executor": {"handler": {"name": "noop"}}}),
+        noop("transform", json!([{"job": "extract"}])),
+        noop("load", json!([{"job": "extract", "on": "failed"}])),
+        noop("report", json!([{"job": "transform", "on": "any"}])),
+        json!({"name": "hold", "after": [{"job": "extract"}], "executor": {"shell": {"command": "sleep", "args": ["90"]}}}),
+        noop("publish", json!([{"job": "hold"}])),
+    ] {
+        let (status, body) = api(&addr, "POST", "/v1/jobs", Some(spec));
+        assert_eq!(status, 201, "{body}");
+    }
+    let (c, b) = browser(dir.path(), &driver_url, &addr).await;
+    let walked = tokio::spawn({
+        let addr = addr.clone();
+        async move { draw(&b, &addr).await }
+    })
+    .await;
+    let _ = c.close().await;
+    if let Err(e) = walked {
+        eprintln!("server log:\n{}", std::fs::read_to_string(dir.path().join("dev.log")).unwrap_or_default());
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+async fn draw(b: &Browser, addr: &str) {
+    sign_in(b).await;
+    let edge = |from: &str, to: &str, on: &str| (from.to_string(), to.to_string(), on.to_string(), on.to_string());
+    let sorted = |mut v: Vec<(String, String, String, String)>| {
+        v.sort();
+        v
+    };
+
+    // The first job's page draws every job after it, transitively, each
+    // edge labelled with its `on`, each box a link to its job.
+    b.goto("#/job/default/extract").await;
+    let (nodes, labels) = wait_drawn(b, "#pipeline svg", 6).await;
+    let mut jobs: Vec<&str> = nodes.iter().map(|n| n.0.as_str()).collect();
+    jobs.sort();
+    assert_eq!(jobs, ["extract", "hold", "load", "publish", "report", "transform"]);
+    assert_eq!(
+        sorted(labels),
+        sorted(vec![
+            edge("extract", "hold", "succeeded"),
+            edge("extract", "load", "failed"),
+            edge("extract", "transform", "succeeded"),
+            edge("hold", "publish", "succeeded"),
+            edge("transform", "report", "any"),
+        ])
+    );
+    assert!(nodes.iter().any(|n| n.0 == "extract" && n.3.contains("self")), "{nodes:?}");
+    b.shot("20-job-pipeline").await;
+    // A job in the middle: its upstreams left, its downstreams right, and
+    // not its upstream's other dependents.
+    b.el("#pipeline a[data-job='transform']").await.click().await.unwrap();
+    b.wait_text("h1", "default/transform", 30).await;
+    let (nodes, labels) = wait_drawn(b, "#pipeline svg", 3).await;
+    let sides: Vec<(String, String)> = {
+        let script = "return [...document.querySelectorAll('#pipeline .node')].map(n => [n.dataset.job, n.dataset.side]).sort()";
+        serde_json::from_value(b.c.execute(script, vec![]).await.unwrap()).unwrap()
+    };
+    let side = |j: &str, s: &str| (j.to_string(), s.to_string());
+    assert_eq!(sides, [side("extract", "upstream"), side("report", "downstream"), side("transform", "self")], "{nodes:?}");
+    assert_eq!(sorted(labels), sorted(vec![edge("extract", "transform", "succeeded"), edge("transform", "report", "any")]));
+    b.shot("21-job-pipeline-middle").await;
+
+    // A run of the first job: its instant's runs, each coloured by the
+    // state the API gives it.
+    let (status, run) = api(addr, "POST", "/v1/jobs/extract/trigger", None);
+    assert_eq!(status, 201, "{run}");
+    let root = run["id"].as_str().unwrap().to_string();
+    let graph_states = || {
+        let mut states = std::collections::BTreeMap::new();
+        let mut todo = vec![root.clone()];
+        while let Some(id) = todo.pop() {
+            let (_, r) = api(addr, "GET", &format!("/v1/runs/{id}"), None);
+            states.insert(r["job"].as_str().unwrap().to_string(), (id.clone(), r["state"].as_str().unwrap().to_string()));
+            for g in r["graph"]["downstream"].as_array().into_iter().flatten() {
+                if let Some(next) = g["id"].as_str() {
+                    todo.push(next.to_string());
+                }
+            }
+        }
+        states
+    };
+    let settled = |s: &std::collections::BTreeMap<String, (String, String)>| {
+        let state = |j: &str| s.get(j).map(|x| x.1.as_str()).unwrap_or("");
+        ["extract", "transform", "report"].iter().all(|j| state(j) == "succeeded")
+            && state("load") == "skipped"
+            && state("hold") == "running"
+            && state("publish") == "waiting"
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut states = graph_states();
+    while !settled(&states) {
+        assert!(Instant::now() < deadline, "the runs did not settle: {states:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        states = graph_states();
+    }
+    let colour = |state: &str| match state {
+        "succeeded" => "rgb(31, 138, 76)",
+        "skipped" => "rgb(238, 240, 243)",
+        "running" => "rgb(43, 108, 176)",
+        "waiting" => "rgb(203, 213, 225)",
+        other => panic!("no colour expected for {other}"),
+    };
+    for from in ["extract", "publish"] {
+        // From either end, the whole instant is drawn.
+        b.goto(&format!("#/run/{}", states[from].0)).await;
+        b.el(&format!("#graph .node.self[data-job='{from}']")).await;
+        b.wait_text("#graph-legend", "cancelled", 30).await;
+        let (nodes, labels) = wait_drawn(b, "#graph svg", 6).await;
+        for (job, run, state, class, fill) in &nodes {
+            let (id, want) = &states[job];
+            assert_eq!((run, state), (id, want), "{job}: the node shows the run and state the API gives");
+            assert!(class.split(' ').any(|c| c == format!("rs-{want}")), "{job}: class {class:?}");
+            assert_eq!(fill, colour(want), "{job} ({want}) is drawn in its state's colour");
+            assert_eq!(class.contains("self"), job == from, "{job}: {class}");
+        }
+        let mut ons: Vec<(String, String, String)> = labels.iter().map(|l| (l.0.clone(), l.1.clone(), l.2.clone())).collect();
+        ons.sort();
+        let run_edge = |a: &str, z: &str, on: &str| (states[a].0.clone(), states[z].0.clone(), on.to_string());
+        let mut want = vec![
+            run_edge("extract", "transform", "succeeded"),
+            run_edge("extract", "load", "failed"),
+            run_edge("extract", "hold", "succeeded"),
+            run_edge("transform", "report", "any"),
+            run_edge("hold", "publish", "succeeded"),
+        ];
+        want.sort();
+        assert_eq!(ons, want);
+        b.shot(&format!("22-run-graph-from-{from}")).await;
+    }
+    // A node opens its run.
+    b.el(&format!("#graph a[data-run='{}']", states["load"].0)).await.click().await.unwrap();
+    b.wait_text("h1", &states["load"].0, 30).await;
+    b.wait_text(".card .st", "skipped", 30).await;
+    let (status, _) = api(addr, "POST", &format!("/v1/runs/{}/cancel", states["hold"].0), None);
+    assert!(status == 200 || status == 202, "{status}");
 }

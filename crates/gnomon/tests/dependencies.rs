@@ -241,3 +241,70 @@ fn each_upstream_outcome_releases_its_downstream_run_once_across_a_killed_leader
         }
     }
 }
+
+/// `gnomon job create --after … --param …` writes the edges and params the
+/// API reads back, the pipeline they make runs, and a bad flag is refused
+/// by the CLI itself, with the flag's words, before any request.
+#[test]
+fn the_cli_creates_a_pipeline_with_edges_and_params() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_dev, addr) = leading_dev(dir.path());
+    let url = format!("http://{addr}");
+    let cli = |args: &[&str]| Command::new(BIN).args(["--server", &url]).args(args).env_remove("GNOMON_TOKEN").output().unwrap();
+    let ok = |args: &[&str]| {
+        let out = cli(args);
+        assert!(out.status.success(), "gnomon {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    ok(&["job", "create", "extract", "--param", "day=today", "--param", "limit:int=100", "--", "true"]);
+    let show = r#"echo "day=$GNOMON_PARAM_DAY""#;
+    ok(&["job", "create", "transform", "--after", "extract", "--param", "day:string=never", "--", "sh", "-c", show]);
+    ok(&["job", "create", "cleanup", "--after", "extract:failed", "--after", "transform:any", "--", "true"]);
+    let get = |name: &str| -> Value { serde_json::from_slice(&ok(&["job", "get", name, "-o", "json"])).unwrap() };
+    let extract = get("extract");
+    assert_eq!(extract["params"], json!({"day": {"default": "today"}, "limit": {"default": 100}}), "{extract}");
+    assert!(extract.get("after").is_none(), "{extract}");
+    let transform = get("transform");
+    assert_eq!(transform["after"], json!([{"job": "extract", "on": "succeeded"}]), "{transform}");
+    assert_eq!(transform["params"], json!({"day": {"default": "never"}}), "{transform}");
+    assert_eq!(get("cleanup")["after"], json!([{"job": "extract", "on": "failed"}, {"job": "transform", "on": "any"}]));
+
+    // Bad flags: a message in the flags' words and a failed exit, before
+    // any request (the CLI is pointed at a port where nothing listens, so
+    // a request would fail otherwise).
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    for (args, says) in [
+        (vec!["--after", "extract:failure"], "did you mean failed"),
+        (vec!["--after", "other/extract"], "another namespace"),
+        (vec!["--param", "1st=x"], "a parameter name is"),
+        (vec!["--param", "n:int=many"], "is not an integer"),
+        (vec!["--every", "1m", "--param", "day"], "day has no default"),
+        (vec!["--webhook-secret", "HOOK", "--webhook-param", "day=/day"], "declares no param"),
+    ] {
+        let mut all = vec!["--server", nowhere.as_str(), "job", "create", "refused"];
+        all.extend(args.iter().copied());
+        all.extend(["--", "true"]);
+        let out = Command::new(BIN).args(&all).env_remove("GNOMON_TOKEN").output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{args:?}: {err}");
+    }
+    assert_eq!(http(&addr, "GET", "/v1/jobs/refused", None).unwrap().0, 404);
+    // What only the server knows is still its word: an unknown upstream.
+    let out = cli(&["job", "create", "orphan", "--after", "nope", "--", "true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("unknown_upstream"), "{err}");
+
+    // The pipeline runs: transform takes the day the trigger set, cleanup
+    // is skipped (extract did not fail).
+    let t: Value = serde_json::from_slice(&ok(&["job", "trigger", "extract", "--param", "day=2026-12-01", "-o", "json"])).unwrap();
+    let root = t["id"].as_str().unwrap_or_else(|| panic!("{t}")).to_string();
+    let at = run(&addr, &root)["scheduled_at"].as_str().unwrap().to_string();
+    wait_until("the pipeline to end", Duration::from_secs(60), || {
+        ["transform", "cleanup"].iter().all(|j| runs_of(&addr, j).get(&at).is_some_and(|r| ended(&r["state"])))
+    });
+    let transform = run(&addr, runs_of(&addr, "transform")[&at]["id"].as_str().unwrap());
+    assert_eq!(transform["state"], "succeeded", "{transform}");
+    assert!(transform["attempts"][0]["output"].as_str().unwrap().contains("day=2026-12-01"), "{transform}");
+    assert_eq!(run(&addr, &root)["params"], json!({"day": "2026-12-01", "limit": 100}));
+    assert_eq!(runs_of(&addr, "cleanup")[&at]["state"], "skipped");
+}
