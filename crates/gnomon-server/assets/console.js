@@ -284,6 +284,15 @@ views.overview = async (el) => {
 };
 
 let jobFilter = { q: '', ns: '', paused: '', exec: '', outcome: '' };
+// The variables a webhook's secrets are read from, as the servers look them up.
+function hookSecrets(job) {
+  const w = job.triggers.webhook, ns = job.namespace || 'default';
+  const names = [w.secret, w.secondary_secret].filter(Boolean);
+  const vars = names.map(n => `GNOMON_HOOK_SECRET_${ns}__${n.toUpperCase()}`);
+  if (w.secret_env) vars.push(w.secret_env);
+  return vars.join(' or ');
+}
+
 views.jobs = async (el) => {
   const [jobs, recent] = await Promise.all([api('GET', '/v1/jobs'), recentRuns(2000)]);
   const last = {};
@@ -386,7 +395,7 @@ views.job = async (el, ns, name, cursor) => {
   ${pipeline}
   <div class="two"><div>
     <div class="cards"><div class="card"><h3>Schedule</h3><div class="mono">${esc(scheduleText(job.schedule))}</div><div class="mute">next ${job.status.paused ? 'paused' : when(job.status.next_fire_at)}</div></div>
-    ${job.triggers && job.triggers.webhook ? `<div class="card" id="webhook"><h3>Webhook</h3><div class="mono small">POST ${esc(location.origin)}/v1/hooks/${enc(job.namespace || 'default')}/${enc(job.name)}</div><div class="mute">signed with ${esc(job.triggers.webhook.secret_env)}</div></div>` : ''}
+    ${job.triggers && job.triggers.webhook ? `<div class="card" id="webhook"><h3>Webhook</h3><div class="mono small">POST ${esc(location.origin)}/v1/hooks/${enc(job.namespace || 'default')}/${enc(job.name)}</div><div class="mute">signed (v2) with the secret ${esc(hookSecrets(job))}</div></div>` : ''}
     <div class="card"><h3>Success rate</h3><div class="big">${done.length ? Math.round((100 * ok) / done.length) + '%' : '-'}</div><div class="mute">${ok} of ${done.length} finished runs on this page</div></div></div>
     <h2>Outcomes over time</h2>${stackedBars(outcomeBuckets(page.runs), OUTCOMES, COLORS, 100)}
     <h2>Duration (fire → end)</h2>${lineChart(points, 'per run, oldest to newest')}

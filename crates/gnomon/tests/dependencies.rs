@@ -178,7 +178,9 @@ fn a_waiting_run_shows_what_it_waits_for_and_can_be_cancelled() {
     assert_eq!((code, cancelled["state"].as_str()), (200, Some("cancelled")), "{cancelled}");
     // Its upstream's end later changes nothing.
     let slow = t["id"].as_str().unwrap();
-    assert_eq!(http(&addr, "POST", &format!("/v1/runs/{slow}/cancel"), None).unwrap().0, 202);
+    // Pending (200) or running (202), as the worker has taken it or not.
+    let code = http(&addr, "POST", &format!("/v1/runs/{slow}/cancel"), None).unwrap().0;
+    assert!(matches!(code, 200 | 202), "{code}");
     wait_until("the upstream to end", Duration::from_secs(30), || ended(&run(&addr, slow)["state"]));
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(run(&addr, &id)["state"], "cancelled");
