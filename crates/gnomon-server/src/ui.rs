@@ -11,6 +11,8 @@ pub const PAGE: &str = include_str!("../assets/console.html");
 const SCRIPT: &str = include_str!("../assets/console.js");
 /// The console's pipeline drawings (loaded before `console.js`).
 const GRAPH_SCRIPT: &str = include_str!("../assets/console-graph.js");
+/// The console's job form (loaded before `console.js`).
+const FORM_SCRIPT: &str = include_str!("../assets/console-form.js");
 const STYLE: &str = include_str!("../assets/console.css");
 /// The API viewer at `/docs`: renders `/v1/openapi.json`.
 pub const DOCS: &str = include_str!("../assets/docs.html");
@@ -26,6 +28,10 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route(
             "/ui/console-graph.js",
             get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], GRAPH_SCRIPT).into_response() }),
+        )
+        .route(
+            "/ui/console-form.js",
+            get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], FORM_SCRIPT).into_response() }),
         )
         .route("/ui/console.css", get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response() }))
         .route("/docs", get(|| async { Html(DOCS) }))
