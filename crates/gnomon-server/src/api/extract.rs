@@ -83,3 +83,117 @@ pub(crate) async fn read_body(body: Body) -> ApiResult<Vec<u8>> {
         ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", format!("request body is larger than {MAX_BODY_BYTES} bytes"))
     })
 }
+
+/// The caller, as its operation's policy let it through ([`authz`]): a
+/// handler that takes it cannot run on a route that declared no policy.
+///
+/// [`authz`]: super::authz
+pub(crate) struct Caller(pub(crate) Principal);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<Principal>()
+            .cloned()
+            .map(Caller)
+            .ok_or_else(|| ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this operation declares no policy; nobody may call it"))
+    }
+}
+
+/// A strict query string: an unknown or malformed parameter is refused
+/// (400 `invalid_query`) before the handler runs.
+pub(crate) struct Query<T>(pub(crate) T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        query(parts.uri.query()).map(Query)
+    }
+}
+
+/// A request body of at most [`MAX_BODY_BYTES`] (413 `payload_too_large`
+/// past it), as bytes.
+pub(crate) struct BoundedBody(pub(crate) Vec<u8>);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for BoundedBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, Self::Rejection> {
+        read_body(req.into_body()).await.map(BoundedBody)
+    }
+}
+
+/// A JSON body of at most [`MAX_BODY_BYTES`]: malformed JSON is 400
+/// `invalid_json`, a field of the wrong shape 400 `invalid_body` naming
+/// its path; an empty body (or JSON `null`) is `T::default()`.
+pub(crate) struct JsonBody<T>(pub(crate) T);
+
+impl<T: serde::de::DeserializeOwned + Default, S: Send + Sync> axum::extract::FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, Self::Rejection> {
+        let bytes = read_body(req.into_body()).await?;
+        json_body(&bytes).map(JsonBody)
+    }
+}
+
+/// Parses a JSON body as [`JsonBody`] does.
+pub(crate) fn json_body<T: serde::de::DeserializeOwned + Default>(bytes: &[u8]) -> ApiResult<T> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| ApiError::bad("invalid_json", format!("body: {e}")))?;
+    if value.is_null() {
+        return Ok(T::default());
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| ApiError::bad("invalid_body", format!("{}: {}", e.path(), e.inner())))
+}
+
+/// The version an `If-Match` header asks for (a job's version, quoted or
+/// not); 400 `invalid_header` for anything else.
+pub(crate) struct IfMatch(pub(crate) Option<u64>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IfMatch {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        match parts.headers.get(axum::http::header::IF_MATCH) {
+            None => Ok(IfMatch(None)),
+            Some(v) => v
+                .to_str()
+                .ok()
+                .map(|s| s.trim().trim_matches('"'))
+                .and_then(|s| s.parse().ok())
+                .map(|v| IfMatch(Some(v)))
+                .ok_or_else(|| ApiError::bad("invalid_header", "If-Match must be a job version number")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Default, serde::Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    struct B {
+        #[serde(default)]
+        n: u32,
+    }
+
+    #[test]
+    fn a_json_body_is_refused_in_the_api_shape() {
+        assert_eq!(json_body::<B>(b"").unwrap(), B::default());
+        assert_eq!(json_body::<B>(b" null ").unwrap(), B::default());
+        assert_eq!(json_body::<B>(br#"{"n":3}"#).unwrap(), B { n: 3 });
+        assert_eq!(json_body::<B>(b"{").unwrap_err().code, "invalid_json");
+        let e = json_body::<B>(br#"{"n":"x"}"#).unwrap_err();
+        assert_eq!(e.code, "invalid_body");
+        assert!(e.message.starts_with("n:"), "{}", e.message);
+        assert_eq!(json_body::<B>(br#"{"m":1}"#).unwrap_err().code, "invalid_body");
+    }
+}
