@@ -6,7 +6,7 @@ mod access;
 mod process;
 mod worker;
 
-pub use access::{AccessArgs, JobUserArgs};
+pub use access::{parse_run_as_range, AccessArgs, JobUserArgs};
 pub use process::{LogFormat, LOG_FORMAT};
 pub use worker::{worker, WorkerArgs};
 
