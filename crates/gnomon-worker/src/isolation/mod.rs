@@ -114,8 +114,8 @@ pub struct JobUser {
     pub gid: u32,
     /// `USER` and `LOGNAME`: the user's name, or the uid of a namespace's.
     pub name: String,
-    /// `HOME`: the user's; `None` for a namespace's uid, whose home is the
-    /// attempt's own directory.
+    /// `HOME`: the user's; `None` for a namespace's uid, whose home (and
+    /// `TMPDIR`) is the attempt's own directory.
     pub home: Option<PathBuf>,
 }
 
@@ -133,12 +133,14 @@ pub struct Isolation {
 }
 
 impl Isolation {
-    /// An isolation whose work root (`work_root`, or a fresh one) is opened
-    /// now, so that one refused (a link, another owner, too open) stops
-    /// the worker at start.
+    /// An isolation whose work root, when given, is opened now, so that one
+    /// refused (a link, another owner, too open) stops the worker at start;
+    /// a fresh one is made at the first attempt that needs it.
     pub fn new(work_root: Option<PathBuf>, users: JobUsers, cgroups: Option<crate::cgroup::Cgroups>) -> Result<Isolation, String> {
         let iso = Isolation { work_root, users, cgroups, root: Default::default() };
-        iso.root()?;
+        if iso.work_root.is_some() {
+            iso.root()?;
+        }
         Ok(iso)
     }
 
@@ -192,6 +194,11 @@ impl Isolation {
         if let Some(u) = user {
             env.push(("USER".into(), u.name.clone()));
             env.push(("LOGNAME".into(), u.name.clone()));
+            // A namespace's uid keeps its temporary files in its own
+            // directory too, not where other namespaces' jobs look.
+            if let (None, Some(p)) = (&u.home, private) {
+                env.push(("TMPDIR".into(), p.display().to_string()));
+            }
         }
         for (k, v) in job_env {
             env.retain(|(e, _)| e != k);
@@ -321,6 +328,7 @@ mod tests {
         let env = iso.environment::<&str>(Some(&a), Some(Path::new("/w/r-a1-x")), &Default::default(), &[]);
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!((get("HOME"), get("USER"), get("LOGNAME")), (Some("/w/r-a1-x"), Some("900000"), Some("900000")));
+        assert_eq!(get("TMPDIR"), Some("/w/r-a1-x"));
         assert!(JobUsers::PerNamespace(Arc::new(
             UidAllocator::open(tempfile::tempdir().unwrap().path(), UidRange::parse("1-2").unwrap()).unwrap()
         ))
