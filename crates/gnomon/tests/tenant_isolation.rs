@@ -282,3 +282,40 @@ fn a_bad_run_as_range_is_refused_with_a_message() {
         assert!(!data.exists(), "{extra:?} created {}", data.display());
     }
 }
+
+/// `gnomon dev` and `gnomon server --capacity N --worker-data-dir DIR`
+/// give their embedded worker's jobs a namespace's uid too, kept in their
+/// data dir.
+#[test]
+fn embedded_workers_run_each_namespace_as_its_uid() {
+    must_be_root();
+    let dir = tempfile::tempdir().unwrap();
+    let range = format!("{}-{}", RANGE.0, RANGE.1);
+    let (dev_data, worker_data) = (dir.path().join("dev"), dir.path().join("embedded"));
+    let store = format!("sqlite://{}", dir.path().join("srv").join("g.db").display());
+    let cases: [(Vec<&str>, &Path); 2] = [
+        (vec!["dev", "--data-dir", dev_data.to_str().unwrap()], &dev_data),
+        (vec!["server", "--store", &store, "--capacity", "2", "--worker-data-dir", worker_data.to_str().unwrap()], &worker_data),
+    ];
+    for (i, (args, data)) in cases.into_iter().enumerate() {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        argv.extend(["--listen".to_string(), addr.clone(), "--run-as-range".to_string(), range.clone()]);
+        let _p = Proc::spawn_with(dir.path(), &format!("embedded-{i}"), &argv, &[], |c| {
+            c.env_remove("GNOMON_ALLOW_ROOT_JOBS");
+        });
+        ready(&addr);
+        let mut seen = Vec::new();
+        for ns in ["alpha", "beta"] {
+            let run = start(&addr, ns, "who", "id -u; id -G", &[]);
+            let (state, out) = finish(&addr, &run);
+            assert_eq!(state, "succeeded", "{args:?} {ns}: {out}");
+            let uid: u32 = out.lines().next().unwrap().parse().unwrap();
+            assert!((RANGE.0..=RANGE.1).contains(&uid) && out.lines().nth(1) == Some(uid.to_string().as_str()), "{args:?} {ns}: {out}");
+            seen.push(uid);
+        }
+        assert_ne!(seen[0], seen[1], "{args:?}");
+        let stored: Value = serde_json::from_str(&std::fs::read_to_string(data.join("uids.json")).unwrap()).unwrap();
+        assert_eq!(stored["namespaces"], json!({"alpha": seen[0], "beta": seen[1]}), "{args:?}");
+    }
+}

@@ -203,12 +203,19 @@ pub enum JobUserPlan {
 
 impl JobUserPlan {
     /// The users, with a namespace's uids kept in `data_dir` (which this
-    /// process has locked).
-    pub(super) fn open(self, data_dir: &Path) -> anyhow::Result<JobUsers> {
+    /// process has locked; a server's embedded worker has one only with
+    /// --worker-data-dir).
+    pub(super) fn open(self, data_dir: Option<&Path>) -> anyhow::Result<JobUsers> {
         Ok(match self {
             JobUserPlan::Own => JobUsers::Own,
             JobUserPlan::One(u) => JobUsers::One(u),
             JobUserPlan::PerNamespace(range) => {
+                let Some(data_dir) = data_dir else {
+                    bail!(
+                        "--run-as-range keeps the namespaces' uids in the embedded worker's data dir: give --worker-data-dir DIR \
+                         (a directory of its own, for example /var/lib/gnomon/worker)"
+                    )
+                };
                 let alloc = UidAllocator::open(data_dir, range).map_err(|e| anyhow!("--run-as-range {range}: {e}"))?;
                 tracing::info!(
                     range = %range,
@@ -219,11 +226,6 @@ impl JobUserPlan {
                 JobUsers::PerNamespace(Arc::new(alloc))
             }
         })
-    }
-
-    /// Whether jobs need the data dir (a namespace's uids live there).
-    pub(super) fn needs_data_dir(&self) -> bool {
-        matches!(self, JobUserPlan::PerNamespace(_))
     }
 }
 

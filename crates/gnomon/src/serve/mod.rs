@@ -230,7 +230,7 @@ pub async fn dev(args: DevArgs, token: Option<String>, ca: Option<PathBuf>) -> a
     });
     let users = args.jobs.resolve(true, exposed.as_deref())?;
     let _lock = lock_data_dir(&args.data_dir)?;
-    let users = users.open(&args.data_dir)?;
+    let users = users.open(Some(&args.data_dir))?;
     worker.isolation = Arc::new(
         gnomon_worker::isolation::Isolation::new(Some(args.data_dir.join("worker-work")), users, embedded_cgroups())
             .map_err(|e| anyhow!(e))?,
@@ -273,13 +273,9 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
         let (work_root, users) = match &args.worker_data_dir {
             Some(dir) => {
                 _worker_lock = Some(lock_data_dir(dir)?);
-                (Some(dir.join("work")), users.open(dir)?)
+                (Some(dir.join("work")), users.open(Some(dir))?)
             }
-            None if users.needs_data_dir() => bail!(
-                "--run-as-range keeps the namespaces' uids in the embedded worker's data dir: give --worker-data-dir DIR \
-                 (a directory of its own, for example /var/lib/gnomon/worker)"
-            ),
-            None => (None, users.open(Path::new("."))?),
+            None => (None, users.open(None)?),
         };
         w.isolation = Arc::new(gnomon_worker::isolation::Isolation::new(work_root, users, embedded_cgroups()).map_err(|e| anyhow!(e))?);
     } else if args.jobs.given() || args.worker_data_dir.is_some() {

@@ -114,7 +114,7 @@ pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>, ca: 
     let users = args.jobs.resolve(shell, Some(&exposed))?;
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
     let _lock = lock_data_dir(&args.data_dir)?;
-    let users = users.open(&args.data_dir)?;
+    let users = users.open(Some(&args.data_dir))?;
     let id = match args.id {
         Some(id) => id,
         None => {
