@@ -50,6 +50,12 @@ pub struct DoctorArgs {
     /// exist, and this must run as root to switch to it).
     #[arg(long, value_name = "USER", env = "GNOMON_RUN_AS")]
     run_as: Option<String>,
+    /// The uid range a worker here would run each namespace's shell jobs
+    /// in (checked: no id of a user or group of this host, and this must
+    /// run as root).
+    #[arg(long, value_name = "FIRST-LAST", env = "GNOMON_RUN_AS_RANGE", conflicts_with = "run_as",
+          value_parser = crate::serve::parse_run_as_range)]
+    run_as_range: Option<gnomon_worker::isolation::UidRange>,
     /// As a worker's --allow-root-jobs: root jobs are accepted.
     #[arg(long, env = "GNOMON_ALLOW_ROOT_JOBS", value_parser = clap::builder::BoolishValueParser::new())]
     allow_root_jobs: bool,
@@ -103,7 +109,16 @@ pub async fn run(args: DoctorArgs, server: &str, token: Option<&str>, ca: Option
     if args.workers_view {
         servers(&mut r, server, token, ca).await;
     }
-    jobs_user(&mut r, args.run_as.as_deref(), args.allow_root_jobs);
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    match args.run_as_range {
+        Some(range) if root => r.ok(format!(
+            "each namespace's shell jobs would run as a uid of its own from {range} ({} uids, none of a user or group here)",
+            range.len()
+        )),
+        Some(range) => r.fail(format!("--run-as-range {range}: only a worker running as root can run jobs as other users")),
+        None => jobs_user(&mut r, args.run_as.as_deref(), args.allow_root_jobs),
+    }
     if r.failed > 0 {
         println!("{} check(s) failed", r.failed);
         std::process::exit(1);

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use tokio::io::AsyncReadExt;
 
 use super::*;
-use crate::isolation::{apply_in_child, rlimits};
+use crate::isolation::{apply_in_child, rlimits, JobUser, Owner, PrivateDir};
 use crate::tail::OutputTail;
 
 /// Kills what is left in an attempt's cgroup and removes it (it waits for
@@ -39,67 +39,74 @@ fn kill_group(pgid: i32) {
 
 pub(super) async fn run_shell(req: &ExecRequest, spec: &ShellSpec, cancel: watch::Receiver<bool>) -> ExecOutcome {
     let iso = &req.isolation;
-    // A fresh private directory per attempt, unless the job names one.
-    let workdir = match &spec.cwd {
-        Some(_) => None,
-        None => match iso.make_workdir(&req.run_id, req.attempt) {
-            Ok(d) => Some(d),
-            Err(e) => return ExecOutcome::failed(format!("cannot create the attempt's working directory: {e}")),
-        },
+    let user = match iso.user_for(&req.namespace) {
+        Ok(u) => u,
+        Err(e) => return ExecOutcome::failed(format!("cannot choose the user of the attempt: {e}")),
     };
-    // The attempt's files (its params as JSON, its payload): in its working
-    // directory, or in a private directory of their own beside a job's
-    // `cwd`.
+    // A fresh private directory per attempt, unless the job names one; then
+    // one beside it for the attempt's files (its params as JSON, its
+    // payload) and for the home of a namespace's uid, when there are any.
     let has_files = req.params.is_some() || req.payload.is_some();
-    let files = match (has_files, &workdir) {
-        (false, _) => None,
-        (true, Some(d)) => Some((d.clone(), false)),
-        (true, None) => match iso.make_workdir(&format!("{}-files", req.run_id), req.attempt) {
-            Ok(d) => Some((d, true)),
-            Err(e) => return ExecOutcome::failed(format!("cannot create the attempt's file directory: {e}")),
-        },
+    let needs_home = user.as_ref().is_some_and(|u| u.home.is_none());
+    let private = match (&spec.cwd, has_files || needs_home) {
+        (None, _) => {
+            Some(iso.make_workdir(&req.run_id, req.attempt).map_err(|e| format!("cannot create the attempt's working directory: {e}")))
+        }
+        (Some(_), true) => Some(
+            iso.make_workdir(&format!("{}-files", req.run_id), req.attempt)
+                .map_err(|e| format!("cannot create the attempt's file directory: {e}")),
+        ),
+        (Some(_), false) => None,
+    }
+    .transpose();
+    let private = match private {
+        Ok(p) => p,
+        Err(e) => return ExecOutcome::failed(e),
     };
+    let is_workdir = spec.cwd.is_none();
+    let owner = user.as_ref().map(|u| (u.uid, u.gid));
     let mut extra: Vec<(String, String)> = Vec::new();
-    if let (Some(params), Some((dir, _))) = (&req.params, &files) {
-        match write_private(iso, &dir.join("gnomon-params.json"), &serde_json::to_vec(params).unwrap_or_default()) {
-            Ok(path) => extra.push(("PARAMS_FILE".into(), path)),
-            Err(e) => return ExecOutcome::failed(format!("cannot write the run's params file: {e}")),
+    let prepared = match &private {
+        Some(dir) => prepare(dir, req, owner, &mut extra),
+        None => Ok(()),
+    };
+    let outcome = match prepared {
+        Ok(()) => spawn_shell(req, spec, (user.as_ref(), private.as_ref().filter(|_| is_workdir), private.as_ref()), &extra, cancel).await,
+        Err(e) => ExecOutcome::failed(e),
+    };
+    if let Some(d) = private {
+        if !(is_workdir && spec.keep_workdir) {
+            d.remove();
         }
-    }
-    if let (Some(payload), Some((dir, _))) = (&req.payload, &files) {
-        match write_private(iso, &dir.join("gnomon-payload"), payload.as_bytes()) {
-            Ok(path) => extra.push(("PAYLOAD_FILE".into(), path)),
-            Err(e) => return ExecOutcome::failed(format!("cannot write the run's payload file: {e}")),
-        }
-    }
-    let outcome = spawn_shell(req, spec, workdir.as_deref(), &extra, cancel).await;
-    if let Some(d) = &workdir {
-        if !spec.keep_workdir {
-            Isolation::remove_workdir(d);
-        }
-    }
-    if let Some((d, true)) = &files {
-        Isolation::remove_workdir(d);
     }
     outcome
 }
 
-/// Writes `bytes` to `path`, readable only by the job's user; its path.
-fn write_private(iso: &Isolation, path: &std::path::Path, bytes: &[u8]) -> std::io::Result<String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
-    f.write_all(bytes)?;
-    if let Some(u) = &iso.run_as {
-        std::os::unix::fs::chown(path, Some(u.uid), Some(u.gid))?;
+/// Writes the attempt's files into its directory, then gives the directory
+/// to the job's user (`owner`).
+fn prepare(dir: &PrivateDir, req: &ExecRequest, owner: Option<Owner>, extra: &mut Vec<(String, String)>) -> Result<(), String> {
+    if let Some(params) = &req.params {
+        let path = dir
+            .write_file("gnomon-params.json", &serde_json::to_vec(params).unwrap_or_default(), owner)
+            .map_err(|e| format!("cannot write the run's params file: {e}"))?;
+        extra.push(("PARAMS_FILE".into(), path.display().to_string()));
     }
-    Ok(path.display().to_string())
+    if let Some(payload) = &req.payload {
+        let path =
+            dir.write_file("gnomon-payload", payload.as_bytes(), owner).map_err(|e| format!("cannot write the run's payload file: {e}"))?;
+        extra.push(("PAYLOAD_FILE".into(), path.display().to_string()));
+    }
+    dir.hand_over(owner).map_err(|e| format!("cannot give the attempt's directory to its user: {e}"))
 }
+
+/// The attempt's user, its working directory (when gnomon made it) and its
+/// own directory (the working one, or the one beside a job's `cwd`).
+type Where<'a> = (Option<&'a JobUser>, Option<&'a PrivateDir>, Option<&'a PrivateDir>);
 
 async fn spawn_shell(
     req: &ExecRequest,
     spec: &ShellSpec,
-    workdir: Option<&std::path::Path>,
+    (user, workdir, private): Where<'_>,
     files: &[(String, String)],
     cancel: watch::Receiver<bool>,
 ) -> ExecOutcome {
@@ -107,7 +114,7 @@ async fn spawn_shell(
     let mut cmd = tokio::process::Command::new(&spec.command);
     let mut vars: Vec<(String, String)> = req.gnomon_vars().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
     vars.extend(files.iter().cloned());
-    let mut env = iso.environment(&spec.env, &vars);
+    let mut env = iso.environment(user, private.map(PrivateDir::path), &spec.env, &vars);
     env.extend(req.param_vars());
     cmd.args(&spec.args)
         .env_clear()
@@ -117,15 +124,12 @@ async fn spawn_shell(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    match (&spec.cwd, workdir) {
-        (Some(cwd), _) => {
-            cmd.current_dir(cwd);
-        }
-        (None, Some(d)) => {
-            cmd.current_dir(d);
-        }
-        (None, None) => {}
+    // A job's own `cwd` is a path; the directory gnomon made is entered by
+    // its open descriptor in the child (`apply_in_child`).
+    if let Some(cwd) = &spec.cwd {
+        cmd.current_dir(cwd);
     }
+    let cwd_fd = workdir.map(PrivateDir::raw_fd);
     // The attempt's own cgroup, when the worker has them: made before the
     // fork, entered by the child before exec.
     let cgroup = match &iso.cgroups {
@@ -143,19 +147,19 @@ async fn spawn_shell(
     let by_cgroup = iso.cgroups.as_ref().map_or((false, false), |c| (c.memory, c.pids));
     let limits = rlimits(spec.limits.as_ref(), by_cgroup);
     let cgroup_fd = cgroup.as_ref().map(|c| c.procs_fd());
-    let run_as = iso.run_as.as_ref().map(|u| (u.uid, u.gid));
+    let run_as = user.map(|u| (u.uid, u.gid));
     // Limits, then the user switch, then: if the worker dies (SIGKILL,
     // OOM), its job's top process dies with it instead of running on beside
     // the retry the leader will dispatch (set last: a credential change
     // clears it).
-    // SAFETY: setrlimit, setgroups, setgid, setuid and prctl are
+    // SAFETY: setrlimit, fchdir, setgroups, setgid, setuid and prctl are
     // async-signal-safe; nothing else runs between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
             if let Some(fd) = cgroup_fd {
                 crate::cgroup::enter_in_child(fd)?;
             }
-            apply_in_child(&limits, run_as)?;
+            apply_in_child(&limits, cwd_fd, run_as)?;
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }

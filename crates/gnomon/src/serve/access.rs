@@ -9,6 +9,7 @@ use clap::Args;
 use gnomon_server::auth::{AuthConfig, Authenticator, Principal, Role};
 use gnomon_server::browser::HostPolicy;
 use gnomon_server::listener::{ListenConfig, TlsFiles};
+use gnomon_worker::isolation::{JobUsers, RunAs, UidAllocator, UidRange};
 use gnomon_worker::{WorkerConfig, WorkerTls};
 
 /// Who may call the server, shared by `dev` and `server`.
@@ -163,36 +164,100 @@ pub struct JobUserArgs {
     /// get that user's primary group only and its HOME). Without it, jobs
     /// run as this process's own user and can reach what it can: its data
     /// dir, its files (a --token-file, TLS keys), its other jobs' files.
+    /// Every namespace's jobs share the user: --run-as-range keeps them apart.
     #[arg(long, value_name = "USER", env = "GNOMON_RUN_AS")]
     pub run_as: Option<String>,
+    /// Run each namespace's shell jobs as a uid of its own from this range
+    /// (this process must run as root). A namespace gets the lowest free uid
+    /// of the range the first time it runs a job here and keeps it (recorded
+    /// in uids.json in the data dir); its group is the same id, with no
+    /// other groups, and HOME is the attempt's directory. The range must
+    /// hold no id of a user or group of /etc/passwd or /etc/group, and no
+    /// other worker on this host may use any of it. When every uid is taken,
+    /// a new namespace's attempts fail.
+    #[arg(long, value_name = "FIRST-LAST", env = "GNOMON_RUN_AS_RANGE", conflicts_with = "run_as", value_parser = parse_run_as_range)]
+    pub run_as_range: Option<UidRange>,
     /// Run shell jobs as root when this process runs as root without
-    /// --run-as (refused otherwise): every job can then do anything on
-    /// this host.
+    /// --run-as or --run-as-range (refused otherwise): every job can then
+    /// do anything on this host.
     #[arg(long, env = "GNOMON_ALLOW_ROOT_JOBS", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_root_jobs: bool,
 }
 
+/// `--run-as-range`: `FIRST-LAST` above 0, holding no id of this host's
+/// users or groups.
+pub fn parse_run_as_range(text: &str) -> Result<UidRange, String> {
+    let range = UidRange::parse(text)?;
+    range.check_host()?;
+    Ok(range)
+}
+
+/// Which users shell jobs run as, checked, before anything is opened.
+#[derive(Debug)]
+pub enum JobUserPlan {
+    Own,
+    One(RunAs),
+    /// A uid per namespace from the range, allocated in the data dir.
+    PerNamespace(UidRange),
+}
+
+impl JobUserPlan {
+    /// The users, with a namespace's uids kept in `data_dir` (which this
+    /// process has locked; a server's embedded worker has one only with
+    /// --worker-data-dir).
+    pub(super) fn open(self, data_dir: Option<&Path>) -> anyhow::Result<JobUsers> {
+        Ok(match self {
+            JobUserPlan::Own => JobUsers::Own,
+            JobUserPlan::One(u) => JobUsers::One(u),
+            JobUserPlan::PerNamespace(range) => {
+                let Some(data_dir) = data_dir else {
+                    bail!(
+                        "--run-as-range keeps the namespaces' uids in the embedded worker's data dir: give --worker-data-dir DIR \
+                         (a directory of its own, for example /var/lib/gnomon/worker)"
+                    )
+                };
+                let alloc = UidAllocator::open(data_dir, range).map_err(|e| anyhow!("--run-as-range {range}: {e}"))?;
+                tracing::info!(
+                    range = %range,
+                    namespaces = alloc.allocations().len(),
+                    file = %alloc.file().display(),
+                    "each namespace's shell jobs run as a uid of its own"
+                );
+                JobUsers::PerNamespace(Arc::new(alloc))
+            }
+        })
+    }
+}
+
 impl JobUserArgs {
-    /// The user shell jobs run as, checked before anything is created:
-    /// `--run-as` looked up; without it, a root process refuses to start
-    /// unless `--allow-root-jobs`, and any other warns (when `exposed`
-    /// says what a job could reach) that its jobs run as its own user.
-    pub(super) fn resolve(&self, shell: bool, exposed: Option<&str>) -> anyhow::Result<Option<gnomon_worker::isolation::RunAs>> {
-        if let Some(u) = &self.run_as {
-            let user = gnomon_worker::isolation::RunAs::lookup(u).map_err(|e| anyhow!(e))?;
-            tracing::info!(user = %user.name, uid = user.uid, "shell jobs run as {}", user.name);
-            return Ok(Some(user));
-        }
-        if !shell {
-            return Ok(None);
-        }
+    /// Which users shell jobs run as, checked before anything is created:
+    /// `--run-as` looked up; `--run-as-range` needs root; without either, a
+    /// root process refuses to start unless `--allow-root-jobs`, and any
+    /// other warns (when `exposed` says what a job could reach) that its
+    /// jobs run as its own user.
+    pub(super) fn resolve(&self, shell: bool, exposed: Option<&str>) -> anyhow::Result<JobUserPlan> {
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
+        if let Some(range) = self.run_as_range {
+            if euid != 0 {
+                bail!("--run-as-range {range}: only a process running as root can run jobs as other users (this one is uid {euid})");
+            }
+            return Ok(JobUserPlan::PerNamespace(range));
+        }
+        if let Some(u) = &self.run_as {
+            let user = RunAs::lookup(u).map_err(|e| anyhow!(e))?;
+            tracing::info!(user = %user.name, uid = user.uid, "shell jobs run as {}", user.name);
+            return Ok(JobUserPlan::One(user));
+        }
+        if !shell {
+            return Ok(JobUserPlan::Own);
+        }
         if euid == 0 {
             if !self.allow_root_jobs {
                 bail!(
                     "refusing to run shell jobs as root: every job could do anything on this host. \
                      Pass --run-as USER to run them as an unprivileged user (for example --run-as nobody), \
+                     --run-as-range FIRST-LAST to run each namespace's as a uid of its own, \
                      or --allow-root-jobs (GNOMON_ALLOW_ROOT_JOBS=1) to accept root jobs"
                 );
             }
@@ -208,6 +273,11 @@ impl JobUserArgs {
                  run this process as root with --run-as USER to run them as another user"
             );
         }
-        Ok(None)
+        Ok(JobUserPlan::Own)
+    }
+
+    /// Whether a user switch was asked for (`--run-as` or `--run-as-range`).
+    pub(super) fn given(&self) -> bool {
+        self.run_as.is_some() || self.run_as_range.is_some()
     }
 }

@@ -6,7 +6,7 @@ mod access;
 mod process;
 mod worker;
 
-pub use access::{AccessArgs, JobUserArgs};
+pub use access::{parse_run_as_range, AccessArgs, JobUserArgs};
 pub use process::{LogFormat, LOG_FORMAT};
 pub use worker::{worker, WorkerArgs};
 
@@ -38,7 +38,9 @@ pub struct DevArgs {
     /// The address the API, the console and the worker protocol listen on.
     #[arg(long, default_value = "127.0.0.1:7400", env = "GNOMON_LISTEN")]
     listen: String,
-    /// Where the embedded SQLite store, the worker's spool and its id live.
+    /// Where the embedded SQLite store, the worker's spool, its attempts'
+    /// working directories (`worker-work/`) and, with --run-as-range, the
+    /// namespaces' uids (`uids.json`) live.
     #[arg(long, default_value = "./.gnomon", env = "GNOMON_DATA_DIR")]
     data_dir: PathBuf,
     /// Allow a non-loopback listener without a token.
@@ -182,6 +184,13 @@ pub struct ServerArgs {
     /// `gnomon worker` processes instead).
     #[arg(long, default_value_t = 0, env = "GNOMON_CAPACITY")]
     capacity: u32,
+    /// The embedded worker's data dir (locked; one per process): its
+    /// attempts' working directories (`work/`) and, with --run-as-range,
+    /// the namespaces' uids (`uids.json`); required with --run-as-range.
+    /// Without it, attempts get their directories in a fresh private
+    /// directory in the temp dir.
+    #[arg(long, value_name = "DIR", env = "GNOMON_WORKER_DATA_DIR")]
+    worker_data_dir: Option<PathBuf>,
     #[command(flatten)]
     jobs: JobUserArgs,
     #[command(flatten)]
@@ -219,11 +228,13 @@ pub async fn dev(args: DevArgs, token: Option<String>, ca: Option<PathBuf>) -> a
             args.data_dir.display()
         )
     });
-    let run_as = args.jobs.resolve(true, exposed.as_deref())?;
-    let cgroups = worker.isolation.cgroups.clone();
-    worker.isolation =
-        Arc::new(gnomon_worker::isolation::Isolation { work_root: Some(args.data_dir.join("worker-work")), run_as, cgroups });
+    let users = args.jobs.resolve(true, exposed.as_deref())?;
     let _lock = lock_data_dir(&args.data_dir)?;
+    let users = users.open(Some(&args.data_dir))?;
+    worker.isolation = Arc::new(
+        gnomon_worker::isolation::Isolation::new(Some(args.data_dir.join("worker-work")), users, embedded_cgroups())
+            .map_err(|e| anyhow!(e))?,
+    );
     let db = args.data_dir.join("gnomon.db");
     let url = format!("sqlite://{}", db.display());
     let store = open_store(&url).await.with_context(|| format!("opening store {url}"))?;
@@ -239,6 +250,7 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
         check_capacity(args.capacity)?;
     }
     let mut worker = (args.capacity > 0).then(|| embedded_worker(&node_id, args.capacity, None));
+    let mut _worker_lock = None;
     let auth = args.access.authenticator(token.as_deref(), worker.as_mut())?;
     let listen = args.access.listen_config()?;
     gnomon_server::auth::check_listen(&addr, auth.enabled(), listen.tls.is_some(), args.insecure).map_err(|e| anyhow!(e))?;
@@ -255,11 +267,19 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
         w.tls = args.access.embedded_worker_tls(ca.as_deref());
         let exposed = "the store's files or credentials where this process can read them (a --config file, \
              the SQLite or raft data dir), the files it reads (--token-file, --auth-file, TLS keys) and its processes";
-        let run_as = args.jobs.resolve(true, Some(exposed))?;
-        let cgroups = w.isolation.cgroups.clone();
-        w.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: None, run_as, cgroups });
-    } else if args.jobs.run_as.is_some() {
-        bail!("--run-as applies to the embedded worker: give --capacity N too");
+        let users = args.jobs.resolve(true, Some(exposed))?;
+        // Its own data dir when given (needed for --run-as-range), else a
+        // fresh private directory in the temp dir for its attempts.
+        let (work_root, users) = match &args.worker_data_dir {
+            Some(dir) => {
+                _worker_lock = Some(lock_data_dir(dir)?);
+                (Some(dir.join("work")), users.open(Some(dir))?)
+            }
+            None => (None, users.open(None)?),
+        };
+        w.isolation = Arc::new(gnomon_worker::isolation::Isolation::new(work_root, users, embedded_cgroups()).map_err(|e| anyhow!(e))?);
+    } else if args.jobs.given() || args.worker_data_dir.is_some() {
+        bail!("--run-as, --run-as-range and --worker-data-dir apply to the embedded worker: give --capacity N too");
     }
     if store_kind == StoreKind::Raft {
         if !matches!(args.election.as_str(), "auto" | "raft") {
@@ -400,7 +420,6 @@ fn embedded_worker(node_id: &str, capacity: u32, spool_dir: Option<PathBuf>) -> 
     w.prefetch = gnomon_worker::session::default_prefetch(capacity);
     w.spool_dir = spool_dir;
     w.drain_timeout = std::time::Duration::from_secs(5);
-    w.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: None, run_as: None, cgroups: embedded_cgroups() });
     w
 }
 

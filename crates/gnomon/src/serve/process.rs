@@ -67,10 +67,18 @@ pub(super) fn lock_data_dir(dir: &Path) -> anyhow::Result<DirLock> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).with_context(|| format!("creating data dir {}", dir.display()))?;
-    // The store and the spool hold job specs, env and output: owner only.
-    let meta = std::fs::metadata(dir).with_context(|| format!("reading data dir {}", dir.display()))?;
-    if meta.permissions().mode() & 0o077 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+    // The store and the spool hold job specs, env and output: owner only
+    // (others may at most pass through, to reach the directory of an
+    // attempt run as another user).
+    // Checked and changed on the open directory, not by path.
+    let opened = std::fs::File::open(dir).with_context(|| format!("opening data dir {}", dir.display()))?;
+    let meta = opened.metadata().with_context(|| format!("reading data dir {}", dir.display()))?;
+    if !meta.is_dir() {
+        bail!("data dir {} is not a directory", dir.display());
+    }
+    if meta.permissions().mode() & 0o066 != 0 {
+        opened
+            .set_permissions(std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("making data dir {} private (0700)", dir.display()))?;
     }
     let path = dir.join("lock");

@@ -29,7 +29,9 @@ pub struct WorkerArgs {
     /// A label for routing (`--label zone=a`), repeatable.
     #[arg(long = "label", value_name = "K=V", env = "GNOMON_LABEL")]
     labels: Vec<String>,
-    /// Keeps the worker id and the spool of unacknowledged reports.
+    /// Keeps the worker id, the spool of unacknowledged reports, the
+    /// attempts' working directories (`work/`) and, with --run-as-range,
+    /// the namespaces' uids (`uids.json`).
     #[arg(long, default_value = "./.gnomon-worker", env = "GNOMON_DATA_DIR")]
     data_dir: PathBuf,
     /// The executor kinds this worker runs (comma-separated: shell, http,
@@ -109,9 +111,10 @@ pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>, ca: 
         args.data_dir.display(),
         if token.as_deref().is_some_and(|t| !t.is_empty()) { " that may hold its token" } else { "" }
     );
-    let run_as = args.jobs.resolve(shell, Some(&exposed))?;
+    let users = args.jobs.resolve(shell, Some(&exposed))?;
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
     let _lock = lock_data_dir(&args.data_dir)?;
+    let users = users.open(Some(&args.data_dir))?;
     let id = match args.id {
         Some(id) => id,
         None => {
@@ -139,7 +142,8 @@ pub async fn worker(args: WorkerArgs, servers: &str, token: Option<String>, ca: 
     config.token = token;
     config.executors = args.executors.clone();
     let cgroups = gnomon_worker::cgroup::Cgroups::shared(args.cgroups).map_err(|e| anyhow!(e))?;
-    config.isolation = Arc::new(gnomon_worker::isolation::Isolation { work_root: Some(args.data_dir.join("work")), run_as, cgroups });
+    config.isolation =
+        Arc::new(gnomon_worker::isolation::Isolation::new(Some(args.data_dir.join("work")), users, cgroups).map_err(|e| anyhow!(e))?);
     let mut egress =
         if args.allow_link_local { gnomon_worker::egress::Egress::default() } else { gnomon_worker::egress::Egress::with_defaults() };
     for c in &args.deny_cidrs {
