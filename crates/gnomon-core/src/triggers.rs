@@ -50,16 +50,20 @@ pub struct WebhookTrigger {
     /// secret: `GNOMON_HOOK_SECRET_` followed by capitals, digits or `_`.
     /// A call carries `Gnomon-Timestamp: <Unix milliseconds>` and
     /// `Gnomon-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::HookSecretEnv))]
     pub secret_env: String,
     /// How far, in seconds, a call's timestamp may be from the server's
     /// clock (1 to 3600, default 300). A call is accepted once: a replay of
     /// it inside this window is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::int::option")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3600))]
     pub tolerance_seconds: Option<u32>,
     /// Params the payload sets, by name: a JSON pointer (RFC 6901, e.g.
     /// `/ref` or `/repository/name`) into a JSON payload. A pointer that
     /// finds nothing leaves the param at its default.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<crate::schema::ParamName, crate::schema::JsonPointer>))]
     pub params: BTreeMap<String, String>,
 }
 

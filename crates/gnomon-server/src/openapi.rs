@@ -25,7 +25,7 @@ use crate::cluster_api;
         status::list_workers, status::whoami, status::leader, status::healthz, status::readyz,
         cluster_api::status, cluster_api::add_learner, cluster_api::promote, cluster_api::remove,
     ),
-    components(schemas(gnomon_api::ErrorBody, gnomon_api::TriggerAnswer)),
+    components(schemas(gnomon_api::ErrorBody, gnomon_api::TriggerAnswer, gnomon_core::schema::JobUpdate)),
     modifiers(&Bearer),
     tags(
         (name = "jobs", description = "Jobs, manual triggers and schedule previews"),
@@ -52,5 +52,9 @@ impl Modify for Bearer {
 pub fn document() -> serde_json::Value {
     let mut doc = Doc::openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
-    serde_json::to_value(doc).unwrap_or_default()
+    let mut value = serde_json::to_value(doc).unwrap_or_default();
+    if let Some(serde_json::Value::Object(schemas)) = value.pointer_mut("/components/schemas") {
+        gnomon_core::schema::refine(schemas);
+    }
+    value
 }

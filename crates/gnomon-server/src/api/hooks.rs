@@ -58,10 +58,11 @@ fn unauthorized(r: Refusal) -> ApiError {
         the job's `triggers.webhook.params` take params from it. With an `Idempotency-Key`, a repeat answers 200 with the run the \
         key names; without one, a replay of the same call is refused with 409.",
     security(()),
-    params(("namespace" = String, Path), ("job" = String, Path),
-        ("Gnomon-Timestamp" = String, Header, description = "Unix milliseconds"),
-        ("Gnomon-Signature" = String, Header, description = "sha256=<64 hex digits>"),
-        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters naming the run")),
+    params(("namespace" = gnomon_core::schema::Namespace, Path, description = "The job's namespace"),
+        ("job" = gnomon_core::schema::Name, Path, description = "The job's name"),
+        ("Gnomon-Timestamp" = String, Header, pattern = "^[0-9]{1,15}$", description = "Unix milliseconds"),
+        ("Gnomon-Signature" = String, Header, pattern = "^sha256=[0-9a-f]{64}$", description = "sha256=<64 hex digits>"),
+        ("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, max_length = 255, pattern = "^[!-~](?:[ -~]*[!-~])?$", description = "1 to 255 visible ASCII characters (spaces inside) naming the run")),
     request_body(content = String, description = "The payload: any UTF-8 text, usually JSON"),
     responses((status = 201, body = gnomon_api::Run, description = "the run the call started"),
         (status = 200, body = gnomon_api::Run, description = "the run the idempotency key already named; nothing was created"),
@@ -69,7 +70,10 @@ fn unauthorized(r: Refusal) -> ApiError {
         (status = 404, body = gnomon_api::ErrorBody, description = "no such job, or it takes no webhook calls"),
         (status = 409, body = gnomon_api::ErrorBody, description = "a replay of a call already accepted, or a key reused with another payload"),
         (status = 413, body = gnomon_api::ErrorBody, description = "the payload is larger than 64 KiB"),
-        (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 502, body = gnomon_api::ErrorBody, description = "the leader could not be reached"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
 
 pub(crate) async fn hook(State(state): State<ApiState>, Path((ns, name)): Path<(String, String)>, req: Request) -> ApiResult<Response> {
     let peer = crate::listener::ClientAddr::shown(req.extensions().get());
