@@ -107,7 +107,7 @@ fi
 
 echo "== schemathesis $SCHEMATHESIS_VERSION, seed $SEED, against gnomon dev on $addr"
 set +e
-timeout --kill-after=10 "$CONTRACT_BUDGET" "$VENV/bin/schemathesis" --no-color --config-file scripts/contract.toml run \
+PYTHONPATH=scripts timeout --kill-after=10 "$CONTRACT_BUDGET" "$VENV/bin/schemathesis" --no-color --config-file scripts/contract.toml run \
   "http://$addr/v1/openapi.json" --url "http://$addr" \
   --seed "$SEED" --generation-deterministic --workers 1 "$@"
 status=$?

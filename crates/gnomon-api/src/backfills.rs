@@ -12,7 +12,8 @@ pub struct BackfillRequest {
     #[schema(value_type = gnomon_core::schema::Instant)]
     pub from: String,
     /// The last instant of the range (RFC 3339), included; not before
-    /// `from`, not in the future.
+    /// `from`. One still to come is cut to the time the backfill is asked
+    /// for (the future is the schedule's); the answer shows the cut.
     #[schema(value_type = gnomon_core::schema::Instant)]
     pub to: String,
     /// Values of the job's params for every run it creates (the others

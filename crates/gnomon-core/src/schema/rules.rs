@@ -180,7 +180,10 @@ fn rules() -> Vec<(&'static str, Value)> {
         (
             "NotifyTarget",
             json!({
-                "oneOf": [{"required": ["webhook"]}, {"required": ["slack"]}],
+                "oneOf": [
+                    {"required": ["webhook"], "properties": {"webhook": {"not": {"type": "null"}}, "slack": {"type": "null"}}},
+                    {"required": ["slack"], "properties": {"slack": {"not": {"type": "null"}}, "webhook": {"type": "null"}}}
+                ],
                 "properties": {"on": {"uniqueItems": true}},
                 "dependentSchemas": {"late_after": {"properties": {"on": {"contains": {"const": "late"}}}}}
             }),

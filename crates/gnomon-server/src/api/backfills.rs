@@ -83,26 +83,30 @@ pub(super) async fn create_backfill(State(state): State<ApiState>, Path(name): P
     if from > to {
         return Err(ApiError::bad("invalid_range", "from: the range's first instant is after its last (`to`)"));
     }
-    if to > now {
-        return Err(ApiError::bad("invalid_range", "to: a backfill covers past instants only; the future is the schedule's"));
-    }
+    // A backfill covers past instants only: the future is the schedule's.
+    let to = to.min(now);
     let rate = b.rate.unwrap_or(DEFAULT_BACKFILL_RATE);
     if !(1..=MAX_BACKFILL_RATE).contains(&rate) {
         return Err(ApiError::bad("invalid_rate", format!("rate: instants per second, 1 to {MAX_BACKFILL_RATE}")));
     }
     let compiled = job.spec.compile()?;
     if compiled.schedule.is_manual() {
-        return Err(ApiError::bad("no_schedule", format!("job {}/{name} has no schedule, so no instants to backfill", job.namespace)));
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_schedule",
+            format!("job {}/{name} has no schedule, so no instants to backfill", job.namespace),
+        ));
     }
     let (instants, cut) = compiled.schedule.fires_between(from - 1, to, MAX_BACKFILL_INSTANTS);
     if cut {
-        return Err(ApiError::bad(
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
             "too_many_instants",
             format!("from: the range holds more than {MAX_BACKFILL_INSTANTS} instants; split it"),
         ));
     }
     if instants.is_empty() {
-        return Err(ApiError::bad("no_instants", "from: the job's schedule has no instant in the range"));
+        return Err(ApiError::new(StatusCode::CONFLICT, "no_instants", "from: the job's schedule has no past instant in the range"));
     }
     let given = b.params.unwrap_or_default();
     let params = gnomon_core::params::resolve(&job.spec.params, &given)?.map(|p| serde_json::to_string(&p).unwrap_or_default());
