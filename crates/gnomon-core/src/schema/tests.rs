@@ -47,7 +47,8 @@ fn random_duration(rng: &mut StdRng) -> String {
 #[test]
 fn each_duration_pattern_admits_only_values_its_field_accepts_and_their_normal_form() {
     let mut rng = StdRng::seed_from_u64(7);
-    let kinds: [(&str, String, Box<dyn Fn(&str) -> Value>); 8] = [
+    type JobWith = Box<dyn Fn(&str) -> Value>;
+    let kinds: [(&str, String, JobWith); 8] = [
         ("timeout", duration_pattern(), Box::new(|d| job(json!({"timeout": d})))),
         (
             "catchup",
@@ -161,7 +162,7 @@ fn sizes_urls_and_names_admitted_are_accepted() {
     let memory = re(MEMORY_PATTERN);
     for _ in 0..5_000 {
         let digits = rng.gen_range(1..21);
-        let n: String = (0..digits).map(|i| char::from(b'0' + rng.gen_range(if i == 0 { 0 } else { 0 }..10))).collect();
+        let n: String = (0..digits).map(|_| char::from(b'0' + rng.gen_range(0..10))).collect();
         let unit = ["", "k", "KiB", "M", "mb", "MiB", "G", "gib", "T", "TiB", "tb", "B", "x"][rng.gen_range(0..13)];
         let text = format!("{n}{unit}");
         if memory.is_match(&text) {
