@@ -63,7 +63,8 @@ pub(crate) async fn status(State(state): State<ApiState>) -> ApiResult<Json<Clus
         (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
         (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
         (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(crate) async fn add_learner(State(state): State<ApiState>, req: Request) -> ApiResult<Json<ClusterStatus>> {
     let m = member(&state)?;
     let bytes = crate::api::extract::read_body(req.into_body()).await?;
@@ -87,7 +88,8 @@ pub(crate) async fn add_learner(State(state): State<ApiState>, req: Request) -> 
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
         (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
         (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(crate) async fn promote(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Json<ClusterStatus>> {
     let m = member(&state)?;
     let id = member_id(&id)?;
@@ -103,7 +105,8 @@ pub(crate) async fn promote(State(state): State<ApiState>, Path(id): Path<String
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
         (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
         (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(crate) async fn remove(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Json<Removed>> {
     let m = member(&state)?;
     let id = member_id(&id)?;

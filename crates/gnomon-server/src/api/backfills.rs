@@ -71,7 +71,8 @@ fn body(bytes: &[u8]) -> ApiResult<BackfillRequest> {
         (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
         (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn create_backfill(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     let q: NsQuery = query(req.uri().query())?;
     check_ns(&caller(&req)?, q.namespace())?;
@@ -197,7 +198,8 @@ pub(super) async fn get_backfill(State(state): State<ApiState>, Path(id): Path<S
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
         (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn cancel_backfill(State(state): State<ApiState>, Path(id): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     let p = caller(&req)?;
     visible(&state, &p, &id, None).await?;

@@ -73,7 +73,8 @@ fn unauthorized(r: Refusal) -> ApiError {
         (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 502, body = gnomon_api::ErrorBody, description = "the leader could not be reached"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the Host or Origin is refused (a defence against DNS rebinding and cross-site requests)")))]
 
 pub(crate) async fn hook(State(state): State<ApiState>, Path((ns, name)): Path<(String, String)>, req: Request) -> ApiResult<Response> {
     let peer = crate::listener::ClientAddr::shown(req.extensions().get());

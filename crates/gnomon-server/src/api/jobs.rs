@@ -63,7 +63,8 @@ fn check_name(name: &str) -> ApiResult<()> {
         (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
         (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn create_job(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
     let p = caller(&req)?;
     let q: NsQuery = query(req.uri().query())?;
@@ -92,7 +93,8 @@ pub(super) async fn create_job(State(state): State<ApiState>, req: Request) -> A
         (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
         (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn put_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     check_name(&name)?;
     let p = caller(&req)?;
@@ -207,7 +209,8 @@ pub(super) async fn get_job(State(state): State<ApiState>, Path(name): Path<Stri
         (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
         (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn delete_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     let q: NsQuery = query(req.uri().query())?;
     check_name(&name)?;
@@ -239,7 +242,8 @@ async fn set_paused(state: ApiState, name: String, req: Request, paused: bool) -
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
         (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn pause_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     set_paused(state, name, req, true).await
 }
@@ -252,7 +256,8 @@ pub(super) async fn pause_job(State(state): State<ApiState>, Path(name): Path<St
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
         (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn resume_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     set_paused(state, name, req, false).await
 }
@@ -263,7 +268,8 @@ pub(super) async fn resume_job(State(state): State<ApiState>, Path(name): Path<S
         (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
         (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
-        (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB")))]
+        (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn preview_schedule(State(state): State<ApiState>, req: Request) -> ApiResult<Json<SchedulePreview>> {
     use gnomon_core::preview::{format_local, format_offset, preview, zone_of};
     let bytes = read_body(req.into_body()).await?;

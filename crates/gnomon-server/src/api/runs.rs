@@ -191,7 +191,8 @@ pub(super) async fn get_run(
         (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
         (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn cancel_run(
     State(state): State<ApiState>,
     Extension(p): Extension<Principal>,

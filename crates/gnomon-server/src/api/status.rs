@@ -160,14 +160,16 @@ pub(super) async fn leader(State(state): State<ApiState>, uri: axum::http::Uri) 
 const READY_CACHE: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[utoipa::path(get, path = "/healthz", tag = "operations", summary = "The process answers (no credential)",
-    security(()), responses((status = 200, body = Health)))]
+    security(()), responses((status = 200, body = Health),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the Host or Origin is refused (a defence against DNS rebinding and cross-site requests)")))]
 pub(super) async fn healthz() -> Json<Health> {
     Json(Health { status: "ok".into() })
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "operations", summary = "A leader is recorded and this server can reach the store (no credential)",
     security(()), responses((status = 200, body = Ready), (status = 503, body = gnomon_api::ErrorBody),
-        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server")))]
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the Host or Origin is refused (a defence against DNS rebinding and cross-site requests)")))]
 pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
     if let Some(st) = state.raft.as_ref().map(|s| s.member.status()).filter(|st| st.degraded) {
         return degraded(&st, "no leader").into_response();

@@ -80,7 +80,8 @@ pub(super) fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> 
         (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 502, body = gnomon_api::ErrorBody, description = "the leader could not be reached"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn trigger_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<Response> {
     if state.node.leader_commands().is_none() {
         // Only the leader creates runs: a follower hands the call on.
