@@ -22,7 +22,15 @@ echo "== cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 echo "== cargo test"
 cargo test --workspace 2>&1 | tee target/test-output.log
-# One closing line for the whole run.
+# The API contract: schemathesis against the debug `gnomon dev` the tests
+# built (scripts/contract.sh: pinned, derandomized, at most 3 minutes).
+echo "== API contract (schemathesis)"
+contract=0
+scripts/contract.sh 2>&1 | tee target/contract-output.log || contract=1
+# One closing line for the whole run (the contract counts as one test).
 passed=$(grep -Eo 'test result: ok\. [0-9]+ passed' target/test-output.log | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' target/test-output.log | awk '{s+=$1} END {print s+0}')
+passed=$((passed + 1 - contract))
+failed=$((failed + contract))
 echo "gnomon: $passed passed, $failed failed"
+[ "$contract" = 0 ]

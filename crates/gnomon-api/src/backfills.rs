@@ -9,16 +9,21 @@ use utoipa::ToSchema;
 #[serde(deny_unknown_fields)]
 pub struct BackfillRequest {
     /// The first instant of the range (RFC 3339), included.
+    #[schema(value_type = gnomon_core::schema::Instant)]
     pub from: String,
-    /// The last instant of the range (RFC 3339), included; not in the future.
+    /// The last instant of the range (RFC 3339), included; not before
+    /// `from`. One still to come is cut to the time the backfill is asked
+    /// for (the future is the schedule's); the answer shows the cut.
+    #[schema(value_type = gnomon_core::schema::Instant)]
     pub to: String,
     /// Values of the job's params for every run it creates (the others
-    /// keep their defaults).
+    /// keep their defaults); each must be a param the job declares.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<std::collections::BTreeMap<gnomon_core::schema::ParamName, gnomon_core::schema::ParamValue>>)]
     pub params: Option<gnomon_core::params::Params>,
     /// Instants per second (1 to 1000; default 10).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "gnomon_core::int::option")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub rate: Option<u32>,
 }
 

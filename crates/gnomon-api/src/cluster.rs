@@ -48,8 +48,11 @@ pub struct ClusterMember {
 #[serde(deny_unknown_fields)]
 pub struct NewLearner {
     /// The id the new member was started with (`--raft-id`, 1 or more).
+    #[serde(deserialize_with = "gnomon_core::int::exact")]
+    #[schema(minimum = 1, maximum = 9007199254740991_u64)]
     pub id: u64,
     /// `HOST:PORT` of the new member's gnomon listener.
+    #[schema(pattern = "^[A-Za-z0-9.-]+:(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$")]
     pub address: String,
 }
 

@@ -50,17 +50,21 @@ pub struct SchedulePreviewRequest {
     /// The schedule to preview, written as a job's `schedule`.
     pub schedule: ScheduleSpec,
     /// How many fire times to list (1 to 100, default 10).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "gnomon_core::int::option")]
+    #[schema(minimum = 1, maximum = 100)]
     pub count: Option<u32>,
     /// List the fire times after this instant (RFC 3339; default now).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<gnomon_core::schema::Instant>)]
     pub after: Option<String>,
     /// The job whose jitter delays the fires (a jittered schedule's delays
     /// depend on the job's namespace and name); without it, no `fire_at`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<gnomon_core::schema::Name>)]
     pub job: Option<String>,
     /// The namespace of `job` (default `default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<gnomon_core::schema::Namespace>)]
     pub namespace: Option<String>,
 }
 

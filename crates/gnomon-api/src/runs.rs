@@ -164,13 +164,15 @@ pub struct Triggered {
     pub ids: Vec<String>,
 }
 
-/// A manual trigger's body (optional).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+/// A manual trigger's body (optional): empty, `null` and `{}` all set no
+/// params.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TriggerBody {
-    /// Values of the job's params, by name; the others keep their defaults.
+    /// Values of the job's params, by name (each a param the job
+    /// declares); the others keep their defaults.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    #[schema(value_type = Object)]
+    #[schema(value_type = std::collections::BTreeMap<gnomon_core::schema::ParamName, gnomon_core::schema::ParamValue>)]
     pub params: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
@@ -182,6 +184,18 @@ pub struct HookRun {
     pub id: String,
     /// The run's state now.
     pub state: RunState,
+}
+
+impl<'de> Deserialize<'de> for TriggerBody {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Fields {
+            #[serde(default)]
+            params: std::collections::BTreeMap<String, serde_json::Value>,
+        }
+        Ok(Option::<Fields>::deserialize(d)?.map(|f| TriggerBody { params: f.params }).unwrap_or_default())
+    }
 }
 
 /// A trigger's answer: the run (one run), or the ids (`count` above 1).

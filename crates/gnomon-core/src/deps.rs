@@ -67,7 +67,9 @@ impl On {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AfterEdge {
-    /// The upstream job's name, in this job's namespace.
+    /// The upstream job's name, in this job's namespace: an existing job,
+    /// not the job itself, named by one edge only.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
     pub job: String,
     /// `succeeded` (default), `failed` or `any`.
     #[serde(default)]

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod deps;
 pub mod duration;
 pub mod error;
+pub mod int;
 pub mod jitter;
 pub mod notify;
 pub mod outcome;
@@ -20,6 +21,8 @@ pub mod retry;
 pub mod routing;
 pub mod run;
 pub mod schedule;
+#[cfg(feature = "openapi")]
+pub mod schema;
 pub mod spec;
 pub mod triggers;
 

@@ -13,6 +13,20 @@ use crate::SpecError;
 
 /// Most notification targets on one job.
 pub const MAX_TARGETS: usize = 8;
+/// The longest target URL, in bytes.
+pub const MAX_URL_LEN: usize = 2048;
+/// The most extra headers a webhook target may set.
+pub const MAX_HEADERS: usize = 16;
+/// The longest signing secret name.
+pub const MAX_SECRET_NAME: usize = 64;
+/// The headers a webhook target may not set, gnomon does (in any case)…
+pub const RESERVED_HEADERS: [&str; 4] = ["content-type", "content-length", "host", "transfer-encoding"];
+/// …nor any starting with this.
+pub const RESERVED_HEADER_PREFIX: &str = "gnomon-";
+/// The longest header name a webhook target may set, in bytes.
+pub const MAX_HEADER_NAME: usize = 128;
+/// The longest header value a webhook target may set, in bytes.
+pub const MAX_HEADER_VALUE: usize = 1024;
 /// How late a run may start before a `late` notification, by default.
 pub const DEFAULT_LATE_AFTER: Duration = Duration::from_secs(60);
 /// A delivery's own timeout, by default.
@@ -72,6 +86,7 @@ impl NotifyOn {
 pub struct NotifyTarget {
     /// The outcomes this target is told of: at least one, each at most
     /// once (stored sorted).
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 4))]
     pub on: Vec<NotifyOn>,
     /// Post a JSON notification to a webhook; give this or `slack`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,15 +95,19 @@ pub struct NotifyTarget {
     /// give this or `webhook`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slack: Option<SlackSpec>,
-    /// For `late`: how long after its scheduled time a run may start (default 1m).
+    /// For `late` (only with `late` in `on`): how long after its scheduled
+    /// time a run may start, 1s to 7 days (default 1m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::LateAfter>))]
     pub late_after: Option<String>,
-    /// One delivery's timeout (default 10s, at most 60s).
+    /// One delivery's timeout, 100ms to 60s (default 10s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::DeliveryTimeout>))]
     pub timeout: Option<String>,
     /// Deliveries tried before giving up (default 10; retries back off
-    /// from 2s, doubling, up to 10m apart).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// from 2s, doubling, up to 10m apart); 1 to 50.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::int::option")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 50))]
     pub max_attempts: Option<u32>,
 }
 
@@ -99,6 +118,7 @@ pub struct NotifyTarget {
 pub struct WebhookSpec {
     /// Where the notification is posted: an `http://` or `https://` URL
     /// with a host, at most 2048 bytes.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::NotifyUrl))]
     pub url: String,
     /// The name of a signing secret the servers hold for the job's own
     /// namespace (the environment variable
@@ -107,9 +127,14 @@ pub struct WebhookSpec {
     /// carries `Gnomon-Signature: sha256=<HMAC of "<timestamp>.<body>">`.
     /// A job can never name another namespace's secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::SecretName>))]
     pub secret: Option<String>,
-    /// Extra request headers.
+    /// Extra request headers, at most 16.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = BTreeMap<crate::schema::NotifyHeaderName, crate::schema::NotifyHeaderValue>)
+    )]
     pub headers: BTreeMap<String, String>,
 }
 
@@ -120,6 +145,7 @@ pub struct WebhookSpec {
 pub struct SlackSpec {
     /// The incoming webhook's URL: `http://` or `https://` with a host, at
     /// most 2048 bytes.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::NotifyUrl))]
     pub url: String,
 }
 
@@ -188,8 +214,8 @@ pub fn compile_targets(targets: &mut [NotifyTarget]) -> Result<(), SpecError> {
                 if let Some(s) = &w.secret {
                     check_secret_name(&f("webhook.secret"), s)?;
                 }
-                if w.headers.len() > 16 {
-                    return Err(SpecError::new("invalid_notify", f("webhook.headers"), "at most 16 headers"));
+                if w.headers.len() > MAX_HEADERS {
+                    return Err(SpecError::new("invalid_notify", f("webhook.headers"), format!("at most {MAX_HEADERS} headers")));
                 }
                 for (k, v) in &w.headers {
                     check_header(&f(&format!("webhook.headers.{k}")), k, v)?;
@@ -231,8 +257,8 @@ fn check_url(field: &str, text: &str) -> Result<(), SpecError> {
     if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none_or(str::is_empty) {
         return Err(SpecError::new("invalid_notify", field, "must be an http:// or https:// URL with a host"));
     }
-    if text.len() > 2048 {
-        return Err(SpecError::new("invalid_notify", field, "longer than 2048 bytes"));
+    if text.len() > MAX_URL_LEN {
+        return Err(SpecError::new("invalid_notify", field, format!("longer than {MAX_URL_LEN} bytes")));
     }
     Ok(())
 }
@@ -243,7 +269,7 @@ fn check_url(field: &str, text: &str) -> Result<(), SpecError> {
 /// namespace from a name in a variable can therefore never be part of a
 /// name, so no job can spell its way into another namespace's secret.
 pub fn check_secret_name(field: &str, name: &str) -> Result<(), SpecError> {
-    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+    if name.is_empty() || name.len() > MAX_SECRET_NAME || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(SpecError::new("invalid_notify", field, "a secret name is 1-64 letters, digits or '_'"));
     }
     if name.starts_with('_') || name.contains("__") {
@@ -284,14 +310,14 @@ pub fn secret_envs(namespace: &str, name: &str) -> Vec<String> {
 
 fn check_header(field: &str, name: &str, value: &str) -> Result<(), SpecError> {
     let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-    if name.is_empty() || name.len() > 128 || !name.chars().all(token) {
+    if name.is_empty() || name.len() > MAX_HEADER_NAME || !name.chars().all(token) {
         return Err(SpecError::new("invalid_notify", field, "not a valid header name"));
     }
     let lower = name.to_ascii_lowercase();
-    if lower.starts_with("gnomon-") || ["content-type", "content-length", "host", "transfer-encoding"].contains(&lower.as_str()) {
+    if lower.starts_with(RESERVED_HEADER_PREFIX) || RESERVED_HEADERS.contains(&lower.as_str()) {
         return Err(SpecError::new("invalid_notify", field, "this header is set by gnomon"));
     }
-    if value.len() > 1024 || value.chars().any(|c| c.is_control()) {
+    if value.len() > MAX_HEADER_VALUE || value.chars().any(|c| c.is_control()) {
         return Err(SpecError::new("invalid_notify", field, "a header value is at most 1024 bytes, without control characters"));
     }
     Ok(())

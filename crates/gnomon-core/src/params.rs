@@ -15,6 +15,8 @@ use crate::SpecError;
 pub const MAX_PARAMS: usize = 64;
 /// The longest parameter name, in characters.
 pub const MAX_PARAM_NAME: usize = 64;
+/// The longest parameter description, in characters.
+pub const MAX_PARAM_DESCRIPTION: usize = 1024;
 /// The largest set of a run's values, in bytes of its JSON.
 pub const MAX_PARAMS_BYTES: usize = 64 * 1024;
 
@@ -27,9 +29,11 @@ pub struct ParamSpec {
     /// Absent: the parameter is required, and every trigger must set it
     /// (a job with a schedule must give every parameter a default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::ParamValue>))]
     pub default: Option<serde_json::Value>,
-    /// Free text for people, at most 1024 bytes.
+    /// Free text for people, at most 1024 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub description: Option<String>,
 }
 
@@ -55,8 +59,12 @@ pub fn validate_declared(declared: &BTreeMap<String, ParamSpec>, scheduled: bool
                 format!("differs from {other:?} only in case; both would be GNOMON_PARAM_{}", name.to_ascii_uppercase()),
             ));
         }
-        if spec.description.as_ref().is_some_and(|d| d.len() > 1024) {
-            return Err(SpecError::new("invalid_params", format!("{field}.description"), "longer than 1024 bytes"));
+        if spec.description.as_ref().is_some_and(|d| d.chars().count() > MAX_PARAM_DESCRIPTION) {
+            return Err(SpecError::new(
+                "invalid_params",
+                format!("{field}.description"),
+                format!("longer than {MAX_PARAM_DESCRIPTION} characters"),
+            ));
         }
         if scheduled && spec.default.is_none() {
             return Err(SpecError::new(

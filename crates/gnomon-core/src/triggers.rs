@@ -54,31 +54,33 @@ pub struct WebhookTrigger {
     /// milliseconds>` and `Gnomon-Signature: v2=<hex HMAC-SHA256>` of
     /// `v2\n{namespace}\n{job}\n{timestamp}\n{key}\n{body}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9](?:_?[A-Za-z0-9])*$", min_length = 1, max_length = 64))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::SecretName))]
     pub secret: Option<String>,
     /// A second secret's name, accepted as well: a secret is rotated
     /// without downtime by naming the new one here, moving the senders to
     /// it, then making it `secret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9](?:_?[A-Za-z0-9])*$", min_length = 1, max_length = 64))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::SecretName))]
     pub secondary_secret: Option<String>,
     /// The older way to name the secret: the environment variable itself.
     /// Only a variable of the job's own namespace is accepted
     /// (`GNOMON_HOOK_SECRET_<namespace>__<NAME>`, or in the `default`
     /// namespace `GNOMON_HOOK_SECRET_<NAME>`); use `secret` instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(pattern = "^GNOMON_HOOK_SECRET_[A-Za-z0-9_-]+$", max_length = 128, deprecated))]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub secret_env: Option<String>,
     /// How far, in seconds, a call's timestamp may be from the server's
     /// clock (1 to 3600, default 300). A call is accepted once: a replay of
     /// it is refused for at least its timestamp plus 3600 seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::int::option")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3600))]
     pub tolerance_seconds: Option<u32>,
     /// Params the payload sets, by name: a JSON pointer (RFC 6901, e.g.
     /// `/ref` or `/repository/name`) into a JSON payload. A pointer that
     /// finds nothing leaves the param at its default.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<crate::schema::ParamName, crate::schema::JsonPointer>))]
     pub params: BTreeMap<String, String>,
 }
 
@@ -164,7 +166,8 @@ pub fn validate(triggers: &TriggersSpec, namespace: &str, declared: &BTreeMap<St
         }
         _ => {}
     }
-    if hook.secondary_secret.is_some() && hook.secondary_secret == hook.secret {
+    let upper = |n: &Option<String>| n.as_ref().map(|n| n.to_ascii_uppercase());
+    if hook.secondary_secret.is_some() && upper(&hook.secondary_secret) == upper(&hook.secret) {
         return Err(SpecError::new("invalid_trigger", "triggers.webhook.secondary_secret", "must name another secret than secret"));
     }
     if let Some(t) = hook.tolerance_seconds {

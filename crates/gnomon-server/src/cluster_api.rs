@@ -45,7 +45,10 @@ fn change_error(e: ChangeError) -> ApiError {
 }
 
 #[utoipa::path(get, path = "/v1/cluster", tag = "cluster", summary = "The members of a raft:// cluster",
-    responses((status = 200, body = ClusterStatus), (status = "4XX", body = gnomon_api::ErrorBody)))]
+    responses((status = 200, body = ClusterStatus),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource")))]
 pub(crate) async fn status(State(state): State<ApiState>) -> ApiResult<Json<ClusterStatus>> {
     let m = member(&state)?;
     Ok(Json(cluster_view(m.status())))
@@ -53,7 +56,15 @@ pub(crate) async fn status(State(state): State<ApiState>) -> ApiResult<Json<Clus
 
 #[utoipa::path(post, path = "/v1/cluster/learners", tag = "cluster", summary = "Add a learner; answers once it has caught up",
     request_body = NewLearner,
-    responses((status = 200, body = ClusterStatus), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    responses((status = 200, body = ClusterStatus),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
+        (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(crate) async fn add_learner(State(state): State<ApiState>, req: Request) -> ApiResult<Json<ClusterStatus>> {
     let m = member(&state)?;
     let bytes = crate::api::extract::read_body(req.into_body()).await?;
@@ -70,8 +81,15 @@ pub(crate) async fn add_learner(State(state): State<ApiState>, req: Request) -> 
 }
 
 #[utoipa::path(post, path = "/v1/cluster/members/{id}/promote", tag = "cluster", summary = "Make a learner a voter",
-    params(("id" = u64, Path)),
-    responses((status = 200, body = ClusterStatus), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    params(("id" = u64, Path, minimum = 1, maximum = 9007199254740991_u64, description = "The member's id")),
+    responses((status = 200, body = ClusterStatus),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(crate) async fn promote(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Json<ClusterStatus>> {
     let m = member(&state)?;
     let id = member_id(&id)?;
@@ -80,8 +98,15 @@ pub(crate) async fn promote(State(state): State<ApiState>, Path(id): Path<String
 }
 
 #[utoipa::path(delete, path = "/v1/cluster/members/{id}", tag = "cluster", summary = "Remove a member",
-    params(("id" = u64, Path)),
-    responses((status = 200, body = Removed), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    params(("id" = u64, Path, minimum = 1, maximum = 9007199254740991_u64, description = "The member's id")),
+    responses((status = 200, body = Removed),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(crate) async fn remove(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Json<Removed>> {
     let m = member(&state)?;
     let id = member_id(&id)?;

@@ -25,7 +25,7 @@ use crate::cluster_api;
         status::list_workers, status::whoami, status::leader, status::healthz, status::readyz,
         cluster_api::status, cluster_api::add_learner, cluster_api::promote, cluster_api::remove,
     ),
-    components(schemas(gnomon_api::ErrorBody, gnomon_api::TriggerAnswer)),
+    components(schemas(gnomon_api::ErrorBody, gnomon_api::TriggerAnswer, gnomon_core::schema::JobUpdate)),
     modifiers(&Bearer),
     tags(
         (name = "jobs", description = "Jobs, manual triggers and schedule previews"),
@@ -52,5 +52,47 @@ impl Modify for Bearer {
 pub fn document() -> serde_json::Value {
     let mut doc = Doc::openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
-    serde_json::to_value(doc).unwrap_or_default()
+    let mut value = serde_json::to_value(doc).unwrap_or_default();
+    if let Some(serde_json::Value::Object(schemas)) = value.pointer_mut("/components/schemas") {
+        gnomon_core::schema::refine(schemas);
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    /// The schema of one parameter of one operation.
+    fn param<'a>(doc: &'a Value, path: &str, method: &str, name: &str) -> &'a Value {
+        let params = doc["paths"][path][method]["parameters"].as_array().unwrap();
+        &params.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{method} {path} has no {name}"))["schema"]
+    }
+
+    #[test]
+    fn the_limits_the_handlers_check_are_the_documents() {
+        let doc = super::document();
+        let trigger = "/v1/jobs/{name}/trigger";
+        assert_eq!(param(&doc, trigger, "post", "count")["maximum"], json!(crate::api::MAX_TRIGGER_COUNT));
+        for (path, method) in [(trigger, "post"), ("/v1/hooks/{namespace}/{job}", "post")] {
+            let key = param(&doc, path, method, "Idempotency-Key");
+            assert_eq!(key["maxLength"], json!(crate::api::trigger::MAX_IDEMPOTENCY_KEY), "{path}");
+            assert_eq!(key["pattern"], json!(gnomon_core::schema::IDEMPOTENCY_KEY_PATTERN), "{path}");
+        }
+        let schemas = &doc["components"]["schemas"];
+        assert_eq!(schemas["BackfillRequest"]["properties"]["rate"]["maximum"], json!(crate::api::backfills::MAX_BACKFILL_RATE));
+        assert_eq!(schemas["SchedulePreviewRequest"]["properties"]["count"]["maximum"], json!(gnomon_core::preview::MAX_PREVIEW));
+        // The job writes that honour If-Match declare it.
+        for method in ["put", "delete"] {
+            assert!(param(&doc, "/v1/jobs/{name}", method, "If-Match")["pattern"].is_string());
+        }
+        // No status range: every status an operation answers is listed.
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                for status in op["responses"].as_object().unwrap().keys() {
+                    assert!(status.parse::<u16>().is_ok(), "{method} {path} lists the range {status}");
+                }
+            }
+        }
+    }
 }

@@ -231,9 +231,10 @@ fn every_operation_answers_every_credential_as_the_table_says() {
                     }
                     ("put", _) => (format!("{path}?namespace={NS}"), Some(job(name.as_deref().unwrap()))),
                     ("post", "/v1/schedules/preview") => (path.clone(), Some(br#"{"schedule":{"every":"1h"}}"#.to_vec())),
-                    // A range that ends in the future: refused once allowed
-                    // (400), so no backfill runs while the table is checked.
-                    ("post", "/v1/jobs/{name}/backfill") => (format!("{path}?namespace={NS}"), Some(range(3, -1))),
+                    // A range whose first instant is after its last: refused
+                    // once allowed (400), so no backfill runs while the table
+                    // is checked.
+                    ("post", "/v1/jobs/{name}/backfill") => (format!("{path}?namespace={NS}"), Some(range(1, 3))),
                     ("post", "/v1/cluster/learners") => (path.clone(), Some(br#"{"id":9,"address":"127.0.0.1:1"}"#.to_vec())),
                     _ if template.starts_with("/v1/jobs") || *template == "/v1/runs" || *template == "/v1/backfills" => {
                         (format!("{path}?namespace={NS}"), None)

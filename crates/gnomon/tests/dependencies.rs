@@ -53,22 +53,24 @@ fn edges_are_checked_at_write_and_a_job_others_run_after_is_not_deleted() {
     create(&addr, noop("report", json!([{"job": "transform"}])));
     let jobs_before = http(&addr, "GET", "/v1/jobs", None).unwrap().1;
 
+    // Malformed edges are a 400; edges that do not fit the namespace's
+    // jobs (an upstream it lacks, a cycle through others) a 409.
     let cases = [
-        (noop("x", json!([{"job": "nope"}])), "unknown_upstream", "after[0].job"),
-        (noop("x", json!([{"job": "x"}])), "dependency_cycle", "after[0].job"),
-        (noop("x", json!([{"job": "other/load"}])), "cross_namespace", "after[0].job"),
-        (noop("x", json!([{"job": "load"}, {"job": "load"}])), "invalid_after", "after[1].job"),
-        (noop("x", json!([{"job": "load", "on": "sometimes"}])), "invalid_field", "after[0]"),
+        (noop("x", json!([{"job": "nope"}])), 409, "unknown_upstream", "after[0].job"),
+        (noop("x", json!([{"job": "x"}])), 400, "dependency_cycle", "after[0].job"),
+        (noop("x", json!([{"job": "other/load"}])), 400, "cross_namespace", "after[0].job"),
+        (noop("x", json!([{"job": "load"}, {"job": "load"}])), 400, "invalid_after", "after[1].job"),
+        (noop("x", json!([{"job": "load", "on": "sometimes"}])), 400, "invalid_field", "after[0]"),
     ];
-    for (spec, code, field) in cases {
-        let (status, body) = post(&addr, "/v1/jobs", &spec);
-        assert_eq!((status, body["error"]["code"].as_str()), (400, Some(code)), "{spec}: {body}");
+    for (spec, status, code, field) in cases {
+        let (got, body) = post(&addr, "/v1/jobs", &spec);
+        assert_eq!((got, body["error"]["code"].as_str()), (status, Some(code)), "{spec}: {body}");
         assert!(body["error"]["message"].as_str().unwrap().contains(field), "{body}");
     }
     // A cycle through an update, with its path.
     let (status, body) =
         http(&addr, "PUT", "/v1/jobs/load", Some(noop("load", json!([{"job": "report"}])).to_string().as_bytes())).unwrap();
-    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("dependency_cycle")), "{body}");
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("dependency_cycle")), "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("load → transform → report → load"), "{body}");
     // Deleting a job others run after is refused, naming them.
     let (status, body) = http(&addr, "DELETE", "/v1/jobs/transform", None).unwrap();

@@ -19,7 +19,11 @@ use serde_json::{json, Value};
 fn close(schema: &mut Value, in_all_of: bool) {
     match schema {
         Value::Object(map) => {
-            let is_object = map.contains_key("properties") || map.contains_key("allOf");
+            // Only object types: a rule's subschema (`dependentSchemas`,
+            // `then`, a `oneOf` branch naming required fields) constrains
+            // some properties of an object that its type closes.
+            let typed = map.get("type") == Some(&json!("object"));
+            let is_object = (typed && map.contains_key("properties")) || map.contains_key("allOf");
             if is_object && !in_all_of && !map.contains_key("additionalProperties") {
                 map.insert("unevaluatedProperties".into(), json!(false));
             }
@@ -104,6 +108,48 @@ fn every_answer_matches_the_published_document() {
     assert_eq!(c.call("PUT", "/v1/jobs/{name}", "/v1/jobs/hand", Some(handler.clone())).0, 201);
     assert_eq!(c.call("PUT", "/v1/jobs/{name}", "/v1/jobs/hand?version=1", Some(handler)).0, 200);
     assert_eq!(c.call("PUT", "/v1/jobs/{name}", "/v1/jobs/other", Some(job.clone())).0, 400);
+
+    // What the document says and the server does agree. A handler's
+    // payload is any JSON value, in the schema and on the server.
+    let payload = &doc["components"]["schemas"]["HandlerSpec"]["properties"]["payload"];
+    let payload_schema = jsonschema::draft202012::new(payload).expect("the payload's schema compiles");
+    for value in [json!(42), json!("text"), json!([1, "a"]), json!(null), json!(true), json!({"k": {"deep": [1.5]}})] {
+        assert!(payload_schema.is_valid(&value), "the document refuses the payload {value}: {payload}");
+        let job = json!({"name": "any-payload", "executor": {"handler": {"name": "noop", "payload": value}}});
+        let (status, body) = c.call("PUT", "/v1/jobs/{name}", "/v1/jobs/any-payload", Some(job));
+        assert!(status == 200 || status == 201, "the server refuses the payload {value}: {body}");
+    }
+    // If-Match is declared on the job writes it guards, and honoured.
+    for method in ["put", "delete"] {
+        let params = doc["paths"]["/v1/jobs/{name}"][method]["parameters"].as_array().unwrap();
+        assert!(params.iter().any(|p| p["name"] == "If-Match" && p["in"] == "header"), "{method} declares no If-Match: {params:?}");
+    }
+    let (_, current) = c.call("GET", "/v1/jobs/{name}", "/v1/jobs/any-payload", None);
+    let version = current["status"]["version"].as_u64().unwrap().to_string();
+    let unnamed = json!({"executor": {"handler": {"name": "noop"}}});
+    let stale = (version.parse::<u64>().unwrap() + 5).to_string();
+    let unnamed_bytes = serde_json::to_vec(&unnamed).unwrap();
+    let (status, _) = c.call_with("PUT", "/v1/jobs/{name}", "/v1/jobs/any-payload", &[("If-Match", &stale)], Some(&unnamed_bytes));
+    assert_eq!(status, 409, "a stale If-Match is refused");
+    let quoted = format!("\"{version}\"");
+    let (status, body) = c.call_with("PUT", "/v1/jobs/{name}", "/v1/jobs/any-payload", &[("If-Match", &quoted)], Some(&unnamed_bytes));
+    assert_eq!((status, body["name"].as_str()), (200, Some("any-payload")), "a PUT body without a name takes the path's: {body}");
+    // A trigger's body may be JSON null (as documented), empty or {}.
+    let trigger_body = &doc["paths"]["/v1/jobs/{name}/trigger"]["post"]["requestBody"]["content"]["application/json"]["schema"];
+    assert!(
+        jsonschema::draft202012::new(&{
+            let mut root = doc.clone();
+            root.as_object_mut().unwrap().extend(trigger_body.as_object().unwrap().clone());
+            root
+        })
+        .unwrap()
+        .is_valid(&json!(null)),
+        "the document no longer allows a null trigger body: {trigger_body}"
+    );
+    for body in [&b"null"[..], b"", b"{}", b" null "] {
+        let (status, run) = c.call_with("POST", "/v1/jobs/{name}/trigger", "/v1/jobs/any-payload/trigger", &[], Some(body));
+        assert_eq!(status, 201, "a trigger with the body {:?}: {run}", String::from_utf8_lossy(body));
+    }
     assert_eq!(c.call("GET", "/v1/jobs", "/v1/jobs", None).0, 200);
     assert_eq!(c.call("GET", "/v1/jobs", "/v1/jobs?namespace=default&stale=true", None).0, 200);
     assert_eq!(c.call("GET", "/v1/jobs", "/v1/jobs?bogus=1", None).0, 400);
@@ -130,7 +176,7 @@ fn every_answer_matches_the_published_document() {
     assert_eq!(c.call("POST", "/v1/jobs", "/v1/jobs", Some(after)).0, 201);
     let unknown = json!({"name": "x", "after": [{"job": "nope"}], "executor": {"handler": {"name": "noop"}}});
     let (status, err) = c.call("POST", "/v1/jobs", "/v1/jobs", Some(unknown));
-    assert_eq!((status, err["error"]["code"].as_str()), (400, Some("unknown_upstream")));
+    assert_eq!((status, err["error"]["code"].as_str()), (409, Some("unknown_upstream")));
     let (status, err) = c.call("DELETE", "/v1/jobs/{name}", "/v1/jobs/echo", None);
     assert_eq!((status, err["error"]["code"].as_str()), (409, Some("has_dependents")));
 
@@ -177,8 +223,11 @@ fn every_answer_matches_the_published_document() {
     let sid = slow_b["id"].as_str().unwrap().to_string();
     assert_eq!(c.call("POST", "/v1/backfills/{id}/cancel", &format!("/v1/backfills/{sid}/cancel"), None).0, 200);
     assert_eq!(c.call("GET", "/v1/backfills/{id}", "/v1/backfills/nope", None).0, 404);
-    let (status, err) = c.call("POST", "/v1/jobs/{name}/backfill", "/v1/jobs/tick/backfill", Some(json!({"from": at(1), "to": at(-60)})));
+    let (status, err) = c.call("POST", "/v1/jobs/{name}/backfill", "/v1/jobs/tick/backfill", Some(json!({"from": at(1), "to": at(5)})));
     assert_eq!((status, err["error"]["code"].as_str()), (400, Some("invalid_range")));
+    let (status, err) =
+        c.call("POST", "/v1/jobs/{name}/backfill", "/v1/jobs/tick/backfill", Some(json!({"from": at(-60), "to": at(-120)})));
+    assert_eq!((status, err["error"]["code"].as_str()), (409, Some("no_instants")), "an end ahead is cut to now: {err}");
 
     // A long run, cancelled while it runs.
     let slow = json!({"name": "slow", "executor": {"shell": {"command": "sleep", "args": ["30"]}}});

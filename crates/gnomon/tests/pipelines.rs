@@ -119,13 +119,15 @@ fn params_have_defaults_a_trigger_sets_them_and_each_run_keeps_and_runs_with_its
     assert_eq!(body["params"]["region"]["default"], "eu", "the job shows its params: {body}");
 
     // Refused, with the field, and nothing created.
-    for (trigger, code, field) in [
-        (json!({}), "missing_param", "params.date"),
-        (json!({"params": {"date": "2026-12-01", "regoin": "us"}}), "unknown_param", "params.regoin"),
-        (json!({"params": {"date": "x"}, "extra": 1}), "invalid_body", "extra"),
+    // Params the job does not declare, or a required one left out,
+    // conflict with the job (409); a malformed body is a 400.
+    for (trigger, status, code, field) in [
+        (json!({}), 409, "missing_param", "params.date"),
+        (json!({"params": {"date": "2026-12-01", "regoin": "us"}}), 409, "unknown_param", "params.regoin"),
+        (json!({"params": {"date": "x"}, "extra": 1}), 400, "invalid_body", "extra"),
     ] {
-        let (status, body) = post(&addr, "/v1/jobs/report/trigger", &trigger);
-        assert_eq!((status, body["error"]["code"].as_str()), (400, Some(code)), "{trigger}: {body}");
+        let (got, body) = post(&addr, "/v1/jobs/report/trigger", &trigger);
+        assert_eq!((got, body["error"]["code"].as_str()), (status, Some(code)), "{trigger}: {body}");
         assert!(body["error"]["message"].as_str().unwrap().contains(field), "{body}");
     }
     let raw = http(&addr, "POST", "/v1/jobs/report/trigger", Some(b"{not json")).unwrap();

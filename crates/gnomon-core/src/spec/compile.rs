@@ -83,8 +83,8 @@ impl JobSpec {
         validate_name("namespace", &ns, MAX_NAMESPACE_LEN)?;
         spec.namespace = Some(ns.clone());
         if let Some(d) = &spec.description {
-            if d.len() > 4096 {
-                return Err(SpecError::new("invalid_field", "description", "longer than 4096 bytes"));
+            if d.chars().count() > MAX_DESCRIPTION_LEN {
+                return Err(SpecError::new("invalid_field", "description", format!("longer than {MAX_DESCRIPTION_LEN} characters")));
             }
         }
         let name = spec.name.clone();
@@ -121,11 +121,11 @@ impl JobSpec {
         };
         if let Some(route) = &spec.route {
             for (k, v) in &route.labels {
-                if k.is_empty() || k.len() > 63 || v.len() > 63 {
+                if k.is_empty() || k.chars().count() > MAX_LABEL_LEN || v.chars().count() > MAX_LABEL_LEN {
                     return Err(SpecError::new(
                         "invalid_route",
                         format!("route.labels.{k}"),
-                        "label keys must be 1-63 bytes, values at most 63",
+                        format!("label keys must be 1-{MAX_LABEL_LEN} characters, values at most {MAX_LABEL_LEN}"),
                     ));
                 }
             }
@@ -324,9 +324,12 @@ fn validate_executor(e: &Executor) -> Result<(), SpecError> {
             if url.host_str().is_none_or(str::is_empty) {
                 return Err(SpecError::new("invalid_url", "executor.http.url", "URL has no host"));
             }
-            const METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
-            if !METHODS.contains(&h.method.as_str()) {
-                return Err(SpecError::new("invalid_executor", "executor.http.method", format!("must be one of {}", METHODS.join(", "))));
+            if !HTTP_METHODS.contains(&h.method.as_str()) {
+                return Err(SpecError::new(
+                    "invalid_executor",
+                    "executor.http.method",
+                    format!("must be one of {}", HTTP_METHODS.join(", ")),
+                ));
             }
             for (k, v) in &h.headers {
                 let token_ok = !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));

@@ -19,6 +19,12 @@ pub const MAX_NAMESPACE_LEN: usize = 64;
 pub const MAX_ATTEMPTS_LIMIT: u32 = 100;
 /// The largest handler payload, in bytes of its JSON.
 pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+/// The longest job description, in characters.
+pub const MAX_DESCRIPTION_LEN: usize = 4096;
+/// The longest `route.labels` key or value, in characters.
+pub const MAX_LABEL_LEN: usize = 63;
+/// The methods an HTTP job may use.
+pub const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
 /// The namespace of a job that names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
@@ -30,14 +36,17 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 pub struct JobSpec {
     /// The job's name, unique within its namespace: 1 to 128 letters,
     /// digits, `_`, `.` or `-`, starting with a letter or digit.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
     pub name: String,
     /// The namespace the job belongs to (credentials and notification
     /// secrets are scoped by namespace): 1 to 64 characters, by the same
     /// rules as `name`. Absent: `default`; a stored job always has it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::Namespace>))]
     pub namespace: Option<String>,
-    /// Free text for people, at most 4096 bytes.
+    /// Free text for people, at most 4096 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 4096))]
     pub description: Option<String>,
     /// When the job fires by itself. Absent or `{}`: never; it runs only
     /// when triggered.
@@ -56,6 +65,7 @@ pub struct JobSpec {
     /// `http` request still gives up after the worker's own 5-minute
     /// limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::Timeout>))]
     pub timeout: Option<String>,
     /// What a fire does while an earlier run of the job is still open
     /// (default `allow`).
@@ -69,6 +79,7 @@ pub struct JobSpec {
     /// a duration, 1ms to one year (default `1h`). Missed times older than
     /// this are recorded `skipped` whatever `misfire` says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::CatchupWindow>))]
     pub catchup_window: Option<String>,
     /// Which workers may run the job and how one is chosen. Absent: any
     /// worker that runs the executor, `least_loaded`.
@@ -76,12 +87,14 @@ pub struct JobSpec {
     pub route: Option<RouteSpec>,
     /// Who is told of the runs' outcomes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 8))]
     pub notify: Vec<crate::notify::NotifyTarget>,
     /// The parameters a run takes, by name, with their defaults: a manual
     /// trigger (and a webhook or a backfill) may set them, and each run
     /// records the values it ran with. Shell jobs see them as
     /// `GNOMON_PARAM_<NAME>` and in the JSON file `GNOMON_PARAMS_FILE`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<crate::schema::ParamName, crate::params::ParamSpec>))]
     pub params: BTreeMap<String, crate::params::ParamSpec>,
     /// The jobs of this namespace whose runs this job runs after: for each
     /// run of an upstream at an instant, this job gets one run of the same
@@ -89,6 +102,7 @@ pub struct JobSpec {
     /// ended and runs if each ended as its edge's `on` accepts (else it is
     /// recorded `skipped`). At most 32 edges; no cycles.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 32))]
     pub after: Vec<crate::deps::AfterEdge>,
     /// What else may start the job's runs: `{"webhook": {…}}`, a signed
     /// `POST /v1/hooks/{namespace}/{job}` whose body is the run's payload.
@@ -103,8 +117,8 @@ pub struct JobSpec {
 }
 
 /// Exactly one of `cron`, `every` or `at`, or none of them (manual only).
+/// Its OpenAPI schema lists the variants (`crate::schema`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
     /// A cron expression on the wall clock of `timezone`: 6 fields
@@ -179,20 +193,24 @@ impl Executor {
 #[serde(deny_unknown_fields)]
 pub struct ShellSpec {
     /// The program to execute: a path, or a name looked up in `PATH`.
-    /// Must not be empty.
+    /// Must not be empty (nor only spaces); no NUL.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\x00]*[^\\x00\\s][^\\x00]*$"))]
     pub command: String,
-    /// Its arguments, passed as they are (no expansion, no quoting).
+    /// Its arguments, passed as they are (no expansion, no quoting); no NUL.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::schema::NoNul>))]
     pub args: Vec<String>,
     /// Environment variables to set, by name (names without `=`, never
     /// `GNOMON_*`). Besides these the command sees only `PATH`, `HOME`,
     /// `LANG` and `TZ` from the worker and the attempt's `GNOMON_*`
     /// variables; a name given here replaces the worker's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<crate::schema::EnvName, crate::schema::NoNul>))]
     pub env: BTreeMap<String, String>,
-    /// The working directory; by default a fresh directory per attempt
+    /// The working directory (no NUL); by default a fresh directory per attempt
     /// under the worker's data dir, removed when the attempt ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::NoNul>))]
     pub cwd: Option<String>,
     /// Keep the fresh per-attempt directory after the attempt (for debugging).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -210,20 +228,24 @@ pub struct ShellSpec {
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     /// CPU time, in seconds (`RLIMIT_CPU`): past it the process is killed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::int::option")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 9007199254740991_u64))]
     pub cpu_seconds: Option<u64>,
     /// Memory (`memory.max` by cgroup, else address space `RLIMIT_AS`),
     /// e.g. `"512MiB"`, `"2GiB"` or bytes;
     /// units are powers of 1024 (`K`, `M`, `G`, with or without `iB`/`B`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::MemorySize>))]
     pub memory: Option<String>,
-    /// Open file descriptors (`RLIMIT_NOFILE`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Open file descriptors (`RLIMIT_NOFILE`), at least 8.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::int::option")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 8, maximum = 9007199254740991_u64))]
     pub open_files: Option<u64>,
     /// Processes of the attempt (`pids.max` by cgroup); without cgroups,
     /// of the user the job runs as (`RLIMIT_NPROC` counts all of that
     /// user's processes, so it is then meant for use with `--run-as`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::int::option")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 9007199254740991_u64))]
     pub processes: Option<u64>,
 }
 
@@ -256,19 +278,23 @@ pub struct HttpSpec {
     /// `GET` (default), `POST`, `PUT`, `PATCH`, `DELETE`, `HEAD` or
     /// `OPTIONS`, in capitals.
     #[serde(default = "default_method")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::HttpMethod))]
     pub method: String,
     /// The URL to request: `http://` or `https://`, with a host.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::HttpUrl))]
     pub url: String,
     /// Extra request headers, by name (valid header names; values without
     /// CR, LF or NUL).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<crate::schema::HeaderName, crate::schema::HeaderValue>))]
     pub headers: BTreeMap<String, String>,
     /// The request body, sent as it is (set `Content-Type` in `headers`
     /// when the receiver needs it). Absent: no body.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
     /// Expected status; when absent any 2xx succeeds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::int::option")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 100, maximum = 599))]
     pub expect_status: Option<u16>,
 }
 
@@ -284,11 +310,12 @@ fn default_method() -> String {
 pub struct HandlerSpec {
     /// The handler's name: 1 to 128 letters, digits, `_`, `.` or `-`,
     /// starting with a letter or digit.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
     pub name: String,
     /// Any JSON value, handed to the handler as it is; at most 256 KiB as
     /// JSON. Absent: `null`.
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    #[cfg_attr(feature = "openapi", schema(value_type = utoipa::openapi::schema::Value))]
     pub payload: serde_json::Value,
 }
 
@@ -299,7 +326,8 @@ pub struct HandlerSpec {
 pub struct RetrySpec {
     /// Attempts a run gets in all, the first included: 1 (the default: no
     /// retry) to 100.
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "crate::int::exact")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100))]
     pub max_attempts: u32,
     /// The delay before each retry. Absent: from 1s, doubling, up to 1m,
     /// with ±20 % jitter.
@@ -321,19 +349,23 @@ pub struct BackoffSpec {
     /// The delay before the first retry: a duration such as `"1s"`, 1ms to
     /// one year (default `1s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::BackoffInitial>))]
     pub initial: Option<String>,
     /// The longest delay: a duration, at least `initial` and at most one
     /// year (default `1m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::BackoffMax>))]
     pub max: Option<String>,
     /// How much each delay grows over the one before: 1.0 (constant) to
     /// 10.0 (default 2.0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1.0, maximum = 10.0))]
     pub multiplier: Option<f64>,
     /// The random spread of each delay, as a fraction: the delay is drawn
     /// uniformly from `delay × (1 ± jitter)`, never above `max`. 0.0 (none)
     /// to 1.0 (default 0.2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0.0, maximum = 1.0))]
     pub jitter: Option<f64>,
 }
 
@@ -400,9 +432,10 @@ pub struct RouteSpec {
     #[serde(default)]
     pub strategy: RouteStrategy,
     /// A label selector: a worker is eligible only when it has every one
-    /// of these labels with exactly this value (keys 1 to 63 bytes, values
-    /// at most 63). Empty: any worker.
+    /// of these labels with exactly this value (keys 1 to 63 characters,
+    /// values at most 63). Empty: any worker.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<crate::schema::LabelKey, crate::schema::LabelValue>))]
     pub labels: BTreeMap<String, String>,
 }
 

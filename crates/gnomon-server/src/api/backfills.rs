@@ -61,9 +61,18 @@ fn body(bytes: &[u8]) -> ApiResult<BackfillRequest> {
     description = "Creates a run for each instant of the job's schedule in `[from, to]` that has no run or skip record, by the \
         instant's own run id, at most `rate` instants a second; an instant that has a record keeps it, so a repeated or \
         overlapping backfill creates nothing twice. The leader works through it and records its progress.",
-    params(("name" = String, Path), ("namespace" = Option<String>, Query)),
+    params(("name" = gnomon_core::schema::Name, Path, description = "The job's name"), ("namespace" = Option<gnomon_core::schema::Namespace>, Query, nullable = false, description = "The job's namespace (default `default`)")),
     request_body = BackfillRequest,
-    responses((status = 201, body = Backfill), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    responses((status = 201, body = Backfill),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
+        (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn create_backfill(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     let q: NsQuery = query(req.uri().query())?;
     check_ns(&caller(&req)?, q.namespace())?;
@@ -75,26 +84,30 @@ pub(super) async fn create_backfill(State(state): State<ApiState>, Path(name): P
     if from > to {
         return Err(ApiError::bad("invalid_range", "from: the range's first instant is after its last (`to`)"));
     }
-    if to > now {
-        return Err(ApiError::bad("invalid_range", "to: a backfill covers past instants only; the future is the schedule's"));
-    }
+    // A backfill covers past instants only: the future is the schedule's.
+    let to = to.min(now);
     let rate = b.rate.unwrap_or(DEFAULT_BACKFILL_RATE);
     if !(1..=MAX_BACKFILL_RATE).contains(&rate) {
         return Err(ApiError::bad("invalid_rate", format!("rate: instants per second, 1 to {MAX_BACKFILL_RATE}")));
     }
     let compiled = job.spec.compile()?;
     if compiled.schedule.is_manual() {
-        return Err(ApiError::bad("no_schedule", format!("job {}/{name} has no schedule, so no instants to backfill", job.namespace)));
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_schedule",
+            format!("job {}/{name} has no schedule, so no instants to backfill", job.namespace),
+        ));
     }
     let (instants, cut) = compiled.schedule.fires_between(from - 1, to, MAX_BACKFILL_INSTANTS);
     if cut {
-        return Err(ApiError::bad(
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
             "too_many_instants",
             format!("from: the range holds more than {MAX_BACKFILL_INSTANTS} instants; split it"),
         ));
     }
     if instants.is_empty() {
-        return Err(ApiError::bad("no_instants", "from: the job's schedule has no instant in the range"));
+        return Err(ApiError::new(StatusCode::CONFLICT, "no_instants", "from: the job's schedule has no past instant in the range"));
     }
     let given = b.params.unwrap_or_default();
     let params = gnomon_core::params::resolve(&job.spec.params, &given)?.map(|p| serde_json::to_string(&p).unwrap_or_default());
@@ -122,9 +135,14 @@ pub(super) async fn create_backfill(State(state): State<ApiState>, Path(name): P
 }
 
 #[utoipa::path(get, path = "/v1/backfills", tag = "backfills", summary = "List backfills, newest first",
-    params(("namespace" = Option<String>, Query, description = "Only this namespace"), ("job" = Option<String>, Query, description = "Only this job's"),
-        ("stale" = Option<bool>, Query)),
-    responses((status = 200, body = BackfillList), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    params(("namespace" = Option<gnomon_core::schema::Namespace>, Query, nullable = false, description = "Only this namespace"), ("job" = Option<gnomon_core::schema::Name>, Query, nullable = false, description = "Only this job's"),
+        ("stale" = Option<bool>, Query, nullable = false, description = "Read this replica's copy without confirming it with the leader")),
+    responses((status = 200, body = BackfillList),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
 pub(super) async fn list_backfills(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -151,8 +169,14 @@ async fn visible(state: &ApiState, p: &crate::auth::Principal, id: &str, stale: 
 }
 
 #[utoipa::path(get, path = "/v1/backfills/{id}", tag = "backfills", summary = "Get a backfill and its progress",
-    params(("id" = String, Path), ("stale" = Option<bool>, Query)),
-    responses((status = 200, body = Backfill), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    params(("id" = String, Path), ("stale" = Option<bool>, Query, nullable = false, description = "Read this replica's copy without confirming it with the leader")),
+    responses((status = 200, body = Backfill),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
 pub(super) async fn get_backfill(State(state): State<ApiState>, Path(id): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -167,8 +191,15 @@ pub(super) async fn get_backfill(State(state): State<ApiState>, Path(id): Path<S
 
 #[utoipa::path(post, path = "/v1/backfills/{id}/cancel", tag = "backfills", summary = "Cancel a running backfill (the runs it created stay)",
     params(("id" = String, Path)),
-    responses((status = 200, body = Backfill), (status = 409, body = gnomon_api::ErrorBody, description = "it has ended"),
-        (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    responses((status = 200, body = Backfill),
+        (status = 409, body = gnomon_api::ErrorBody, description = "it has ended"),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn cancel_backfill(State(state): State<ApiState>, Path(id): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     let p = caller(&req)?;
     visible(&state, &p, &id, None).await?;

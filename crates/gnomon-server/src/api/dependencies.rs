@@ -20,13 +20,14 @@ async fn namespace_graph(store: &dyn Store, namespace: &str) -> ApiResult<(Graph
 }
 
 /// Refuses a job whose edges name a job its namespace does not have, or
-/// close a cycle (with its path); nothing is written then.
+/// close a cycle (with its path), as a conflict with the jobs the
+/// namespace holds (409); nothing is written then.
 pub(super) async fn check_edges(store: &dyn Store, spec: &JobSpec) -> ApiResult<()> {
     if spec.after.is_empty() {
         return Ok(());
     }
     let (graph, _) = namespace_graph(store, spec.namespace()).await?;
-    check_graph(&spec.name, &spec.after, &graph).map_err(ApiError::from)
+    check_graph(&spec.name, &spec.after, &graph).map_err(|e| ApiError::from(e).conflict())
 }
 
 /// Refuses to delete a job that others run after (409 `has_dependents`,

@@ -24,6 +24,13 @@ impl ApiError {
     pub(crate) fn bad(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
+    /// The same error as a conflict with what the server holds (409): the
+    /// request is well formed, and what it names does not fit the state it
+    /// finds (an upstream job that does not exist, a schedule without the
+    /// asked instants).
+    pub(crate) fn conflict(self) -> Self {
+        Self { status: StatusCode::CONFLICT, ..self }
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -34,7 +41,15 @@ impl IntoResponse for ApiError {
 
 impl From<SpecError> for ApiError {
     fn from(e: SpecError) -> Self {
-        let status = if e.code == "payload_too_large" { StatusCode::PAYLOAD_TOO_LARGE } else { StatusCode::BAD_REQUEST };
+        // Values a trigger, a webhook call or a backfill sets for the job's
+        // params are checked against the job as it is: a name it does not
+        // declare, or a required one left out, conflicts with the job.
+        let against_job = matches!(e.code, "unknown_param" | "missing_param") && e.field.starts_with("params.");
+        let status = match e.code {
+            "payload_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
+            _ if against_job => StatusCode::CONFLICT,
+            _ => StatusCode::BAD_REQUEST,
+        };
         Self::new(status, e.code, format!("{}: {}", e.field, e.message))
     }
 }

@@ -95,17 +95,23 @@ impl From<Refusal> for Refused {
         names; without one, a replay of the same call is refused with 409. Every refusal of the call's proof (no such job, \
         no webhook, a bad or stale signature) is the same 401.",
     security(()),
-    params(("namespace" = String, Path, pattern = "^[A-Za-z0-9_.-]{1,64}$"), ("job" = String, Path, pattern = "^[A-Za-z0-9_.-]{1,128}$"),
-        ("Gnomon-Timestamp" = String, Header, description = "Unix milliseconds", pattern = "^[1-9][0-9]{0,15}$"),
-        ("Gnomon-Signature" = String, Header, description = "v2=<64 hex digits>", pattern = "^v2=[0-9a-f]{64}$"),
-        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters naming the run", pattern = "^[!-~]([ -~]{0,253}[!-~])?$")),
+    params(("namespace" = gnomon_core::schema::Namespace, Path, description = "The job's namespace"),
+        ("job" = gnomon_core::schema::Name, Path, description = "The job's name"),
+        ("Gnomon-Timestamp" = String, Header, pattern = "^[1-9][0-9]{0,15}$", description = "Unix milliseconds"),
+        ("Gnomon-Signature" = String, Header, pattern = "^v2=[0-9a-f]{64}$", description = "v2=<64 hex digits>"),
+        ("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, max_length = 255, pattern = "^[!-~](?:[ -~]*[!-~])?$", description = "1 to 255 visible ASCII characters (spaces inside) naming the run; part of the signed string")),
     request_body(content = String, description = "The payload: any UTF-8 text, usually JSON"),
     responses((status = 201, body = gnomon_api::HookRun, description = "the run the call started"),
         (status = 200, body = gnomon_api::HookRun, description = "the run the idempotency key already named; nothing was created"),
         (status = 401, body = gnomon_api::ErrorBody, description = "the call's proof does not hold (whatever the reason)"),
         (status = 409, body = gnomon_api::ErrorBody, description = "a replay of a call already accepted, or a key reused with another payload"),
         (status = 413, body = gnomon_api::ErrorBody, description = "the payload is larger than 64 KiB"),
-        (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 408, body = gnomon_api::ErrorBody, description = "the body did not arrive within 10 s"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 502, body = gnomon_api::ErrorBody, description = "the leader could not be reached"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the Host or Origin is refused (a defence against DNS rebinding and cross-site requests)")))]
 
 pub(crate) async fn hook(State(state): State<ApiState>, Path((ns, name)): Path<(String, String)>, req: Request) -> Response {
     let peer = crate::listener::ClientAddr::shown(req.extensions().get());

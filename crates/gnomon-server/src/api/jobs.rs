@@ -54,9 +54,17 @@ fn check_name(name: &str) -> ApiResult<()> {
 }
 
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs", summary = "Create a job",
-    params(("namespace" = Option<String>, Query, description = "The namespace when the body names none")),
+    params(("namespace" = Option<gnomon_core::schema::Namespace>, Query, nullable = false, description = "The namespace when the body names none")),
     request_body = JobSpec,
-    responses((status = 201, body = Job), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    responses((status = 201, body = Job),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
+        (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn create_job(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
     let p = caller(&req)?;
     let q: NsQuery = query(req.uri().query())?;
@@ -74,17 +82,26 @@ pub(super) async fn create_job(State(state): State<ApiState>, req: Request) -> A
 }
 
 #[utoipa::path(put, path = "/v1/jobs/{name}", tag = "jobs", summary = "Create or update a job (If-Match or ?version= for a precondition)",
-    params(("name" = String, Path), ("namespace" = Option<String>, Query), ("version" = Option<u64>, Query, description = "Only if the job is at this version")),
-    request_body = JobSpec,
+    params(("name" = gnomon_core::schema::Name, Path, description = "The job's name"), ("namespace" = Option<gnomon_core::schema::Namespace>, Query, nullable = false, description = "The job's namespace (default `default`)"), ("version" = Option<u64>, Query, nullable = false, minimum = 1, maximum = 9007199254740991_u64, description = "Only if the job is at this version (as If-Match)"),
+        ("If-Match" = Option<String>, Header, nullable = false, pattern = "^(?:[1-9][0-9]{0,15}|\"[1-9][0-9]{0,15}\")$", description = "Only if the job is at this version (its `status.version`, quoted or not); `?version=` wins when both are given")),
+    request_body(content = gnomon_core::schema::JobUpdate, description = "The job; the path names it (a body that gives a `name` must give the path's)"),
     responses((status = 200, body = Job, description = "updated"), (status = 201, body = Job, description = "created"),
-        (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
+        (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn put_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     check_name(&name)?;
     let p = caller(&req)?;
     let q: NsQuery = query(req.uri().query())?;
     let if_match = version_from_headers(req.headers())?;
     let bytes = read_body(req.into_body()).await?;
-    let mut spec: JobSpec = parse_job_json(&bytes)?;
+    let mut spec: JobSpec = parse_job_json(&named(bytes, &name))?;
     if spec.name != name {
         return Err(ApiError::bad("name_mismatch", format!("name: body says {:?} but the path says {name:?}", spec.name)));
     }
@@ -104,6 +121,17 @@ pub(super) async fn put_job(State(state): State<ApiState>, Path(name): Path<Stri
     Ok((if existed { StatusCode::OK } else { StatusCode::CREATED }, Json(view(&state, &job))))
 }
 
+/// A `PUT` body that names no job is the job the path names.
+fn named(bytes: Vec<u8>, name: &str) -> Vec<u8> {
+    match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(serde_json::Value::Object(mut body)) if !body.contains_key("name") => {
+            body.insert("name".into(), name.into());
+            serde_json::to_vec(&body).unwrap_or(bytes)
+        }
+        _ => bytes,
+    }
+}
+
 fn version_from_headers(headers: &HeaderMap) -> ApiResult<Option<u64>> {
     match headers.get(header::IF_MATCH) {
         None => Ok(None),
@@ -118,8 +146,13 @@ fn version_from_headers(headers: &HeaderMap) -> ApiResult<Option<u64>> {
 }
 
 #[utoipa::path(get, path = "/v1/jobs", tag = "jobs", summary = "List jobs",
-    params(("namespace" = Option<String>, Query, description = "Only this namespace"), ("stale" = Option<bool>, Query, description = "Read this replica's copy without confirming it with the leader")),
-    responses((status = 200, body = JobList), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    params(("namespace" = Option<gnomon_core::schema::Namespace>, Query, nullable = false, description = "Only this namespace"), ("stale" = Option<bool>, Query, nullable = false, description = "Read this replica's copy without confirming it with the leader")),
+    responses((status = 200, body = JobList),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
 pub(super) async fn list_jobs(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -151,8 +184,14 @@ async fn load_job_from(store: &dyn gnomon_backend::Store, ns: &str, name: &str) 
 }
 
 #[utoipa::path(get, path = "/v1/jobs/{name}", tag = "jobs", summary = "Get a job",
-    params(("name" = String, Path), ("namespace" = Option<String>, Query), ("stale" = Option<bool>, Query)),
-    responses((status = 200, body = Job), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    params(("name" = gnomon_core::schema::Name, Path, description = "The job's name"), ("namespace" = Option<gnomon_core::schema::Namespace>, Query, nullable = false, description = "The job's namespace (default `default`)"), ("stale" = Option<bool>, Query, nullable = false, description = "Read this replica's copy without confirming it with the leader")),
+    responses((status = 200, body = Job),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
 pub(super) async fn get_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     let q: NsQuery = query(req.uri().query())?;
     check_ns(&caller(&req)?, q.namespace())?;
@@ -161,8 +200,17 @@ pub(super) async fn get_job(State(state): State<ApiState>, Path(name): Path<Stri
 }
 
 #[utoipa::path(delete, path = "/v1/jobs/{name}", tag = "jobs", summary = "Delete a job (its runs stay in the history; refused while other jobs run after it)",
-    params(("name" = String, Path), ("namespace" = Option<String>, Query), ("version" = Option<u64>, Query)),
-    responses((status = 204, description = "deleted"), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    params(("name" = gnomon_core::schema::Name, Path, description = "The job's name"), ("namespace" = Option<gnomon_core::schema::Namespace>, Query, nullable = false, description = "The job's namespace (default `default`)"), ("version" = Option<u64>, Query, nullable = false, minimum = 1, maximum = 9007199254740991_u64, description = "Only if the job is at this version (as If-Match)"),
+        ("If-Match" = Option<String>, Header, nullable = false, pattern = "^(?:[1-9][0-9]{0,15}|\"[1-9][0-9]{0,15}\")$", description = "Only if the job is at this version (its `status.version`, quoted or not); `?version=` wins when both are given")),
+    responses((status = 204, description = "deleted"),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn delete_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     let q: NsQuery = query(req.uri().query())?;
     check_name(&name)?;
@@ -187,22 +235,41 @@ async fn set_paused(state: ApiState, name: String, req: Request, paused: bool) -
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{name}/pause", tag = "jobs", summary = "Pause a job (times that pass while it is paused do not fire)",
-    params(("name" = String, Path), ("namespace" = Option<String>, Query)),
-    responses((status = 200, body = Job), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    params(("name" = gnomon_core::schema::Name, Path, description = "The job's name"), ("namespace" = Option<gnomon_core::schema::Namespace>, Query, nullable = false, description = "The job's namespace (default `default`)")),
+    responses((status = 200, body = Job),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn pause_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     set_paused(state, name, req, true).await
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{name}/resume", tag = "jobs", summary = "Resume a paused job",
-    params(("name" = String, Path), ("namespace" = Option<String>, Query)),
-    responses((status = 200, body = Job), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    params(("name" = gnomon_core::schema::Name, Path, description = "The job's name"), ("namespace" = Option<gnomon_core::schema::Namespace>, Query, nullable = false, description = "The job's namespace (default `default`)")),
+    responses((status = 200, body = Job),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn resume_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
     set_paused(state, name, req, false).await
 }
 
 #[utoipa::path(post, path = "/v1/schedules/preview", tag = "jobs", summary = "The next fire times of a schedule, with daylight-saving changes marked",
     request_body = SchedulePreviewRequest,
-    responses((status = 200, body = SchedulePreview), (status = "4XX", body = gnomon_api::ErrorBody)))]
+    responses((status = 200, body = SchedulePreview),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn preview_schedule(State(state): State<ApiState>, req: Request) -> ApiResult<Json<SchedulePreview>> {
     use gnomon_core::preview::{format_local, format_offset, preview, zone_of};
     let bytes = read_body(req.into_body()).await?;

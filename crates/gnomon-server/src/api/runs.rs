@@ -78,10 +78,18 @@ pub fn notification_views(list: &[gnomon_backend::Notification]) -> Vec<gnomon_a
 }
 
 #[utoipa::path(get, path = "/v1/runs", tag = "runs", summary = "List runs, newest first",
-    params(("job" = Option<String>, Query), ("namespace" = Option<String>, Query), ("state" = Option<RunState>, Query),
-        ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"), ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
-        ("stale" = Option<bool>, Query)),
-    responses((status = 200, body = RunList), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    params(("job" = Option<gnomon_core::schema::Name>, Query, nullable = false, description = "Only this job's runs"),
+        ("namespace" = Option<gnomon_core::schema::Namespace>, Query, nullable = false, description = "Only this namespace's runs (required of a credential limited to several namespaces)"),
+        ("state" = Option<RunState>, Query, nullable = false, description = "Only runs in this state"),
+        ("limit" = Option<u32>, Query, nullable = false, minimum = 1, maximum = 1000, description = "1 to 1000, default 100"),
+        ("cursor" = Option<String>, Query, nullable = false, pattern = "^-?[0-9]{1,18}$", description = "next_cursor of the previous page"),
+        ("stale" = Option<bool>, Query, nullable = false, description = "Read this replica's copy without confirming it with the leader")),
+    responses((status = 200, body = RunList),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
 pub(super) async fn list_runs(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -139,8 +147,14 @@ async fn load_run_from(store: &dyn gnomon_backend::Store, p: &Principal, id: &st
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", summary = "Get a run with its attempts and their output",
-    params(("id" = String, Path), ("stale" = Option<bool>, Query)),
-    responses((status = 200, body = Run), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    params(("id" = String, Path), ("stale" = Option<bool>, Query, nullable = false, description = "Read this replica's copy without confirming it with the leader")),
+    responses((status = 200, body = Run),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
 pub(super) async fn get_run(
     State(state): State<ApiState>,
     Extension(p): Extension<Principal>,
@@ -171,7 +185,14 @@ pub(super) async fn get_run(
 #[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "runs", summary = "Cancel a run",
     params(("id" = String, Path)),
     responses((status = 200, body = Run, description = "cancelled"), (status = 202, body = Run, description = "the leader is stopping its attempt"),
-        (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn cancel_run(
     State(state): State<ApiState>,
     Extension(p): Extension<Principal>,

@@ -14,7 +14,9 @@ use super::state::ApiState;
 use crate::node::SCOPE;
 
 #[utoipa::path(get, path = "/v1/whoami", tag = "cluster", summary = "The credential this call was made with, and its role",
-    responses((status = 200, body = gnomon_api::Caller), (status = "4XX", body = gnomon_api::ErrorBody)))]
+    responses((status = 200, body = gnomon_api::Caller),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call")))]
 pub(super) async fn whoami(axum::Extension(p): axum::Extension<crate::auth::Principal>) -> Json<gnomon_api::Caller> {
     Json(gnomon_api::Caller {
         name: p.name.to_string(),
@@ -24,7 +26,12 @@ pub(super) async fn whoami(axum::Extension(p): axum::Extension<crate::auth::Prin
 }
 
 #[utoipa::path(get, path = "/v1/workers", tag = "cluster", summary = "List worker sessions (as the leader sees them)",
-    responses((status = 200, body = WorkerList), (status = "4XX", body = gnomon_api::ErrorBody)))]
+    responses((status = 200, body = WorkerList),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 502, body = gnomon_api::ErrorBody, description = "the leader could not be reached"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
 pub(super) async fn list_workers(State(state): State<ApiState>, req: axum::extract::Request) -> ApiResult<Response> {
     if state.node.leading_token().is_none() {
         // Worker sessions live on the leader: a follower asks it.
@@ -88,8 +95,13 @@ fn degraded(st: &gnomon_backend::raft::Status, why: impl std::fmt::Display) -> A
 }
 
 #[utoipa::path(get, path = "/v1/leader", tag = "cluster", summary = "Who leads the scheduler now, as this server sees it",
-    params(("stale" = Option<bool>, Query)),
-    responses((status = 200, body = Leader), (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+    params(("stale" = Option<bool>, Query, nullable = false, description = "Read this replica's copy without confirming it with the leader")),
+    responses((status = 200, body = Leader),
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
 pub(super) async fn leader(State(state): State<ApiState>, uri: axum::http::Uri) -> ApiResult<impl IntoResponse> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -148,13 +160,16 @@ pub(super) async fn leader(State(state): State<ApiState>, uri: axum::http::Uri) 
 const READY_CACHE: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[utoipa::path(get, path = "/healthz", tag = "operations", summary = "The process answers (no credential)",
-    security(()), responses((status = 200, body = Health)))]
+    security(()), responses((status = 200, body = Health),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the Host or Origin is refused (a defence against DNS rebinding and cross-site requests)")))]
 pub(super) async fn healthz() -> Json<Health> {
     Json(Health { status: "ok".into() })
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "operations", summary = "A leader is recorded and this server can reach the store (no credential)",
-    security(()), responses((status = 200, body = Ready), (status = 503, body = gnomon_api::ErrorBody)))]
+    security(()), responses((status = 200, body = Ready), (status = 503, body = gnomon_api::ErrorBody),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the Host or Origin is refused (a defence against DNS rebinding and cross-site requests)")))]
 pub(super) async fn readyz(State(state): State<ApiState>) -> Response {
     if let Some(st) = state.raft.as_ref().map(|s| s.member.status()).filter(|st| st.degraded) {
         return degraded(&st, "no leader").into_response();

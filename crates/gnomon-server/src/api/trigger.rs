@@ -67,13 +67,21 @@ pub(super) fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> 
     description = "With an `Idempotency-Key` header, the call names one run: the first call with that key creates it \
         (201), and every later call with the same key for the same job, on any server and across leader changes, answers \
         with that run as it is (200) and creates nothing, for as long as retention keeps the run.",
-    params(("name" = String, Path), ("namespace" = Option<String>, Query), ("count" = Option<u32>, Query, description = "How many runs (1 to 10,000; default 1; 1 with an idempotency key)"),
-        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters naming the run")),
+    params(("name" = gnomon_core::schema::Name, Path, description = "The job's name"), ("namespace" = Option<gnomon_core::schema::Namespace>, Query, nullable = false, description = "The job's namespace (default `default`)"), ("count" = Option<u32>, Query, nullable = false, minimum = 1, maximum = 10000, description = "How many runs (1 to 10,000; default 1; 1 with an idempotency key)"),
+        ("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, max_length = 255, pattern = "^[!-~](?:[ -~]*[!-~])?$", description = "1 to 255 visible ASCII characters (spaces inside) naming the run")),
     request_body(content = Option<TriggerBody>, description = "Optional: values of the job's params (the others keep their defaults)"),
     responses((status = 201, body = TriggerAnswer, description = "the run (count 1) or the ids of the runs"),
         (status = 200, body = TriggerAnswer, description = "the run the idempotency key already named; nothing was created"),
         (status = 409, body = gnomon_api::ErrorBody, description = "the idempotency key names a run that has other values of the params this call sets"),
-        (status = "4XX", body = gnomon_api::ErrorBody), (status = "5XX", body = gnomon_api::ErrorBody)))]
+        (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
+        (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
+        (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
+        (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
+        (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
+        (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
+        (status = 502, body = gnomon_api::ErrorBody, description = "the leader could not be reached"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
 pub(super) async fn trigger_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<Response> {
     if state.node.leader_commands().is_none() {
         // Only the leader creates runs: a follower hands the call on.
