@@ -225,13 +225,12 @@ fn the_schemas_state_the_validation_constants() {
     let hook = schema(crate::triggers::WebhookTrigger::schema());
     assert_eq!(hook["properties"]["tolerance_seconds"]["maximum"], json!(crate::triggers::MAX_TOLERANCE_SECONDS));
     // The byte limits the trigger checks itself.
-    let hook_job = |env: &str, pointer: &str| {
-        compiles(job(json!({"params": {"p": {}}, "triggers": {"webhook": {"secret_env": env, "params": {"p": pointer}}}})))
+    let hook_job = |secret: &str, pointer: &str| {
+        compiles(job(json!({"params": {"p": {}}, "triggers": {"webhook": {"secret": secret, "params": {"p": pointer}}}})))
     };
-    let env = |n: usize| format!("{}{}", crate::triggers::HOOK_SECRET_PREFIX, "A".repeat(n - crate::triggers::HOOK_SECRET_PREFIX.len()));
-    assert!(hook_job(&env(MAX_SECRET_ENV_LEN), "/a").is_ok() && hook_job(&env(MAX_SECRET_ENV_LEN + 1), "/a").is_err());
+    assert!(hook_job(&"A".repeat(64), "/a").is_ok() && hook_job(&"A".repeat(65), "/a").is_err());
     let pointer = |n: usize| format!("/{}", "a".repeat(n - 1));
-    assert!(hook_job(&env(30), &pointer(MAX_POINTER_LEN)).is_ok() && hook_job(&env(30), &pointer(MAX_POINTER_LEN + 1)).is_err());
+    assert!(hook_job("deploy", &pointer(MAX_POINTER_LEN)).is_ok() && hook_job("deploy", &pointer(MAX_POINTER_LEN + 1)).is_err());
     // Characters, not bytes.
     assert!(compiles(job(json!({"description": "é".repeat(crate::spec::MAX_DESCRIPTION_LEN)}))).is_ok());
     assert!(compiles(job(json!({"description": "é".repeat(crate::spec::MAX_DESCRIPTION_LEN + 1)}))).is_err());
