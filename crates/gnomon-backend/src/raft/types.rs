@@ -416,6 +416,11 @@ pub mod err {
     }
 }
 
+/// No keyed run held from pruning (a `Prune` entry from before the hold).
+fn no_hold() -> Millis {
+    Millis::MAX
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,9 +539,4 @@ mod tests {
         let runs: Vec<NewRun> = serde_json::from_str(older).unwrap();
         assert_eq!(runs, vec![plain]);
     }
-}
-
-/// No keyed run held from pruning (a `Prune` entry from before the hold).
-fn no_hold() -> Millis {
-    Millis::MAX
 }
