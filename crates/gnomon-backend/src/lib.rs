@@ -11,6 +11,7 @@ pub mod election;
 pub mod electors;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+mod graph;
 pub mod model;
 #[cfg(feature = "mysql")]
 pub mod mysql;
@@ -64,6 +65,16 @@ pub enum StoreError {
     NotCompiled(String),
     #[error("invalid store URL: {0}")]
     InvalidUrl(String),
+    /// A job write's `after` edges do not fit its namespace's stored jobs
+    /// (`unknown_upstream`, `dependency_cycle` with its path), as checked
+    /// in the write's own transaction; nothing was written.
+    #[error("{0}")]
+    Graph(#[serde(with = "graph::spec_error")] gnomon_core::SpecError),
+    /// A delete refused because other jobs of the namespace run after the
+    /// job (`dependents`, by name), as checked in the delete's own
+    /// transaction; nothing was deleted.
+    #[error("{} run after {namespace}/{name}: remove it from their `after` first", .dependents.join(", "))]
+    HasDependents { namespace: String, name: String, dependents: Vec<String> },
 }
 
 impl StoreError {

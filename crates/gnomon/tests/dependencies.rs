@@ -1,7 +1,8 @@
 //! Job dependencies through the API and the CLI of real `gnomon dev`
-//! processes (embedded SQLite) on loopback: the checks at write, chains,
-//! fan-out and fan-in, failure edges and skips, inherited params, the graph
-//! of an instant, and a leader killed while upstream runs end. The
+//! processes (embedded SQLite) on loopback: the checks at write (racing
+//! writes included), chains, fan-out and fan-in, failure edges and skips,
+//! inherited params, the graph of an instant, and a leader killed while
+//! upstream runs end. The
 //! replicated stores run dependency jobs through their failovers in
 //! `failover.rs`.
 
@@ -80,6 +81,90 @@ fn edges_are_checked_at_write_and_a_job_others_run_after_is_not_deleted() {
     // Once nothing runs after it, it goes.
     assert_eq!(http(&addr, "DELETE", "/v1/jobs/report", None).unwrap().0, 204);
     assert_eq!(http(&addr, "DELETE", "/v1/jobs/transform", None).unwrap().0, 204);
+}
+
+/// One request of a race: method, path and body.
+type Request = (&'static str, String, Option<Value>);
+
+/// Sends every request at once, each from a thread of its own released
+/// with the others; their answers, in order.
+fn race(addr: &str, requests: Vec<Request>) -> Vec<(u16, Value)> {
+    let start = std::sync::Barrier::new(requests.len());
+    std::thread::scope(|s| {
+        let threads: Vec<_> = requests
+            .into_iter()
+            .map(|(method, path, body)| {
+                let start = &start;
+                s.spawn(move || {
+                    let body = body.map(|b| b.to_string());
+                    start.wait();
+                    http(addr, method, &path, body.as_deref().map(str::as_bytes)).unwrap()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    })
+}
+
+/// The stored dependency graph, read back; every upstream exists and no
+/// path of edges comes back to where it started.
+fn sound_graph(addr: &str) -> gnomon_core::deps::Graph {
+    let (code, body) = http(addr, "GET", "/v1/jobs", None).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let jobs: Vec<(String, Vec<gnomon_core::deps::AfterEdge>)> = body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["name"].as_str().unwrap().to_string(), serde_json::from_value(j["after"].clone()).unwrap_or_default()))
+        .collect();
+    let graph: gnomon_core::deps::Graph =
+        jobs.iter().map(|(n, after)| (n.clone(), after.iter().map(|e| e.job.clone()).collect())).collect();
+    for (name, after) in &jobs {
+        if let Err(e) = gnomon_core::deps::check_graph(name, after, &graph) {
+            panic!("the stored graph is unsound at {name}: {e} ({graph:?})");
+        }
+    }
+    graph
+}
+
+#[test]
+fn racing_writes_store_no_cycle_and_no_edge_to_a_deleted_job() {
+    const PAIRS: usize = 15;
+    let dir = tempfile::tempdir().unwrap();
+    let (_dev, addr) = leading_dev(dir.path());
+    for i in 0..PAIRS {
+        for name in [format!("x{i}"), format!("y{i}"), format!("d{i}")] {
+            create(&addr, noop(&name, json!([])));
+        }
+    }
+    let put = |name: String, up: String| -> Request { ("PUT", format!("/v1/jobs/{name}"), Some(noop(&name, json!([{"job": up}])))) };
+    // x after y against y after x, every pair at once: one of each pair
+    // is refused as a cycle.
+    let requests = (0..PAIRS).flat_map(|i| [put(format!("x{i}"), format!("y{i}")), put(format!("y{i}"), format!("x{i}"))]).collect();
+    let answers = race(&addr, requests);
+    for (i, pair) in answers.chunks(2).enumerate() {
+        let mut codes: Vec<(u16, Option<&str>)> = pair.iter().map(|(s, b)| (*s, b["error"]["code"].as_str())).collect();
+        codes.sort();
+        assert_eq!(codes, [(200, None), (400, Some("dependency_cycle"))], "pair {i}: {pair:?}");
+    }
+    let graph = sound_graph(&addr);
+    assert_eq!(graph.values().map(Vec::len).sum::<usize>(), PAIRS, "one edge per pair: {graph:?}");
+    // A delete of d against the creation of a job after d: one of each
+    // pair is refused, and no stored job names a job that is gone.
+    let requests = (0..PAIRS).flat_map(|i| [("DELETE", format!("/v1/jobs/d{i}"), None), put(format!("e{i}"), format!("d{i}"))]).collect();
+    let answers = race(&addr, requests);
+    for (i, pair) in answers.chunks(2).enumerate() {
+        let codes = (pair[0].0, pair[0].1["error"]["code"].as_str(), pair[1].0, pair[1].1["error"]["code"].as_str());
+        assert!(
+            codes == (204, None, 400, Some("unknown_upstream")) || codes == (409, Some("has_dependents"), 201, None),
+            "pair {i}: {pair:?}"
+        );
+    }
+    let graph = sound_graph(&addr);
+    for i in 0..PAIRS {
+        let (d, e) = (format!("d{i}"), format!("e{i}"));
+        assert!(graph.contains_key(&d) == graph.contains_key(&e), "pair {i}: d and its dependent stand or go together: {graph:?}");
+    }
 }
 
 #[test]

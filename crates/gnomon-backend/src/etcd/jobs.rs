@@ -1,5 +1,7 @@
 //! Job writes and the job change feed: a job and its change-log entry in
-//! one transaction, compared on the revision it was read at.
+//! one transaction, compared on the revision it was read at (and, when the
+//! write is checked against the namespace's graph, on the graph key's: see
+//! [`super::graph`]).
 
 use std::collections::HashSet;
 
@@ -7,13 +9,16 @@ use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use gnomon_core::spec::JobSpec;
 use gnomon_core::Millis;
 
+use super::graph::backoff;
 use super::*;
+use crate::graph::{check_delete, check_put};
 
 impl EtcdStore {
     pub(super) async fn write_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
         let ns = spec.namespace().to_string();
         let what = format!("job {ns}/{}", spec.name);
-        for _ in 0..CAS_ROUNDS {
+        for round in 0..CAS_ROUNDS {
+            backoff(round).await;
             let existing = self.job_by_name(&ns, &spec.name).await?;
             match (&existing, precondition) {
                 (Some(_), Precondition::DoesNotExist) => return Err(StoreError::AlreadyExists(what)),
@@ -23,8 +28,18 @@ impl EtcdStore {
                 }
                 _ => {}
             }
+            // A job without edges has nothing to check: it may only drop
+            // edges, which neither closes a cycle nor loses an upstream.
+            let guard = match spec.after.is_empty() {
+                true => None,
+                false => {
+                    let (graph, guard) = self.namespace_graph(&ns).await?;
+                    check_put(spec, &graph)?;
+                    Some(guard)
+                }
+            };
             let name_key = self.k(&format!("job_names/{ns}/{}", spec.name));
-            let (record, compares, ops) = match existing {
+            let (record, mut compares, mut ops) = match existing {
                 Some((mut j, job_rev, name_rev)) => {
                     if j.spec.schedule != spec.schedule {
                         j.previous_schedule = Some(j.spec.schedule.clone());
@@ -66,6 +81,10 @@ impl EtcdStore {
                     (j, compares, ops)
                 }
             };
+            if let Some(guard) = guard {
+                compares.push(guard.compare());
+                ops.push(guard.bump());
+            }
             if self.cas_txn(compares, ops).await? {
                 let (j, _, _) = self.job_by_name(&ns, &record.name).await?.ok_or_else(|| StoreError::Backend("job vanished".into()))?;
                 return Ok(j);
@@ -106,7 +125,8 @@ impl EtcdStore {
 
     pub(super) async fn remove_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError> {
         let what = format!("job {namespace}/{name}");
-        for _ in 0..CAS_ROUNDS {
+        for round in 0..CAS_ROUNDS {
+            backoff(round).await;
             let (j, rev, name_rev) = match (self.job_by_name(namespace, name).await?, precondition) {
                 (None, _) => return Err(StoreError::NotFound(what)),
                 (Some((j, _, _)), Precondition::MatchesVersion(v)) if j.version != v => {
@@ -115,6 +135,8 @@ impl EtcdStore {
                 (Some(_), Precondition::DoesNotExist) => return Err(StoreError::AlreadyExists(what)),
                 (Some(found), _) => found,
             };
+            let (graph, guard) = self.namespace_graph(namespace).await?;
+            check_delete(namespace, name, &graph)?;
             let key = self.k(&format!("jobs/{}", j.uid));
             let name_key = self.k(&format!("job_names/{namespace}/{name}"));
             let ok = self
@@ -122,11 +144,13 @@ impl EtcdStore {
                     vec![
                         Compare::mod_revision(key.clone(), CompareOp::Equal, rev),
                         Compare::mod_revision(name_key.clone(), CompareOp::Equal, name_rev),
+                        guard.compare(),
                     ],
                     vec![
                         TxnOp::delete(key, None),
                         TxnOp::delete(name_key, None),
                         TxnOp::put(self.k(&format!("job_tombstones/{}", j.uid)), "", None),
+                        guard.bump(),
                     ],
                 )
                 .await?;

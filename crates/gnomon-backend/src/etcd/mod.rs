@@ -8,6 +8,7 @@
 //! | `P/jobs/<uid>` | the job (spec, version, paused, times, `last_scheduled_at`); its `mod_revision` is its change sequence |
 //! | `P/job_names/<namespace>/<name>` | the uid of the job of that name |
 //! | `P/job_tombstones/<uid>` | empty; written when a job is deleted (the change feed's deletions) |
+//! | `P/graphs/<namespace>` | empty; put by every job write that may add an edge or remove a job of the namespace (its `mod_revision` guards the dependency checks) |
 //! | `P/runs/<run id>` | the run (run id = `<job uid>-<scheduled_at>`, `<job uid>-m<scheduled_at>` if manual) |
 //! | `P/open/<run id>` | empty; present while the run is not terminal (leader recovery reads only these) |
 //! | `P/idx/seq/<seq, 16 hex>` | run id: every run, in insertion order (pagination) |
@@ -31,6 +32,10 @@
 //!   election, `create_revision(<leader key>) == token` — so a deposed
 //!   leader's write fails both when a newer term fenced and as soon as its
 //!   own election key is gone.
+//! - **Dependencies**: a job put with edges and a delete compare the
+//!   namespace's graph key at the revision read before the namespace's
+//!   jobs were checked, and put it (see `graph`): no two of them commit
+//!   against the same read.
 //! - **CAS**: transitions compare each run key's `mod_revision` with the one
 //!   read; a conflict is re-read and re-planned, never blindly retried.
 //! - A txn holds at most [`MAX_OPS`] operations (etcd's default
@@ -56,6 +61,7 @@ use crate::*;
 mod backfills;
 mod clock;
 mod election;
+mod graph;
 mod jobs;
 mod leadership;
 mod notify;

@@ -2,7 +2,9 @@
 //!
 //! Runs at InnoDB's default REPEATABLE READ; every read that a decision
 //! depends on is a locking read (`FOR UPDATE`), which sees the newest
-//! committed row rather than the transaction's snapshot (see `sql/`).
+//! committed row rather than the transaction's snapshot (see `sql/`), but
+//! for a job write's read of its namespace, whose snapshot is taken once
+//! the job change counter is locked (see `sql/jobs.rs`).
 //! TLS comes from the URL's standard parameters (`ssl-mode=REQUIRED`,
 //! `ssl-ca=…`). Each connection gets `innodb_lock_wait_timeout` and a
 //! statement time limit (`max_statement_time` on MariaDB,

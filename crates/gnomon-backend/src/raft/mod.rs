@@ -376,7 +376,14 @@ impl RaftStore {
 impl JobStore for RaftStore {
     async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
         let uid = format!("{:016x}", rand::random::<u64>());
-        self.ask(Command::PutJob { spec: Box::new(spec.clone()), precondition, now, uid }, |r| match r {
+        let spec = Box::new(spec.clone());
+        // The check is made as the entry applies; a job without edges has
+        // none to make, and its entry stays readable by older members.
+        let command = match spec.after.is_empty() {
+            true => Command::PutJob { spec, precondition, now, uid },
+            false => Command::PutJobChecked { spec, precondition, now, uid },
+        };
+        self.ask(command, |r| match r {
             Reply::Job(j) => Ok(*j),
             r => Err(r),
         })
@@ -392,7 +399,7 @@ impl JobStore for RaftStore {
     }
 
     async fn delete_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError> {
-        self.ask(Command::DeleteJob { namespace: namespace.into(), name: name.into(), precondition }, |r| match r {
+        self.ask(Command::DeleteJobChecked { namespace: namespace.into(), name: name.into(), precondition }, |r| match r {
             Reply::Done => Ok(()),
             r => Err(r),
         })

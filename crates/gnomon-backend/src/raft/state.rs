@@ -162,13 +162,20 @@ impl StateMachine {
         let store = self.current.store();
         Ok(match cmd {
             Command::PutJob { spec, precondition, now, uid } => {
-                Reply::Job(Box::new(crate::sql::CHOSEN_UID.scope(uid, store.put_job(&spec, precondition, now)).await?))
+                Reply::Job(Box::new(crate::sql::CHOSEN_UID.scope(uid, store.write_job(&spec, precondition, now, false)).await?))
+            }
+            Command::PutJobChecked { spec, precondition, now, uid } => {
+                Reply::Job(Box::new(crate::sql::CHOSEN_UID.scope(uid, store.write_job(&spec, precondition, now, true)).await?))
             }
             Command::SetJobPaused { namespace, name, paused, now } => {
                 Reply::Job(Box::new(store.set_job_paused(&namespace, &name, paused, now).await?))
             }
             Command::DeleteJob { namespace, name, precondition } => {
-                store.delete_job(&namespace, &name, precondition).await?;
+                store.remove_job(&namespace, &name, precondition, false).await?;
+                Reply::Done
+            }
+            Command::DeleteJobChecked { namespace, name, precondition } => {
+                store.remove_job(&namespace, &name, precondition, true).await?;
                 Reply::Done
             }
             Command::NextEpoch { scope } => Reply::Epoch(store.next_epoch(&scope).await?),

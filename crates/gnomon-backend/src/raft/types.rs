@@ -55,6 +55,9 @@ pub type StoredMembership = openraft::StoredMembership<NodeId, openraft::BasicNo
 /// every other member is in it: times, the uid of a new job.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Command {
+    /// A job write, applied without the dependency check (entries written
+    /// before the check existed apply as they did then); a job without
+    /// edges, which has nothing to check, is still written so.
     PutJob {
         #[serde(with = "spec_field")]
         spec: Box<JobSpec>,
@@ -68,6 +71,7 @@ pub enum Command {
         paused: bool,
         now: Millis,
     },
+    /// A delete, applied without the dependents check (as `PutJob`).
     DeleteJob {
         namespace: String,
         name: String,
@@ -160,6 +164,23 @@ pub enum Command {
         runs: Vec<NewRun>,
         advances: Vec<JobAdvance>,
         transitions: Vec<Transition>,
+    },
+    /// A job write with edges, checked as it is applied against the
+    /// namespace's jobs then (every upstream exists, no cycle): entries
+    /// apply in log order, so no two checks race.
+    PutJobChecked {
+        #[serde(with = "spec_field")]
+        spec: Box<JobSpec>,
+        precondition: Precondition,
+        now: Millis,
+        uid: String,
+    },
+    /// A delete refused as it is applied while other jobs of the namespace
+    /// run after the job.
+    DeleteJobChecked {
+        namespace: String,
+        name: String,
+        precondition: Precondition,
     },
 }
 
@@ -266,8 +287,12 @@ impl Command {
         use crate::caller::Need;
         let need = |what, role, namespace: &str| Need { what, role, namespace: Some(namespace.to_string()), unrestricted: false };
         match self {
-            Command::PutJob { spec, .. } => Some(need("creating or updating a job", "admin", spec.namespace())),
-            Command::DeleteJob { namespace, .. } => Some(need("deleting a job", "admin", namespace)),
+            Command::PutJob { spec, .. } | Command::PutJobChecked { spec, .. } => {
+                Some(need("creating or updating a job", "admin", spec.namespace()))
+            }
+            Command::DeleteJob { namespace, .. } | Command::DeleteJobChecked { namespace, .. } => {
+                Some(need("deleting a job", "admin", namespace))
+            }
             Command::SetJobPaused { namespace, paused: true, .. } => Some(need("pausing a job", "operator", namespace)),
             Command::SetJobPaused { namespace, paused: false, .. } => Some(need("resuming a job", "operator", namespace)),
             // The run's namespace was checked where the run was looked up.
@@ -391,6 +416,11 @@ pub mod err {
     }
 }
 
+/// No keyed run held from pruning (a `Prune` entry from before the hold).
+fn no_hold() -> Millis {
+    Millis::MAX
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,6 +485,20 @@ mod tests {
     }
 
     #[test]
+    fn checked_job_writes_round_trip_and_need_what_the_plain_ones_do() {
+        let json = br#"{"name":"r","namespace":"team","after":[{"job":"load"}],"executor":{"handler":{"name":"noop"}}}"#;
+        let spec = parse_job_json(json).unwrap().compile().unwrap().spec;
+        let put = Command::PutJobChecked { spec: Box::new(spec.clone()), precondition: Precondition::None, now: 1, uid: "u".into() };
+        let delete = Command::DeleteJobChecked { namespace: "team".into(), name: "load".into(), precondition: Precondition::None };
+        for (cmd, what) in [(put, "creating or updating a job"), (delete, "deleting a job")] {
+            let need = cmd.need().expect("a client write");
+            assert_eq!((need.what, need.role, need.namespace.as_deref()), (what, "admin", Some("team")));
+            let back: Entry = from_bytes(&to_binary(&entry(cmd.clone())).unwrap()).unwrap();
+            assert_eq!(serde_json::to_value(&back).unwrap(), serde_json::to_value(entry(cmd)).unwrap());
+        }
+    }
+
+    #[test]
     fn runs_with_a_key_or_params_go_in_the_extended_entries_and_read_back_whole() {
         let plain = NewRun {
             job_uid: "u1".into(),
@@ -495,9 +539,4 @@ mod tests {
         let runs: Vec<NewRun> = serde_json::from_str(older).unwrap();
         assert_eq!(runs, vec![plain]);
     }
-}
-
-/// No keyed run held from pruning (a `Prune` entry from before the hold).
-fn no_hold() -> Millis {
-    Millis::MAX
 }

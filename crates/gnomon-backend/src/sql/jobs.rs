@@ -1,5 +1,22 @@
 //! [`JobStore`] on SQL: job writes serialise on the `job_change_seq` counter
 //! row, which also makes the change feed gap-free.
+//!
+//! The same lock makes the dependency checks exact: a job write takes the
+//! counter row first (`bump_change_seq`), so it holds it before it reads
+//! the namespace's jobs and until it commits. Every write that changes a
+//! job's edges or removes a job takes it too, so none commits between the
+//! read and the write, and each sees every one committed before it:
+//! - PostgreSQL (READ COMMITTED): each statement reads the newest committed
+//!   rows, and the read comes after the lock was granted;
+//! - InnoDB (REPEATABLE READ): the transaction's snapshot is taken at its
+//!   first plain read, `change_seq`, after the lock was granted (a plain
+//!   `BEGIN` takes none), so the namespace's rows are read without locking
+//!   them (a locking read would hold up the leader's advances of them);
+//! - SQLite: `BEGIN IMMEDIATE` holds the database's write lock.
+//!
+//! No gap or predicate lock is needed for a job inserted meanwhile: it
+//! cannot be, whatever its namespace. A lock wait that times out or a
+//! deadlock is [`StoreError::Unavailable`]: the write is rolled back whole.
 
 use async_trait::async_trait;
 use gnomon_core::spec::JobSpec;
@@ -10,7 +27,9 @@ use super::decode::job_from_row;
 use super::driver::{SqlRow, Tx};
 use super::errors::is_unique_violation;
 use super::CHUNK;
+use crate::graph::{check_delete, check_put, StoredEdges};
 use crate::{JobChanges, JobHead, JobHeads, JobRecord, JobStore, Precondition, StoreError};
+use gnomon_core::deps::Graph;
 
 fn new_uid() -> String {
     super::CHOSEN_UID.try_with(|u| u.clone()).unwrap_or_else(|_| format!("{:016x}", rand::random::<u64>()))
@@ -21,16 +40,42 @@ impl<B: Backend> SqlStore<B> {
     async fn job_after_write(tx: &mut Tx<'_, B::Db>, namespace: &str, name: &str) -> Result<JobRecord, StoreError> {
         Self::job_by_name(tx, namespace, name).await?.ok_or_else(|| StoreError::Backend("job vanished".into()))
     }
-}
 
-#[async_trait]
-impl<B: Backend> JobStore for SqlStore<B> {
-    async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
+    /// Begins a job write that reads the namespace: the counter row is
+    /// taken before anything is read, and its next value returned. On
+    /// InnoDB this order is what makes the reads fresh: a plain read before
+    /// the lock would fix the snapshot before the writer ahead commits.
+    async fn begin_job_write(w: &mut B::Writer) -> Result<(Tx<'_, B::Db>, i64), StoreError> {
+        let mut tx = Self::begin_write(w).await?;
+        let seq = Self::bump_change_seq(&mut tx).await?;
+        Ok((tx, seq))
+    }
+
+    /// The namespace's dependency graph (each job's upstreams) as the
+    /// transaction sees it; in a transaction of [`Self::begin_job_write`].
+    /// Only specs that may have edges (their JSON names `after`) are sent
+    /// and parsed: the read holds the job writers' lock.
+    async fn namespace_graph(tx: &mut Tx<'_, B::Db>, namespace: &str) -> Result<Graph, StoreError> {
+        let q = Self::q("SELECT name, CASE WHEN spec LIKE ? THEN spec END AS edges FROM jobs WHERE namespace = ?");
+        let rows = tx.fetch_all(q.bind("%\"after\"%").bind(namespace)).await?;
+        let edges = |text: Option<String>| text.map(|t| StoredEdges::parse(t.as_bytes()).map(StoredEdges::upstreams)).transpose();
+        rows.iter().map(|r| Ok((r.text("name")?, edges(r.opt_text("edges")?)?.unwrap_or_default()))).collect()
+    }
+
+    /// [`JobStore::put_job`]; `checked: false` skips the dependency check
+    /// (a replicated entry written before the check existed applies as it
+    /// did then).
+    pub(crate) async fn write_job(
+        &self,
+        spec: &JobSpec,
+        precondition: Precondition,
+        now: Millis,
+        checked: bool,
+    ) -> Result<JobRecord, StoreError> {
         let ns = spec.namespace().to_string();
         let spec_text = serde_json::to_string(spec).map_err(|e| StoreError::Backend(e.to_string()))?;
         let mut w = self.db.writer().await?;
-        let mut tx = Self::begin_write(&mut w).await?;
-        let seq = Self::bump_change_seq(&mut tx).await?;
+        let (mut tx, seq) = Self::begin_job_write(&mut w).await?;
         let existing = Self::job_by_name(&mut tx, &ns, &spec.name).await?;
         let what = format!("job {ns}/{}", spec.name);
         match (&existing, precondition) {
@@ -40,6 +85,11 @@ impl<B: Backend> JobStore for SqlStore<B> {
                 return Err(StoreError::VersionConflict { what, expected: v, actual: j.version })
             }
             _ => {}
+        }
+        // A job without edges has nothing to check: it may only drop
+        // edges, which neither closes a cycle nor loses an upstream.
+        if checked && !spec.after.is_empty() {
+            check_put(spec, &Self::namespace_graph(&mut tx, &ns).await?)?;
         }
         match existing {
             Some(j) if j.spec.schedule != spec.schedule => {
@@ -70,6 +120,42 @@ impl<B: Backend> JobStore for SqlStore<B> {
         let record = Self::job_after_write(&mut tx, &ns, &spec.name).await?;
         tx.commit().await?;
         Ok(record)
+    }
+
+    /// [`JobStore::delete_job`]; `checked: false` skips the dependents
+    /// check (as [`Self::write_job`]).
+    pub(crate) async fn remove_job(
+        &self,
+        namespace: &str,
+        name: &str,
+        precondition: Precondition,
+        checked: bool,
+    ) -> Result<(), StoreError> {
+        let mut w = self.db.writer().await?;
+        let (mut tx, seq) = Self::begin_job_write(&mut w).await?;
+        let what = format!("job {namespace}/{name}");
+        let job = match (Self::job_by_name(&mut tx, namespace, name).await?, precondition) {
+            (None, _) => return Err(StoreError::NotFound(what)),
+            (Some(j), Precondition::MatchesVersion(v)) if j.version != v => {
+                return Err(StoreError::VersionConflict { what, expected: v, actual: j.version })
+            }
+            (Some(_), Precondition::DoesNotExist) => return Err(StoreError::AlreadyExists(what)),
+            (Some(j), _) => j,
+        };
+        if checked {
+            check_delete(namespace, name, &Self::namespace_graph(&mut tx, namespace).await?)?;
+        }
+        tx.execute(Self::q("DELETE FROM jobs WHERE uid = ?").bind(&job.uid)).await?;
+        tx.execute(Self::q("DELETE FROM job_deletions WHERE uid = ?").bind(&job.uid)).await?;
+        tx.execute(Self::q("INSERT INTO job_deletions (uid, change_seq) VALUES (?, ?)").bind(&job.uid).bind(seq)).await?;
+        tx.commit().await
+    }
+}
+
+#[async_trait]
+impl<B: Backend> JobStore for SqlStore<B> {
+    async fn put_job(&self, spec: &JobSpec, precondition: Precondition, now: Millis) -> Result<JobRecord, StoreError> {
+        self.write_job(spec, precondition, now, true).await
     }
 
     async fn set_job_paused(&self, namespace: &str, name: &str, paused: bool, now: Millis) -> Result<JobRecord, StoreError> {
@@ -114,22 +200,7 @@ impl<B: Backend> JobStore for SqlStore<B> {
     }
 
     async fn delete_job(&self, namespace: &str, name: &str, precondition: Precondition) -> Result<(), StoreError> {
-        let mut w = self.db.writer().await?;
-        let mut tx = Self::begin_write(&mut w).await?;
-        let seq = Self::bump_change_seq(&mut tx).await?;
-        let what = format!("job {namespace}/{name}");
-        let job = match (Self::job_by_name(&mut tx, namespace, name).await?, precondition) {
-            (None, _) => return Err(StoreError::NotFound(what)),
-            (Some(j), Precondition::MatchesVersion(v)) if j.version != v => {
-                return Err(StoreError::VersionConflict { what, expected: v, actual: j.version })
-            }
-            (Some(_), Precondition::DoesNotExist) => return Err(StoreError::AlreadyExists(what)),
-            (Some(j), _) => j,
-        };
-        tx.execute(Self::q("DELETE FROM jobs WHERE uid = ?").bind(&job.uid)).await?;
-        tx.execute(Self::q("DELETE FROM job_deletions WHERE uid = ?").bind(&job.uid)).await?;
-        tx.execute(Self::q("INSERT INTO job_deletions (uid, change_seq) VALUES (?, ?)").bind(&job.uid).bind(seq)).await?;
-        tx.commit().await
+        self.remove_job(namespace, name, precondition, true).await
     }
 
     async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<JobRecord>, StoreError> {

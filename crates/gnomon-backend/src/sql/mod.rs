@@ -38,7 +38,8 @@
 //! Job writes from any replica serialise on the `job_change_seq` counter row
 //! (`UPDATE … SET value = value + 1` first), which is also what makes the
 //! change feed gap-free: a sequence number becomes visible only together with
-//! the job row that carries it.
+//! the job row that carries it, and what makes the dependency checks a job
+//! write makes in its transaction exact (see [`jobs`]).
 
 pub(crate) mod attempts;
 pub(crate) mod backend;

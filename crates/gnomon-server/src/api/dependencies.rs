@@ -1,49 +1,17 @@
-//! The API's side of job dependencies: a job's edges are checked against
-//! its namespace when it is written (every upstream exists, no cycle), a
-//! job others run after is not deleted, and a run's answer shows the graph
-//! of its instant.
+//! The API's side of job dependencies: a run's answer shows the graph of
+//! its instant. A job's edges are checked against its namespace (every
+//! upstream exists, no cycle) and a job others run after is not deleted by
+//! the store, in the write's own transaction: its refusals
+//! ([`gnomon_backend::StoreError::Graph`], `HasDependents`) become the
+//! API's 409 with the spec error's code (a conflict with the jobs the
+//! namespace holds) and 409 `has_dependents`.
 
-use axum::http::StatusCode;
 use gnomon_api::{GraphRun, RunGraph};
 use gnomon_backend::{dep_run_id, upstream_candidates, RunRecord, Store};
-use gnomon_core::deps::{check_graph, dependents, Graph, RunAfter};
-use gnomon_core::spec::JobSpec;
+use gnomon_core::deps::RunAfter;
 use gnomon_core::RunState;
 
-use super::error::{ApiError, ApiResult};
-
-/// The namespace's dependency graph as stored (each job's upstreams).
-async fn namespace_graph(store: &dyn Store, namespace: &str) -> ApiResult<(Graph, Vec<gnomon_backend::JobRecord>)> {
-    let jobs = store.list_jobs(Some(namespace)).await?;
-    let graph = jobs.iter().map(|j| (j.name.clone(), j.spec.after.iter().map(|e| e.job.clone()).collect())).collect();
-    Ok((graph, jobs))
-}
-
-/// Refuses a job whose edges name a job its namespace does not have, or
-/// close a cycle (with its path), as a conflict with the jobs the
-/// namespace holds (409); nothing is written then.
-pub(super) async fn check_edges(store: &dyn Store, spec: &JobSpec) -> ApiResult<()> {
-    if spec.after.is_empty() {
-        return Ok(());
-    }
-    let (graph, _) = namespace_graph(store, spec.namespace()).await?;
-    check_graph(&spec.name, &spec.after, &graph).map_err(|e| ApiError::from(e).conflict())
-}
-
-/// Refuses to delete a job that others run after (409 `has_dependents`,
-/// naming them): their runs would wait for a job that no longer fires.
-pub(super) async fn check_no_dependents(store: &dyn Store, namespace: &str, name: &str) -> ApiResult<()> {
-    let (graph, _) = namespace_graph(store, namespace).await?;
-    let names = dependents(name, &graph);
-    if names.is_empty() {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        StatusCode::CONFLICT,
-        "has_dependents",
-        format!("{} run after {namespace}/{name}: remove it from their `after` first", names.join(", ")),
-    ))
-}
+use super::error::ApiResult;
 
 /// The graph of the run's instant, and for a waiting run what it waits
 /// for; `None` for a run of a job with neither upstreams nor dependents.
@@ -70,7 +38,7 @@ pub(super) async fn instant_graph(store: &dyn Store, run: &RunRecord) -> ApiResu
             }
         }
     }
-    let (_, jobs) = namespace_graph(store, &run.namespace).await?;
+    let jobs = store.list_jobs(Some(&run.namespace)).await?;
     for job in jobs.iter() {
         let Some(edge) = job.spec.after.iter().find(|e| e.job == run.job) else { continue };
         let id = dep_run_id(&job.uid, at);

@@ -57,6 +57,12 @@ impl From<SpecError> for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         let (status, code) = match &e {
+            // A job's edges refused by the store's check in the write's own
+            // transaction: the spec's error, as the API gives it.
+            // A conflict with the jobs the namespace holds (an upstream it
+            // lacks, a cycle through them), as the document states.
+            StoreError::Graph(spec) => return ApiError::from(spec.clone()).conflict(),
+            StoreError::HasDependents { .. } => (StatusCode::CONFLICT, "has_dependents"),
             StoreError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             StoreError::AlreadyExists(_) => (StatusCode::CONFLICT, "already_exists"),
             StoreError::VersionConflict { .. } => (StatusCode::CONFLICT, "version_conflict"),

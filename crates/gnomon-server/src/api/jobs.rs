@@ -75,7 +75,6 @@ pub(super) async fn create_job(State(state): State<ApiState>, req: Request) -> A
     }
     let compiled = spec.compile()?;
     check_ns(&p, compiled.spec.namespace())?;
-    super::dependencies::check_edges(state.node.store.as_ref(), &compiled.spec).await?;
     let job = state.node.store.put_job(&compiled.spec, Precondition::DoesNotExist, state.node.clock.now_millis()).await?;
     state.node.nudge();
     Ok((StatusCode::CREATED, Json(view(&state, &job))))
@@ -114,7 +113,6 @@ pub(super) async fn put_job(State(state): State<ApiState>, Path(name): Path<Stri
         Some(v) => Precondition::MatchesVersion(v),
         None => Precondition::None,
     };
-    super::dependencies::check_edges(state.node.store.as_ref(), &compiled.spec).await?;
     let existed = state.node.store.get_job(compiled.spec.namespace(), &name).await?.is_some();
     let job = state.node.store.put_job(&compiled.spec, precondition, state.node.clock.now_millis()).await?;
     state.node.nudge();
@@ -219,7 +217,6 @@ pub(super) async fn delete_job(State(state): State<ApiState>, Path(name): Path<S
         Some(v) => Precondition::MatchesVersion(v),
         None => Precondition::None,
     };
-    super::dependencies::check_no_dependents(state.node.store.as_ref(), q.namespace(), &name).await?;
     state.node.store.delete_job(q.namespace(), &name, precondition).await?;
     state.node.nudge();
     Ok(StatusCode::NO_CONTENT)
