@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Json, Router};
 use gnomon_api::{ClusterStatus, NewLearner, Removed};
@@ -65,9 +65,11 @@ pub(crate) async fn status(State(state): State<ApiState>) -> ApiResult<Json<Clus
         (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
         (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
-pub(crate) async fn add_learner(State(state): State<ApiState>, req: Request) -> ApiResult<Json<ClusterStatus>> {
+pub(crate) async fn add_learner(
+    State(state): State<ApiState>,
+    crate::api::extract::BoundedBody(bytes): crate::api::extract::BoundedBody,
+) -> ApiResult<Json<ClusterStatus>> {
     let m = member(&state)?;
-    let bytes = crate::api::extract::read_body(req.into_body()).await?;
     let body: NewLearner = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad("invalid_json", format!("a learner is {{\"id\": N, \"address\": \"HOST:PORT\"}}: {e}")))?;
     if body.id == 0 {

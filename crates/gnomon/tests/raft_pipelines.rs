@@ -140,7 +140,7 @@ fn pipelines_keep_their_guarantees_through_a_killed_raft_leader() {
             let up_end = u["attempts"].as_array().unwrap().last().unwrap()["ended_at"].as_str().unwrap().to_string();
             let firsts: Vec<&Value> = d["attempts"].as_array().unwrap().iter().filter(|a| a["attempt"] == 1).collect();
             assert_eq!(firsts.len(), 1, "released once: {d}");
-            assert!(up_end <= firsts[0]["assigned_at"].as_str().unwrap().to_string(), "{t}: down before up ended");
+            assert!(up_end.as_str() <= firsts[0]["assigned_at"].as_str().unwrap(), "{t}: down before up ended");
         }
     }
 

@@ -1,7 +1,7 @@
 //! `/v1/jobs/{name}/backfill` and `/v1/backfills`: a backfill is asked of
 //! any server (a store write); the leader works through it.
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
@@ -11,7 +11,7 @@ use gnomon_core::{format_millis, Millis};
 use serde::Deserialize;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{caller, check_ns, marked, query, read_body, reader, NsQuery};
+use super::extract::{check_ns, marked, query, reader, BoundedBody, Caller, NsQuery, Query};
 use super::jobs::load_job;
 use super::state::ApiState;
 
@@ -73,10 +73,14 @@ fn body(bytes: &[u8]) -> ApiResult<BackfillRequest> {
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
         (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
-pub(super) async fn create_backfill(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
-    let q: NsQuery = query(req.uri().query())?;
-    check_ns(&caller(&req)?, q.namespace())?;
-    let bytes = read_body(req.into_body()).await?;
+pub(super) async fn create_backfill(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+    Caller(p): Caller,
+    Query(q): Query<NsQuery>,
+    BoundedBody(bytes): BoundedBody,
+) -> ApiResult<impl IntoResponse> {
+    check_ns(&p, q.namespace())?;
     let b = body(&bytes)?;
     let job = load_job(&state, q.namespace(), &name).await?;
     let (from, to) = (instant("from", &b.from)?, instant("to", &b.to)?);
@@ -143,7 +147,7 @@ pub(super) async fn create_backfill(State(state): State<ApiState>, Path(name): P
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
-pub(super) async fn list_backfills(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
+pub(super) async fn list_backfills(State(state): State<ApiState>, Caller(p): Caller, raw: RawQuery) -> ApiResult<impl IntoResponse> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Q {
@@ -151,8 +155,7 @@ pub(super) async fn list_backfills(State(state): State<ApiState>, req: Request) 
         job: Option<String>,
         stale: Option<bool>,
     }
-    let p = caller(&req)?;
-    let q: Q = query(req.uri().query())?;
+    let q: Q = query(raw.0.as_deref())?;
     if let Some(ns) = &q.namespace {
         check_ns(&p, ns)?;
     }
@@ -177,14 +180,18 @@ async fn visible(state: &ApiState, p: &crate::auth::Principal, id: &str, stale: 
         (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
-pub(super) async fn get_backfill(State(state): State<ApiState>, Path(id): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+pub(super) async fn get_backfill(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    Caller(p): Caller,
+    raw: RawQuery,
+) -> ApiResult<impl IntoResponse> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Q {
         stale: Option<bool>,
     }
-    let q: Q = query(req.uri().query())?;
-    let p = caller(&req)?;
+    let q: Q = query(raw.0.as_deref())?;
     let b = visible(&state, &p, &id, q.stale).await?;
     Ok(marked(q.stale, Json(backfill_view(&b))))
 }
@@ -200,8 +207,11 @@ pub(super) async fn get_backfill(State(state): State<ApiState>, Path(id): Path<S
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
         (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
-pub(super) async fn cancel_backfill(State(state): State<ApiState>, Path(id): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
-    let p = caller(&req)?;
+pub(super) async fn cancel_backfill(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    Caller(p): Caller,
+) -> ApiResult<impl IntoResponse> {
     visible(&state, &p, &id, None).await?;
     let b = state.node.store.cancel_backfill(&id, state.node.clock.now_millis()).await.map_err(|e| match e {
         StoreError::Terminal(_) => ApiError::new(StatusCode::CONFLICT, "backfill_ended", format!("backfill {id} has ended")),

@@ -19,15 +19,6 @@ use super::state::ApiState;
 /// The largest request body the API reads.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
-/// The caller, as its operation's policy let it through ([`authz`]); fails
-/// closed on a route that declared none.
-pub(crate) fn caller(req: &Request) -> ApiResult<Principal> {
-    req.extensions()
-        .get::<Principal>()
-        .cloned()
-        .ok_or_else(|| ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this operation declares no policy; nobody may call it"))
-}
-
 /// Refuses a namespace the caller may not use.
 pub(crate) fn check_ns(p: &Principal, namespace: &str) -> ApiResult<()> {
     if p.sees(namespace) {
@@ -127,21 +118,9 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for BoundedBody {
     }
 }
 
-/// A JSON body of at most [`MAX_BODY_BYTES`]: malformed JSON is 400
-/// `invalid_json`, a field of the wrong shape 400 `invalid_body` naming
-/// its path; an empty body (or JSON `null`) is `T::default()`.
-pub(crate) struct JsonBody<T>(pub(crate) T);
-
-impl<T: serde::de::DeserializeOwned + Default, S: Send + Sync> axum::extract::FromRequest<S> for JsonBody<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, _: &S) -> Result<Self, Self::Rejection> {
-        let bytes = read_body(req.into_body()).await?;
-        json_body(&bytes).map(JsonBody)
-    }
-}
-
-/// Parses a JSON body as [`JsonBody`] does.
+/// A JSON body: malformed JSON is 400 `invalid_json`, a field of the
+/// wrong shape 400 `invalid_body` naming its path; an empty body (or JSON
+/// `null`) is `T::default()`.
 pub(crate) fn json_body<T: serde::de::DeserializeOwned + Default>(bytes: &[u8]) -> ApiResult<T> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());

@@ -1,7 +1,7 @@
 //! `/v1/jobs` and `/v1/schedules/preview`.
 
-use axum::extract::{Path, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
 use gnomon_api::{Job, JobList, JobStatus, SchedulePreview, SchedulePreviewRequest};
@@ -11,8 +11,9 @@ use gnomon_core::spec::{parse_job_json, JobSpec};
 use serde::Deserialize;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{caller, check_ns, marked, query, read_body, reader, NsQuery};
+use super::extract::{check_ns, marked, query, reader, BoundedBody, Caller, IfMatch, NsQuery, Query};
 use super::state::ApiState;
+use crate::auth::Principal;
 
 /// A job as the API shows it.
 pub fn job_view(job: &JobRecord, next_fire_at: Option<i64>) -> Job {
@@ -65,10 +66,12 @@ fn check_name(name: &str) -> ApiResult<()> {
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
         (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
-pub(super) async fn create_job(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
-    let p = caller(&req)?;
-    let q: NsQuery = query(req.uri().query())?;
-    let bytes = read_body(req.into_body()).await?;
+pub(super) async fn create_job(
+    State(state): State<ApiState>,
+    Caller(p): Caller,
+    Query(q): Query<NsQuery>,
+    BoundedBody(bytes): BoundedBody,
+) -> ApiResult<impl IntoResponse> {
     let mut spec = parse_job_json(&bytes)?;
     if spec.namespace.is_none() && q.namespace.is_some() {
         spec.namespace = q.namespace.clone();
@@ -94,12 +97,15 @@ pub(super) async fn create_job(State(state): State<ApiState>, req: Request) -> A
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
         (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
-pub(super) async fn put_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
+pub(super) async fn put_job(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+    Caller(p): Caller,
+    Query(q): Query<NsQuery>,
+    IfMatch(if_match): IfMatch,
+    BoundedBody(bytes): BoundedBody,
+) -> ApiResult<impl IntoResponse> {
     check_name(&name)?;
-    let p = caller(&req)?;
-    let q: NsQuery = query(req.uri().query())?;
-    let if_match = version_from_headers(req.headers())?;
-    let bytes = read_body(req.into_body()).await?;
     let mut spec: JobSpec = parse_job_json(&named(bytes, &name))?;
     if spec.name != name {
         return Err(ApiError::bad("name_mismatch", format!("name: body says {:?} but the path says {name:?}", spec.name)));
@@ -130,19 +136,6 @@ fn named(bytes: Vec<u8>, name: &str) -> Vec<u8> {
     }
 }
 
-fn version_from_headers(headers: &HeaderMap) -> ApiResult<Option<u64>> {
-    match headers.get(header::IF_MATCH) {
-        None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .ok()
-            .map(|s| s.trim().trim_matches('"'))
-            .and_then(|s| s.parse().ok())
-            .map(Some)
-            .ok_or_else(|| ApiError::bad("invalid_header", "If-Match must be a job version number")),
-    }
-}
-
 #[utoipa::path(get, path = "/v1/jobs", tag = "jobs", summary = "List jobs",
     params(("namespace" = Option<gnomon_core::schema::Namespace>, Query, nullable = false, description = "Only this namespace"), ("stale" = Option<bool>, Query, nullable = false, description = "Read this replica's copy without confirming it with the leader")),
     responses((status = 200, body = JobList),
@@ -151,15 +144,14 @@ fn version_from_headers(headers: &HeaderMap) -> ApiResult<Option<u64>> {
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
-pub(super) async fn list_jobs(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
+pub(super) async fn list_jobs(State(state): State<ApiState>, Caller(p): Caller, raw: RawQuery) -> ApiResult<impl IntoResponse> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Q {
         namespace: Option<String>,
         stale: Option<bool>,
     }
-    let p = caller(&req)?;
-    let q: Q = query(req.uri().query())?;
+    let q: Q = query(raw.0.as_deref())?;
     if let Some(ns) = &q.namespace {
         check_ns(&p, ns)?;
     }
@@ -190,9 +182,13 @@ async fn load_job_from(store: &dyn gnomon_backend::Store, ns: &str, name: &str) 
         (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
-pub(super) async fn get_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
-    let q: NsQuery = query(req.uri().query())?;
-    check_ns(&caller(&req)?, q.namespace())?;
+pub(super) async fn get_job(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+    Caller(p): Caller,
+    Query(q): Query<NsQuery>,
+) -> ApiResult<impl IntoResponse> {
+    check_ns(&p, q.namespace())?;
     let job = load_job_from(reader(&state, q.stale).as_ref(), q.namespace(), &name).await?;
     Ok(marked(q.stale, Json(view(&state, &job))))
 }
@@ -209,11 +205,16 @@ pub(super) async fn get_job(State(state): State<ApiState>, Path(name): Path<Stri
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
         (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
-pub(super) async fn delete_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
-    let q: NsQuery = query(req.uri().query())?;
+pub(super) async fn delete_job(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+    Caller(p): Caller,
+    Query(q): Query<NsQuery>,
+    IfMatch(if_match): IfMatch,
+) -> ApiResult<impl IntoResponse> {
     check_name(&name)?;
-    check_ns(&caller(&req)?, q.namespace())?;
-    let precondition = match q.version.or(version_from_headers(req.headers())?) {
+    check_ns(&p, q.namespace())?;
+    let precondition = match q.version.or(if_match) {
         Some(v) => Precondition::MatchesVersion(v),
         None => Precondition::None,
     };
@@ -222,10 +223,9 @@ pub(super) async fn delete_job(State(state): State<ApiState>, Path(name): Path<S
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn set_paused(state: ApiState, name: String, req: Request, paused: bool) -> ApiResult<Json<Job>> {
-    let q: NsQuery = query(req.uri().query())?;
+async fn set_paused(state: ApiState, name: String, p: Principal, q: NsQuery, paused: bool) -> ApiResult<Json<Job>> {
     check_name(&name)?;
-    check_ns(&caller(&req)?, q.namespace())?;
+    check_ns(&p, q.namespace())?;
     let job = state.node.store.set_job_paused(q.namespace(), &name, paused, state.node.clock.now_millis()).await?;
     state.node.nudge();
     Ok(Json(view(&state, &job)))
@@ -241,8 +241,13 @@ async fn set_paused(state: ApiState, name: String, req: Request, paused: bool) -
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
         (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
-pub(super) async fn pause_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
-    set_paused(state, name, req, true).await
+pub(super) async fn pause_job(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+    Caller(p): Caller,
+    Query(q): Query<NsQuery>,
+) -> ApiResult<impl IntoResponse> {
+    set_paused(state, name, p, q, true).await
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{name}/resume", tag = "jobs", summary = "Resume a paused job",
@@ -255,8 +260,13 @@ pub(super) async fn pause_job(State(state): State<ApiState>, Path(name): Path<St
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
         (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
-pub(super) async fn resume_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<impl IntoResponse> {
-    set_paused(state, name, req, false).await
+pub(super) async fn resume_job(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+    Caller(p): Caller,
+    Query(q): Query<NsQuery>,
+) -> ApiResult<impl IntoResponse> {
+    set_paused(state, name, p, q, false).await
 }
 
 #[utoipa::path(post, path = "/v1/schedules/preview", tag = "jobs", summary = "The next fire times of a schedule, with daylight-saving changes marked",
@@ -267,9 +277,8 @@ pub(super) async fn resume_job(State(state): State<ApiState>, Path(name): Path<S
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
         (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
         (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
-pub(super) async fn preview_schedule(State(state): State<ApiState>, req: Request) -> ApiResult<Json<SchedulePreview>> {
+pub(super) async fn preview_schedule(State(state): State<ApiState>, BoundedBody(bytes): BoundedBody) -> ApiResult<Json<SchedulePreview>> {
     use gnomon_core::preview::{format_local, format_offset, preview, zone_of};
-    let bytes = read_body(req.into_body()).await?;
     let body: SchedulePreviewRequest = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad("invalid_json", format!("a preview is {{\"schedule\": {{…}}, \"count\": N}}: {e}")))?;
     let count = body.count.unwrap_or(10);

@@ -1,16 +1,16 @@
 //! `/v1/runs`.
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::{Extension, Json};
+use axum::Json;
 use gnomon_api::{Attempt, Run, RunList};
 use gnomon_backend::{CancelOutcome, RunDetail, RunFilter, RunRecord};
 use gnomon_core::{format_millis, RunState};
 use serde::Deserialize;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{caller, check_ns, marked, query, reader};
+use super::extract::{check_ns, marked, query, reader, Caller};
 use super::state::ApiState;
 use crate::auth::Principal;
 
@@ -90,7 +90,7 @@ pub fn notification_views(list: &[gnomon_backend::Notification]) -> Vec<gnomon_a
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
-pub(super) async fn list_runs(State(state): State<ApiState>, req: Request) -> ApiResult<impl IntoResponse> {
+pub(super) async fn list_runs(State(state): State<ApiState>, Caller(p): Caller, raw: RawQuery) -> ApiResult<impl IntoResponse> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Q {
@@ -101,8 +101,7 @@ pub(super) async fn list_runs(State(state): State<ApiState>, req: Request) -> Ap
         cursor: Option<String>,
         stale: Option<bool>,
     }
-    let p = caller(&req)?;
-    let mut q: Q = query(req.uri().query())?;
+    let mut q: Q = query(raw.0.as_deref())?;
     match (&q.namespace, &p.namespaces) {
         (Some(ns), _) => check_ns(&p, ns)?,
         (None, None) => {}
@@ -157,7 +156,7 @@ async fn load_run_from(store: &dyn gnomon_backend::Store, p: &Principal, id: &st
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable")))]
 pub(super) async fn get_run(
     State(state): State<ApiState>,
-    Extension(p): Extension<Principal>,
+    Caller(p): Caller,
     Path(id): Path<String>,
     uri: axum::http::Uri,
 ) -> ApiResult<impl IntoResponse> {
@@ -193,11 +192,7 @@ pub(super) async fn get_run(
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
         (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
-pub(super) async fn cancel_run(
-    State(state): State<ApiState>,
-    Extension(p): Extension<Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<impl IntoResponse> {
+pub(super) async fn cancel_run(State(state): State<ApiState>, Caller(p): Caller, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
     load_run(&state, &p, &id).await?;
     let outcome = state.node.store.request_cancel(&id, state.node.clock.now_millis()).await?;
     state.node.run_changed(&id);

@@ -17,7 +17,7 @@ use crate::node::SCOPE;
     responses((status = 200, body = gnomon_api::Caller),
         (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call")))]
-pub(super) async fn whoami(axum::Extension(p): axum::Extension<crate::auth::Principal>) -> Json<gnomon_api::Caller> {
+pub(super) async fn whoami(super::extract::Caller(p): super::extract::Caller) -> Json<gnomon_api::Caller> {
     Json(gnomon_api::Caller {
         name: p.name.to_string(),
         role: p.role.as_str().to_string(),

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use tokio::sync::oneshot;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{caller, check_ns, query, read_body};
+use super::extract::{check_ns, json_body, read_body, Caller, Query};
 use super::forward::not_leader;
 use super::jobs::load_job;
 use super::state::ApiState;
@@ -20,7 +20,7 @@ use crate::leader::{LeaderCommand, TriggerError, TriggerRequest};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TriggerQuery {
+pub(super) struct TriggerQuery {
     namespace: Option<String>,
     /// How many manual runs to create at once (1 to 10,000).
     count: Option<u32>,
@@ -35,18 +35,6 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// The longest idempotency key, in bytes.
 pub const MAX_IDEMPOTENCY_KEY: usize = 255;
-
-/// A trigger's body: empty, or a [`TriggerBody`] (`{"params": {…}}`).
-fn trigger_body(bytes: &[u8]) -> ApiResult<TriggerBody> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(TriggerBody::default());
-    }
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let body: TriggerBody =
-        serde_path_to_error::deserialize(&mut de).map_err(|e| ApiError::bad("invalid_body", format!("{}: {}", e.path(), e.inner())))?;
-    de.end().map_err(|e| ApiError::bad("invalid_json", format!("body: {e}")))?;
-    Ok(body)
-}
 
 /// The request's idempotency key, if it has one: 1 to 255 visible ASCII
 /// characters (spaces inside allowed), or a 400 that names the header.
@@ -82,14 +70,15 @@ pub(super) fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> 
         (status = 502, body = gnomon_api::ErrorBody, description = "the leader could not be reached"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
         (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
-pub(super) async fn trigger_job(State(state): State<ApiState>, Path(name): Path<String>, req: Request) -> ApiResult<Response> {
-    if state.node.leader_commands().is_none() {
-        // Only the leader creates runs: a follower hands the call on.
-        return super::forward::to_leader(&state, req).await;
-    }
-    let q: TriggerQuery = query(req.uri().query())?;
+pub(super) async fn trigger_job(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+    Caller(p): Caller,
+    Query(q): Query<TriggerQuery>,
+    req: Request,
+) -> ApiResult<Response> {
     let ns = q.namespace.clone().unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
-    check_ns(&caller(&req)?, &ns)?;
+    check_ns(&p, &ns)?;
     let key = idempotency_key(req.headers())?;
     let count = q.count.unwrap_or(1);
     if !(1..=MAX_TRIGGER_COUNT).contains(&count) {
@@ -98,7 +87,12 @@ pub(super) async fn trigger_job(State(state): State<ApiState>, Path(name): Path<
     if key.is_some() && count != 1 {
         return Err(ApiError::bad("invalid_count", "an Idempotency-Key names one run: count must be 1"));
     }
-    let body = trigger_body(&read_body(req.into_body()).await?)?;
+    if state.node.leader_commands().is_none() {
+        // Only the leader creates runs: a follower hands on a call whose
+        // caller, query and key it checked.
+        return super::forward::to_leader(&state, req).await;
+    }
+    let body: TriggerBody = json_body(&read_body(req.into_body()).await?)?;
     let job = load_job(&state, &ns, &name).await?;
     // Checked here for a clear answer; the leader checks again against the
     // job as it is when it creates the run.
