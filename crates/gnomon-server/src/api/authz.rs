@@ -109,7 +109,7 @@ pub(super) fn denied(d: &Denied) -> Response {
 
 /// Finds the caller (401 without a known credential) and writes an audit
 /// line for every write, answered or refused, and for refused reads
-/// within a budget ([`super::audit::REFUSED_READS`]). Every line names the
+/// within a budget (`audit::REFUSED_READS`). Every line names the
 /// namespace; the caller's text in it is escaped.
 pub async fn authenticate(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
     let method = request.method().clone();
