@@ -154,14 +154,17 @@ impl JobTimeline {
     /// The last instant job `uid`'s timeline will never fire itself: where
     /// it stands (its last fire, or where its timeline starts), or before
     /// what a previous version still has due; while it is paused with
-    /// nothing carried, `now` (the times of a pause are never fired).
-    /// `None` for a job not held.
+    /// nothing carried, `now` (the times of a pause are never fired); and
+    /// once its schedule has no instant left (past its `end_at`), the end
+    /// of time. `None` for a job not held.
     pub(super) fn settled_until(&self, uid: &str, now: Millis) -> Option<Millis> {
         let entry = self.jobs.get(uid)?;
         if let Some(c) = &entry.carry {
             return Some(entry.record.last_scheduled_at.map_or(c.after, |l| l.max(c.after)).min(entry.base()));
         }
-        Some(if entry.record.paused { entry.base().max(now) } else { entry.base() })
+        let base = if entry.record.paused { entry.base().max(now) } else { entry.base() };
+        // A timeline whose schedule has ended never fires again.
+        Some(if entry.schedule.next_after(base).is_none() { Millis::MAX } else { base })
     }
 
     /// Whether job `uid` will still get a run at the instant `at` that it
