@@ -24,8 +24,8 @@ enum Need {
     Unrestricted,
     /// No credential: the job's signature (a webhook call). The fixture job
     /// takes no webhook calls, so every caller, whatever its credential, is
-    /// told so (404) and nothing is written; `pipelines.rs` checks the
-    /// signatures.
+    /// refused as for any call whose proof does not hold (401, the one
+    /// answer) and nothing is written; `webhooks.rs` checks the signatures.
     Signed,
 }
 
@@ -104,7 +104,7 @@ fn expect(need: Need, scope: Scope, c: &Cred) -> Expect {
         return Expect::Allowed;
     }
     if need == Need::Signed {
-        return Expect::NotFound;
+        return Expect::Unauthenticated;
     }
     if !c.known {
         return Expect::Unauthenticated;
