@@ -102,33 +102,32 @@ fn a_second_allocator_on_the_same_dir_is_refused() {
     let a = UidAllocator::open(d.path(), range("600000-600009")).unwrap();
     let e = UidAllocator::open(d.path(), range("600000-600009")).unwrap_err();
     assert!(e.contains("in use by another gnomon process"), "{e}");
-    // Another process too: this test binary again, running the helper below.
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "isolation::uids::tests::open_from_another_process", "--ignored", "--nocapture"])
-        .env("GNOMON_UIDS_TEST_DIR", d.path())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("OPEN:refused: the uid allocation") && text.contains("in use by another gnomon process"), "{text}");
+    // Another process too (flock(1) on the same lock file): it cannot take
+    // the lock while this one holds it, and this one is refused while it
+    // holds it.
+    let lock = d.path().join(LOCK);
+    let try_lock = || std::process::Command::new("flock").arg("-n").arg(&lock).arg("true").status().unwrap();
+    assert!(!try_lock().success(), "another process cannot take the lock while it is held");
     drop(a);
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "isolation::uids::tests::open_from_another_process", "--ignored", "--nocapture"])
-        .env("GNOMON_UIDS_TEST_DIR", d.path())
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("OPEN:ok"), "{}", String::from_utf8_lossy(&out.stdout));
-}
-
-/// Run by [`a_second_allocator_on_the_same_dir_is_refused`] in a process of
-/// its own.
-#[test]
-#[ignore = "a helper: runs in a second process started by another test"]
-fn open_from_another_process() {
-    let Some(dir) = std::env::var_os("GNOMON_UIDS_TEST_DIR") else { return };
-    match UidAllocator::open(Path::new(&dir), range("600000-600009")) {
-        Ok(_) => println!("OPEN:ok"),
-        Err(e) => println!("OPEN:refused: {e}"),
+    assert!(try_lock().success(), "the lock goes with its holder");
+    // flock holds the lock itself (-o), its command (cat) ends with its input.
+    let mut held = std::process::Command::new("flock").arg("-o").arg(&lock).arg("cat").stdin(std::process::Stdio::piped()).spawn().unwrap();
+    let mut refused = None;
+    for _ in 0..200 {
+        match UidAllocator::open(d.path(), range("600000-600009")) {
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+            Ok(a) => drop(a),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
     }
+    drop(held.stdin.take());
+    let _ = held.wait();
+    let e = refused.expect("refused while another process holds the lock");
+    assert!(e.contains("in use by another gnomon process"), "{e}");
+    assert!(UidAllocator::open(d.path(), range("600000-600009")).is_ok(), "free again once that process ends");
 }
 
 #[test]
