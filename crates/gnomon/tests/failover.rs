@@ -277,6 +277,9 @@ impl Ha {
     fn trigger_keyed(&self, i: usize, key: &str) -> (u16, Option<String>) {
         let res = http_with(None, &self.replicas[i].addr(), "POST", "/v1/jobs/burst/trigger", &[("Idempotency-Key", key)], None);
         let (code, body) = res.unwrap_or((0, Value::Null));
+        if !matches!(code, 200 | 201) {
+            eprintln!("keyed trigger {key} on replica {i}: {code} {body}");
+        }
         (code, body["id"].as_str().map(str::to_string))
     }
 
