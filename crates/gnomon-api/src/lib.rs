@@ -39,11 +39,16 @@ pub struct ErrorDetail {
     /// What went wrong, for a person; field errors start with the field's
     /// path (`schedule.cron: …`).
     pub message: String,
+    /// With `quota_exceeded` (429): which quota of which namespace the
+    /// request would have passed, its limit, what is in use and what was
+    /// asked. The answer's `Retry-After` says when to ask again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<gnomon_core::quota::QuotaExceeded>,
 }
 
 impl ErrorBody {
     /// An error answer with the given code and message.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { error: ErrorDetail { code: code.into(), message: message.into() } }
+        Self { error: ErrorDetail { code: code.into(), message: message.into(), quota: None } }
     }
 }

@@ -17,6 +17,7 @@ pub mod outcome;
 pub mod params;
 pub mod policy;
 pub mod preview;
+pub mod quota;
 pub mod retry;
 pub mod routing;
 pub mod run;

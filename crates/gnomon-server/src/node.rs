@@ -113,6 +113,21 @@ impl NodeHandle {
         p
     }
 
+    /// Namespace `ns`'s use of its quotas, when this leader holds anything
+    /// of it (`None` on a follower).
+    pub fn namespace_usage(&self, ns: &str) -> Option<crate::leader::NamespaceUsage> {
+        let view = self.read().workers.clone();
+        let usage = view.read().unwrap_or_else(|p| p.into_inner()).namespaces.get(ns).cloned();
+        usage
+    }
+
+    /// Every namespace this leader holds anything of.
+    pub fn namespace_usages(&self) -> std::collections::BTreeMap<String, crate::leader::NamespaceUsage> {
+        let view = self.read().workers.clone();
+        let all = view.read().unwrap_or_else(|p| p.into_inner()).namespaces.clone();
+        all
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, NodeState> {
         self.state.read().unwrap_or_else(|p| p.into_inner())
     }

@@ -5,7 +5,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{backfills, hooks, jobs, runs, status, trigger};
+use crate::api::{backfills, hooks, jobs, runs, status, trigger, usage};
 use crate::cluster_api;
 
 #[derive(OpenApi)]
@@ -22,7 +22,7 @@ use crate::cluster_api;
         jobs::preview_schedule, hooks::hook,
         backfills::create_backfill, backfills::list_backfills, backfills::get_backfill, backfills::cancel_backfill,
         runs::list_runs, runs::get_run, runs::cancel_run,
-        status::list_workers, status::whoami, status::leader, status::healthz, status::readyz,
+        status::list_workers, usage::list_usage, usage::get_usage, status::whoami, status::leader, status::healthz, status::readyz,
         cluster_api::status, cluster_api::add_learner, cluster_api::promote, cluster_api::remove,
     ),
     components(schemas(gnomon_api::ErrorBody, gnomon_api::TriggerAnswer, gnomon_core::schema::JobUpdate)),

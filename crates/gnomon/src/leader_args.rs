@@ -19,6 +19,11 @@ pub struct LeaderArgs {
     /// fires are deferred (90 %).
     #[arg(long, default_value_t = 10_000, env = "GNOMON_MAX_PENDING")]
     max_pending: usize,
+    /// A quota, `[NAMESPACE:]NAME=VALUE` (repeat it, or separate with
+    /// commas): `request_bytes`, `open_runs`, `backfills` or
+    /// `downstream_runs`; without a namespace, every namespace's default.
+    #[arg(long = "quota", env = "GNOMON_QUOTA", value_delimiter = ',', value_parser = quota_arg)]
+    quotas: Vec<String>,
     /// Retention (every store): terminal runs kept per job, with the
     /// newest first…
     #[arg(long, default_value_t = 1000, env = "GNOMON_RETAIN_RUNS")]
@@ -63,6 +68,7 @@ impl LeaderArgs {
                 lease_ttl_ms: ttl_ms,
                 heartbeat_ms: (ttl_ms / 5).max(200),
                 backpressure: gnomon_core::backpressure::BackpressureConfig { max_pending: self.max_pending, ..Default::default() },
+                quotas: gnomon_core::quota::Quotas::parse(&self.quotas).map_err(|e| anyhow!("--quota: {e}"))?,
                 retain_runs: self.retain_runs,
                 retain_ms: i64::try_from(retain.as_millis()).unwrap_or(i64::MAX),
             },
@@ -76,4 +82,9 @@ impl LeaderArgs {
 /// starts.
 pub(crate) fn duration_arg(text: &str) -> Result<String, String> {
     gnomon_core::duration::parse_duration(text).map(|_| text.to_string())
+}
+
+/// Checks one `--quota` value when the command line is parsed.
+pub(crate) fn quota_arg(text: &str) -> Result<String, String> {
+    gnomon_core::quota::Quotas::parse(&[text]).map(|_| text.to_string())
 }

@@ -1,5 +1,7 @@
 //! `/v1/jobs/{name}/backfill` and `/v1/backfills`: a backfill is asked of
-//! any server (a store write); the leader works through it.
+//! any server, which checks it and hands it to the leader; the leader
+//! admits it against its namespace's quotas, writes it, and works through
+//! it.
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -14,6 +16,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{check_ns, marked, query, reader, BoundedBody, Caller, NsQuery, Query};
 use super::jobs::load_job;
 use super::state::ApiState;
+use crate::leader::TriggerError;
 
 /// The most instants one backfill may cover.
 pub const MAX_BACKFILL_INSTANTS: usize = 100_000;
@@ -70,6 +73,7 @@ fn body(bytes: &[u8]) -> ApiResult<BackfillRequest> {
         (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
         (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
         (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
+        (status = 429, body = gnomon_api::ErrorBody, description = "over a quota of the namespace: nothing was written; `Retry-After` says when to ask again", headers(("Retry-After" = u64, description = "seconds to wait before asking again"))),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
         (status = 415, body = gnomon_api::ErrorBody, description = "a body or Content-Type other than application/json")))]
@@ -78,8 +82,9 @@ pub(super) async fn create_backfill(
     Path(name): Path<String>,
     Caller(p): Caller,
     Query(q): Query<NsQuery>,
+    parts: axum::http::request::Parts,
     BoundedBody(bytes): BoundedBody,
-) -> ApiResult<impl IntoResponse> {
+) -> ApiResult<axum::response::Response> {
     check_ns(&p, q.namespace())?;
     let b = body(&bytes)?;
     let job = load_job(&state, q.namespace(), &name).await?;
@@ -126,16 +131,29 @@ pub(super) async fn create_backfill(
         rate,
         total: instants.len() as u64,
     };
-    let created = state.node.store.create_backfill(&new, now).await.map_err(|e| match e {
-        StoreError::AlreadyExists(_) => ApiError::new(
-            StatusCode::CONFLICT,
-            "backfill_exists",
-            "a backfill of this job was asked for in the same millisecond; ask again",
-        ),
-        e => e.into(),
-    })?;
-    state.node.nudge();
-    Ok((StatusCode::CREATED, Json(backfill_view(&created))))
+    let Some(tx) = state.node.leader_commands() else {
+        // Only the leader admits a backfill: a follower hands on a request
+        // it checked (the leader checks it again).
+        return super::forward::with_body(&state, &parts, bytes.to_vec()).await;
+    };
+    let ended = || super::forward::not_leader(&state, "its leader term ended during the call");
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    tx.send(crate::leader::LeaderCommand::Backfill { new, reply }).await.map_err(|_| ended())?;
+    let created = tokio::time::timeout(std::time::Duration::from_secs(30), answer)
+        .await
+        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", "the leader did not answer in 30s"))?
+        .map_err(|_| ended())?
+        .map_err(|e| match e {
+            TriggerError::Store(StoreError::AlreadyExists(_)) => ApiError::new(
+                StatusCode::CONFLICT,
+                "backfill_exists",
+                "a backfill of this job was asked for in the same millisecond; ask again",
+            ),
+            TriggerError::Store(e) => e.into(),
+            TriggerError::Quota(q) => q.into(),
+            e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+        })?;
+    Ok((StatusCode::CREATED, Json(backfill_view(&created))).into_response())
 }
 
 #[utoipa::path(get, path = "/v1/backfills", tag = "backfills", summary = "List backfills, newest first",

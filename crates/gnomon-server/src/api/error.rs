@@ -8,6 +8,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gnomon_backend::StoreError;
+use gnomon_core::quota::QuotaExceeded;
 use gnomon_core::SpecError;
 
 #[derive(Debug, Clone)]
@@ -15,11 +16,13 @@ pub struct ApiError {
     pub(super) status: StatusCode,
     pub(super) code: &'static str,
     pub(super) message: String,
+    /// A refusal by a quota: said in the body, with `Retry-After`.
+    pub(super) quota: Option<Box<QuotaExceeded>>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
+        Self { status, code, message: message.into(), quota: None }
     }
     pub(crate) fn bad(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
@@ -35,7 +38,21 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(gnomon_api::ErrorBody::new(self.code, self.message))).into_response()
+        let mut body = gnomon_api::ErrorBody::new(self.code, self.message);
+        let retry_after = self.quota.as_ref().map(|q| q.quota.retry_after_secs());
+        body.error.quota = self.quota.map(|q| *q);
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+impl From<QuotaExceeded> for ApiError {
+    /// 429 `quota_exceeded`, naming the quota, with `Retry-After`.
+    fn from(e: QuotaExceeded) -> Self {
+        Self { status: StatusCode::TOO_MANY_REQUESTS, code: "quota_exceeded", message: e.to_string(), quota: Some(Box::new(e)) }
     }
 }
 

@@ -70,6 +70,7 @@ pub(super) async fn with_body(state: &ApiState, req: &axum::http::request::Parts
     })?;
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let content_type = answer.headers().get(reqwest::header::CONTENT_TYPE).map(|v| v.as_bytes().to_vec());
+    let retry_after = answer.headers().get(reqwest::header::RETRY_AFTER).map(|v| v.as_bytes().to_vec());
     let bytes = answer.bytes().await.map_err(|e| {
         ApiError::new(StatusCode::BAD_GATEWAY, "leader_unreachable", format!("the leader at {leader} did not finish its answer: {e}"))
     })?;
@@ -77,6 +78,9 @@ pub(super) async fn with_body(state: &ApiState, req: &axum::http::request::Parts
     let mut resp = (status, Body::from(bytes)).into_response();
     if let Some(ct) = content_type.and_then(|c| HeaderValue::from_bytes(&c).ok()) {
         resp.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    if let Some(v) = retry_after.and_then(|v| HeaderValue::from_bytes(&v).ok()) {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
     }
     if let Ok(v) = HeaderValue::from_str(&leader) {
         resp.headers_mut().insert("gnomon-answered-by-leader", v);

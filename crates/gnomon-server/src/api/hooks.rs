@@ -105,6 +105,7 @@ impl From<Refusal> for Refused {
         (status = 200, body = gnomon_api::HookRun, description = "the run the idempotency key already named; nothing was created"),
         (status = 401, body = gnomon_api::ErrorBody, description = "the call's proof does not hold (whatever the reason)"),
         (status = 409, body = gnomon_api::ErrorBody, description = "a replay of a call already accepted, or a key reused with another payload"),
+        (status = 429, body = gnomon_api::ErrorBody, description = "over a quota of the namespace: nothing was written; `Retry-After` says when to ask again", headers(("Retry-After" = u64, description = "seconds to wait before asking again"))),
         (status = 413, body = gnomon_api::ErrorBody, description = "the payload is larger than 64 KiB"),
         (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
         (status = 408, body = gnomon_api::ErrorBody, description = "the body did not arrive within 10 s"),

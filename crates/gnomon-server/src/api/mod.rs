@@ -25,6 +25,7 @@ pub(crate) mod runs;
 pub mod state;
 pub(crate) mod status;
 pub(crate) mod trigger;
+pub(crate) mod usage;
 
 use error::json_errors;
 pub use error::ApiError;
@@ -60,6 +61,8 @@ fn v1_routes() -> Router<ApiState> {
         .route("/runs/{id}", get(READ, runs::get_run))
         .route("/runs/{id}/cancel", post(Policy::operator("cancelling a run"), runs::cancel_run))
         .route("/workers", get(READ, status::list_workers))
+        .route("/namespaces", get(READ, usage::list_usage))
+        .route("/namespaces/{namespace}", get(READ, usage::get_usage))
         .route("/whoami", get(READ, status::whoami))
         .route("/leader", get(READ, status::leader))
 }

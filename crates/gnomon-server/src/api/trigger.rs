@@ -61,6 +61,7 @@ pub(super) fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> 
     responses((status = 201, body = TriggerAnswer, description = "the run (count 1) or the ids of the runs"),
         (status = 200, body = TriggerAnswer, description = "the run the idempotency key already named; nothing was created"),
         (status = 409, body = gnomon_api::ErrorBody, description = "the idempotency key names a run that has other values of the params this call sets"),
+        (status = 429, body = gnomon_api::ErrorBody, description = "over a quota of the namespace: nothing was written; `Retry-After` says when to ask again", headers(("Retry-After" = u64, description = "seconds to wait before asking again"))),
         (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
         (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
@@ -128,6 +129,7 @@ pub(super) async fn ask_leader(
             TriggerError::Params(e) => ApiError::from(e),
             TriggerError::KeyReused { .. } => ApiError::new(StatusCode::CONFLICT, "idempotency_key_reused", e.to_string()),
             TriggerError::NoWebhook => ApiError::new(StatusCode::NOT_FOUND, "no_webhook", e.to_string()),
+            TriggerError::Quota(q) => ApiError::from(q),
         })
 }
 

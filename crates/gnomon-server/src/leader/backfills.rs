@@ -41,16 +41,21 @@ pub(super) struct Backfills {
 
 impl Backfills {
     /// Takes in the running backfills as the store has them (those not
-    /// listed no longer run); whether one that ran here is gone.
-    pub(super) fn load(&mut self, list: Vec<BackfillRecord>, now: Millis) -> bool {
+    /// listed no longer run); the jobs of those that ran here and are gone.
+    pub(super) fn load(&mut self, list: Vec<BackfillRecord>, now: Millis) -> HashSet<String> {
         let mut next = BTreeMap::new();
         for record in list {
             let next_at = self.running.get(&record.id).map_or(now, |e| e.next_at);
             next.insert(record.id.clone(), Entry { record, next_at });
         }
-        let gone = self.running.keys().any(|id| !next.contains_key(id));
+        let gone = self.running.iter().filter(|(id, _)| !next.contains_key(*id)).map(|(_, e)| e.record.job_uid.clone()).collect();
         self.running = next;
         gone
+    }
+
+    /// Takes in a backfill just created.
+    pub(super) fn add(&mut self, record: BackfillRecord, now: Millis) {
+        self.running.insert(record.id.clone(), Entry { record, next_at: now });
     }
 
     /// Whether a running backfill of job `uid` has the instant `at` still
@@ -94,6 +99,20 @@ impl Backfills {
         self.running.remove(id);
     }
 
+    /// The namespaces with running backfills.
+    pub(super) fn namespaces(&self) -> impl Iterator<Item = &str> {
+        self.running.values().map(|e| e.record.namespace.as_str())
+    }
+
+    /// Namespace `ns`'s running backfills, and the instants they have still
+    /// to take.
+    pub(super) fn of_namespace(&self, ns: &str) -> (u64, u64) {
+        self.running
+            .values()
+            .filter(|e| e.record.namespace == ns)
+            .fold((0, 0), |(n, left), e| (n + 1, left + e.record.total.saturating_sub(e.record.created + e.record.kept)))
+    }
+
     pub(super) fn len(&self) -> usize {
         self.running.len()
     }
@@ -103,10 +122,9 @@ impl LeaderRuntime {
     /// Reads the running backfills (new ones, cancelled ones).
     pub(super) async fn load_backfills(&mut self) -> Result<()> {
         let list = self.store.running_backfills().await?;
-        if self.cache.backfills.load(list, self.clock.now_millis()) {
-            // A waiting run may have expected an instant of it.
-            self.cache.runs.reconsider_all_waiting();
-        }
+        // A waiting run may have expected an instant of one that is gone.
+        let gone = self.cache.backfills.load(list, self.clock.now_millis());
+        self.cache.runs.reconsider_waiting_on(&gone);
         Ok(())
     }
 
@@ -120,6 +138,12 @@ impl LeaderRuntime {
     pub(super) async fn run_backfills(&mut self, now: Millis) -> Result<()> {
         for b in self.cache.backfills.due(now) {
             let (n, pause) = Backfills::chunk(b.rate);
+            // Paused, not ended, while its namespace's fires are deferred or
+            // its open runs are at their quota.
+            if !self.admission.backfill_may_run(&b.namespace, self.cache.runs.ns_counts(&b.namespace)) {
+                self.cache.backfills.wait(&b.id, now + pause);
+                continue;
+            }
             let Some((schedule, settled)) =
                 self.cache.jobs.get(&b.job_uid).map(|e| (e.schedule.clone(), self.cache.jobs.settled_until(&b.job_uid, now)))
             else {
@@ -210,7 +234,7 @@ impl LeaderRuntime {
     async fn record_progress(&mut self, mut b: BackfillRecord, progress: BackfillProgress, next_at: Millis) -> Result<()> {
         if self.store.advance_backfill(&self.fence, &progress).await? && b.advance(&progress) {
             if b.state != gnomon_backend::BackfillState::Running {
-                self.cache.runs.reconsider_all_waiting();
+                self.cache.runs.reconsider_waiting_on(&HashSet::from_iter([b.job_uid.clone()]));
             }
             self.cache.backfills.advanced(b, next_at);
             return Ok(());
@@ -219,7 +243,7 @@ impl LeaderRuntime {
             Some(fresh) if fresh.state == gnomon_backend::BackfillState::Running => self.cache.backfills.advanced(fresh, next_at),
             _ => {
                 self.cache.backfills.remove(&b.id);
-                self.cache.runs.reconsider_all_waiting();
+                self.cache.runs.reconsider_waiting_on(&HashSet::from_iter([b.job_uid.clone()]));
             }
         }
         Ok(())
@@ -260,7 +284,7 @@ mod tests {
         assert_eq!(b.due(1000).iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["b"]);
         // A reload keeps when each is due, and drops (and says so) what no
         // longer runs.
-        assert!(b.load(vec![a.clone()], 1000));
+        assert_eq!(b.load(vec![a.clone()], 1000), HashSet::from_iter(["u".to_string()]));
         assert!(b.covers("u", 3000) && b.covers("u", 9000), "instants past its cursor");
         assert!(!b.covers("u", 2000) && !b.covers("u", 9001) && !b.covers("other", 3000));
         assert!(b.due(1000).is_empty() && b.len() == 1);

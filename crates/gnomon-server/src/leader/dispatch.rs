@@ -62,7 +62,7 @@ impl LeaderRuntime {
     /// fill.
     pub(super) fn update_prefetch(&mut self, now: Millis) {
         let runs = &self.cache.runs;
-        let pressure = &self.pressure;
+        let pressure = self.admission.pressure();
         self.sessions.open_queues(
             |id| runs.get(id).is_some_and(|r| now - r.assigned_at <= PREFETCH_MAX_AGE_MS),
             |s, avg| pressure.queue_allowance(s.prefetch.min(queue_depth(s.capacity, avg))),

@@ -92,7 +92,7 @@ impl LeaderRuntime {
     /// leader gave the job's manual runs, and bumped past any instant the
     /// store already has), so its id stays unique; manual ids never meet a
     /// scheduled fire's.
-    async fn trigger_many(&mut self, job: JobRecord, count: u32, template: ManualRun) -> Result<Vec<String>> {
+    async fn trigger_many(&mut self, job: JobRecord, count: u32, template: ManualRun) -> std::result::Result<Vec<String>, TriggerError> {
         let now = self.clock.now_millis();
         let mut created: Vec<String> = Vec::new();
         // Back-to-back triggers of many runs would otherwise collide with the
@@ -111,6 +111,8 @@ impl LeaderRuntime {
             next = instants.end;
             let mut all = runs.clone();
             all.extend(self.dependency_runs(&runs, now, &mut HashSet::default()));
+            // Refused whole, before anything of it is written.
+            self.admit(&job.namespace, &all, runs.len())?;
             let mut outcomes = self.store.fire(&self.fence, &all, &[]).await?;
             self.cache.jobs.manual_taken(&job.uid, next);
             let dep_outcomes = outcomes.split_off(runs.len().min(outcomes.len()));
@@ -124,7 +126,7 @@ impl LeaderRuntime {
             }
         }
         if created.len() < count as usize {
-            return Err(StoreError::Backend("could not find free scheduled_at instants for the manual runs".into()));
+            return Err(StoreError::Backend("could not find free scheduled_at instants for the manual runs".into()).into());
         }
         Ok(created)
     }
@@ -167,6 +169,7 @@ impl LeaderRuntime {
         debug_assert_eq!(run.id(), id);
         let mut all = vec![run.clone()];
         all.extend(self.dependency_runs(&all[..1], now, &mut HashSet::default()));
+        self.admit(&job.namespace, &all, 1)?;
         let mut outcomes = self.store.fire(&self.fence, &all, &[]).await?;
         self.cache.jobs.manual_taken(&job.uid, at + 1);
         let dep_outcomes = outcomes.split_off(1.min(outcomes.len()));
@@ -210,7 +213,8 @@ impl LeaderRuntime {
     /// their runs (`full` when more may be due); nothing is written except
     /// `replace` cancellations.
     pub(super) async fn plan_fire(&mut self, now: Millis, limit: usize) -> Result<Option<FirePlan>> {
-        let due_jobs = self.cache.jobs.take_due(now, limit);
+        let admission = &self.admission;
+        let due_jobs = self.cache.jobs.take_due(now, limit, |ns| admission.defers(ns));
         if due_jobs.is_empty() {
             return Ok(None);
         }

@@ -70,8 +70,10 @@ fn with_duration(average: Option<f64>, ms: f64) -> Option<f64> {
     Some(average.map_or(ms, |o| o + DURATION_EWMA * (ms - o)))
 }
 
+mod admission;
 mod backfills;
 mod dispatch;
+mod fair;
 mod graph;
 mod jobs;
 mod notify;
@@ -85,7 +87,8 @@ mod turn;
 mod view;
 mod workers;
 
-pub use view::{PressureInfo, Snapshot, WorkerInfo};
+pub use fair::NsCounts;
+pub use view::{NamespaceUsage, PressureInfo, Snapshot, WorkerInfo};
 
 use jobs::*;
 use results::*;
@@ -113,6 +116,8 @@ pub struct LeaderConfig {
     /// How often workers heartbeat (told in `Welcome`).
     pub heartbeat_ms: i64,
     pub backpressure: BackpressureConfig,
+    /// What each namespace may ask for (see [`gnomon_core::quota`]).
+    pub quotas: gnomon_core::quota::Quotas,
     /// Retention, on stores that prune (etcd): terminal runs kept per job…
     pub retain_runs: usize,
     /// …and for how long.
@@ -126,6 +131,7 @@ impl Default for LeaderConfig {
             lease_ttl_ms: 10_000,
             heartbeat_ms: 2_000,
             backpressure: BackpressureConfig::default(),
+            quotas: gnomon_core::quota::Quotas::default(),
             retain_runs: 1000,
             retain_ms: 7 * 24 * 3600 * 1000,
         }
@@ -191,6 +197,9 @@ pub enum TriggerError {
     /// A webhook call for a job that takes none (any more).
     #[error("the job takes no webhook calls")]
     NoWebhook,
+    /// The runs would pass one of the namespace's quotas; none was created.
+    #[error(transparent)]
+    Quota(#[from] gnomon_core::quota::QuotaExceeded),
 }
 
 /// Requests from the API to the leader.
@@ -205,6 +214,9 @@ pub enum LeaderCommand {
         request: TriggerRequest,
         reply: oneshot::Sender<std::result::Result<Triggered, TriggerError>>,
     },
+    /// Start a backfill, if its namespace's quotas allow; replies with
+    /// its record as created.
+    Backfill { new: gnomon_backend::NewBackfill, reply: oneshot::Sender<std::result::Result<gnomon_backend::BackfillRecord, TriggerError>> },
     /// Something changed in the store (jobs or cancel requests); look now.
     Nudge,
     /// A run was changed in the store by the API (a cancel): reload it, and
@@ -278,7 +290,8 @@ pub struct LeaderRuntime {
     sessions: Sessions,
     /// Something else the view shows changed (why runs wait).
     view_dirty: bool,
-    pressure: Backpressure,
+    /// Quotas and backpressure, per namespace.
+    admission: admission::Admission,
     /// During a rebuild, the jobs as the dropped cache had them (a change
     /// is judged against the version this leader knew).
     previous_jobs: HashMap<String, Box<JobEntry>>,
@@ -330,7 +343,7 @@ pub struct LeaderParts {
 
 impl LeaderRuntime {
     pub fn new(p: LeaderParts) -> Self {
-        let pressure = Backpressure::new(p.config.backpressure);
+        let admission = admission::Admission::new(p.config.backpressure, p.config.quotas.clone());
         let leases = p.store.session_leases();
         Self {
             leases,
@@ -350,7 +363,7 @@ impl LeaderRuntime {
             term_started: None,
             sessions: Sessions::default(),
             view_dirty: true,
-            pressure,
+            admission,
             unwritten_events: Vec::new(),
             deferred: VecDeque::new(),
             previous_jobs: HashMap::default(),

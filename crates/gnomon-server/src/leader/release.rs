@@ -15,11 +15,16 @@ use gnomon_core::deps::{decide, edge_state, EdgeState, Release, UpstreamRun};
 
 use super::*;
 
+/// The most waiting runs one turn decides; the rest are decided in the
+/// turns after (a job change that touches many waiting runs is bounded
+/// work per turn).
+const MAX_RELEASE_BATCH: usize = 512;
+
 impl LeaderRuntime {
     /// Decides the waiting runs marked undecided, and writes the releases
     /// and skips in one batch.
     pub(super) async fn release_waiting(&mut self, now: Millis) -> Result<()> {
-        let ids = self.cache.runs.take_undecided();
+        let ids = self.cache.runs.take_undecided(MAX_RELEASE_BATCH);
         let mut batch = Vec::new();
         for id in ids {
             let Some(run) = self.cache.runs.get(&id) else { continue };

@@ -56,7 +56,10 @@ struct Orphan {
 pub(super) struct RunBook {
     runs: HashMap<RunId, OpenRun>,
     by_job: HashMap<String, HashSet<RunId>>,
-    ready: VecDeque<RunId>,
+    /// The pending runs, one queue per namespace (see [`FairQueue`]).
+    ready: FairQueue,
+    /// The open runs of each namespace, by state.
+    tally: NsTally,
     retries: BinaryHeap<Reverse<(Millis, RunId)>>,
     /// Runs with a live attempt, and the worker holding it.
     holders: HashMap<RunId, String>,
@@ -74,6 +77,9 @@ pub(super) struct RunBook {
 }
 
 pub(super) use gnomon_backend::upstream_candidates;
+
+pub use super::fair::NsCounts;
+use super::fair::{FairQueue, NsTally};
 
 impl RunBook {
     pub(super) fn get(&self, id: &str) -> Option<&OpenRun> {
@@ -95,6 +101,10 @@ impl RunBook {
 
     /// Adds an open run (replacing one of the same id).
     pub(super) fn track(&mut self, id: RunId, run: OpenRun) {
+        if let Some(old) = self.runs.get(&id) {
+            self.tally.remove(&old.key.namespace, old.state);
+        }
+        self.tally.add(&run.key.namespace, run.state);
         self.by_job.entry(run.key.uid.clone()).or_default().insert(id.clone());
         if run.state == RunState::Waiting {
             if let Some(after) = &run.after {
@@ -135,17 +145,45 @@ impl RunBook {
         }
     }
 
-    /// Every waiting run is decided again (a job changed: an upstream may
-    /// no longer be expected to run at an instant).
+    /// Every waiting run is decided again (the whole state was reloaded).
+    #[cfg(test)]
     pub(super) fn reconsider_all_waiting(&mut self) {
         let waiting: Vec<RunId> = self.runs.iter().filter(|(_, r)| r.state == RunState::Waiting).map(|(id, _)| id.clone()).collect();
         self.undecided.extend(waiting);
     }
 
-    /// The waiting runs to decide now, taken out.
-    pub(super) fn take_undecided(&mut self) -> Vec<RunId> {
-        let ids = std::mem::take(&mut self.undecided);
-        ids.into_iter().filter(|id| self.runs.get(id).is_some_and(|r| r.state == RunState::Waiting)).collect()
+    /// The waiting runs of the jobs `uids`, and those with an edge to one
+    /// of them, are decided again (those jobs changed or went, or a
+    /// backfill of theirs ended: an upstream may no longer be expected to
+    /// run at an instant).
+    pub(super) fn reconsider_waiting_on(&mut self, uids: &HashSet<String>) {
+        if uids.is_empty() {
+            return;
+        }
+        let touched = |r: &OpenRun| {
+            uids.contains(r.key.uid.as_str()) || r.after.as_ref().is_some_and(|a| a.edges.iter().any(|e| uids.contains(&e.uid)))
+        };
+        let waiting: Vec<RunId> =
+            self.runs.iter().filter(|(_, r)| r.state == RunState::Waiting && touched(r)).map(|(id, _)| id.clone()).collect();
+        self.undecided.extend(waiting);
+    }
+
+    /// Up to `limit` waiting runs to decide now, taken out (the rest stay
+    /// marked for the next turn).
+    pub(super) fn take_undecided(&mut self, limit: usize) -> Vec<RunId> {
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let Some(id) = self.undecided.pop_first() else { break };
+            if self.runs.get(&id).is_some_and(|r| r.state == RunState::Waiting) {
+                out.push(id);
+            }
+        }
+        out
+    }
+
+    /// Whether waiting runs are marked to be decided.
+    pub(super) fn has_undecided(&self) -> bool {
+        !self.undecided.is_empty()
     }
 
     /// What the leader knows of a candidate upstream run without the
@@ -163,6 +201,7 @@ impl RunBook {
     pub(super) fn untrack(&mut self, id: &str) -> Option<String> {
         self.upstream_ended(id, None);
         if let Some(run) = self.runs.remove(id) {
+            self.tally.remove(&run.key.namespace, run.state);
             self.stop_waiting(id, &run);
             if let Some(set) = self.by_job.get_mut(run.key.uid.as_str()) {
                 set.remove(id);
@@ -181,25 +220,44 @@ impl RunBook {
         self.holders.remove(id)
     }
 
-    /// Queues a run for dispatch, behind the others.
+    /// Queues an open run for dispatch, behind the others of its namespace.
     pub(super) fn queue(&mut self, id: RunId) {
-        self.ready.push_back(id);
-    }
-
-    /// The next run queued for dispatch.
-    pub(super) fn pop_ready(&mut self) -> Option<RunId> {
-        self.ready.pop_front()
-    }
-
-    /// Puts runs a dispatch pass passed over back at the front, in order.
-    pub(super) fn requeue_front(&mut self, ids: Vec<RunId>) {
-        for id in ids.into_iter().rev() {
-            self.ready.push_front(id);
+        if let Some(run) = self.runs.get(&id) {
+            self.ready.push_back(&run.key.namespace, id);
         }
     }
 
+    /// The next run queued for dispatch: from the namespace with queued
+    /// runs that holds the fewest active attempts (see [`FairQueue::pop`]).
+    pub(super) fn pop_ready(&mut self) -> Option<RunId> {
+        let tally = &self.tally;
+        self.ready.pop(|ns| usize::try_from(tally.of(ns).active).unwrap_or(usize::MAX))
+    }
+
+    /// Puts runs a dispatch pass passed over back at the front of their
+    /// namespaces' queues, in order (a run no longer open is dropped).
+    pub(super) fn requeue_front(&mut self, ids: Vec<RunId>) {
+        for id in ids.into_iter().rev() {
+            if let Some(run) = self.runs.get(&id) {
+                self.ready.push_front(&run.key.namespace, id);
+            }
+        }
+    }
+
+    /// The first queued runs of each namespace (a queue may name runs that
+    /// have moved on).
     pub(super) fn ready(&self) -> impl Iterator<Item = &RunId> {
-        self.ready.iter()
+        self.ready.fronts(64)
+    }
+
+    /// What namespace `ns` holds open.
+    pub(super) fn ns_counts(&self, ns: &str) -> NsCounts {
+        self.tally.of(ns)
+    }
+
+    /// Every namespace with open runs, and what it holds.
+    pub(super) fn ns_tally(&self) -> impl Iterator<Item = (&str, &NsCounts)> {
+        self.tally.iter()
     }
 
     pub(super) fn ready_len(&self) -> usize {
@@ -244,12 +302,14 @@ impl RunBook {
             self.stop_waiting(&id, &run);
         }
         let run = self.runs.get_mut(&id)?;
+        self.tally.remove(&run.key.namespace, run.state);
+        self.tally.add(&run.key.namespace, t.to);
         run.state = t.to;
         run.attempt = t.to_attempt;
         match t.to {
             RunState::Pending => {
                 run.ready_since = t.at;
-                self.ready.push_back(id);
+                self.ready.push_back(&run.key.namespace, id);
                 None
             }
             RunState::Retrying => {
@@ -264,6 +324,8 @@ impl RunBook {
     /// The run's assignment is persisted.
     pub(super) fn assigned(&mut self, id: &str, attempt: u32, at: Millis) -> Option<&OpenRun> {
         let run = self.runs.get_mut(id)?;
+        self.tally.remove(&run.key.namespace, run.state);
+        self.tally.add(&run.key.namespace, RunState::Assigned);
         run.state = RunState::Assigned;
         run.attempt = attempt;
         run.assigned_at = at;
@@ -415,6 +477,12 @@ mod tests {
         for c in b.ended.keys() {
             assert!(b.waiters.contains_key(c), "{c}'s end is kept though no run waits on it");
         }
+        let mut tally = NsTally::default();
+        for r in b.runs.values() {
+            tally.add(&r.key.namespace, r.state);
+        }
+        let (want, have): (Vec<_>, Vec<_>) = (tally.iter().collect(), b.tally.iter().collect());
+        assert_eq!(have, want, "the namespace counts are the open runs' states");
     }
 
     fn waiting(job: &str, at: Millis, edges: &[&str]) -> OpenRun {
@@ -435,18 +503,18 @@ mod tests {
         b.track(Arc::from(up_a.as_str()), open("a", RunState::Running, 1));
         b.track(Arc::from("w"), waiting("d", 100, &["a", "b"]));
         check(&b);
-        assert_eq!(b.take_undecided(), [Arc::from("w")], "a new waiting run is decided once");
-        assert!(b.take_undecided().is_empty());
+        assert_eq!(b.take_undecided(usize::MAX), [Arc::from("w")], "a new waiting run is decided once");
+        assert!(b.take_undecided(usize::MAX).is_empty());
         assert_eq!(b.job_counts("d"), (0, 0, 0), "a waiting run counts for no overlap");
         assert_eq!(b.known_upstream(&up_a), Some(UpstreamRun::Open));
         assert_eq!(b.known_upstream(&up_b), None, "not known here: the store is asked");
         b.mirror(&to(&up_a, RunState::Running, RunState::Succeeded, 1, 5, None));
         check(&b);
         assert_eq!(b.known_upstream(&up_a), Some(UpstreamRun::Ended(RunState::Succeeded)));
-        assert_eq!(b.take_undecided(), [Arc::from("w")]);
+        assert_eq!(b.take_undecided(usize::MAX), [Arc::from("w")]);
         // A skip record of the other upstream, created ended.
         b.upstream_ended(&up_b, Some(RunState::Skipped));
-        assert_eq!(b.take_undecided(), [Arc::from("w")]);
+        assert_eq!(b.take_undecided(usize::MAX), [Arc::from("w")]);
         // Released: it leaves the index, and the ends kept for it go.
         b.mirror(&to("w", RunState::Waiting, RunState::Pending, 0, 6, None));
         check(&b);
@@ -455,9 +523,9 @@ mod tests {
         assert_eq!(b.job_counts("d"), (1, 1, 0));
         // A job change decides every waiting run again.
         b.track(Arc::from("w2"), waiting("d", 200, &["a"]));
-        b.take_undecided();
+        b.take_undecided(usize::MAX);
         b.reconsider_all_waiting();
-        assert_eq!(b.take_undecided(), [Arc::from("w2")]);
+        assert_eq!(b.take_undecided(usize::MAX), [Arc::from("w2")]);
         b.untrack("w2");
         check(&b);
         assert!(b.waiters.is_empty());

@@ -97,8 +97,8 @@ pub(super) struct JobKey {
 #[derive(Default)]
 pub(super) struct JobTimeline {
     jobs: HashMap<String, Box<JobEntry>>,
-    /// (due, job uid, the entry's generation when pushed).
-    timer: BinaryHeap<Reverse<(Millis, String, u64)>>,
+    /// The next due times, per namespace.
+    timer: super::fair::NsTimer,
     next_generation: u64,
     /// How far the store's job change feed has been read.
     feed_seq: u64,
@@ -354,30 +354,26 @@ impl JobTimeline {
             None
         };
         if let Some(due) = due {
-            self.timer.push(Reverse((due, entry.record.key.uid.clone(), generation)));
+            self.timer.push(&entry.record.key.namespace, (due, entry.record.key.uid.clone(), generation));
         }
         self.jobs.insert(entry.record.key.uid.clone(), entry);
     }
 
-    /// When the timer next comes due (an entry may be stale).
-    pub(super) fn next_due(&self) -> Option<Millis> {
-        self.timer.peek().map(|Reverse((due, _, _))| *due)
+    /// When the timer next comes due for a namespace not deferred (an
+    /// entry may be stale).
+    pub(super) fn next_due(&self, defers: impl Fn(&str) -> bool) -> Option<Millis> {
+        self.timer.next_due(defers)
     }
 
-    /// Up to `limit` jobs due by `now`, taken off the timer (stale entries
-    /// and paused jobs with nothing carried are dropped).
-    pub(super) fn take_due(&mut self, now: Millis, limit: usize) -> Vec<String> {
-        let mut due_jobs = Vec::new();
-        while let Some(Reverse((due, _, _))) = self.timer.peek() {
-            if *due > now || due_jobs.len() >= limit {
-                break;
-            }
-            let Some(Reverse((_, uid, generation))) = self.timer.pop() else { break };
-            if self.jobs.get(&uid).is_some_and(|j| j.generation == generation && (!j.record.paused || j.carry.is_some())) {
-                due_jobs.push(uid);
-            }
-        }
-        due_jobs
+    /// Up to `limit` jobs due by `now`, taken off the timer from the
+    /// namespaces not deferred, in turn (stale entries and paused jobs with
+    /// nothing carried are dropped).
+    pub(super) fn take_due(&mut self, now: Millis, limit: usize, defers: impl Fn(&str) -> bool) -> Vec<String> {
+        let jobs = &self.jobs;
+        let valid = |uid: &str, generation: u64| {
+            jobs.get(uid).is_some_and(|j| j.generation == generation && (!j.record.paused || j.carry.is_some()))
+        };
+        self.timer.take_due(now, limit, defers, valid)
     }
 
     /// A fire of the job is committed: `last` is its last instant fired,
@@ -407,7 +403,7 @@ impl JobTimeline {
             schedule.next_after(after).map(|at| schedule.fire_at(at))
         };
         if let Some(next) = next {
-            self.timer.push(Reverse((next, uid.to_string(), generation)));
+            self.timer.push(&entry.record.key.namespace, (next, uid.to_string(), generation));
         }
     }
 
@@ -463,7 +459,7 @@ mod tests {
             if j.record.paused && j.carry.is_none() {
                 continue;
             }
-            let armed = t.timer.iter().any(|Reverse((_, u, g))| u == uid && *g == j.generation);
+            let armed = t.timer.iter().any(|(_, u, g)| u == uid && *g == j.generation);
             assert!(armed || j.schedule.next_after(j.base()).is_none(), "{uid} has no timer entry at generation {}", j.generation);
         }
     }
@@ -473,13 +469,13 @@ mod tests {
         let mut t = JobTimeline::default();
         t.upsert(record("a", "1s", 1, false), 0, &HashMap::default());
         check(&t);
-        assert_eq!(t.next_due(), Some(1_000));
-        assert!(t.take_due(999, 10).is_empty());
-        assert_eq!(t.take_due(1_500, 10), ["a"]);
+        assert_eq!(t.next_due(|_| false), Some(1_000));
+        assert!(t.take_due(999, 10, |_| false).is_empty());
+        assert_eq!(t.take_due(1_500, 10, |_| false), ["a"]);
         t.fired("a", Some(1_000), false, false, 1_500);
         check(&t);
         assert_eq!(t.get("a").and_then(|j| j.record.last_scheduled_at), Some(1_000));
-        assert_eq!(t.next_due(), Some(2_000));
+        assert_eq!(t.next_due(|_| false), Some(2_000));
         t.fired("a", Some(500), false, false, 1_600);
         assert_eq!(t.get("a").and_then(|j| j.record.last_scheduled_at), Some(1_000), "the last fire never goes back");
     }
@@ -492,21 +488,21 @@ mod tests {
         check(&t);
         // The change carries what the old schedule had due up to it (due at
         // once); the old version's timer entry is stale and skipped.
-        assert_eq!(t.take_due(5_000, 10), ["a"], "due once, not once per entry");
+        assert_eq!(t.take_due(5_000, 10, |_| false), ["a"], "due once, not once per entry");
         t.fired("a", None, false, true, 5_000);
         assert!(t.get("a").is_some_and(|j| j.carry.is_none()));
         check(&t);
-        assert_eq!(t.take_due(5_000, 10), ["a"], "the new version is planned at once");
+        assert_eq!(t.take_due(5_000, 10, |_| false), ["a"], "the new version is planned at once");
         t.fired("a", None, false, false, 5_000);
-        assert!(t.take_due(9_999, 10).is_empty());
-        assert_eq!(t.take_due(10_000, 10), ["a"]);
+        assert!(t.take_due(9_999, 10, |_| false).is_empty());
+        assert_eq!(t.take_due(10_000, 10, |_| false), ["a"]);
         t.upsert(record("a", "10s", 3, true), 10_000, &HashMap::default());
         check(&t);
-        assert_eq!(t.take_due(10_000, 10), ["a"], "what was due before the pause is fired first");
+        assert_eq!(t.take_due(10_000, 10, |_| false), ["a"], "what was due before the pause is fired first");
         t.fired("a", None, false, true, 10_000);
-        assert!(t.take_due(60_000, 10).is_empty(), "then a paused job does not come due");
+        assert!(t.take_due(60_000, 10, |_| false).is_empty(), "then a paused job does not come due");
         t.remove("a");
-        assert!(t.get("a").is_none() && t.take_due(120_000, 10).is_empty());
+        assert!(t.get("a").is_none() && t.take_due(120_000, 10, |_| false).is_empty());
     }
 
     #[test]
@@ -526,7 +522,7 @@ mod tests {
         again.reseat(entry, Some(3_000), 3_500);
         check(&again);
         assert_eq!(again.get("a").and_then(|j| j.record.last_scheduled_at), Some(3_000));
-        assert_eq!(again.next_due(), Some(4_000));
+        assert_eq!(again.next_due(|_| false), Some(4_000));
     }
 
     #[test]
@@ -536,15 +532,15 @@ mod tests {
         let schedule = t.get("a").expect("job").schedule.clone();
         let fire = |at: Millis| schedule.fire_at(at);
         assert!((10_000..19_000).contains(&fire(10_000)));
-        assert_eq!(t.next_due(), Some(fire(10_000)));
-        assert!(t.take_due(fire(10_000) - 1, 10).is_empty());
-        assert_eq!(t.take_due(fire(10_000), 10), ["a"]);
+        assert_eq!(t.next_due(|_| false), Some(fire(10_000)));
+        assert!(t.take_due(fire(10_000) - 1, 10, |_| false).is_empty());
+        assert_eq!(t.take_due(fire(10_000), 10, |_| false), ["a"]);
         // Fired at its fire time: the next instant's fire comes next,
         // even when `now` has passed that instant itself.
         assert!(fire(20_000) > 20_000, "this job's second instant is delayed");
         t.fired("a", Some(10_000), false, false, 20_000);
         check(&t);
-        assert_eq!(t.next_due(), Some(fire(20_000)));
+        assert_eq!(t.next_due(|_| false), Some(fire(20_000)));
     }
 
     #[test]
@@ -552,10 +548,10 @@ mod tests {
         let mut t = JobTimeline::default();
         let schedule = r#"{"every":"1s","start_at":"1970-01-01T00:00:05Z","end_at":"1970-01-01T00:00:07Z"}"#;
         t.upsert(record_of("a", schedule, 1, false), 0, &HashMap::default());
-        assert_eq!(t.next_due(), Some(5_000), "nothing before start_at");
-        assert_eq!(t.take_due(5_000, 10), ["a"]);
+        assert_eq!(t.next_due(|_| false), Some(5_000), "nothing before start_at");
+        assert_eq!(t.take_due(5_000, 10, |_| false), ["a"]);
         t.fired("a", Some(7_000), false, false, 7_000);
         check(&t);
-        assert_eq!(t.next_due(), None, "nothing after end_at");
+        assert_eq!(t.next_due(|_| false), None, "nothing after end_at");
     }
 }

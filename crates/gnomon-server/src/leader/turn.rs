@@ -17,7 +17,8 @@ impl LeaderRuntime {
         self.update_pressure();
         // Firing comes first: a burst is written in chunks until it is done
         // or the turn's fire budget is spent, then dispatch gets its turn.
-        // Under red backpressure due jobs wait (they are not dropped).
+        // A namespace under red backpressure has its due jobs wait (they
+        // are not dropped); the others fire.
         // A burst larger than one chunk writes its full chunks on their own
         // until the budget is spent; the last chunk goes into the turn's one
         // write together with the results and the assignments, so a run
@@ -31,7 +32,7 @@ impl LeaderRuntime {
         let interleaved = self.interleaved_fire_chunk();
         let limit = interleaved.unwrap_or(MAX_FIRE_BATCH);
         let mut last_chunk = None;
-        while !self.pressure.defers_fires() && std::time::Instant::now() < budget {
+        while std::time::Instant::now() < budget {
             let Some(plan) = self.plan_fire(now, limit).await? else { break };
             if !plan.full || interleaved.is_some() {
                 last_chunk = Some(plan);
@@ -63,20 +64,21 @@ impl LeaderRuntime {
     /// Takes in the job writes since the feed position the cache has read.
     pub(super) async fn sync_jobs(&mut self) -> Result<()> {
         let changes = self.store.job_changes(self.cache.jobs.feed_seq()).await?;
-        if !changes.deleted.is_empty() || !changes.upserted.is_empty() {
-            // An upstream deleted, paused or changed may no longer make
-            // the runs some waiting run expects of it.
-            self.cache.runs.reconsider_all_waiting();
-        }
+        // An upstream deleted, paused or changed may no longer make the
+        // runs some waiting run expects of it: those runs are decided again.
+        let mut touched: HashSet<String> = HashSet::default();
         for uid in changes.deleted {
             self.cache.jobs.remove(&uid);
+            touched.insert(uid);
         }
         for job in changes.upserted {
             let changed = self.cache.jobs.get(&job.uid).is_none_or(|j| j.record.version != job.version);
             if changed {
+                touched.insert(job.uid.clone());
                 self.upsert_job(job);
             }
         }
+        self.cache.runs.reconsider_waiting_on(&touched);
         self.cache.jobs.set_feed_seq(changes.seq);
         Ok(())
     }
@@ -99,7 +101,14 @@ impl LeaderRuntime {
         // While the cache is stale, what needs it waits for the rebuild;
         // heartbeats are still acked (the worker's lease does not depend on
         // the store) and reports queue in the inbox.
-        if self.stale && matches!(cmd, LeaderCommand::Trigger { .. } | LeaderCommand::SessionOpen { .. } | LeaderCommand::RunChanged { .. })
+        if self.stale
+            && matches!(
+                cmd,
+                LeaderCommand::Trigger { .. }
+                    | LeaderCommand::Backfill { .. }
+                    | LeaderCommand::SessionOpen { .. }
+                    | LeaderCommand::RunChanged { .. }
+            )
         {
             self.deferred.push_back(cmd);
             return Ok(());
@@ -120,6 +129,17 @@ impl LeaderRuntime {
                 // store's, and the write may have landed.
                 if let Err(TriggerError::Store(e)) = result {
                     if !matches!(e, StoreError::NotFound(_)) {
+                        return Err(e);
+                    }
+                }
+            }
+            LeaderCommand::Backfill { new, reply } => {
+                let result = self.start_backfill(new).await;
+                let _ = reply.send(result.clone());
+                // As with a trigger: a refusal is the caller's; a store error
+                // may have landed the write.
+                if let Err(TriggerError::Store(e)) = result {
+                    if !matches!(e, StoreError::AlreadyExists(_)) {
                         return Err(e);
                     }
                 }
@@ -163,6 +183,7 @@ impl LeaderRuntime {
     pub(super) async fn wait_for_work(&mut self) -> Option<LeaderExit> {
         self.publish_view();
         if !self.unwritten_events.is_empty()
+            || self.cache.runs.has_undecided()
             || (self.cache.runs.ready_len() > 0 && self.dispatch_room() > 0 && self.ready_has_dispatchable())
         {
             tokio::task::yield_now().await;
@@ -170,7 +191,8 @@ impl LeaderRuntime {
         }
         let now = self.clock.now_millis();
         let mut wake = now + MAX_TURN.as_millis() as i64;
-        if let Some(due) = self.cache.jobs.next_due().filter(|_| !self.pressure.defers_fires()) {
+        let admission = &self.admission;
+        if let Some(due) = self.cache.jobs.next_due(|ns| admission.defers(ns)) {
             wake = wake.min(due);
         }
         if let Some(due) = self.cache.runs.next_retry_at() {

@@ -8,11 +8,32 @@ pub struct PressureInfo {
     pub max_pending: usize,
 }
 
+/// One namespace's use of its quotas, as `GET /v1/namespaces/{namespace}/usage`
+/// shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct NamespaceUsage {
+    pub namespace: String,
+    /// Its own backpressure: `red` while its backlog defers its fires and
+    /// pauses its backfills.
+    pub pressure: Pressure,
+    /// Its open runs, by state.
+    pub runs: NsCounts,
+    /// What counts against `open_runs`: its open runs plus the instants its
+    /// running backfills have still to create.
+    pub open_runs: u64,
+    /// Backfills running.
+    pub backfills: u64,
+    /// Its quotas.
+    pub quota: gnomon_core::quota::Quota,
+}
+
 /// What the leader publishes for the API.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub workers: Vec<WorkerInfo>,
     pub pressure: Option<PressureInfo>,
+    /// Every namespace with open runs or running backfills, by name.
+    pub namespaces: BTreeMap<String, NamespaceUsage>,
     /// Why runs of a job are waiting in `pending`, by job uid.
     pub waiting: HashMap<String, String>,
 }
@@ -40,12 +61,11 @@ pub struct WorkerInfo {
 
 impl LeaderRuntime {
     pub(super) fn update_pressure(&mut self) {
-        let before = self.pressure.state();
         let capacity = self.sessions.capacity();
         let pending = self.cache.runs.ready_len();
-        let after = self.pressure.update(pending, self.free_slots(), capacity);
+        let (before, after) = self.admission.update(self.cache.runs.ns_tally(), self.free_slots(), capacity);
+        let max_pending = self.admission.pressure().config.max_pending;
         if after != before {
-            let max_pending = self.pressure.config.max_pending;
             if after == Pressure::Red || before == Pressure::Red {
                 tracing::warn!(from = before.as_str(), to = after.as_str(), pending, max_pending, "backpressure changed");
             } else {
@@ -54,8 +74,37 @@ impl LeaderRuntime {
         }
         metrics::gauge!("gnomon_backpressure_state").set(after.level());
         metrics::gauge!("gnomon_pending_runs").set(pending as f64);
-        self.view.write().unwrap_or_else(|p| p.into_inner()).pressure =
-            Some(PressureInfo { state: after, pending, max_pending: self.pressure.config.max_pending });
+        let namespaces = self.namespace_usage();
+        let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
+        view.pressure = Some(PressureInfo { state: after, pending, max_pending });
+        for gone in view.namespaces.keys().filter(|ns| !namespaces.contains_key(*ns)) {
+            usage_metrics(&NamespaceUsage { namespace: gone.clone(), ..NamespaceUsage::empty(self.admission.quota(gone)) });
+        }
+        for usage in namespaces.values().filter(|u| view.namespaces.get(&u.namespace) != Some(*u)) {
+            usage_metrics(usage);
+        }
+        view.namespaces = namespaces;
+    }
+
+    /// Every namespace with open runs or running backfills.
+    fn namespace_usage(&self) -> BTreeMap<String, NamespaceUsage> {
+        let mut out = BTreeMap::new();
+        let mut names: std::collections::BTreeSet<&str> = self.cache.runs.ns_tally().map(|(ns, _)| ns).collect();
+        names.extend(self.cache.backfills.namespaces());
+        for ns in names {
+            let runs = self.cache.runs.ns_counts(ns);
+            let (backfills, reserved) = self.cache.backfills.of_namespace(ns);
+            let usage = NamespaceUsage {
+                namespace: ns.to_string(),
+                pressure: self.admission.state_of(ns),
+                runs,
+                open_runs: runs.open() + reserved,
+                backfills,
+                quota: self.admission.quota(ns),
+            };
+            out.insert(ns.to_string(), usage);
+        }
+        out
     }
 
     pub(super) fn publish_view(&mut self) {
@@ -69,5 +118,24 @@ impl LeaderRuntime {
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         view.workers = list;
         view.waiting = self.cache.waiting.clone();
+    }
+}
+
+impl NamespaceUsage {
+    /// A namespace that holds nothing, under `quota`.
+    pub fn empty(quota: gnomon_core::quota::Quota) -> Self {
+        Self { namespace: String::new(), pressure: Pressure::Green, runs: NsCounts::default(), open_runs: 0, backfills: 0, quota }
+    }
+}
+
+/// Sets a namespace's gauges.
+fn usage_metrics(u: &NamespaceUsage) {
+    let ns = u.namespace.clone();
+    metrics::gauge!("gnomon_namespace_open_runs", "namespace" => ns.clone()).set(u.open_runs as f64);
+    metrics::gauge!("gnomon_namespace_backlog", "namespace" => ns.clone()).set(u.runs.backlog() as f64);
+    metrics::gauge!("gnomon_namespace_backfills", "namespace" => ns.clone()).set(u.backfills as f64);
+    metrics::gauge!("gnomon_namespace_backpressure_state", "namespace" => ns.clone()).set(u.pressure.level());
+    for q in gnomon_core::quota::QuotaName::ALL {
+        metrics::gauge!("gnomon_namespace_quota", "namespace" => ns.clone(), "quota" => q.as_str()).set(u.quota.limit(q) as f64);
     }
 }

@@ -54,6 +54,19 @@ pub fn http_with(
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
 ) -> std::io::Result<(u16, Value)> {
+    http_head(token, addr, method, path, headers, body).map(|(status, _, value)| (status, value))
+}
+
+/// [`http_with`], with the answer's head (status line and headers, as
+/// sent) too.
+pub fn http_head(
+    token: Option<&str>,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> std::io::Result<(u16, String, Value)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
@@ -77,7 +90,7 @@ pub fn http_with(
     if text[..body_start].to_ascii_lowercase().contains("transfer-encoding: chunked") {
         payload = dechunk(&payload);
     }
-    Ok((status, serde_json::from_str(&payload).unwrap_or(Value::Null)))
+    Ok((status, text[..body_start].to_string(), serde_json::from_str(&payload).unwrap_or(Value::Null)))
 }
 
 fn dechunk(s: &str) -> String {

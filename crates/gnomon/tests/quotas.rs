@@ -1,0 +1,181 @@
+//! Quotas per namespace, against a real server: every way to ask for runs
+//! (a trigger, a webhook call, a backfill) is refused whole over a quota,
+//! with 429, `Retry-After` and a coded body, and writes nothing; usage is
+//! visible in the API and the metrics; and one namespace's flood neither
+//! defers another's fires nor takes its worker slots.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+const SECRET: &str = "quota-hook-secret";
+
+/// A `gnomon dev` with `args` and `env`, once it leads.
+fn dev(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> (Proc, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut all: Vec<String> =
+        vec!["dev".into(), "--listen".into(), addr.clone(), "--data-dir".into(), dir.join("data").display().to_string()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let p = Proc::spawn_env(dir, "dev", &all, &env);
+    wait_until("the server to lead", Duration::from_secs(60), || {
+        http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == json!(true)).unwrap_or(false)
+    });
+    (p, addr)
+}
+
+fn post(addr: &str, path: &str, body: Value) -> (u16, Value) {
+    http(addr, "POST", path, Some(body.to_string().as_bytes())).unwrap()
+}
+
+/// Everything the store holds of namespace `ns` that a request can add:
+/// its runs and its backfills.
+fn held(addr: &str, ns: &str) -> (Vec<String>, Vec<String>) {
+    let (_, runs) = http(addr, "GET", &format!("/v1/runs?namespace={ns}&limit=1000"), None).unwrap();
+    let (_, backfills) = http(addr, "GET", &format!("/v1/backfills?namespace={ns}"), None).unwrap();
+    let ids = |v: &Value, key: &str| -> Vec<String> {
+        let mut ids: Vec<String> = v[key].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_string()).collect();
+        ids.sort();
+        ids
+    };
+    (ids(&runs, "runs"), ids(&backfills, "backfills"))
+}
+
+/// Sends `method path` with `headers` and `body`, and checks it is refused
+/// by quota `quota` of namespace `small`, with `Retry-After`, and that the
+/// namespace holds what it held before.
+fn refused_by(addr: &str, quota: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) {
+    let before = held(addr, "small");
+    let (status, head, answer) = http_head(None, addr, "POST", path, headers, Some(body)).unwrap();
+    let what = format!("POST {path}: {status} {answer}");
+    assert_eq!(status, 429, "{what}");
+    assert_eq!(answer["error"]["code"], "quota_exceeded", "{what}");
+    assert_eq!(answer["error"]["quota"]["quota"], quota, "{what}");
+    assert_eq!(answer["error"]["quota"]["namespace"], "small", "{what}");
+    let retry_after = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("retry-after:").map(|v| v.trim().to_string()));
+    assert!(retry_after.is_some_and(|s| s.parse::<u64>().is_ok_and(|n| n > 0)), "Retry-After in seconds: {head}");
+    assert_eq!(held(addr, "small"), before, "a refused request wrote: {what}");
+}
+
+#[test]
+fn every_quota_refuses_with_429_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let quotas = "small:open_runs=50,small:request_bytes=4KiB,small:downstream_runs=2,small:backfills=1";
+    let (_server, addr) = dev(dir.path(), &["--quota", quotas], &[("GNOMON_HOOK_SECRET_small__HOOK", SECRET)]);
+    // Runs no worker takes stay open, so the counts only move by the calls
+    // made here.
+    let absent = json!({"handler": {"name": "no-worker-has-this"}});
+    let job = |name: &str, extra: Value| {
+        let mut spec = json!({"name": name, "namespace": "small", "executor": absent});
+        spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let (s, v) = post(&addr, "/v1/jobs", spec);
+        assert_eq!(s, 201, "{name}: {v}");
+    };
+    job("manual", json!({"triggers": {"webhook": {"secret": "hook"}}}));
+    job("fan", json!({}));
+    for d in ["d1", "d2", "d3"] {
+        job(d, json!({"after": [{"job": "fan"}]}));
+    }
+    job("hourly", json!({"schedule": {"every": "1h"}}));
+
+    // downstream_runs: each run of `fan` would make 3 downstream runs.
+    refused_by(&addr, "downstream_runs", "/v1/jobs/fan/trigger?namespace=small", &[], b"{}");
+    // open_runs: 51 runs into an empty namespace of 50.
+    refused_by(&addr, "open_runs", "/v1/jobs/manual/trigger?namespace=small&count=51", &[], b"{}");
+    let (s, v) = post(&addr, "/v1/jobs/manual/trigger?namespace=small&count=40", json!({}));
+    assert_eq!(s, 201, "up to the quota fits: {v}");
+    refused_by(&addr, "open_runs", "/v1/jobs/manual/trigger?namespace=small", &[("Idempotency-Key", "k-1")], b"{}");
+    let (_, usage) = http(&addr, "GET", "/v1/namespaces/small", None).unwrap();
+    assert_eq!((usage["open_runs"].as_u64(), usage["runs"]["pending"].as_u64()), (Some(40), Some(40)), "{usage}");
+    assert_eq!(usage["quota"]["open_runs"], 50, "{usage}");
+
+    // backfills: one of 8 instants fits (40 + 8 ≤ 50), a second is one too
+    // many; a backfill past the open runs left is refused by them.
+    let at = |h: i64| (chrono::Utc::now() - chrono::Duration::hours(h)).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let range = |from: i64, to: i64| json!({"from": at(from), "to": at(to), "rate": 1}).to_string().into_bytes();
+    refused_by(&addr, "open_runs", "/v1/jobs/hourly/backfill?namespace=small", &[], &range(20, 1));
+    let (s, b) = http(&addr, "POST", "/v1/jobs/hourly/backfill?namespace=small", Some(&range(8, 1))).unwrap();
+    assert_eq!(s, 201, "{b}");
+    refused_by(&addr, "backfills", "/v1/jobs/hourly/backfill?namespace=small", &[], &range(2, 1));
+    let (_, usage) = http(&addr, "GET", "/v1/namespaces/small", None).unwrap();
+    assert_eq!(usage["backfills"], 1, "{usage}");
+    assert!(usage["open_runs"].as_u64().unwrap() >= 48, "the backfill's instants count before they are created: {usage}");
+    let (s, b) = http(&addr, "POST", &format!("/v1/backfills/{}/cancel", b["id"].as_str().unwrap()), None).unwrap();
+    assert_eq!(s, 200, "{b}");
+
+    // request_bytes: a webhook call whose payload alone passes 4 KiB.
+    let body = format!(r#"{{"blob":"{}"}}"#, "x".repeat(5000));
+    let ts = now_ms();
+    let sig = sign(SECRET, "small", "manual", ts, "", body.as_bytes());
+    let ts_text = ts.to_string();
+    let headers = [("Gnomon-Timestamp", ts_text.as_str()), ("Gnomon-Signature", sig.as_str())];
+    refused_by(&addr, "request_bytes", "/v1/hooks/small/manual", &headers, body.as_bytes());
+
+    // Another namespace keeps the defaults.
+    let (s, v) = post(&addr, "/v1/jobs", json!({"name": "other", "namespace": "big", "executor": absent}));
+    assert_eq!(s, 201, "{v}");
+    let (s, v) = post(&addr, "/v1/jobs/other/trigger?namespace=big&count=100", json!({}));
+    assert_eq!(s, 201, "{v}");
+    let (_, list) = http(&addr, "GET", "/v1/namespaces", None).unwrap();
+    let names: Vec<&str> = list["namespaces"].as_array().unwrap().iter().map(|n| n["namespace"].as_str().unwrap()).collect();
+    assert!(names.contains(&"small") && names.contains(&"big"), "{list}");
+    let metrics = raw_get(&addr, "/metrics").unwrap();
+    for line in [
+        r#"gnomon_namespace_open_runs{namespace="big"} 100"#,
+        r#"gnomon_namespace_quota{namespace="small",quota="open_runs"} 50"#,
+        r#"gnomon_quota_refusals_total{namespace="small",quota="open_runs"}"#,
+    ] {
+        assert!(metrics.contains(line), "metrics lack {line}");
+    }
+}
+
+/// Runs of `job` in `ns`, with (scheduled_at, fired_at, state).
+fn runs_of(addr: &str, ns: &str, job: &str) -> Vec<(i64, i64, String)> {
+    let (_, v) = http(addr, "GET", &format!("/v1/runs?namespace={ns}&job={job}&limit=1000"), None).unwrap();
+    let ms = |t: &Value| chrono::DateTime::parse_from_rfc3339(t.as_str().unwrap()).unwrap().timestamp_millis();
+    v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (ms(&r["scheduled_at"]), ms(&r["fired_at"]), r["state"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+#[test]
+fn a_flooded_namespace_neither_defers_another_namespaces_fires_nor_takes_its_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addr) = dev(dir.path(), &[], &[]);
+    // Namespace a: a large backfill and 10,000 triggered runs, all of a
+    // handler the embedded worker runs, so they also compete for its slots.
+    let noop = json!({"handler": {"name": "noop"}});
+    let (s, v) = post(&addr, "/v1/jobs", json!({"name": "flood", "namespace": "a", "executor": noop}));
+    assert_eq!(s, 201, "{v}");
+    let (s, v) = post(&addr, "/v1/jobs", json!({"name": "past", "namespace": "a", "schedule": {"every": "1s"}, "executor": noop}));
+    assert_eq!(s, 201, "{v}");
+    let at = |s: i64| (chrono::Utc::now() - chrono::Duration::seconds(s)).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let (s, v) = post(&addr, "/v1/jobs/past/backfill?namespace=a", json!({"from": at(40_000), "to": at(60), "rate": 1000}));
+    assert_eq!(s, 201, "{v}");
+    let (s, v) = post(&addr, "/v1/jobs/flood/trigger?namespace=a&count=10000", json!({}));
+    assert_eq!(s, 201, "{v}");
+    // Namespace b: a job every 2 s.
+    let (s, v) = post(&addr, "/v1/jobs", json!({"name": "tick", "namespace": "b", "schedule": {"every": "2s"}, "executor": noop}));
+    assert_eq!(s, 201, "{v}");
+    let created = now_ms();
+    std::thread::sleep(Duration::from_secs(20));
+    let (_, usage) = http(&addr, "GET", "/v1/namespaces/a", None).unwrap();
+    let ticks: Vec<(i64, i64, String)> =
+        runs_of(&addr, "b", "tick").into_iter().filter(|(at, _, _)| *at > created + 2_000 && *at < created + 18_000).collect();
+    eprintln!("namespace a while b ticked: {usage}");
+    assert!(ticks.len() >= 7, "b fires every 2 s while a floods: {ticks:?}");
+    for (at, fired, _) in &ticks {
+        assert!(fired - at < 1_500, "b's instant {at} fired {} ms late: {ticks:?}", fired - at);
+    }
+    // Its runs were given slots too: every one but the newest has ended.
+    wait_until("b's runs to end", Duration::from_secs(10), || {
+        let ticks = runs_of(&addr, "b", "tick");
+        ticks.iter().filter(|(at, _, _)| *at < created + 16_000).all(|(_, _, state)| state == "succeeded")
+    });
+}
