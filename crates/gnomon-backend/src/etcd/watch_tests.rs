@@ -54,7 +54,7 @@ async fn collect(w: &mut Resumable, seen: &mut Vec<(String, i64)>, n: usize) {
                 }
             }
             Ok(Next::Reload) => panic!("no compaction here: the watch must resume, not reload"),
-            Err(_) => panic!("only {} of {n} events within {WITHIN:?}: {seen:?}", seen.len()),
+            Err(_) => panic!("only {} of {n} events within {WITHIN:?}; the last: {:?}", seen.len(), seen.last()),
         }
     }
 }
@@ -92,6 +92,46 @@ async fn a_cut_watch_resumes_from_the_next_revision_and_misses_nothing() {
     assert!(stats.opened() >= 3, "the cuts re-opened the watch: {} streams", stats.opened());
     assert_eq!(stats.reloads(), 0);
     assert_eq!(stats.revision(), seen.last().expect("events").1);
+}
+
+#[tokio::test]
+async fn a_catching_up_watch_resumes_after_its_last_event_not_its_header() {
+    // etcd hands a watch that starts in the past its history in batches of
+    // at most 1000 revisions, each headed by the current revision: a watch
+    // resuming from a batch's header would skip the rest.
+    let endpoints = shared_endpoints();
+    let p = unique("catch-up");
+    let n = 1300;
+    let mut c = client(&endpoints).await;
+    let before = c.get(p.as_str(), Some(GetOptions::new().with_prefix().with_count_only())).await.expect("read");
+    let start = before.header().expect("header").revision();
+    let mut writers = Vec::new();
+    for t in 0..10 {
+        let (endpoints, p) = (endpoints.clone(), p.clone());
+        writers.push(tokio::spawn(async move {
+            let mut c = client(&endpoints).await;
+            for i in (t..n).step_by(10) {
+                put(&mut c, format!("{p}k{i:04}")).await;
+            }
+        }));
+    }
+    for w in writers {
+        w.await.expect("writer");
+    }
+    let stats = Arc::new(WatchStats::default());
+    let options = WatchOptions::new().with_prefix();
+    let mut w = Resumable::new(client(&endpoints).await, p.clone(), options, stats.clone(), "test").starting_at(start);
+    let mut seen = Vec::new();
+    collect(&mut w, &mut seen, 1).await;
+    assert!(seen.len() <= 1000, "the history comes in batches: {} events in the first", seen.len());
+    stats.cut();
+    collect(&mut w, &mut seen, n).await;
+    let mut keys: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), n, "every key once");
+    assert!(seen.windows(2).all(|p| p[0].1 < p[1].1), "revisions increase");
+    assert!(stats.opened() >= 2);
 }
 
 #[tokio::test]
