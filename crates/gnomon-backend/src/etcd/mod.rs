@@ -47,6 +47,17 @@
 //!   and its `last_scheduled_at` advance share a txn whenever they fit in
 //!   one; a catch-up too large for one txn advances the job in its last
 //!   chunk, and a crash in between leaves runs whose re-fire is `Existed`.
+//! - **Retries** (`retry`): a read is repeated at most 5 times, 100 → 800 ms
+//!   apart, after errors a later try may not repeat; a write only when the
+//!   client could not connect (the request never left), 5 tries, 50 → 400
+//!   ms apart. Any other write error goes back to the caller, which
+//!   re-reads to learn the outcome.
+//! - **Watches** (`watching`: the job feed's signal, worker session
+//!   deletions, the election's leader key) resume after a broken stream from
+//!   the last event revision + 1 (or a progress notification's revision +
+//!   1), ask for progress notifications so an idle watch stays current, and
+//!   answer a compacted start revision with a full read of the current state,
+//!   watching from the revision after it.
 
 use std::collections::HashMap;
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, CompactionOptions, GetOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{Client, CompactionOptions, DeleteOptions, GetOptions, Txn, TxnOp, WatchOptions};
 use tokio::sync::{oneshot, watch};
 
 use super::election::watch_leadership;
@@ -92,6 +92,7 @@ async fn a_cut_watch_resumes_from_the_next_revision_and_misses_nothing() {
     assert!(stats.opened() >= 3, "the cuts re-opened the watch: {} streams", stats.opened());
     assert_eq!(stats.reloads(), 0);
     assert_eq!(stats.revision(), seen.last().expect("events").1);
+    writer.delete(p, Some(DeleteOptions::new().with_prefix())).await.expect("clean up");
 }
 
 #[tokio::test]
@@ -132,6 +133,7 @@ async fn a_catching_up_watch_resumes_after_its_last_event_not_its_header() {
     assert_eq!(keys.len(), n, "every key once");
     assert!(seen.windows(2).all(|p| p[0].1 < p[1].1), "revisions increase");
     assert!(stats.opened() >= 2);
+    c.delete(p, Some(DeleteOptions::new().with_prefix())).await.expect("clean up");
 }
 
 #[tokio::test]
@@ -208,7 +210,10 @@ async fn a_compacted_start_revision_falls_back_to_a_full_read() {
     }
     // No loop: in 2 s idle the watch neither re-opens nor reloads.
     assert!(tokio::time::timeout(Duration::from_secs(2), w.next()).await.is_err());
-    assert_eq!((stats.opened(), stats.reloads()), (2, 1), "one compacted open, one after the read");
+    // (A re-watch looping on the compacted revision opens ~5 a second; a
+    // third open allows for one stream broken by a busy machine.)
+    assert_eq!(stats.reloads(), 1);
+    assert!((2..=3).contains(&stats.opened()), "one compacted open, one after the read: {}", stats.opened());
 }
 
 #[tokio::test]
@@ -237,7 +242,7 @@ async fn the_election_watch_reads_its_key_after_compaction_instead_of_looping() 
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!*lost.borrow(), "the key is there: leadership is not lost");
     assert_eq!(stats.reloads(), 1, "one full read");
-    assert_eq!(stats.opened(), 2, "one compacted open, one after the read: no loop");
+    assert!((2..=3).contains(&stats.opened()), "one compacted open, one after the read, no loop: {}", stats.opened());
     c.delete(key.clone(), None).await.expect("delete");
     tokio::time::timeout(WITHIN, lost.wait_for(|l| *l)).await.expect("the deletion is seen").expect("open");
     // Deleted and created again by another term before the compaction:
