@@ -4,9 +4,10 @@
 //!   800 ms between them (doubling from 100 ms, capped at 1 s), and only
 //!   after an error that a later try may not repeat ([`retryable_read`]:
 //!   the member is unavailable, the connection broke, the request timed
-//!   out inside etcd). A read that gets no answer within 3 s is not retried
-//!   (a partition: retrying would only make the caller wait longer); any
-//!   other error (refused, too large, invalid) returns at once.
+//!   out inside etcd, etcd sheds load). A read that gets no answer within
+//!   3 s is not retried (a partition: retrying would only make the caller
+//!   wait longer); any other error (refused, too large, invalid) returns at
+//!   once.
 //! - **Writes** ([`WRITES`]): at most 5 tries, waiting 50, 100, 200 and
 //!   400 ms, and only after an error proving that the request never left
 //!   this process ([`never_sent`]: the client could not connect to the
@@ -69,18 +70,26 @@ impl RetryPolicy {
 }
 
 /// gRPC status codes (`tonic::Code` as numbers).
+const UNKNOWN: i32 = 2;
 const DEADLINE_EXCEEDED: i32 = 4;
+const RESOURCE_EXHAUSTED: i32 = 8;
 const ABORTED: i32 = 10;
 const UNAVAILABLE: i32 = 14;
 
 /// May a later try of a read succeed where this one failed? Yes for a
 /// member that is unavailable (down, no leader, leader changed), a broken
-/// connection, or a request that timed out inside etcd; no for anything
-/// etcd would answer the same way again (permission denied, invalid or
-/// too large a request, a compacted revision).
+/// connection (the client reports it as UNKNOWN "transport error"), a
+/// request that timed out inside etcd, or etcd shedding load ("too many
+/// requests"); no for anything etcd would answer the same way again
+/// (permission denied, invalid or too large a request, a compacted
+/// revision, no space).
 pub(crate) fn retryable_read(e: &etcd_client::Error) -> bool {
     match e {
-        etcd_client::Error::GRpcStatus(s) => matches!(s.code() as i32, DEADLINE_EXCEEDED | ABORTED | UNAVAILABLE),
+        etcd_client::Error::GRpcStatus(s) => match s.code() as i32 {
+            UNKNOWN | DEADLINE_EXCEEDED | ABORTED | UNAVAILABLE => true,
+            RESOURCE_EXHAUSTED => s.message().contains("too many requests"),
+            _ => false,
+        },
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
         _ => false,
     }
@@ -214,6 +223,25 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 5);
         let ms: Vec<u128> = waits.lock().unwrap().iter().map(Duration::as_millis).collect();
         assert_eq!(ms, vec![100, 200, 400, 800], "no wait after the last try");
+    }
+
+    #[test]
+    fn reads_are_retried_after_errors_a_later_try_may_not_repeat() {
+        for again in [
+            status(tonic::Code::Unavailable, "etcdserver: leader changed"),
+            status(tonic::Code::Unknown, "transport error"),
+            status(tonic::Code::DeadlineExceeded, "context deadline exceeded"),
+            status(tonic::Code::ResourceExhausted, "etcdserver: too many requests"),
+        ] {
+            assert!(retryable_read(&again), "{again}");
+        }
+        for same in [
+            status(tonic::Code::ResourceExhausted, "etcdserver: mvcc: database space exceeded"),
+            status(tonic::Code::InvalidArgument, "etcdserver: request is too large"),
+            status(tonic::Code::PermissionDenied, "etcdserver: permission denied"),
+        ] {
+            assert!(!retryable_read(&same), "{same}");
+        }
     }
 
     #[tokio::test]

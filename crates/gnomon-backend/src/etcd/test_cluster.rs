@@ -48,20 +48,29 @@ fn free_ports(n: usize) -> Vec<u16> {
 
 impl EtcdCluster {
     /// Starts `size` members and waits (up to 60 s) until each answers a
-    /// linearizable read.
+    /// linearizable read as a member of this cluster. A member that exits
+    /// at once (its port taken meanwhile) is tried again on other ports.
     pub async fn start(size: usize) -> Self {
-        let ports = free_ports(2 * size);
-        let members = (0..size).map(|i| Member { client: ports[2 * i], peer: ports[2 * i + 1], child: None }).collect();
-        let dir = tempfile::Builder::new().prefix("gnomon-etcd-test").tempdir().expect("temp dir");
-        let token = format!("gnomon-test-{:08x}", rand::random::<u32>());
-        let mut c = Self { dir, token, members };
-        for i in 0..size {
-            c.spawn(i);
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            let ports = free_ports(2 * size);
+            let members = (0..size).map(|i| Member { client: ports[2 * i], peer: ports[2 * i + 1], child: None }).collect();
+            let dir = tempfile::Builder::new().prefix("gnomon-etcd-test").tempdir().expect("temp dir");
+            let token = format!("gnomon-test-{:08x}", rand::random::<u32>());
+            let mut c = Self { dir, token, members };
+            for i in 0..size {
+                c.spawn(i);
+            }
+            let mut ready = Ok(());
+            for i in 0..size {
+                ready = ready.and(c.wait_ready(i).await);
+            }
+            match ready {
+                Ok(()) => return c,
+                Err(e) => failures.push(e),
+            }
         }
-        for i in 0..size {
-            c.wait_ready(i).await;
-        }
-        c
+        panic!("a private etcd cluster did not start: {failures:#?}")
     }
 
     fn spawn(&mut self, i: usize) {
@@ -88,22 +97,30 @@ impl EtcdCluster {
         self.members[i].child = Some(child);
     }
 
-    async fn wait_ready(&mut self, i: usize) {
+    /// Waits until member `i` answers a linearizable read and lists its
+    /// own peer URL (not some other etcd that took the port); an error if
+    /// it exits first.
+    async fn wait_ready(&mut self, i: usize) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         let opts = etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(2)).with_require_leader(true);
+        let peer = format!("http://127.0.0.1:{}", self.members[i].peer);
         loop {
             if let Some(Ok(Some(status))) = self.members[i].child.as_mut().map(Child::try_wait) {
-                panic!("etcd member m{i} exited ({status}); its log ends:\n{}", self.log_tail(i));
+                return Err(format!("etcd member m{i} exited ({status}); its log ends:\n{}", self.log_tail(i)));
             }
             let probe = async {
                 let mut c = etcd_client::Client::connect([self.endpoint(i)], Some(opts.clone())).await.ok()?;
-                c.get("/ready", None).await.ok()
+                c.get("/ready", None).await.ok()?;
+                let members = c.member_list().await.ok()?;
+                Some(members.members().iter().any(|m| m.peer_urls().iter().any(|u| *u == peer)))
             };
-            if let Ok(Some(_)) = tokio::time::timeout(Duration::from_secs(3), probe).await {
-                return;
+            match tokio::time::timeout(Duration::from_secs(3), probe).await {
+                Ok(Some(true)) => return Ok(()),
+                Ok(Some(false)) => return Err(format!("another etcd answers on m{i}'s port {}", self.members[i].client)),
+                _ => {}
             }
             if tokio::time::Instant::now() > deadline {
-                panic!("etcd member m{i} did not answer within 60 s; its log ends:\n{}", self.log_tail(i));
+                return Err(format!("etcd member m{i} did not answer within 60 s; its log ends:\n{}", self.log_tail(i)));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -154,7 +171,9 @@ impl EtcdCluster {
     pub async fn restart(&mut self, i: usize) {
         self.stop(i);
         self.spawn(i);
-        self.wait_ready(i).await;
+        if let Err(e) = self.wait_ready(i).await {
+            panic!("{e}");
+        }
     }
 }
 
