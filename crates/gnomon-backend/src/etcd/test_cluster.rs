@@ -112,7 +112,7 @@ impl EtcdCluster {
                 let mut c = etcd_client::Client::connect([self.endpoint(i)], Some(opts.clone())).await.ok()?;
                 c.get("/ready", None).await.ok()?;
                 let members = c.member_list().await.ok()?;
-                Some(members.members().iter().any(|m| m.peer_urls().iter().any(|u| *u == peer)))
+                Some(members.members().iter().any(|m| m.peer_urls().contains(&peer)))
             };
             match tokio::time::timeout(Duration::from_secs(3), probe).await {
                 Ok(Some(true)) => return Ok(()),
