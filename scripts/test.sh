@@ -8,7 +8,9 @@ ensure_toolchain
 # The SQL store tests run against real servers; install and start them if missing.
 ensure_mariadb
 ensure_postgres
-# The election tests use a 3-member etcd cluster on loopback (scripts/etcd.sh).
+# The etcd tests use a 3-member etcd cluster on loopback (scripts/etcd.sh);
+# those that stop members or compact history start private clusters of
+# their own with the same etcd binary.
 ensure_etcd
 # The browser-safety and console tests drive a headless Chromium.
 ensure_chromium

@@ -20,7 +20,12 @@
 //!   last successful refresh was *sent* (so we give up no later than etcd
 //!   can expire the lease), or etcd answers that the lease is gone;
 //! - the leader key is deleted (lease revoked or expired, or an operator
-//!   deleted it), seen by a watch on the key.
+//!   deleted it), seen by a watch on the key. The watch resumes after a
+//!   broken stream from the next revision it needs, and keeps that revision
+//!   current with progress notifications while the key is idle; when the
+//!   revision has been compacted it reads the key instead (gone, or created
+//!   by another term: lost) and watches from after that read
+//!   (`super::watching`).
 //!
 //! Requests carry `require_leader`, so a member cut off from its quorum
 //! refuses them instead of answering with stale data.
@@ -34,6 +39,7 @@ use etcd_client::{Client, ConnectOptions, EventType, LeaderKey, ResignOptions, W
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use super::watching::{Next, Resumable, WatchStats};
 use crate::election::{count_election, jitter, ElectionConfig};
 use crate::{ElectionError, Elector, Fence, LeaderInfo, Leadership, Store, StoreError};
 
@@ -172,6 +178,8 @@ pub struct EtcdElector {
     config: ElectionConfig,
     store: Arc<dyn Store>,
     terms: Mutex<HashMap<u64, Term>>,
+    /// The leader-key watches' counters (all terms of this elector).
+    watch_stats: Arc<WatchStats>,
 }
 
 impl std::fmt::Debug for EtcdElector {
@@ -203,6 +211,7 @@ impl EtcdElector {
             config,
             store,
             terms: Mutex::new(HashMap::new()),
+            watch_stats: Arc::default(),
         }
     }
 
@@ -298,53 +307,64 @@ impl Drop for Candidacy {
     }
 }
 
-/// Sets `lost` when the leader key disappears or the lease dies.
-async fn watch_leadership(
-    mut client: Client,
+/// The leader key as a full read finds it: its create revision (None when
+/// it is gone) and the revision of the read.
+async fn read_leader_key(client: &mut Client, key: &[u8]) -> Result<(Option<i64>, i64), String> {
+    let r = tokio::time::timeout(REQUEST_TIMEOUT, client.get(key.to_vec(), None))
+        .await
+        .map_err(|_| "reading the leader key timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    let rev = r.header().map(|h| h.revision()).unwrap_or(0);
+    Ok((r.kvs().first().map(|kv| kv.create_revision()), rev))
+}
+
+/// Sets `lost` when the leader key (created at revision `created`)
+/// disappears or the lease dies. The watch resumes after breaks from the
+/// next revision it needs; when that revision has been compacted it reads
+/// the key instead (gone, or re-created by another term, is lost) and
+/// watches from after that read (see [`super::watching`]).
+pub(super) async fn watch_leadership(
+    client: Client,
     key: Vec<u8>,
-    rev: i64,
+    created: i64,
     mut alive: watch::Receiver<bool>,
     lost: watch::Sender<bool>,
     mut stop: oneshot::Receiver<()>,
+    stats: Arc<WatchStats>,
 ) {
-    let mut from = rev;
+    let mut reader = client.clone();
+    let mut w = Resumable::new(client, key.clone(), WatchOptions::new(), stats, "election").starting_at(created);
     loop {
-        let watched =
-            tokio::time::timeout(REQUEST_TIMEOUT, client.watch(key.clone(), Some(WatchOptions::new().with_start_revision(from)))).await;
-        let (_watcher, mut events) = match watched {
-            Ok(Ok(w)) => w,
-            _ => {
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
-                    _ = alive.wait_for(|a| !*a) => { let _ = lost.send(true); return; }
-                    _ = &mut stop => { let _ = lost.send(true); return; }
+        let next = tokio::select! {
+            n = w.next() => n,
+            _ = alive.wait_for(|a| !*a) => break,
+            _ = &mut stop => break,
+        };
+        match next {
+            Next::Events(events) => {
+                if events.iter().any(|e| e.event_type() == EventType::Delete) {
+                    tracing::warn!("etcd: the leader key was deleted");
+                    break;
                 }
             }
-        };
-        loop {
-            tokio::select! {
-                msg = events.message() => match msg {
-                    Ok(Some(resp)) => {
-                        if resp.canceled() {
-                            break;
-                        }
-                        if let Some(h) = resp.header() {
-                            from = from.max(h.revision() + 1);
-                        }
-                        if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
-                            tracing::warn!("etcd: the leader key was deleted");
-                            let _ = lost.send(true);
-                            return;
-                        }
+            Next::Reload => match read_leader_key(&mut reader, &key).await {
+                Ok((Some(c), rev)) if c == created => w.reloaded(rev),
+                Ok(_) => {
+                    tracing::warn!("etcd: the leader key is gone (found by a full read after compaction)");
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "etcd: cannot read the leader key; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        _ = alive.wait_for(|a| !*a) => break,
+                        _ = &mut stop => break,
                     }
-                    _ => break,
-                },
-                _ = alive.wait_for(|a| !*a) => { let _ = lost.send(true); return; }
-                _ = &mut stop => { let _ = lost.send(true); return; }
-            }
+                }
+            },
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let _ = lost.send(true);
 }
 
 #[async_trait]
@@ -401,9 +421,10 @@ impl Elector for EtcdElector {
         let (lost_tx, lost_rx) = watch::channel(false);
         let (stop_tx, stop_rx) = oneshot::channel();
         let key = leader.key().to_vec();
+        let stats = self.watch_stats.clone();
         let ka_stop = candidacy.stop_keep_alive.take();
         tokio::spawn(async move {
-            watch_leadership(client, key, leader_rev(token), alive_rx, lost_tx, stop_rx).await;
+            watch_leadership(client, key, leader_rev(token), alive_rx, lost_tx, stop_rx, stats).await;
             if let Some(stop) = ka_stop {
                 let _ = stop.send(true);
             }

@@ -47,6 +47,17 @@
 //!   and its `last_scheduled_at` advance share a txn whenever they fit in
 //!   one; a catch-up too large for one txn advances the job in its last
 //!   chunk, and a crash in between leaves runs whose re-fire is `Existed`.
+//! - **Retries** (`retry`): a read is repeated at most 5 times, 100 → 800 ms
+//!   apart, after errors a later try may not repeat; a write only when the
+//!   client could not connect (the request never left), 5 tries, 50 → 400
+//!   ms apart. Any other write error goes back to the caller, which
+//!   re-reads to learn the outcome.
+//! - **Watches** (`watching`: the job feed's signal, worker session
+//!   deletions, the election's leader key) resume after a broken stream from
+//!   the last event revision + 1 (or a progress notification's revision +
+//!   1), ask for progress notifications so an idle watch stays current, and
+//!   answer a compacted start revision with a full read of the current state,
+//!   watching from the revision after it.
 
 use std::collections::HashMap;
 
@@ -67,14 +78,21 @@ mod leadership;
 mod notify;
 mod records;
 mod retention;
+mod retry;
 mod runs;
 mod sessions;
+#[cfg(test)]
+mod test_cluster;
 mod url;
+#[cfg(test)]
+mod watch_tests;
+mod watching;
 mod writes;
 
 pub use election::*;
 
 use records::*;
+use retry::{retry_read, send_write};
 use sessions::{watch_job_writes, EtcdSessions};
 pub use url::{parse_url, EtcdUrl};
 
@@ -132,38 +150,6 @@ fn gets(resp: &etcd_client::TxnResponse) -> Vec<Vec<etcd_client::KeyValue>> {
         .collect()
 }
 
-/// The client could not connect to the member it chose: the request never
-/// left this process.
-fn never_sent(e: &etcd_client::Error) -> bool {
-    // gRPC status 14 is UNAVAILABLE; the message is the connector's.
-    matches!(e, etcd_client::Error::GRpcStatus(s) if s.code() as i32 == 14 && s.message().contains("tcp connect error"))
-}
-
-/// Keeps calling an idempotent read until it answers: 100 ms → 1 s
-/// backoff, 5 tries on errors; a read that gets no answer
-/// within 3 s is not retried. Writes are never retried blindly: their
-/// outcome is re-checked by re-reading (see the CAS loops).
-async fn retry_read<T, F, Fut>(mut f: F) -> Result<T, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
-{
-    let mut delay = std::time::Duration::from_millis(100);
-    let mut last = None;
-    for _ in 0..5 {
-        match tokio::time::timeout(std::time::Duration::from_secs(3), f()).await {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) => last = Some(unavailable(e)),
-            // Silence, not an error: a partition. Retrying would only make
-            // the caller (an API request, a leader turn) wait longer.
-            Err(_) => return Err(StoreError::Unavailable("etcd: no answer within 3s".into())),
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(std::time::Duration::from_secs(1));
-    }
-    Err(last.unwrap_or_else(|| StoreError::Unavailable("etcd".into())))
-}
-
 impl EtcdStore {
     pub async fn open(url: &str) -> Result<Self, StoreError> {
         let u = parse_url(url)?;
@@ -184,27 +170,18 @@ impl EtcdStore {
         self.client.clone()
     }
 
-    /// One write. It is repeated only when the client could not even
-    /// connect to the member it picked (a member that is down: the request
-    /// was never sent, so repeating it cannot apply it twice); any other
-    /// error leaves its outcome unknown and goes back to the caller.
+    /// One write, sent under [`retry::WRITES`]: repeated only when the
+    /// client could not even connect to the member it picked (the request
+    /// never left, so repeating it cannot apply it twice); any other error
+    /// leaves its outcome unknown and goes back to the caller, which
+    /// re-reads.
     async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, StoreError> {
-        let mut delay = std::time::Duration::from_millis(50);
-        for attempt in 0.. {
+        send_write(|| {
             let mut c = self.kv.clone();
-            let result = tokio::time::timeout(std::time::Duration::from_secs(10), c.txn(txn.clone()))
-                .await
-                .map_err(|_| StoreError::Unavailable("etcd: txn timed out (its outcome is re-checked by the caller)".into()))?;
-            match result {
-                Ok(r) => return Ok(r),
-                Err(e) if attempt < 4 && never_sent(&e) => {
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                }
-                Err(e) => return Err(unavailable(e)),
-            }
-        }
-        unreachable!("the loop returns")
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
     }
 
     async fn get(&self, key: String, opts: Option<GetOptions>) -> Result<etcd_client::GetResponse, StoreError> {
@@ -462,7 +439,7 @@ impl StoreProbes for EtcdStore {
     fn job_change_signal(&self) -> Option<tokio::sync::mpsc::Receiver<()>> {
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         let store = self.clone();
-        tokio::spawn(async move { watch_job_writes(store, tx).await });
+        tokio::spawn(async move { watch_job_writes(store, tx, Default::default()).await });
         Some(rx)
     }
 }

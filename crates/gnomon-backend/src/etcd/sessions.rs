@@ -1,11 +1,17 @@
 //! Worker session leases on etcd, and the watches that turn etcd events
-//! into signals (a worker's lease gone, a job written).
+//! into signals (a worker's lease gone, a job written). Both watches are
+//! [`super::watching::Resumable`]: they resume after a broken stream from
+//! the next revision they need, keep it current with progress
+//! notifications, and answer a compacted start revision with a full read.
 
 use async_trait::async_trait;
-use etcd_client::{GetOptions, Txn, TxnOp};
+use std::sync::Arc;
+
+use etcd_client::{EventType, GetOptions, Txn, TxnOp, WatchOptions};
 use gnomon_core::Millis;
 use serde::{Deserialize, Serialize};
 
+use super::watching::{Next, Resumable, WatchStats};
 use super::*;
 
 /// Worker session leases: `P/workers/<worker id>` bound to an etcd lease of
@@ -92,134 +98,91 @@ impl SessionLeases for EtcdSessions {
     fn deletions(&self) -> tokio::sync::mpsc::Receiver<(String, i64)> {
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
         let store = self.store.clone();
-        tokio::spawn(async move { watch_worker_deletions(store, tx).await });
+        tokio::spawn(async move { watch_worker_deletions(store, tx, Arc::default()).await });
         rx
     }
 }
 
-/// Watches `P/workers/` for deletions, resuming from the last revision seen
-/// when the stream breaks; after a compaction (history gone) it compares
-/// the live keys with the ones it knew and reports the missing as deleted.
-pub(super) async fn watch_worker_deletions(store: EtcdStore, tx: tokio::sync::mpsc::Sender<(String, i64)>) {
-    use etcd_client::{EventType, WatchOptions};
+/// Watches `P/workers/` for deletions. It first reads the live keys, then
+/// watches from the revision after that read, resuming after breaks from
+/// the next revision it needs (see [`super::watching`]); after a compaction
+/// (history gone) it reads the live keys again, reports the ones it knew
+/// that are missing as deleted, and watches from after that read.
+pub(super) async fn watch_worker_deletions(store: EtcdStore, tx: tokio::sync::mpsc::Sender<(String, i64)>, stats: Arc<WatchStats>) {
     let prefix = store.k("workers/");
     let mut known: HashMap<String, i64> = HashMap::new();
-    let mut from: i64 = 0;
+    let options = WatchOptions::new().with_prefix().with_prev_key();
+    let mut w = Resumable::new(store.c(), prefix.clone(), options, stats, "workers");
     loop {
-        if tx.is_closed() {
-            return;
-        }
-        // (Re)load: the live keys and the revision to watch from.
-        if from == 0 {
-            let Ok(r) = store.get(prefix.clone(), Some(GetOptions::new().with_prefix())).await else {
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                continue;
-            };
-            let now: HashMap<String, i64> =
-                r.kvs().iter().filter_map(|kv| Some((kv.key_str().ok()?.rsplit('/').next()?.to_string(), kv.lease()))).collect();
-            for (w, lease) in &known {
-                if now.get(w) != Some(lease) && tx.send((w.clone(), *lease)).await.is_err() {
-                    return;
-                }
-            }
-            known = now;
-            from = r.header().map(|h| h.revision() + 1).unwrap_or(1);
-        }
-        let mut c = store.c();
-        let opts = WatchOptions::new().with_prefix().with_prev_key().with_progress_notify().with_start_revision(from);
-        let Ok(Ok((_watcher, mut stream))) =
-            tokio::time::timeout(std::time::Duration::from_secs(3), c.watch(prefix.clone(), Some(opts))).await
-        else {
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            continue;
+        let next = tokio::select! {
+            n = w.next() => n,
+            _ = tx.closed() => return,
         };
-        loop {
-            let msg = tokio::select! {
-                m = stream.message() => m,
-                _ = tx.closed() => return,
-            };
-            let resp = match msg {
-                Ok(Some(r)) => r,
-                _ => break, // broken stream: resume from `from`
-            };
-            if resp.compact_revision() > 0 {
-                tracing::warn!(compacted = resp.compact_revision(), "worker watch: history compacted; reloading");
-                from = 0;
-                break;
-            }
-            if resp.canceled() {
-                break;
-            }
-            if let Some(h) = resp.header() {
-                from = from.max(h.revision() + 1);
-            }
-            for e in resp.events() {
-                let Some(kv) = e.kv() else { continue };
-                let Some(worker) = kv.key_str().ok().and_then(|k| k.rsplit('/').next()).map(str::to_string) else { continue };
-                match e.event_type() {
-                    EventType::Put => {
-                        known.insert(worker, kv.lease());
+        match next {
+            Next::Reload => {
+                let Ok(r) = store.get(prefix.clone(), Some(GetOptions::new().with_prefix())).await else {
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    continue;
+                };
+                let now: HashMap<String, i64> =
+                    r.kvs().iter().filter_map(|kv| Some((kv.key_str().ok()?.rsplit('/').next()?.to_string(), kv.lease()))).collect();
+                for (w, lease) in &known {
+                    if now.get(w) != Some(lease) && tx.send((w.clone(), *lease)).await.is_err() {
+                        return;
                     }
-                    EventType::Delete => {
-                        let lease = e.prev_kv().map(|p| p.lease()).or_else(|| known.get(&worker).copied()).unwrap_or(0);
-                        known.remove(&worker);
-                        if tx.send((worker, lease)).await.is_err() {
-                            return;
+                }
+                known = now;
+                w.reloaded(r.header().map_or(0, |h| h.revision()));
+            }
+            Next::Events(events) => {
+                for e in events {
+                    let Some(kv) = e.kv() else { continue };
+                    let Some(worker) = kv.key_str().ok().and_then(|k| k.rsplit('/').next()).map(str::to_string) else { continue };
+                    match e.event_type() {
+                        EventType::Put => {
+                            known.insert(worker, kv.lease());
+                        }
+                        EventType::Delete => {
+                            let lease = e.prev_kv().map(|p| p.lease()).or_else(|| known.get(&worker).copied()).unwrap_or(0);
+                            known.remove(&worker);
+                            if tx.send((worker, lease)).await.is_err() {
+                                return;
+                            }
                         }
                     }
                 }
-                from = from.max(kv.mod_revision() + 1);
             }
         }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
 
 /// Signals every write under `P/job` (jobs, their names, tombstones). The
-/// watch resumes from the last revision it saw when its stream breaks; after
-/// a compaction it signals once (the change feed itself reads current keys
-/// by `mod_revision`, so it needs no history) and watches from now.
-pub(super) async fn watch_job_writes(store: EtcdStore, tx: tokio::sync::mpsc::Sender<()>) {
-    use etcd_client::WatchOptions;
+/// change feed itself reads current keys by `mod_revision`, so the watch
+/// needs no history: it reads the prefix's revision, signals once (a
+/// subscriber that read before that read re-reads) and watches from the
+/// next revision, resuming after breaks from the next revision it needs;
+/// after a compaction it does the same again (see [`super::watching`]).
+pub(super) async fn watch_job_writes(store: EtcdStore, tx: tokio::sync::mpsc::Sender<()>, stats: Arc<WatchStats>) {
     let prefix = store.k("job");
-    let mut from: i64 = 0;
+    let mut w = Resumable::new(store.c(), prefix.clone(), WatchOptions::new().with_prefix(), stats, "jobs");
     loop {
-        if tx.is_closed() {
-            return;
-        }
-        let mut c = store.c();
-        let mut opts = WatchOptions::new().with_prefix().with_progress_notify();
-        if from > 0 {
-            opts = opts.with_start_revision(from);
-        }
-        let Ok(Ok((_watcher, mut stream))) =
-            tokio::time::timeout(std::time::Duration::from_secs(3), c.watch(prefix.clone(), Some(opts))).await
-        else {
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            continue;
+        let next = tokio::select! {
+            n = w.next() => n,
+            _ = tx.closed() => return,
         };
-        loop {
-            let msg = tokio::select! {
-                m = stream.message() => m,
-                _ = tx.closed() => return,
-            };
-            let Ok(Some(resp)) = msg else { break };
-            if resp.compact_revision() > 0 {
-                from = 0;
+        match next {
+            Next::Reload => {
+                let Ok(r) = store.get(prefix.clone(), Some(GetOptions::new().with_prefix().with_count_only())).await else {
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    continue;
+                };
+                w.reloaded(r.header().map_or(0, |h| h.revision()));
                 let _ = tx.try_send(());
-                break;
             }
-            if resp.canceled() {
-                break;
-            }
-            if let Some(h) = resp.header() {
-                from = from.max(h.revision() + 1);
-            }
-            if !resp.events().is_empty() {
-                // Coalesced: one pending signal is enough.
+            // Coalesced: one pending signal is enough.
+            Next::Events(_) => {
                 let _ = tx.try_send(());
             }
         }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
