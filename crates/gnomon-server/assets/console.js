@@ -159,7 +159,7 @@ async function leaderBanner() {
     S.leader = l;
     if (!l.holder) banner('No leader is elected right now: nothing fires until one is.', true);
     else if (!l.is_self) banner(`This server (${l.answered_by}) is not the leader; ${l.holder} at ${l.address} is (triggers and the worker list are forwarded to it).`, false);
-    else if (l.backpressure && l.backpressure.state === 'red') banner(`Backpressure is red: ${l.backpressure.pending} runs wait for a worker; new fires are shed.`, true);
+    else if (l.backpressure && l.backpressure.state === 'red') banner(`Backpressure is red in a namespace: its new fires wait until its backlog falls (see Namespaces on the overview).`, true);
     else banner('');
   } catch (e) {
     if (e.status === 0) banner('The server is unreachable. Retrying…', true);
@@ -257,12 +257,24 @@ function runRows(runs, withJob = true) {
     '</tbody></table></div>';
 }
 
+// Each namespace's use of its quotas and its own backpressure.
+function namespaceRows(list) {
+  if (!list.length) return '<p class="mute">No namespace holds open runs.</p>';
+  const of = (n, max) => `${n.toLocaleString()} <span class="mute">of ${max.toLocaleString()}</span>`;
+  return '<div class="tbl"><table id="namespaces-table"><thead><tr><th>namespace</th><th>pressure</th><th>pending</th><th class="hide-sm">waiting</th>' +
+    '<th class="hide-sm">running</th><th>open runs</th><th class="hide-sm">backfills</th></tr></thead><tbody>' +
+    list.map((u) => `<tr data-namespace="${esc(u.namespace)}"><td>${esc(u.namespace)}</td><td>${st(u.pressure)}</td><td>${u.runs.pending.toLocaleString()}</td>` +
+      `<td class="hide-sm">${u.runs.waiting.toLocaleString()}</td><td class="hide-sm">${u.runs.active.toLocaleString()}</td>` +
+      `<td>${of(u.open_runs, u.quota.open_runs)}</td><td class="hide-sm">${of(u.backfills, u.quota.backfills)}</td></tr>`).join('') +
+    '</tbody></table></div>';
+}
+
 // ---- views ----
 const views = {};
 
 views.overview = async (el) => {
-  const [leader, workers, recent, failures] = await Promise.all([
-    api('GET', '/v1/leader'), api('GET', '/v1/workers'), recentRuns(3000), recentRuns(10, '&state=failed'),
+  const [leader, workers, recent, failures, usage] = await Promise.all([
+    api('GET', '/v1/leader'), api('GET', '/v1/workers'), recentRuns(3000), recentRuns(10, '&state=failed'), api('GET', '/v1/namespaces'),
   ]);
   const live = workers.workers.filter((w) => w.state === 'live');
   const cap = live.reduce((s, w) => s + w.capacity, 0), busy = live.reduce((s, w) => s + Math.min(w.running, w.capacity), 0);
@@ -278,6 +290,7 @@ views.overview = async (el) => {
     <div class="card"><h3>Workers</h3><div class="big">${live.length}</div><div class="mute">${cap - busy} free of ${cap} slots</div></div>
     <div class="card"><h3>Servers</h3>${servers}</div>
   </div>
+  <h2>Namespaces</h2>${namespaceRows(usage.namespaces)}
   <h2>Runs per minute, last hour</h2>${stackedBars(perMinute(recent.runs), OUTCOMES, COLORS)}
   ${recent.truncated ? '<p class="mute small">From the newest 3,000 runs.</p>' : ''}
   <h2>Latest failures</h2>${runRows(failures.runs.slice(0, 10))}`;

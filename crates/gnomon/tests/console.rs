@@ -117,7 +117,7 @@ fn start(dir: &Path, auth_file: &Path) -> (Proc, String, Owned, String) {
             "--data-dir".into(),
             dir.join("data").display().to_string(),
         ],
-        &[("GNOMON_HOOK_SECRET_CONSOLE".into(), "console-secret".into())],
+        &[("GNOMON_HOOK_SECRET_CONSOLE".into(), "console-secret".into()), ("GNOMON_QUOTA".into(), "team-q:open_runs=1234".into())],
     );
     wait_until("the server to lead", Duration::from_secs(60), || {
         http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == json!(true)).unwrap_or(false)
@@ -327,6 +327,9 @@ async fn walk(b: &Browser, addr: &str, viewer: &str) {
     b.shot("08-workers").await;
     b.goto("#/").await;
     b.wait_text("#card-leader", "dev", 30).await;
+    // Each namespace's use of its quotas: one with quotas of its own is
+    // listed with them.
+    b.wait_text("#namespaces-table [data-namespace='team-q']", "1,234", 30).await;
     b.shot("09-overview").await;
     b.c.goto(&format!("{}/docs", b.base)).await.unwrap();
     b.wait_text("#ops", "/v1/schedules/preview", 30).await;

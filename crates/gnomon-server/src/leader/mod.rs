@@ -306,6 +306,8 @@ pub struct LeaderRuntime {
     last_poll: Millis,
     /// When attempts were last checked for overrunning their timeout.
     last_overrun_scan: Millis,
+    /// The leader's random numbers (retry jitter), from its seed.
+    rng: rand::rngs::StdRng,
     /// Session leases kept in the store (etcd), and deletions of their keys.
     leases: Option<Arc<dyn SessionLeases>>,
     lease_deletions: Option<mpsc::Receiver<(String, i64)>>,
@@ -339,6 +341,9 @@ pub struct LeaderParts {
     pub shutdown: watch::Receiver<bool>,
     /// Where the leader publishes its worker sessions.
     pub view: WorkersView,
+    /// The seed of the leader's random numbers (retry jitter): an input,
+    /// so the same inputs give the same turns.
+    pub seed: u64,
 }
 
 impl LeaderRuntime {
@@ -357,6 +362,7 @@ impl LeaderRuntime {
             lost: p.lost,
             shutdown: p.shutdown,
             view: p.view,
+            rng: rand::SeedableRng::seed_from_u64(p.seed),
             cache: Cache::default(),
             stale: true,
             rebuild_failures: 0,

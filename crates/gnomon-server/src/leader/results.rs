@@ -73,6 +73,7 @@ impl LeaderRuntime {
                         continue;
                     };
                     let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
+                    let key = run.key.clone();
                     if current != *attempt || !state.is_active() || !self.cache.runs.may_report(run_id, worker) {
                         acks.push((worker.clone(), run_id.clone(), *attempt, Some("superseded attempt: the run has moved on")));
                         continue;
@@ -89,7 +90,7 @@ impl LeaderRuntime {
                     batch.push(t);
                     acks.push((worker.clone(), run_id.clone(), *attempt, None));
                     if matches!(outcome.state, AttemptState::Succeeded | AttemptState::Failed | AttemptState::TimedOut) {
-                        durations.push((worker.clone(), run.key.clone(), (*at - *started_at).max(0) as f64));
+                        durations.push((worker.clone(), key, (*at - *started_at).max(0) as f64));
                     }
                 }
             }

@@ -253,7 +253,7 @@ impl LeaderRuntime {
 
     /// The transition that ends `attempt`'s run attempt with `outcome`.
     pub(super) fn end_attempt(
-        &self,
+        &mut self,
         id: &str,
         outcome: AttemptState,
         exit_code: Option<i32>,
@@ -267,8 +267,12 @@ impl LeaderRuntime {
         let (max_attempts, backoff) =
             self.cache.jobs.get(&run.key.uid).map(|j| (j.max_attempts, j.backoff)).unwrap_or((1, Default::default()));
         let to = run_state_after_attempt(outcome, run.attempt, max_attempts);
+        // The jitter's sample is drawn from the leader's own seeded RNG: the
+        // same inputs give the same retry times.
+        let sample = if to == RunState::Retrying { rand::Rng::gen::<f64>(&mut self.rng) } else { 0.0 };
+        let run = self.cache.runs.get(id)?;
         let next_attempt_at =
-            (to == RunState::Retrying).then(|| now + i64::try_from(backoff.delay_random(run.attempt).as_millis()).unwrap_or(i64::MAX / 2));
+            (to == RunState::Retrying).then(|| now + i64::try_from(backoff.delay(run.attempt, sample).as_millis()).unwrap_or(i64::MAX / 2));
         let reason = match to {
             RunState::Failed => Some(format!("attempt {} of {max_attempts} ended {}", run.attempt, outcome.as_str())),
             RunState::Retrying => Some(format!("attempt {} ended {}; retrying", run.attempt, outcome.as_str())),

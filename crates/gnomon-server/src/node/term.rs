@@ -65,6 +65,7 @@ impl Node {
             lost: step_rx,
             shutdown: shutdown.clone(),
             view,
+            seed: rand::random(),
         });
         let retention =
             tokio::spawn(retention_loop(self.handle.store.clone(), fence.clone(), self.handle.config.leader.clone(), clock.clone()));
