@@ -63,25 +63,44 @@ fn refused_by(addr: &str, quota: &str, path: &str, headers: &[(&str, &str)], bod
 #[test]
 fn every_quota_refuses_with_429_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let quotas = "small:open_runs=50,small:request_bytes=4KiB,small:downstream_runs=2,small:backfills=1";
-    let (_server, addr) = dev(dir.path(), &["--quota", quotas], &[("GNOMON_HOOK_SECRET_small__HOOK", SECRET)]);
+    let hook = [("GNOMON_HOOK_SECRET_small__HOOK", SECRET)];
     // Runs no worker takes stay open, so the counts only move by the calls
     // made here.
     let absent = json!({"handler": {"name": "no-worker-has-this"}});
-    let job = |name: &str, extra: Value| {
+    let job = |addr: &str, name: &str, extra: Value| {
         let mut spec = json!({"name": name, "namespace": "small", "executor": absent});
         spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        let (s, v) = post(&addr, "/v1/jobs", spec);
-        assert_eq!(s, 201, "{name}: {v}");
+        post(addr, "/v1/jobs", spec)
     };
-    job("manual", json!({"triggers": {"webhook": {"secret": "hook"}}}));
-    job("fan", json!({}));
-    for d in ["d1", "d2", "d3"] {
-        job(d, json!({"after": [{"job": "fan"}]}));
+    // First under the default quotas: `fan` gets three jobs after it.
+    {
+        let (mut server, addr) = dev(dir.path(), &[], &hook);
+        for (name, extra) in [
+            ("manual", json!({"triggers": {"webhook": {"secret": "hook"}}})),
+            ("fan", json!({})),
+            ("d1", json!({"after": [{"job": "fan"}]})),
+            ("d2", json!({"after": [{"job": "d1"}]})),
+            ("d3", json!({"after": [{"job": "fan"}]})),
+            ("hourly", json!({"schedule": {"every": "1h"}})),
+        ] {
+            let (s, v) = job(&addr, name, extra);
+            assert_eq!(s, 201, "{name}: {v}");
+        }
+        server.signal(SIGTERM);
+        server.wait_exit(Duration::from_secs(30));
     }
-    job("hourly", json!({"schedule": {"every": "1h"}}));
+    // Then with small quotas for namespace small.
+    let quotas = "small:open_runs=50,small:request_bytes=4KiB,small:downstream_runs=2,small:backfills=1";
+    let (_server, addr) = dev(dir.path(), &["--quota", quotas], &hook);
 
-    // downstream_runs: each run of `fan` would make 3 downstream runs.
+    // downstream_runs at a job write: a fourth job after fan is refused
+    // (d1 and d2 are after it already, at two depths), and not written.
+    let before = http(&addr, "GET", "/v1/jobs?namespace=small", None).unwrap().1;
+    let (s, v) = job(&addr, "d4", json!({"after": [{"job": "d2"}]}));
+    assert_eq!((s, v["error"]["quota"]["quota"].as_str()), (429, Some("downstream_runs")), "{v}");
+    assert_eq!(http(&addr, "GET", "/v1/jobs?namespace=small", None).unwrap().1, before, "a refused job write wrote");
+    // downstream_runs at a trigger: each run of `fan` would make 3
+    // downstream runs (its jobs were written under a larger quota).
     refused_by(&addr, "downstream_runs", "/v1/jobs/fan/trigger?namespace=small", &[], b"{}");
     // open_runs: 51 runs into an empty namespace of 50.
     refused_by(&addr, "open_runs", "/v1/jobs/manual/trigger?namespace=small&count=51", &[], b"{}");

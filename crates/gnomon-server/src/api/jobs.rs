@@ -62,6 +62,7 @@ fn check_name(name: &str) -> ApiResult<()> {
         (status = 401, body = gnomon_api::ErrorBody, description = "no credential, or one the server does not know"),
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
         (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
+        (status = 429, body = gnomon_api::ErrorBody, description = "its edges would pass the namespace's `downstream_runs` quota: nothing was written", headers(("Retry-After" = u64, description = "seconds to wait before asking again"))),
         (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
@@ -78,6 +79,7 @@ pub(super) async fn create_job(
     }
     let compiled = spec.compile()?;
     check_ns(&p, compiled.spec.namespace())?;
+    super::dependencies::check_fan_out(&state, &compiled.spec).await?;
     let job = state.node.store.put_job(&compiled.spec, Precondition::DoesNotExist, state.node.clock.now_millis()).await?;
     state.node.nudge();
     Ok((StatusCode::CREATED, Json(view(&state, &job))))
@@ -93,6 +95,7 @@ pub(super) async fn create_job(
         (status = 403, body = gnomon_api::ErrorBody, description = "the credential's role or namespaces do not cover the call"),
         (status = 404, body = gnomon_api::ErrorBody, description = "no such resource"),
         (status = 409, body = gnomon_api::ErrorBody, description = "the call conflicts with what the server holds"),
+        (status = 429, body = gnomon_api::ErrorBody, description = "its edges would pass the namespace's `downstream_runs` quota: nothing was written", headers(("Retry-After" = u64, description = "seconds to wait before asking again"))),
         (status = 413, body = gnomon_api::ErrorBody, description = "the body is larger than 1 MiB"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
@@ -119,6 +122,7 @@ pub(super) async fn put_job(
         Some(v) => Precondition::MatchesVersion(v),
         None => Precondition::None,
     };
+    super::dependencies::check_fan_out(&state, &compiled.spec).await?;
     let existed = state.node.store.get_job(compiled.spec.namespace(), &name).await?.is_some();
     let job = state.node.store.put_job(&compiled.spec, precondition, state.node.clock.now_millis()).await?;
     state.node.nudge();

@@ -29,7 +29,7 @@ impl LeaderRuntime {
             .filter(|(_, s)| job.route.as_ref().is_none_or(|r| r.labels.iter().all(|(k, v)| s.labels.get(k) == Some(v))))
             .map(|(id, s)| {
                 let queue = if job_is_slow { 0 } else { s.queue_open };
-                Candidate { limit: s.capacity + queue, ..Candidate::new(id.as_str(), s.attempts.len(), s.capacity) }
+                Candidate { limit: s.capacity + queue, ..Candidate::new(id.as_str(), self.cache.runs.held_by(id), s.capacity) }
             })
             .collect();
         out.sort_by(|a, b| a.id.cmp(b.id));
@@ -48,7 +48,7 @@ impl LeaderRuntime {
     /// What the connected, non-draining workers can take: free slots, and
     /// with `queues` the open part of their prefetch queues.
     pub(super) fn room(&self, queues: bool) -> usize {
-        self.sessions.room(queues)
+        self.sessions.room(queues, &self.cache.runs)
     }
 
     /// Opens a worker's prefetch queue only while its attempts are short on
@@ -64,6 +64,7 @@ impl LeaderRuntime {
         let runs = &self.cache.runs;
         let pressure = self.admission.pressure();
         self.sessions.open_queues(
+            runs,
             |id| runs.get(id).is_some_and(|r| now - r.assigned_at <= PREFETCH_MAX_AGE_MS),
             |s, avg| pressure.queue_allowance(s.prefetch.min(queue_depth(s.capacity, avg))),
         );
@@ -152,7 +153,6 @@ impl LeaderRuntime {
             let job_uid = run.key.uid.clone();
             batch_jobs.insert(job_uid);
             // Reserve the slot now so the rest of this pass sees it taken.
-            self.sessions.hold(&worker, id.clone());
             self.cache.runs.hold(id.clone(), &worker);
             free -= 1;
             batch.push(Transition {

@@ -479,7 +479,7 @@ impl LeaderRuntime {
         }
         self.cache = Cache::default();
         self.unheld.clear();
-        self.sessions.clear_holdings();
+        self.sessions.clear_unlisted();
         self.view_dirty = true;
         self.recover().await?;
         self.previous_jobs.clear();

@@ -99,12 +99,12 @@ impl LeaderRuntime {
             self.sessions.record_duration(&worker, ms);
             self.cache.jobs.record_duration(&job.uid, ms);
         }
-        // The worker no longer runs these: their slots are free.
+        // The worker no longer runs these: their slots are free for the
+        // dispatch planned with this write (should the write fail, the
+        // state is rebuilt from the store).
         for t in &batch {
             if matches!(t.attempt, Some(AttemptChange::End { .. })) {
-                if let Some(worker) = self.cache.runs.holder(&t.run_id) {
-                    self.sessions.unhold(worker, &t.run_id);
-                }
+                self.cache.runs.release(&t.run_id);
             }
         }
         EventBatch { events, batch, acks }

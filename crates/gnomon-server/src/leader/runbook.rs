@@ -61,8 +61,13 @@ pub(super) struct RunBook {
     /// The open runs of each namespace, by state.
     tally: NsTally,
     retries: BinaryHeap<Reverse<(Millis, RunId)>>,
-    /// Runs with a live attempt, and the worker holding it.
+    /// Runs with a live attempt, and the worker holding it: the one record
+    /// of an attempt's holder (a worker's slots are counted from it)…
     holders: HashMap<RunId, String>,
+    /// …and its inverse, kept in step by the methods that change it.
+    held: HashMap<String, HashSet<RunId>>,
+    /// Whether a holding changed since the view last read it.
+    holds_changed: bool,
     /// Live attempts whose worker has no session here, waiting for it to
     /// reclaim them (or for their lease to run out).
     orphans: HashMap<RunId, Orphan>,
@@ -214,10 +219,37 @@ impl RunBook {
     }
 
     /// Forgets which worker holds the run's attempt (and that it waited
-    /// for one); that worker, if one did.
+    /// for one), freeing its slot; that worker, if one did.
     pub(super) fn release(&mut self, id: &str) -> Option<String> {
         self.orphans.remove(id);
-        self.holders.remove(id)
+        let worker = self.holders.remove(id)?;
+        self.unindex_hold(&worker, id);
+        Some(worker)
+    }
+
+    fn unindex_hold(&mut self, worker: &str, id: &str) {
+        if let Some(set) = self.held.get_mut(worker) {
+            set.remove(id);
+            if set.is_empty() {
+                self.held.remove(worker);
+            }
+        }
+        self.holds_changed = true;
+    }
+
+    /// How many live attempts `worker` holds: the slots they take.
+    pub(super) fn held_by(&self, worker: &str) -> usize {
+        self.held.get(worker).map_or(0, HashSet::len)
+    }
+
+    /// The runs whose live attempt `worker` holds.
+    pub(super) fn runs_held_by(&self, worker: &str) -> Vec<RunId> {
+        self.held.get(worker).map(|s| s.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Whether a holding changed since the last call.
+    pub(super) fn take_holds_changed(&mut self) -> bool {
+        std::mem::take(&mut self.holds_changed)
     }
 
     /// Queues an open run for dispatch, behind the others of its namespace.
@@ -349,7 +381,13 @@ impl RunBook {
     /// then); the previous holder, if another.
     pub(super) fn hold(&mut self, id: RunId, worker: &str) -> Option<String> {
         self.orphans.remove(&id);
-        self.holders.insert(id, worker.to_string()).filter(|w| w != worker)
+        let previous = self.holders.insert(id.clone(), worker.to_string());
+        if let Some(p) = previous.as_deref().filter(|p| *p != worker) {
+            self.unindex_hold(p, &id);
+        }
+        self.held.entry(worker.to_string()).or_default().insert(id);
+        self.holds_changed = true;
+        previous.filter(|w| w != worker)
     }
 
     /// The runs with a live attempt, and their holders.
@@ -385,8 +423,7 @@ impl RunBook {
         overdue
             .into_iter()
             .map(|id| {
-                self.orphans.remove(&id);
-                let holder = self.holders.remove(&id);
+                let holder = self.release(&id);
                 (id, holder)
             })
             .collect()
@@ -433,14 +470,14 @@ impl RunBook {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     fn key(uid: &str) -> Arc<JobKey> {
         Arc::new(JobKey { uid: uid.into(), name: uid.into(), namespace: "default".into() })
     }
 
-    fn open(job: &str, state: RunState, attempt: u32) -> OpenRun {
+    pub(in crate::leader) fn open(job: &str, state: RunState, attempt: u32) -> OpenRun {
         OpenRun { key: key(job), scheduled_at: 0, state, attempt, ready_since: 0, assigned_at: 0, params: None, payload: None, after: None }
     }
 
@@ -469,6 +506,11 @@ mod tests {
         for id in b.holders.keys().chain(b.orphans.keys()) {
             assert!(b.runs.contains_key(id), "{id} is held or orphaned but not open");
         }
+        let mut held: HashMap<String, HashSet<RunId>> = HashMap::default();
+        for (id, w) in &b.holders {
+            held.entry(w.clone()).or_default().insert(id.clone());
+        }
+        assert_eq!(held, b.held, "the holdings by worker are the inverse of the holders");
         for (c, ids) in &b.waiters {
             for id in ids {
                 assert_eq!(b.runs.get(id).map(|r| r.state), Some(RunState::Waiting), "{id} waits on {c} but is not waiting");

@@ -54,7 +54,6 @@ impl LeaderRuntime {
             let held_here = worker.as_ref().is_some_and(|w| self.sessions.contains(w));
             match worker {
                 Some(w) if held_here => {
-                    self.sessions.hold(&w, id.clone());
                     // Heartbeat reconciliation may judge it only after a
                     // full heartbeat from now.
                     self.cache.runs.restamp_assignment(&id, now);
@@ -130,16 +129,12 @@ impl LeaderRuntime {
 
     /// Drops a run from the cache, freeing the slot of its attempt.
     pub(super) fn untrack(&mut self, id: &str) {
-        if let Some(worker) = self.cache.runs.untrack(id) {
-            self.sessions.unhold(&worker, id);
-        }
+        self.cache.runs.untrack(id);
     }
 
     /// Forgets which worker holds `id`'s attempt, freeing its slot.
     pub(super) fn release(&mut self, id: &str) {
-        if let Some(worker) = self.cache.runs.release(id) {
-            self.sessions.unhold(&worker, id);
-        }
+        self.cache.runs.release(id);
     }
 
     pub(super) async fn release_retries(&mut self, now: Millis) -> Result<()> {
@@ -187,9 +182,7 @@ impl LeaderRuntime {
     /// [`Self::mirror`] without counting it in `gnomon_runs_total` (for a
     /// batch that counts its transitions once per state).
     pub(super) fn mirror_state(&mut self, t: &Transition) {
-        if let Some(worker) = self.cache.runs.mirror(t) {
-            self.sessions.unhold(&worker, &t.run_id);
-        }
+        self.cache.runs.mirror(t);
     }
 
     /// Tracks an open run as the store has it: queued for dispatch when
@@ -233,7 +226,6 @@ impl LeaderRuntime {
                 let worker = detail.attempts.iter().find(|a| a.attempt == run.attempt).map(|a| a.worker.clone());
                 match worker {
                     Some(w) if self.sessions.contains(&w) => {
-                        self.sessions.hold(&w, rid.clone());
                         self.cache.runs.hold(rid, &w);
                     }
                     worker => {

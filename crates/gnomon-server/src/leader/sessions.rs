@@ -9,9 +9,8 @@
 //!   session is named by its id while its stream is up (a closed stream's
 //!   id names nothing: what arrives on it is ignored);
 //! - a worker is marked expired only while it has no session;
-//! - slot counts (`attempts`) are what dispatch and the view read; they are
-//!   changed only by [`Sessions::hold`], [`Sessions::unhold`] and
-//!   [`Sessions::clear_holdings`].
+//! - which attempts a worker holds is not kept here: the [`RunBook`] is
+//!   its one record, and every slot count is read from it.
 
 use super::*;
 
@@ -37,10 +36,8 @@ pub(super) struct Session {
     pub(super) tx: Option<Outbound>,
     pub(super) lease_until: Millis,
     pub(super) last_heartbeat: Millis,
-    /// Runs whose live attempt occupies one of its slots.
-    pub(super) attempts: HashSet<RunId>,
-    /// Of those, the ones its last heartbeats did not list: how many in a
-    /// row (see [`LeaderRuntime::reconcile_held`]).
+    /// Of the attempts it holds, the ones its last heartbeats did not
+    /// list: how many in a row (see [`LeaderRuntime::reconcile_held`]).
     pub(super) unlisted: HashMap<RunId, u8>,
     pub(super) draining: bool,
     /// The session's lease in the store (etcd), and when it was last refreshed.
@@ -71,7 +68,6 @@ impl Session {
             tx: Some(outbound),
             lease_until: now + ttl,
             last_heartbeat: now,
-            attempts: HashSet::default(),
             unlisted: HashMap::default(),
             draining: false,
             store_lease: None,
@@ -249,28 +245,10 @@ impl Sessions {
         self.adopted.len()
     }
 
-    /// Puts a run's attempt in one of the worker's slots.
-    pub(super) fn hold(&mut self, worker: &str, id: RunId) {
-        if let Some(s) = self.by_worker.get_mut(worker) {
-            s.attempts.insert(id);
-            self.dirty = true;
-        }
-    }
-
-    /// Frees the slot a run's attempt took on the worker.
-    pub(super) fn unhold(&mut self, worker: &str, id: &str) {
-        if let Some(s) = self.by_worker.get_mut(worker) {
-            if s.attempts.remove(id) {
-                self.dirty = true;
-            }
-        }
-    }
-
-    /// Forgets every slot and heartbeat miss (a rebuild recomputes them
+    /// Forgets every heartbeat miss (a rebuild recomputes the holdings
     /// from the store).
-    pub(super) fn clear_holdings(&mut self) {
+    pub(super) fn clear_unlisted(&mut self) {
         for s in self.by_worker.values_mut() {
-            s.attempts.clear();
             s.unlisted.clear();
         }
         self.dirty = true;
@@ -294,9 +272,10 @@ impl Sessions {
     /// Sets how much of each prefetch queue dispatch may fill: `depth` of a
     /// session whose queue is open (its attempts are short on average and
     /// `young` says none it holds is old), 0 otherwise.
-    pub(super) fn open_queues(&mut self, young: impl Fn(&RunId) -> bool, depth: impl Fn(&Session, f64) -> usize) {
-        for s in self.by_worker.values_mut() {
-            let open = s.prefetch > 0 && s.recent_ms.is_some_and(|m| m <= PREFETCH_SHORT_MS) && s.attempts.iter().all(&young);
+    pub(super) fn open_queues(&mut self, runs: &RunBook, young: impl Fn(&RunId) -> bool, depth: impl Fn(&Session, f64) -> usize) {
+        for (worker, s) in self.by_worker.iter_mut() {
+            let open =
+                s.prefetch > 0 && s.recent_ms.is_some_and(|m| m <= PREFETCH_SHORT_MS) && runs.runs_held_by(worker).iter().all(&young);
             s.queue_open = match (open, s.recent_ms) {
                 (true, Some(avg)) => depth(s, avg),
                 _ => 0,
@@ -306,11 +285,11 @@ impl Sessions {
 
     /// What the workers that take work can take: free slots, and with
     /// `queues` the open part of their prefetch queues.
-    pub(super) fn room(&self, queues: bool) -> usize {
+    pub(super) fn room(&self, queues: bool, runs: &RunBook) -> usize {
         self.by_worker
-            .values()
-            .filter(|s| s.takes_work())
-            .map(|s| (s.capacity + if queues { s.queue_open } else { 0 }).saturating_sub(s.attempts.len()))
+            .iter()
+            .filter(|(_, s)| s.takes_work())
+            .map(|(w, s)| (s.capacity + if queues { s.queue_open } else { 0 }).saturating_sub(runs.held_by(w)))
             .sum()
     }
 
@@ -348,7 +327,7 @@ impl Sessions {
     }
 
     /// The sessions as `GET /v1/workers` shows them, by worker id.
-    pub(super) fn infos(&self) -> Vec<WorkerInfo> {
+    pub(super) fn infos(&self, runs: &RunBook) -> Vec<WorkerInfo> {
         let sorted = |set: &HashSet<String>| {
             let mut v: Vec<String> = set.iter().cloned().collect();
             v.sort();
@@ -364,8 +343,8 @@ impl Sessions {
                 namespaces: s.namespaces.as_ref().map(|n| n.to_vec()),
                 capacity: s.capacity,
                 prefetch: s.prefetch,
-                running: s.attempts.len(),
-                load: s.attempts.len() as f64 / s.capacity.max(1) as f64,
+                running: runs.held_by(id),
+                load: runs.held_by(id) as f64 / s.capacity.max(1) as f64,
                 executors: sorted(&s.executors),
                 handlers: sorted(&s.handlers),
                 connected: s.tx.is_some(),
@@ -414,10 +393,9 @@ mod tests {
         let mut s = Sessions::default();
         let (a, _rx) = session("w1-a", "w1", 4, 0);
         s.insert("w1".into(), a);
-        s.hold("w1", Arc::from("r1"));
         check(&s);
         let old = s.take("w1").expect("the old session");
-        assert_eq!(old.attempts.len(), 1);
+        assert_eq!(old.session_id, "w1-a");
         let (b, _rx2) = session("w1-b", "w1", 4, 100);
         s.insert("w1".into(), b);
         check(&s);
@@ -434,7 +412,7 @@ mod tests {
         assert!(s.get("w1").is_some_and(|x| x.tx.is_none()));
         assert_eq!(s.worker_of("w1-a"), None, "what arrives on a closed stream is ignored");
         check(&s);
-        assert_eq!(s.room(false), 0, "a worker without a stream takes no work");
+        assert_eq!(s.room(false, &RunBook::default()), 0, "a worker without a stream takes no work");
         assert!(s.expire(9_000, 3_000).is_empty(), "its lease still runs");
         let gone = s.expire(10_001, 3_000);
         assert_eq!(gone.len(), 1);
@@ -451,11 +429,15 @@ mod tests {
         let mut s = Sessions::default();
         let (a, _rx) = session("w1-a", "w1", 3, 0);
         s.insert("w1".into(), a);
-        s.hold("w1", Arc::from("r1"));
-        s.hold("w1", Arc::from("r2"));
-        assert_eq!((s.room(false), s.capacity(), s.absorb()), (1, 3, 3));
-        s.unhold("w1", "r1");
-        assert_eq!(s.room(false), 2);
+        // The run book is the one record of what a worker holds.
+        let mut runs = RunBook::default();
+        for id in ["r1", "r2"] {
+            runs.track(Arc::from(id), runbook::tests::open("j", RunState::Assigned, 1));
+            runs.hold(Arc::from(id), "w1");
+        }
+        assert_eq!((s.room(false, &runs), s.capacity(), s.absorb()), (1, 3, 3));
+        runs.release("r1");
+        assert_eq!(s.room(false, &runs), 2);
         s.set_store_lease("w1", 77, 0);
         assert_eq!(s.store_lease("w1"), Some(77));
         assert!(s.expire(10_500, 3_000).is_empty(), "the store's deletion decides first");
@@ -478,6 +460,6 @@ mod tests {
         assert_eq!(s.heartbeat("w1", 7_000, 10_000, true), Some(9));
         assert_eq!(s.heartbeat("w1", 8_000, 10_000, true), None, "refreshed at 7 s");
         assert!(s.get("w1").is_some_and(|x| x.draining && x.lease_until == 18_000));
-        assert_eq!(s.room(false), 0, "a draining worker takes no work");
+        assert_eq!(s.room(false, &RunBook::default()), 0, "a draining worker takes no work");
     }
 }

@@ -109,11 +109,11 @@ impl LeaderRuntime {
 
     pub(super) fn publish_view(&mut self) {
         // Both flags are taken: either says the view is out of date.
-        let sessions_changed = self.sessions.take_dirty();
+        let sessions_changed = self.sessions.take_dirty() | self.cache.runs.take_holds_changed();
         if !std::mem::take(&mut self.view_dirty) && !sessions_changed {
             return;
         }
-        let list = self.sessions.infos();
+        let list = self.sessions.infos(&self.cache.runs);
         metrics::gauge!("gnomon_workers", "state" => "live").set(list.iter().filter(|w| w.connected).count() as f64);
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         view.workers = list;

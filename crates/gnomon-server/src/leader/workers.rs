@@ -41,7 +41,8 @@ impl LeaderRuntime {
             }
         }
         let session_id = format!("{worker}-{:08x}", rand::random::<u32>());
-        let mut attempts = self.sessions.take(&worker).map(|s| s.attempts).unwrap_or_default();
+        self.sessions.take(&worker);
+        let attempts = self.cache.runs.runs_held_by(&worker);
         let listed: HashSet<&str> = hello.running.iter().map(|r| r.run_id.as_str()).collect();
         // Attempts it held but no longer lists: its report may still be
         // spooled; give it one lease to arrive, then they are lost.
@@ -54,10 +55,7 @@ impl LeaderRuntime {
             let current = self.cache.runs.get(r.run_id.as_str()).is_some_and(|run| run.state.is_active() && run.attempt == r.attempt);
             let ours = self.cache.runs.may_report(&r.run_id, &worker);
             if current && ours {
-                if let Some(prev) = self.cache.runs.hold(self.rid(&r.run_id), &worker) {
-                    self.sessions.unhold(&prev, &r.run_id);
-                }
-                attempts.insert(self.rid(&r.run_id));
+                self.cache.runs.hold(self.rid(&r.run_id), &worker);
                 reclaimed.push(r.clone());
             } else {
                 superseded.push(r.clone());
@@ -77,9 +75,6 @@ impl LeaderRuntime {
         tracing::info!(worker = %worker, session = %session_id, capacity = hello.capacity, labels = ?hello.labels, "worker session opened");
         let session = Session::new(session_id.clone(), hello, namespaces, outbound, now, self.config.lease_ttl_ms);
         self.sessions.insert(worker.clone(), session);
-        for id in attempts {
-            self.sessions.hold(&worker, id);
-        }
         Ok(session_id)
     }
 
@@ -152,7 +147,8 @@ impl LeaderRuntime {
     /// longer lists its attempt, and an assignment can cross a heartbeat.
     pub(super) fn reconcile_held(&mut self, worker: &str, listed: &[v1::AttemptRef], now: Millis) {
         let Some(s) = self.sessions.get(worker) else { return };
-        if s.attempts.is_empty() && s.unlisted.is_empty() {
+        let held = self.cache.runs.runs_held_by(worker);
+        if held.is_empty() && s.unlisted.is_empty() {
             return;
         }
         let listed: HashSet<(&str, u32)> = listed.iter().map(|a| (a.run_id.as_str(), a.attempt)).collect();
@@ -166,7 +162,7 @@ impl LeaderRuntime {
             .collect();
         let mut unlisted = HashMap::default();
         let mut gone = Vec::new();
-        for id in &s.attempts {
+        for id in &held {
             let Some(run) = self.cache.runs.get(id) else { continue };
             if listed.contains(&(&**id, run.attempt))
                 || reported.contains(&**id)
@@ -197,9 +193,10 @@ impl LeaderRuntime {
             if let (Some(leases), Some(lease)) = (self.leases.clone(), s.store_lease) {
                 tokio::spawn(async move { leases.release(lease).await });
             }
-            tracing::warn!(worker = %worker, attempts = s.attempts.len(), "worker lease expired; its attempts are lost");
+            let held = self.cache.runs.runs_held_by(&worker);
+            tracing::warn!(worker = %worker, attempts = held.len(), "worker lease expired; its attempts are lost");
             metrics::counter!("gnomon_worker_leases_expired_total").increment(1);
-            for id in s.attempts {
+            for id in held {
                 if self.cache.runs.holder(&id) == Some(&worker) {
                     self.cache.runs.release(&id);
                     if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, format!("worker {worker} lease expired"), now) {
@@ -231,10 +228,7 @@ impl LeaderRuntime {
             }
         }
         self.expire_overruns(now, &mut batch, &mut aborts);
-        for (id, holder) in self.cache.runs.take_overdue_orphans(now) {
-            if let Some(worker) = holder {
-                self.sessions.unhold(&worker, &id);
-            }
+        for (id, _) in self.cache.runs.take_overdue_orphans(now) {
             if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, "no worker reclaimed the attempt within its lease".into(), now)
             {
                 batch.push(t);
