@@ -269,6 +269,9 @@ fn every_answer_matches_the_published_document() {
 
     // Cluster and operations.
     assert_eq!(c.call("GET", "/v1/workers", "/v1/workers", None).0, 200);
+    assert_eq!(c.call("GET", "/v1/namespaces", "/v1/namespaces", None).0, 200);
+    assert_eq!(c.call("GET", "/v1/namespaces/{namespace}", "/v1/namespaces/default", None).0, 200);
+    assert_eq!(c.call("GET", "/v1/namespaces/{namespace}", "/v1/namespaces/-bad", None).0, 400);
     let (status, me) = c.call("GET", "/v1/whoami", "/v1/whoami", None);
     assert_eq!((status, me["role"].as_str()), (200, Some("admin")));
     let (status, leader) = c.call("GET", "/v1/leader", "/v1/leader", None);

@@ -32,12 +32,16 @@ fn post(addr: &str, path: &str, body: Value) -> (u16, Value) {
 }
 
 /// Everything the store holds of namespace `ns` that a request can add:
-/// its runs and its backfills.
+/// its runs (but those a running backfill keeps making) and its backfills.
 fn held(addr: &str, ns: &str) -> (Vec<String>, Vec<String>) {
     let (_, runs) = http(addr, "GET", &format!("/v1/runs?namespace={ns}&limit=1000"), None).unwrap();
     let (_, backfills) = http(addr, "GET", &format!("/v1/backfills?namespace={ns}"), None).unwrap();
     let ids = |v: &Value, key: &str| -> Vec<String> {
-        let mut ids: Vec<String> = v[key].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_string()).collect();
+        let list = v[key].as_array().unwrap().iter();
+        let mut ids: Vec<String> = list
+            .filter(|r| !r["reason"].as_str().is_some_and(|why| why.starts_with("backfill ")))
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect();
         ids.sort();
         ids
     };
@@ -106,13 +110,12 @@ fn every_quota_refuses_with_429_and_writes_nothing() {
     refused_by(&addr, "open_runs", "/v1/jobs/manual/trigger?namespace=small&count=51", &[], b"{}");
     let (s, v) = post(&addr, "/v1/jobs/manual/trigger?namespace=small&count=40", json!({}));
     assert_eq!(s, 201, "up to the quota fits: {v}");
-    refused_by(&addr, "open_runs", "/v1/jobs/manual/trigger?namespace=small", &[("Idempotency-Key", "k-1")], b"{}");
     let (_, usage) = http(&addr, "GET", "/v1/namespaces/small", None).unwrap();
     assert_eq!((usage["open_runs"].as_u64(), usage["runs"]["pending"].as_u64()), (Some(40), Some(40)), "{usage}");
     assert_eq!(usage["quota"]["open_runs"], 50, "{usage}");
 
-    // backfills: one of 8 instants fits (40 + 8 ≤ 50), a second is one too
-    // many; a backfill past the open runs left is refused by them.
+    // backfills: one past the open runs left is refused by them; one of 8
+    // instants fits (40 + 8 ≤ 50), and a second is one backfill too many.
     let at = |h: i64| (chrono::Utc::now() - chrono::Duration::hours(h)).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let range = |from: i64, to: i64| json!({"from": at(from), "to": at(to), "rate": 1}).to_string().into_bytes();
     refused_by(&addr, "open_runs", "/v1/jobs/hourly/backfill?namespace=small", &[], &range(20, 1));
@@ -121,9 +124,20 @@ fn every_quota_refuses_with_429_and_writes_nothing() {
     refused_by(&addr, "backfills", "/v1/jobs/hourly/backfill?namespace=small", &[], &range(2, 1));
     let (_, usage) = http(&addr, "GET", "/v1/namespaces/small", None).unwrap();
     assert_eq!(usage["backfills"], 1, "{usage}");
-    assert!(usage["open_runs"].as_u64().unwrap() >= 48, "the backfill's instants count before they are created: {usage}");
+    assert!(usage["open_runs"].as_u64().unwrap() >= 47, "the backfill's instants count before they are created: {usage}");
     let (s, b) = http(&addr, "POST", &format!("/v1/backfills/{}/cancel", b["id"].as_str().unwrap()), None).unwrap();
     assert_eq!(s, 200, "{b}");
+    wait_until("the leader to drop the cancelled backfill", Duration::from_secs(10), || {
+        http(&addr, "GET", "/v1/namespaces/small", None).unwrap().1["backfills"] == 0
+    });
+
+    // open_runs: fill what is left, then one more, keyed or not.
+    let (_, usage) = http(&addr, "GET", "/v1/namespaces/small", None).unwrap();
+    let room = 50 - usage["open_runs"].as_u64().unwrap();
+    refused_by(&addr, "open_runs", &format!("/v1/jobs/manual/trigger?namespace=small&count={}", room + 1), &[], b"{}");
+    let (s, v) = post(&addr, &format!("/v1/jobs/manual/trigger?namespace=small&count={room}"), json!({}));
+    assert_eq!(s, 201, "{v}");
+    refused_by(&addr, "open_runs", "/v1/jobs/manual/trigger?namespace=small", &[("Idempotency-Key", "k-1")], b"{}");
 
     // request_bytes: a webhook call whose payload alone passes 4 KiB.
     let body = format!(r#"{{"blob":"{}"}}"#, "x".repeat(5000));
