@@ -163,7 +163,9 @@ impl LeaderRuntime {
             return Err(e.into());
         }
         let now = self.clock.now_millis();
+        let began = std::time::Instant::now();
         let record = self.store.create_backfill(&new, now).await?;
+        self.stats.wrote(1, began);
         self.cache.backfills.add(record.clone(), now);
         Ok(record)
     }

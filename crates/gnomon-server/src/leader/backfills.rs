@@ -180,7 +180,9 @@ impl LeaderRuntime {
                 .collect();
             let mut all = roots.clone();
             all.extend(self.dependency_runs(&roots, now, &mut HashSet::default()));
+            let began = std::time::Instant::now();
             let mut outcomes = self.store.fire(&self.fence, &all, &[]).await?;
+            self.stats.wrote(all.len(), began);
             let dep_outcomes = outcomes.split_off(roots.len().min(outcomes.len()));
             self.track_dependency_runs(all.split_off(roots.len()), dep_outcomes, now);
             let (mut created, mut kept) = (0, 0);
@@ -232,7 +234,10 @@ impl LeaderRuntime {
     /// that still runs stays (waiting runs may expect its instants), one
     /// that ended leaves, and every waiting run is decided again.
     async fn record_progress(&mut self, mut b: BackfillRecord, progress: BackfillProgress, next_at: Millis) -> Result<()> {
-        if self.store.advance_backfill(&self.fence, &progress).await? && b.advance(&progress) {
+        let began = std::time::Instant::now();
+        let advanced = self.store.advance_backfill(&self.fence, &progress).await?;
+        self.stats.wrote(1, began);
+        if advanced && b.advance(&progress) {
             if b.state != gnomon_backend::BackfillState::Running {
                 self.cache.runs.reconsider_waiting_on(&HashSet::from_iter([b.job_uid.clone()]));
             }

@@ -113,7 +113,9 @@ impl LeaderRuntime {
             all.extend(self.dependency_runs(&runs, now, &mut HashSet::default()));
             // Refused whole, before anything of it is written.
             self.admit(&job.namespace, &all, runs.len())?;
+            let began = std::time::Instant::now();
             let mut outcomes = self.store.fire(&self.fence, &all, &[]).await?;
+            self.stats.wrote(all.len(), began);
             self.cache.jobs.manual_taken(&job.uid, next);
             let dep_outcomes = outcomes.split_off(runs.len().min(outcomes.len()));
             self.track_dependency_runs(all.split_off(runs.len()), dep_outcomes, now);
@@ -170,7 +172,9 @@ impl LeaderRuntime {
         let mut all = vec![run.clone()];
         all.extend(self.dependency_runs(&all[..1], now, &mut HashSet::default()));
         self.admit(&job.namespace, &all, 1)?;
+        let began = std::time::Instant::now();
         let mut outcomes = self.store.fire(&self.fence, &all, &[]).await?;
+        self.stats.wrote(all.len(), began);
         self.cache.jobs.manual_taken(&job.uid, at + 1);
         let dep_outcomes = outcomes.split_off(1.min(outcomes.len()));
         self.track_dependency_runs(all.split_off(1), dep_outcomes, now);
@@ -302,7 +306,9 @@ impl LeaderRuntime {
 
     /// Writes a fire chunk on its own.
     pub(super) async fn write_fire(&mut self, plan: FirePlan) -> Result<()> {
+        let began = std::time::Instant::now();
         let outcomes = self.store.fire(&self.fence, &plan.new_runs, &plan.advances).await?;
+        self.stats.wrote(plan.new_runs.len() + plan.advances.len(), began);
         self.finish_fire(plan, outcomes)
     }
 

@@ -306,6 +306,8 @@ pub struct LeaderRuntime {
     last_poll: Millis,
     /// When attempts were last checked for overrunning their timeout.
     last_overrun_scan: Millis,
+    /// What the turn under way wrote, for its metrics.
+    stats: TurnStats,
     /// The leader's random numbers (retry jitter), from its seed.
     rng: rand::rngs::StdRng,
     /// Session leases kept in the store (etcd), and deletions of their keys.
@@ -363,6 +365,7 @@ impl LeaderRuntime {
             shutdown: p.shutdown,
             view: p.view,
             rng: rand::SeedableRng::seed_from_u64(p.seed),
+            stats: TurnStats::default(),
             cache: Cache::default(),
             stale: true,
             rebuild_failures: 0,
@@ -526,6 +529,34 @@ impl LeaderRuntime {
             break;
         }
         self.should_stop()
+    }
+}
+
+/// What one turn wrote: how many store writes, how many rows (runs,
+/// advances, transitions, backfill records) they carried.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct TurnStats {
+    writes: u32,
+    rows: usize,
+}
+
+impl TurnStats {
+    /// A store write of `rows` rows, begun at `began`, is done.
+    pub(super) fn wrote(&mut self, rows: usize, began: std::time::Instant) {
+        self.writes += 1;
+        self.rows += rows;
+        metrics::histogram!("gnomon_leader_write_seconds").record(began.elapsed().as_secs_f64());
+    }
+
+    /// The turn is over: its writes and rows go to the metrics (a turn
+    /// that wrote nothing is not counted), and the counts start again.
+    pub(super) fn end_turn(&mut self) -> (u32, usize) {
+        let done = (std::mem::take(&mut self.writes), std::mem::take(&mut self.rows));
+        if done.0 > 0 {
+            metrics::histogram!("gnomon_leader_turn_writes").record(f64::from(done.0));
+            metrics::histogram!("gnomon_leader_turn_rows").record(done.1 as f64);
+        }
+        done
     }
 }
 

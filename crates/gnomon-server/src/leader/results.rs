@@ -211,6 +211,7 @@ impl LeaderRuntime {
         let began = std::time::Instant::now();
         let result = self.store.fire_and_transition(&self.fence, runs, advances, &all).await;
         metrics::histogram!("gnomon_store_turn_write_seconds").record(began.elapsed().as_secs_f64());
+        self.stats.wrote(runs.len() + advances.len() + all.len(), began);
         plan.batch = all.split_off(n_events + n_dropped);
         plan.dropped = all.split_off(n_events);
         eb.batch = all;

@@ -163,7 +163,9 @@ impl LeaderRuntime {
             return Ok(());
         }
         self.attach_notifications(&mut batch);
+        let began = std::time::Instant::now();
         let applied = self.store.transition(&self.fence, &batch).await?;
+        self.stats.wrote(batch.len(), began);
         for (t, ok) in batch.into_iter().zip(applied) {
             if !ok {
                 self.reload_run(&t.run_id).await?;

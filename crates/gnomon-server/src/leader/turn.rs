@@ -7,6 +7,12 @@ use super::*;
 
 impl LeaderRuntime {
     pub(super) async fn turn(&mut self) -> Result<()> {
+        let result = self.turn_inner().await;
+        self.stats.end_turn();
+        result
+    }
+
+    async fn turn_inner(&mut self) -> Result<()> {
         let now = self.clock.now_millis();
         if now - self.last_poll >= POLL_EVERY_MS {
             self.poll_store().await?;
