@@ -91,10 +91,7 @@ impl LeaderRuntime {
                 reasons.push((run.key.uid.clone(), waiting_reason(job, strategy, self.candidates_for(job).is_empty())));
             }
             for (job_uid, why) in reasons {
-                if self.cache.waiting.get(&job_uid) != Some(&why) {
-                    self.cache.waiting.insert(job_uid, why);
-                    self.view_dirty = true;
-                }
+                self.notes.waiting(job_uid, why);
             }
         }
         while free > 0 && scanned < MAX_DISPATCH_SCAN {
@@ -133,20 +130,14 @@ impl LeaderRuntime {
             let mut rr = self.sessions.round_robin();
             let Some(i) = pick_worker(strategy, &run.key.name, &candidates, &mut rr) else {
                 let why = waiting_reason(job, strategy, candidates.is_empty());
-                let job_uid = run.key.uid.clone();
-                if self.cache.waiting.get(&job_uid) != Some(&why) {
-                    self.cache.waiting.insert(job_uid, why);
-                    self.view_dirty = true;
-                }
+                self.notes.waiting(run.key.uid.clone(), why);
                 deferred.push(id);
                 continue;
             };
             let worker = candidates[i].id.to_string();
             drop(candidates);
             let job_uid = run.key.uid.clone();
-            if self.cache.waiting.remove(&job_uid).is_some() {
-                self.view_dirty = true;
-            }
+            self.notes.placed(&job_uid);
             let Some(run) = self.cache.runs.get(&id) else { continue };
             self.sessions.set_round_robin(rr);
             let attempt = run.attempt + 1;
@@ -179,7 +170,7 @@ impl LeaderRuntime {
         if batch.is_empty() {
             return Ok(());
         }
-        self.view_dirty = true;
+        self.notes.touch();
         let (assigned, latency) =
             (metrics::counter!("gnomon_runs_total", "state" => "assigned"), metrics::histogram!("gnomon_dispatch_latency_seconds"));
         for ((t, ok), worker) in batch.into_iter().zip(applied).zip(targets) {

@@ -22,7 +22,7 @@ pub(super) struct FirePlan {
 impl LeaderRuntime {
     /// Takes in a job's stored record (see [`JobTimeline::upsert`]).
     pub(super) fn upsert_job(&mut self, record: JobRecord) {
-        self.cache.jobs.upsert(record, self.clock.now_millis(), &self.previous_jobs);
+        self.cache.jobs.upsert_record(record, self.clock.now_millis());
     }
 
     /// The job's shared key (see [`JobTimeline::key`]).
@@ -39,12 +39,12 @@ impl LeaderRuntime {
         let heads = self.store.job_heads().await?;
         let mut others = Vec::new();
         for head in heads.heads {
-            match self.previous_jobs.remove(&head.uid) {
+            match self.cache.jobs.take_earlier(&head.uid) {
                 Some(entry) if entry.record.version == head.version => {
                     self.cache.jobs.reseat(entry, head.last_scheduled_at, self.clock.now_millis());
                 }
                 Some(entry) => {
-                    self.previous_jobs.insert(head.uid.clone(), entry);
+                    self.cache.jobs.keep_earlier(head.uid.clone(), entry);
                     others.push(head.uid);
                 }
                 None => others.push(head.uid),
@@ -208,7 +208,7 @@ impl LeaderRuntime {
     pub(super) fn interleaved_fire_chunk(&self) -> Option<usize> {
         let absorb = self.sessions.absorb();
         (absorb > 0 && self.cache.runs.ready_len() < absorb).then(|| {
-            let room = (self.dispatch_room() + self.unwritten_events.len()).saturating_sub(self.cache.runs.ready_len());
+            let room = (self.dispatch_room() + self.inbox.reports().len()).saturating_sub(self.cache.runs.ready_len());
             room.clamp(MIN_INTERLEAVED_FIRE, MAX_FIRE_BATCH)
         })
     }
@@ -319,7 +319,7 @@ impl LeaderRuntime {
     /// rebuilds the cache from the store.
     pub(super) fn finish_fire(&mut self, plan: FirePlan, outcomes: Vec<FireOutcome>) -> Result<()> {
         let FirePlan { new_runs, plans, now, stamp, tracked, replace, .. } = plan;
-        self.cache.replace_due.extend(replace);
+        self.cache.runs.replace_later(replace);
         let tracked: HashSet<RunId> = tracked.into_iter().collect();
         let committed = self.clock.now_millis();
         metrics::histogram!("gnomon_store_fire_seconds").record((committed - stamp).max(0) as f64 / 1000.0);

@@ -8,7 +8,7 @@
 
 use std::cmp::Reverse;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,9 +72,11 @@ fn with_duration(average: Option<f64>, ms: f64) -> Option<f64> {
 
 mod admission;
 mod backfills;
+mod cadence;
 mod dispatch;
 mod fair;
 mod graph;
+mod inbox;
 mod jobs;
 mod notify;
 mod release;
@@ -276,36 +278,21 @@ pub struct LeaderRuntime {
     shutdown: watch::Receiver<bool>,
     view: WorkersView,
 
-    /// The store-derived state; `None` until (re)built.
+    /// The store-derived state, dropped and rebuilt whole.
     cache: Cache,
-    /// The cache must be rebuilt from the store before the next turn.
-    stale: bool,
-    /// How many rebuilds failed in a row (for the back-off).
-    rebuild_failures: u32,
-    /// When this term's leader loops first ran (recovered attempts of
-    /// workers it never saw wait one lease from here).
-    term_started: Option<Millis>,
+    /// Whether the cache may be trusted.
+    freshness: cadence::Freshness,
+    /// When the term started and its periodic work last ran.
+    cadence: cadence::Cadence,
 
-    /// The worker sessions (live connections, their leases and slots).
+    /// The worker sessions (live connections, their leases).
     sessions: Sessions,
-    /// Something else the view shows changed (why runs wait).
-    view_dirty: bool,
+    /// What the view shows beside sessions and pressure (why runs wait).
+    notes: view::Notes,
     /// Quotas and backpressure, per namespace.
     admission: admission::Admission,
-    /// During a rebuild, the jobs as the dropped cache had them (a change
-    /// is judged against the version this leader knew).
-    previous_jobs: HashMap<String, Box<JobEntry>>,
-    /// Commands that need the cache, held while it is stale.
-    deferred: VecDeque<LeaderCommand>,
-    /// Worker results not yet written (kept across a rebuild: they are the
-    /// workers' words, not a copy of the store).
-    unwritten_events: Vec<WorkerEvent>,
-    /// Attempts a live worker's heartbeats say it does not hold: (worker,
-    /// run), ended `lost` at the next turn.
-    unheld: Vec<(String, RunId)>,
-    last_poll: Millis,
-    /// When attempts were last checked for overrunning their timeout.
-    last_overrun_scan: Millis,
+    /// What came in and is not written yet (kept across a rebuild).
+    inbox: inbox::Inbox,
     /// What the turn under way wrote, for its metrics.
     stats: TurnStats,
     /// The leader's random numbers (retry jitter), from its seed.
@@ -324,13 +311,8 @@ struct Cache {
     jobs: JobTimeline,
     /// The open runs, their queues and who holds their attempts.
     runs: RunBook,
-    /// Why a job's runs cannot be placed right now, by job uid.
-    waiting: HashMap<String, String>,
     /// The running backfills.
     backfills: backfills::Backfills,
-    /// `replace` fires written whose older runs are still to be cancelled:
-    /// (job uid, the new run's instant).
-    replace_due: Vec<(String, Millis)>,
 }
 
 pub struct LeaderParts {
@@ -367,18 +349,12 @@ impl LeaderRuntime {
             rng: rand::SeedableRng::seed_from_u64(p.seed),
             stats: TurnStats::default(),
             cache: Cache::default(),
-            stale: true,
-            rebuild_failures: 0,
-            term_started: None,
+            freshness: cadence::Freshness::default(),
+            cadence: cadence::Cadence::default(),
             sessions: Sessions::default(),
-            view_dirty: true,
+            notes: view::Notes::default(),
             admission,
-            unwritten_events: Vec::new(),
-            deferred: VecDeque::new(),
-            previous_jobs: HashMap::default(),
-            unheld: Vec::new(),
-            last_poll: 0,
-            last_overrun_scan: 0,
+            inbox: inbox::Inbox::default(),
         }
     }
 
@@ -403,7 +379,7 @@ impl LeaderRuntime {
                 Step::Failed => {
                     // The cache is rebuilt before the next turn; back off a
                     // little more after each failed rebuild (store down).
-                    let backoff = 200u64 << self.rebuild_failures.min(4);
+                    let backoff = self.freshness.backoff_ms();
                     if let Some(exit) = self.pause(Duration::from_millis(backoff)).await {
                         return exit;
                     }
@@ -432,13 +408,13 @@ impl LeaderRuntime {
         if let Some(exit) = self.should_stop() {
             return Step::Exit(exit);
         }
-        if self.stale {
+        if self.freshness.is_stale() {
             match self.rebuild().await {
                 Ok(()) => {}
                 Err(StoreError::Fenced { .. }) => return Step::Exit(LeaderExit::Fenced),
                 Err(e) => {
-                    self.rebuild_failures += 1;
-                    tracing::warn!(error = %e, failures = self.rebuild_failures, "rebuilding the leader's state from the store failed; retrying");
+                    let failures = self.freshness.rebuild_failed();
+                    tracing::warn!(error = %e, failures, "rebuilding the leader's state from the store failed; retrying");
                     return Step::Failed;
                 }
             }
@@ -461,13 +437,13 @@ impl LeaderRuntime {
     fn mark_stale(&mut self, e: &StoreError) {
         tracing::warn!(error = %e, "store call failed; the leader rebuilds its state from the store before its next turn");
         metrics::counter!("gnomon_leader_rebuilds_total").increment(1);
-        self.stale = true;
+        self.freshness.distrust();
     }
 
     /// Distrusts the cache as a store error would: the next step rebuilds
     /// it from the store first (for benchmarks and tests).
     pub fn invalidate(&mut self) {
-        self.stale = true;
+        self.freshness.distrust();
     }
 
     /// Drops the cache and loads it again from the store, as a new term
@@ -475,19 +451,17 @@ impl LeaderRuntime {
     /// taken from the store) and the unwritten worker results.
     async fn rebuild(&mut self) -> Result<()> {
         let began = std::time::Instant::now();
-        // Entries a failed rebuild already loaded are newer than those it
-        // had not reached yet.
-        for (uid, entry) in self.cache.jobs.take_entries() {
-            self.previous_jobs.insert(uid, entry);
-        }
+        // The jobs as the dropped cache had them: a change is judged against
+        // the version this leader knew.
+        let earlier = self.cache.jobs.take_for_rebuild();
         self.cache = Cache::default();
-        self.unheld.clear();
+        self.cache.jobs.set_earlier(earlier);
+        self.inbox.forget_unheld();
         self.sessions.clear_unlisted();
-        self.view_dirty = true;
+        self.notes.reset();
         self.recover().await?;
-        self.previous_jobs.clear();
-        self.stale = false;
-        self.rebuild_failures = 0;
+        self.cache.jobs.loaded();
+        self.freshness.rebuilt();
         metrics::histogram!("gnomon_leader_rebuild_seconds").record(began.elapsed().as_secs_f64());
         tracing::info!(
             token = self.fence.token,

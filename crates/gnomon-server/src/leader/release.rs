@@ -92,7 +92,7 @@ impl LeaderRuntime {
         match decide_overlap(entry.overlap, open, waiting) {
             OverlapDecision::Fire => (RunState::Pending, None),
             OverlapDecision::FireAndCancelOpen => {
-                self.cache.replace_due.push((uid.to_string(), at));
+                self.cache.runs.replace_later([(uid.to_string(), at)]);
                 (RunState::Pending, Some("overlap: replaced the previous run".into()))
             }
             OverlapDecision::Skip(reason) => (RunState::Skipped, Some(reason)),

@@ -21,7 +21,7 @@ impl LeaderRuntime {
     /// turn's dispatch can refill them in the same store write; [`Self::undo_events`]
     /// puts them back if that write fails.
     pub(super) fn prepare_worker_events(&mut self) -> EventBatch {
-        let events = std::mem::take(&mut self.unwritten_events);
+        let events = self.inbox.take_reports();
         // Build the batch against a scratch copy of the states so that a
         // start and an end of the same attempt in one batch chain correctly.
         let mut scratch: HashMap<String, (RunState, u32)> = HashMap::default();
@@ -113,9 +113,7 @@ impl LeaderRuntime {
     /// The write failed: the results go back to the inbox, ahead of what
     /// arrived since (persist, then act: nothing was acked).
     pub(super) fn requeue_events(&mut self, eb: EventBatch) {
-        let mut events = eb.events;
-        events.append(&mut self.unwritten_events);
-        self.unwritten_events = events;
+        self.inbox.put_back(eb.events);
     }
 
     /// The results are persisted: mirror them, then ack (and abort what was

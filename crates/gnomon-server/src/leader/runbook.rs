@@ -79,6 +79,9 @@ pub(super) struct RunBook {
     ended: HashMap<String, RunState>,
     /// Waiting runs to decide again (ordered, so a seed replays).
     undecided: std::collections::BTreeSet<RunId>,
+    /// `replace` fires written whose older runs are still to be cancelled:
+    /// (job uid, the new run's instant).
+    replace_due: Vec<(String, Millis)>,
 }
 
 pub(super) use gnomon_backend::upstream_candidates;
@@ -184,6 +187,17 @@ impl RunBook {
             }
         }
         out
+    }
+
+    /// The open runs of these jobs before these instants are to be
+    /// cancelled (a `replace` run is fired or released).
+    pub(super) fn replace_later(&mut self, due: impl IntoIterator<Item = (String, Millis)>) {
+        self.replace_due.extend(due);
+    }
+
+    /// The `replace` cancellations due, taken out.
+    pub(super) fn take_replace_due(&mut self) -> Vec<(String, Millis)> {
+        std::mem::take(&mut self.replace_due)
     }
 
     /// Whether waiting runs are marked to be decided.

@@ -12,7 +12,7 @@ impl LeaderRuntime {
         if self.job_signal.is_none() {
             self.job_signal = self.store.job_change_signal();
         }
-        if self.previous_jobs.is_empty() {
+        if !self.cache.jobs.has_earlier() {
             let changes = self.store.job_changes(0).await?;
             self.cache.jobs.set_feed_seq(changes.seq);
             for job in changes.upserted {
@@ -22,7 +22,7 @@ impl LeaderRuntime {
             self.reload_jobs().await?;
         }
         let now = self.clock.now_millis();
-        let started = *self.term_started.get_or_insert(now);
+        let started = self.cadence.term_started(now);
         let mut live = Vec::new();
         for run in self.store.open_runs().await? {
             let id = self.track_stored(&run, 0, now);
@@ -37,7 +37,7 @@ impl LeaderRuntime {
             }
         }
         if live.is_empty() {
-            self.last_poll = now;
+            self.cadence.polled(now);
             return Ok(());
         }
         let workers: HashMap<String, (u32, String)> =
@@ -84,7 +84,7 @@ impl LeaderRuntime {
         if self.sessions.adopted_count() > 0 {
             tracing::info!(adopted = self.sessions.adopted_count(), "adopted live worker session leases from the store");
         }
-        self.last_poll = now;
+        self.cadence.polled(now);
         Ok(())
     }
 
@@ -232,7 +232,7 @@ impl LeaderRuntime {
                     }
                     worker => {
                         let ttl = self.config.lease_ttl_ms;
-                        let mut deadline = self.term_started.unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
+                        let mut deadline = self.cadence.started().unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
                         if let Some(at) = worker.as_deref().and_then(|w| self.sessions.expired_at(w)) {
                             deadline = at;
                         }

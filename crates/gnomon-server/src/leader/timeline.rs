@@ -104,6 +104,9 @@ pub(super) struct JobTimeline {
     feed_seq: u64,
     /// The held jobs' dependency edges.
     graph: super::graph::DepGraph,
+    /// While a rebuild loads this timeline: the entries of the one it
+    /// replaces (what they learned carries over to the same job).
+    earlier: HashMap<String, Box<JobEntry>>,
 }
 
 impl JobEntry {
@@ -134,10 +137,46 @@ impl JobTimeline {
         self.graph.remove(uid);
     }
 
-    /// Every entry, taken out (a rebuild keeps them as what was learned).
-    pub(super) fn take_entries(&mut self) -> HashMap<String, Box<JobEntry>> {
+    /// Every entry, taken out for a rebuild, over the earlier ones not
+    /// reached yet (an entry a failed rebuild loaded is newer than those).
+    pub(super) fn take_for_rebuild(&mut self) -> HashMap<String, Box<JobEntry>> {
         self.graph = Default::default();
-        std::mem::take(&mut self.jobs)
+        let mut earlier = std::mem::take(&mut self.earlier);
+        earlier.extend(std::mem::take(&mut self.jobs));
+        earlier
+    }
+
+    /// The entries of the timeline this one replaces, until
+    /// [`Self::loaded`].
+    pub(super) fn set_earlier(&mut self, earlier: HashMap<String, Box<JobEntry>>) {
+        self.earlier = earlier;
+    }
+
+    /// Whether this timeline is loaded over an earlier one.
+    pub(super) fn has_earlier(&self) -> bool {
+        !self.earlier.is_empty()
+    }
+
+    /// The earlier entry of job `uid`, taken out.
+    pub(super) fn take_earlier(&mut self, uid: &str) -> Option<Box<JobEntry>> {
+        self.earlier.remove(uid)
+    }
+
+    /// Puts an earlier entry back (its job was not reseated from it).
+    pub(super) fn keep_earlier(&mut self, uid: String, entry: Box<JobEntry>) {
+        self.earlier.insert(uid, entry);
+    }
+
+    /// The rebuild is done: the earlier entries are dropped.
+    pub(super) fn loaded(&mut self) {
+        self.earlier.clear();
+    }
+
+    /// [`Self::upsert`], carrying over from the earlier entries.
+    pub(super) fn upsert_record(&mut self, record: JobRecord, now: Millis) {
+        let earlier = std::mem::take(&mut self.earlier);
+        self.upsert(record, now, &earlier);
+        self.earlier = earlier;
     }
 
     /// Whether no held job runs after another (no run makes dependency runs).
@@ -511,12 +550,20 @@ mod tests {
         t.upsert(record("a", "1s", 1, false), 0, &HashMap::default());
         t.record_duration("a", 40.0);
         t.manual_taken("a", 7_000);
-        let earlier = t.take_entries();
+        let earlier = t.take_for_rebuild();
+        assert!(t.get("a").is_none(), "the entries are taken out");
         let mut rebuilt = JobTimeline::default();
-        rebuilt.upsert(record("a", "1s", 1, false), 100, &earlier);
+        rebuilt.set_earlier(earlier);
+        assert!(rebuilt.has_earlier());
+        rebuilt.upsert_record(record("a", "1s", 1, false), 100);
         let j = rebuilt.get("a").expect("job");
         assert_eq!((j.recent_ms, j.manual_next), (Some(40.0), 7_000));
-        let mut kept = earlier;
+        // A rebuild that fails part way keeps what it loaded over the rest.
+        let carried = rebuilt.take_for_rebuild();
+        assert_eq!(carried.get("a").map(|e| e.record.version), Some(1));
+        rebuilt.loaded();
+        assert!(!rebuilt.has_earlier());
+        let mut kept = carried;
         let entry = kept.remove("a").expect("entry");
         let mut again = JobTimeline::default();
         again.reseat(entry, Some(3_000), 3_500);

@@ -14,9 +14,9 @@ impl LeaderRuntime {
 
     async fn turn_inner(&mut self) -> Result<()> {
         let now = self.clock.now_millis();
-        if now - self.last_poll >= POLL_EVERY_MS {
+        if self.cadence.poll_due(now) {
             self.poll_store().await?;
-            self.last_poll = now;
+            self.cadence.polled(now);
         }
         self.handle_commands().await?;
         self.expire_leases(now).await?;
@@ -50,7 +50,7 @@ impl LeaderRuntime {
         self.release_waiting(now).await?;
         self.run_backfills(now).await?;
         self.record_and_dispatch(now, last_chunk).await?;
-        for (uid, before) in std::mem::take(&mut self.cache.replace_due) {
+        for (uid, before) in self.cache.runs.take_replace_due() {
             self.cancel_open_runs_of(&uid, before, now).await?;
         }
         Ok(())
@@ -90,15 +90,16 @@ impl LeaderRuntime {
     }
 
     pub(super) async fn handle_commands(&mut self) -> Result<()> {
-        while let Some(cmd) = self.deferred.pop_front() {
+        while let Some(cmd) = self.inbox.next_deferred() {
             self.on_command(cmd).await?;
         }
         while let Ok(cmd) = self.commands.try_recv() {
             self.on_command(cmd).await?;
         }
-        if self.last_poll == 0 {
+        let now = self.clock.now_millis();
+        if self.cadence.poll_due(now) {
             self.poll_store().await?;
-            self.last_poll = self.clock.now_millis();
+            self.cadence.polled(now);
         }
         Ok(())
     }
@@ -107,7 +108,7 @@ impl LeaderRuntime {
         // While the cache is stale, what needs it waits for the rebuild;
         // heartbeats are still acked (the worker's lease does not depend on
         // the store) and reports queue in the inbox.
-        if self.stale
+        if self.freshness.is_stale()
             && matches!(
                 cmd,
                 LeaderCommand::Trigger { .. }
@@ -116,13 +117,13 @@ impl LeaderRuntime {
                     | LeaderCommand::RunChanged { .. }
             )
         {
-            self.deferred.push_back(cmd);
+            self.inbox.defer(cmd);
             return Ok(());
         }
         match cmd {
-            LeaderCommand::Nudge => self.last_poll = 0,
+            LeaderCommand::Nudge => self.cadence.poll_now(),
             LeaderCommand::RunChanged { run_id } => {
-                self.last_poll = 0;
+                self.cadence.poll_now();
                 if self.cache.runs.contains(run_id.as_str()) {
                     self.reload_run(&run_id).await?;
                 }
@@ -188,7 +189,7 @@ impl LeaderRuntime {
 
     pub(super) async fn wait_for_work(&mut self) -> Option<LeaderExit> {
         self.publish_view();
-        if !self.unwritten_events.is_empty()
+        if !self.inbox.reports().is_empty()
             || self.cache.runs.has_undecided()
             || (self.cache.runs.ready_len() > 0 && self.dispatch_room() > 0 && self.ready_has_dispatchable())
         {
@@ -219,7 +220,7 @@ impl LeaderRuntime {
                 tokio::task::yield_now().await;
             }
             Some((worker, lease)) = next_from(&mut self.lease_deletions) => self.on_lease_deleted(&worker, lease),
-            Some(()) = next_from(&mut self.job_signal) => self.last_poll = 0,
+            Some(()) = next_from(&mut self.job_signal) => self.cadence.poll_now(),
             _ = self.lost.changed() => {}
             _ = self.shutdown.changed() => {}
         }

@@ -59,6 +59,49 @@ pub struct WorkerInfo {
     pub lease_expires_at: Millis,
 }
 
+/// What the view shows beside the sessions and the pressure: why each
+/// job's runs wait in `pending`, and whether that changed since it was
+/// last published.
+#[derive(Default)]
+pub(super) struct Notes {
+    /// Why a job's runs cannot be placed right now, by job uid.
+    waiting: HashMap<String, String>,
+    dirty: bool,
+}
+
+impl Notes {
+    /// Job `uid`'s runs wait, for this reason.
+    pub(super) fn waiting(&mut self, uid: String, why: String) {
+        if self.waiting.get(&uid) != Some(&why) {
+            self.waiting.insert(uid, why);
+            self.dirty = true;
+        }
+    }
+
+    /// Job `uid`'s runs were placed.
+    pub(super) fn placed(&mut self, uid: &str) {
+        if self.waiting.remove(uid).is_some() {
+            self.dirty = true;
+        }
+    }
+
+    /// Something else the view shows changed.
+    pub(super) fn touch(&mut self) {
+        self.dirty = true;
+    }
+
+    /// Forgets every reason (a rebuild finds them again).
+    pub(super) fn reset(&mut self) {
+        self.waiting.clear();
+        self.dirty = true;
+    }
+
+    /// Whether the view is out of date, and the reasons to publish.
+    fn take(&mut self) -> Option<HashMap<String, String>> {
+        std::mem::take(&mut self.dirty).then(|| self.waiting.clone())
+    }
+}
+
 impl LeaderRuntime {
     pub(super) fn update_pressure(&mut self) {
         let capacity = self.sessions.capacity();
@@ -110,14 +153,17 @@ impl LeaderRuntime {
     pub(super) fn publish_view(&mut self) {
         // Both flags are taken: either says the view is out of date.
         let sessions_changed = self.sessions.take_dirty() | self.cache.runs.take_holds_changed();
-        if !std::mem::take(&mut self.view_dirty) && !sessions_changed {
+        let notes = self.notes.take();
+        if notes.is_none() && !sessions_changed {
             return;
         }
         let list = self.sessions.infos(&self.cache.runs);
         metrics::gauge!("gnomon_workers", "state" => "live").set(list.iter().filter(|w| w.connected).count() as f64);
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         view.workers = list;
-        view.waiting = self.cache.waiting.clone();
+        if let Some(waiting) = notes {
+            view.waiting = waiting;
+        }
     }
 }
 

@@ -19,7 +19,7 @@ impl LeaderRuntime {
             // the worker at most 0.7×TTL after the lease's last refresh, so
             // the worker's attempts may run until 0.7×TTL after its
             // deletion (and never past the term start's own bound).
-            let floor = self.term_started.unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
+            let floor = self.cadence.started().unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
             self.cache.runs.set_orphan_deadlines(worker, (now + ttl * 7 / 10).min(floor));
         }
     }
@@ -100,13 +100,13 @@ impl LeaderRuntime {
                         }
                     });
                 }
-                if !self.stale {
+                if !self.freshness.is_stale() {
                     self.reconcile_held(&worker, &hb.attempts, now);
                 }
                 self.send_to(&worker, server_message::Msg::Ack(v1::Ack { heartbeat_seq: Some(hb.seq), ..Default::default() }));
             }
             worker_message::Msg::Started(st) => {
-                self.unwritten_events.push(WorkerEvent::Started { worker, run_id: st.run_id, attempt: st.attempt, at: st.started_at_ms });
+                self.inbox.report(WorkerEvent::Started { worker, run_id: st.run_id, attempt: st.attempt, at: st.started_at_ms });
             }
             worker_message::Msg::Report(r) => {
                 let state = match v1::Outcome::try_from(r.outcome).unwrap_or(v1::Outcome::Failed) {
@@ -123,7 +123,7 @@ impl LeaderRuntime {
                     let cut = (cut..output.len()).find(|i| output.is_char_boundary(*i)).unwrap_or(output.len());
                     output = output[cut..].to_string();
                 }
-                self.unwritten_events.push(WorkerEvent::Finished {
+                self.inbox.report(WorkerEvent::Finished {
                     worker,
                     run_id: r.run_id,
                     attempt: r.attempt,
@@ -153,7 +153,8 @@ impl LeaderRuntime {
         }
         let listed: HashSet<(&str, u32)> = listed.iter().map(|a| (a.run_id.as_str(), a.attempt)).collect();
         let reported: HashSet<&str> = self
-            .unwritten_events
+            .inbox
+            .reports()
             .iter()
             .filter_map(|e| match e {
                 WorkerEvent::Finished { worker: w, run_id, .. } if w == worker => Some(run_id.as_str()),
@@ -179,7 +180,7 @@ impl LeaderRuntime {
             }
         }
         self.sessions.set_unlisted(worker, unlisted);
-        self.unheld.extend(gone);
+        self.inbox.unheld(gone);
     }
 
     /// Sessions whose lease ran out lose their attempts (retried elsewhere
@@ -208,9 +209,10 @@ impl LeaderRuntime {
         // Attempts a live worker does not hold (`reconcile_held`), unless
         // their report came in since.
         let mut aborts = Vec::new();
-        for (worker, id) in std::mem::take(&mut self.unheld) {
+        for (worker, id) in self.inbox.take_unheld() {
             let reported = self
-                .unwritten_events
+                .inbox
+                .reports()
                 .iter()
                 .any(|e| matches!(e, WorkerEvent::Finished { worker: w, run_id, .. } if *w == worker && **run_id == *id));
             if reported || self.cache.runs.holder(&id) != Some(&worker) {
@@ -247,10 +249,9 @@ impl LeaderRuntime {
     /// (from their assignment) with no result: ended `timed_out` by the
     /// leader, and the worker is told to stop them. Checked once a second.
     fn expire_overruns(&mut self, now: Millis, batch: &mut Vec<Transition>, aborts: &mut Vec<(String, String, u32, String)>) {
-        if now - self.last_overrun_scan < 1_000 {
+        if !self.cadence.overrun_scan(now) {
             return;
         }
-        self.last_overrun_scan = now;
         let grace = OVERRUN_GRACE_MS + self.config.lease_ttl_ms;
         let overran: Vec<(RunId, String, u32, Millis)> = self
             .cache
@@ -265,7 +266,8 @@ impl LeaderRuntime {
             .collect();
         for (id, worker, attempt, timeout) in overran {
             let reported = self
-                .unwritten_events
+                .inbox
+                .reports()
                 .iter()
                 .any(|e| matches!(e, WorkerEvent::Finished { run_id, attempt: a, .. } if **run_id == *id && *a == attempt));
             if reported {
