@@ -352,22 +352,11 @@ pub(crate) struct RunCas<'a> {
     pub cancel_requested: &'a mut bool,
 }
 
-/// Borrows the transition fields of a store record (any type with fields
-/// `state`, `attempt`, `reason`, `next_attempt_at`, `updated_at`,
-/// `cancel_requested`) as a [`RunCas`].
-macro_rules! run_cas {
-    ($r:expr) => {
-        $crate::model::RunCas {
-            state: &mut $r.state,
-            attempt: &mut $r.attempt,
-            reason: &mut $r.reason,
-            next_attempt_at: &mut $r.next_attempt_at,
-            updated_at: &mut $r.updated_at,
-            cancel_requested: &mut $r.cancel_requested,
-        }
-    };
+/// A store's own run record, whose transition fields a [`Transition`]
+/// changes: each store's record type lends them as a [`RunCas`].
+pub(crate) trait RunCasFields {
+    fn cas(&mut self) -> RunCas<'_>;
 }
-pub(crate) use run_cas;
 
 impl Transition {
     /// Refuses a batch holding a move the run lifecycle does not allow
@@ -381,7 +370,8 @@ impl Transition {
 
     /// The compare-and-swap: applies this transition if the run is in
     /// `(from, from_attempt)` and says whether it did.
-    pub(crate) fn apply_to(&self, r: RunCas<'_>) -> bool {
+    pub(crate) fn apply_to(&self, run: &mut impl RunCasFields) -> bool {
+        let r = run.cas();
         if *r.state != self.from || *r.attempt != self.from_attempt {
             return false;
         }

@@ -54,6 +54,19 @@ pub(super) struct ERun {
     pub(super) upstream: Option<String>,
 }
 
+impl crate::model::RunCasFields for ERun {
+    fn cas(&mut self) -> crate::model::RunCas<'_> {
+        crate::model::RunCas {
+            state: &mut self.state,
+            attempt: &mut self.attempt,
+            reason: &mut self.reason,
+            next_attempt_at: &mut self.next_attempt_at,
+            updated_at: &mut self.updated_at,
+            cancel_requested: &mut self.cancel_requested,
+        }
+    }
+}
+
 impl From<ERun> for RunRecord {
     fn from(r: ERun) -> Self {
         RunRecord {

@@ -195,6 +195,11 @@ impl<'c, DB: Driver> Tx<'c, DB> {
         tx.map(Tx).map_err(db_err)
     }
 
+    /// The transaction's connection, for statements run as they are.
+    pub(crate) fn conn(&mut self) -> &mut DB::Connection {
+        &mut self.0
+    }
+
     pub(crate) async fn commit(self) -> Result<(), StoreError> {
         self.0.commit().await.map_err(db_err)
     }

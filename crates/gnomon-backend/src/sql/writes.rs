@@ -92,7 +92,7 @@ impl<B: Backend> SqlStore<B> {
                 // Checked against the row as inserted; a move that does not
                 // apply is left to fail as a CAS.
                 if let Some(i) = fold.get(id.as_str()) {
-                    folded[*i] = transitions[*i].apply_to(crate::model::run_cas!(row));
+                    folded[*i] = transitions[*i].apply_to(&mut row);
                 }
                 (r, id, row)
             })
