@@ -50,8 +50,10 @@ pub(super) struct ERun {
     pub(super) params: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) payload: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) upstream: Option<String>,
+    /// Kept as the JSON text every store keeps; text that is not a record
+    /// makes the run unreadable (corrupt), never one without upstreams.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::model::upstream_json")]
+    pub(super) upstream: Option<std::sync::Arc<gnomon_core::deps::RunAfter>>,
 }
 
 impl crate::model::RunCasFields for ERun {

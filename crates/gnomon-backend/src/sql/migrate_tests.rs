@@ -16,7 +16,6 @@ use crate::sqlite::SqliteStore;
 use crate::testing::conformance::job_spec;
 use crate::testing::testdb::{Server, TestDb};
 use crate::{Store, StoreError, StoreOptions};
-use gnomon_core::deps::RunAfter;
 use gnomon_core::RunState;
 
 const LATEST: i64 = 11;
@@ -179,7 +178,7 @@ async fn upgrades_from(db: Db, url: &str, old: i64) {
     assert_eq!((job.uid.as_str(), job.last_scheduled_at, job.paused_at), ("u1", Some(5000), None), "{db:?} {old}");
     if db.old_steps()[..old as usize].contains(&"run_upstream") {
         let dep = store.get_run("u1-d6000").await.unwrap().expect("the dependency run survives").run;
-        let after = RunAfter::parse(&dep.upstream.expect("its upstream record")).expect("a record");
+        let after = dep.upstream.expect("its upstream record");
         assert_eq!((after.of.as_str(), after.edges.len()), ("u0-6000", 1), "{db:?} {old}");
     }
     // The later steps' tables are there and read.
@@ -340,8 +339,8 @@ async fn concurrent_migrations_apply_each_step_once(db: Db, server: Server) {
         assert_eq!(all.len(), unique.len(), "{db:?} from {old:?}: no step applied twice: {applied:?}");
         assert_eq!(unique, (first..=LATEST).collect(), "{db:?} from {old:?}: every step applied: {applied:?}");
         assert_eq!(scalar(db, &t.url, "SELECT COUNT(*) FROM gnomon_schema").await, LATEST);
-        if old.is_some() {
-            upgrades_from(db, &t.url, old.unwrap()).await;
+        if let Some(old) = old {
+            upgrades_from(db, &t.url, old).await;
         }
         t.drop_database().await;
     }
@@ -362,7 +361,7 @@ async fn concurrent_migrations_apply_each_step_once_on_postgres() {
 async fn a_newer_schema_is_refused(db: Db, url: &str) {
     open(db, url).await.expect("a fresh database");
     exec(db, url, "INSERT INTO gnomon_schema (version, name, applied_at) VALUES (12, 'from_a_newer_build', 0)").await;
-    let e = open(db, url).await.err().expect("refused");
+    let Err(e) = open(db, url).await else { panic!("{db:?}: a newer schema is refused") };
     assert!(matches!(&e, StoreError::SchemaTooNew { found: 12, known: LATEST, .. }), "{db:?}: {e:?}");
     assert!(e.to_string().contains("version 12") && e.to_string().contains("11"), "{e}");
 }
@@ -380,6 +379,31 @@ async fn a_newer_schema_is_refused_on_every_sql_database() {
     let url = format!("sqlite://{}", dir.path().join("b.db").display());
     build_old(Db::Sqlite, &url, 11).await;
     exec(Db::Sqlite, &url, "INSERT INTO gnomon_migrations (version, applied_at) VALUES (12, 12)").await;
-    let e = open(Db::Sqlite, &url).await.err().expect("refused");
+    let Err(e) = open(Db::Sqlite, &url).await else { panic!("an unknown old version is refused") };
     assert!(e.to_string().contains("version 12") && e.to_string().contains("gnomon_migrations"), "{e}");
+}
+
+/// A run whose stored upstream record is not one reads as a corrupt
+/// record, never as a run without upstreams.
+#[tokio::test]
+async fn a_corrupt_upstream_record_is_an_error_on_every_sql_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}", dir.path().join("c.db").display());
+    let mysql = TestDb::create(Server::MySql).await.unwrap_or_else(|e| panic!("{e}"));
+    let postgres = TestDb::create(Server::Postgres).await.unwrap_or_else(|e| panic!("{e}"));
+    for (db, url) in [(Db::Sqlite, sqlite.as_str()), (Db::MySql, mysql.url.as_str()), (Db::Postgres, postgres.url.as_str())] {
+        let store = open(db, url).await.expect("open");
+        exec(
+            db,
+            url,
+            "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, updated_at, upstream)
+               VALUES ('u1-d7000', 'u1', 'default', 'nightly', 7000, 7001, 'waiting', 0, 7001, '{\"of\": 3')",
+        )
+        .await;
+        let e = store.get_run("u1-d7000").await.expect_err("corrupt");
+        assert!(matches!(&e, StoreError::Corrupt(m) if m.contains("upstream")), "{db:?}: {e:?}");
+        assert!(store.open_runs().await.is_err(), "{db:?}: the open runs are not read without it");
+    }
+    mysql.drop_database().await;
+    postgres.drop_database().await;
 }

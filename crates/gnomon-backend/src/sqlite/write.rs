@@ -118,7 +118,7 @@ pub(crate) fn turn_write(
                     row.updated_at,
                     r.params,
                     r.payload,
-                    r.upstream,
+                    r.upstream.as_deref().map(gnomon_core::deps::RunAfter::to_json),
                 ])
                 .map_err(err)?;
             if n == 1 {
