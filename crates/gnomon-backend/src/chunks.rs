@@ -2,6 +2,8 @@
 //! many items and so many bytes each (an etcd txn, a SQL statement, a Raft
 //! entry).
 
+use gnomon_core::deps::RunAfter;
+
 /// `items` in order, in slices of at most `max_items` items and
 /// `max_bytes` bytes (`size(item)` is an item's); an item larger than
 /// `max_bytes` alone goes alone. Empty items give no slice.
@@ -44,7 +46,7 @@ pub(crate) fn json_len(text: Option<&str>) -> usize {
 pub(crate) fn new_run_bytes(r: &crate::NewRun) -> usize {
     1024 + json_len(r.params.as_deref())
         + json_len(r.payload.as_deref())
-        + json_len(r.upstream.as_deref())
+        + json_len(r.upstream.as_deref().map(RunAfter::to_json).as_deref())
         + json_len(r.reason.as_deref())
         + json_len(r.key.as_deref())
 }

@@ -75,6 +75,10 @@ pub enum StoreError {
     /// transaction; nothing was deleted.
     #[error("{} run after {namespace}/{name}: remove it from their `after` first", .dependents.join(", "))]
     HasDependents { namespace: String, name: String, dependents: Vec<String> },
+    /// The database's schema is at a version past the last migration this
+    /// build has: a newer gnomon migrated it, and this one would misread it.
+    #[error("the {backend} database's schema is at version {found}, newer than the {known} this build knows: run a gnomon at least as new as the one that migrated it")]
+    SchemaTooNew { backend: String, found: i64, known: i64 },
 }
 
 impl StoreError {

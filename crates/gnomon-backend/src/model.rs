@@ -1,5 +1,8 @@
 //! Records that cross the store boundary.
 
+use std::sync::Arc;
+
+use gnomon_core::deps::RunAfter;
 use gnomon_core::spec::JobSpec;
 use gnomon_core::{AttemptState, Millis, RunState};
 use serde::{Deserialize, Serialize};
@@ -168,6 +171,30 @@ pub fn upstream_candidates(after: &gnomon_core::deps::RunAfter, at: Millis) -> V
         .collect()
 }
 
+/// A run's upstream record read from its stored JSON text: text that is
+/// not one is a corrupt record, never "no upstream".
+pub fn decode_upstream(text: &str) -> Result<Arc<RunAfter>, crate::StoreError> {
+    serde_json::from_str(text).map(Arc::new).map_err(|e| crate::StoreError::Corrupt(format!("run upstream {text:?}: {e}")))
+}
+
+/// A run's upstream record as serde writes and reads it: the same JSON
+/// text the stores keep (a string, or none), so an encoded [`NewRun`]
+/// (the Raft log's) is what it was when the field was that text.
+pub mod upstream_json {
+    use std::sync::Arc;
+
+    use gnomon_core::deps::RunAfter;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Arc<RunAfter>>, s: S) -> Result<S::Ok, S::Error> {
+        v.as_deref().map(RunAfter::to_json).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Arc<RunAfter>>, D::Error> {
+        Option::<String>::deserialize(d)?.map(|t| super::decode_upstream(&t).map_err(serde::de::Error::custom)).transpose()
+    }
+}
+
 /// A run's live attempt and the worker it was assigned to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveAttempt {
@@ -201,10 +228,11 @@ pub struct NewRun {
     #[serde(default)]
     pub payload: Option<String>,
     /// A dependency run's record of the run that made it and the edges
-    /// that decide it ([`gnomon_core::deps::RunAfter`] as JSON); its id is
-    /// then [`dep_run_id`]. `None` for every other run.
-    #[serde(default)]
-    pub upstream: Option<String>,
+    /// that decide it; its id is then [`dep_run_id`]. `None` for every
+    /// other run. Stored, and encoded in the Raft log, as its JSON text
+    /// ([`upstream_json`]).
+    #[serde(default, with = "upstream_json")]
+    pub upstream: Option<Arc<RunAfter>>,
 }
 
 impl NewRun {
@@ -306,7 +334,8 @@ pub struct RunRecord {
     /// runs.
     pub payload: Option<String>,
     /// A dependency run's origin and edges (see [`NewRun::upstream`]).
-    pub upstream: Option<String>,
+    #[serde(with = "upstream_json")]
+    pub upstream: Option<Arc<RunAfter>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -352,22 +381,11 @@ pub(crate) struct RunCas<'a> {
     pub cancel_requested: &'a mut bool,
 }
 
-/// Borrows the transition fields of a store record (any type with fields
-/// `state`, `attempt`, `reason`, `next_attempt_at`, `updated_at`,
-/// `cancel_requested`) as a [`RunCas`].
-macro_rules! run_cas {
-    ($r:expr) => {
-        $crate::model::RunCas {
-            state: &mut $r.state,
-            attempt: &mut $r.attempt,
-            reason: &mut $r.reason,
-            next_attempt_at: &mut $r.next_attempt_at,
-            updated_at: &mut $r.updated_at,
-            cancel_requested: &mut $r.cancel_requested,
-        }
-    };
+/// A store's own run record, whose transition fields a [`Transition`]
+/// changes: each store's record type lends them as a [`RunCas`].
+pub(crate) trait RunCasFields {
+    fn cas(&mut self) -> RunCas<'_>;
 }
-pub(crate) use run_cas;
 
 impl Transition {
     /// Refuses a batch holding a move the run lifecycle does not allow
@@ -381,7 +399,8 @@ impl Transition {
 
     /// The compare-and-swap: applies this transition if the run is in
     /// `(from, from_attempt)` and says whether it did.
-    pub(crate) fn apply_to(&self, r: RunCas<'_>) -> bool {
+    pub(crate) fn apply_to(&self, run: &mut impl RunCasFields) -> bool {
+        let r = run.cas();
         if *r.state != self.from || *r.attempt != self.from_attempt {
             return false;
         }

@@ -50,8 +50,23 @@ pub(super) struct ERun {
     pub(super) params: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) payload: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) upstream: Option<String>,
+    /// Kept as the JSON text every store keeps; text that is not a record
+    /// makes the run unreadable (corrupt), never one without upstreams.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::model::upstream_json")]
+    pub(super) upstream: Option<std::sync::Arc<gnomon_core::deps::RunAfter>>,
+}
+
+impl crate::model::RunCasFields for ERun {
+    fn cas(&mut self) -> crate::model::RunCas<'_> {
+        crate::model::RunCas {
+            state: &mut self.state,
+            attempt: &mut self.attempt,
+            reason: &mut self.reason,
+            next_attempt_at: &mut self.next_attempt_at,
+            updated_at: &mut self.updated_at,
+            cancel_requested: &mut self.cancel_requested,
+        }
+    }
 }
 
 impl From<ERun> for RunRecord {
@@ -142,4 +157,23 @@ pub(super) fn ejob(j: &JobRecord) -> EJob {
 
 pub(super) fn seq_key(seq: i64) -> String {
     format!("{:016x}", seq.max(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run's upstream record is kept as the JSON text it always was, and
+    /// text that is not a record makes the run corrupt, not upstream-less.
+    #[test]
+    fn a_run_keeps_its_upstream_as_text_and_one_that_is_not_a_record_is_corrupt() {
+        let stored = r#"{"id":"u-d1","seq":1,"job_uid":"u","job":"j","namespace":"default","scheduled_at":1,"fired_at":1,"state":"waiting","attempt":0,"reason":null,"next_attempt_at":null,"manual":false,"cancel_requested":false,"updated_at":1,"upstream":"{\"of\":\"a-1\",\"of_uid\":\"a\",\"edges\":[]}"}"#;
+        let run: ERun = parse("run", stored.as_bytes()).expect("reads");
+        assert_eq!(run.upstream.as_ref().map(|a| (a.of.as_str(), a.of_uid.as_str())), Some(("a-1", "a")));
+        assert_eq!(String::from_utf8(super::super::json(&run)).unwrap(), stored, "written back as it was");
+        let bad = stored.replace(r#"{\"of\""#, r#"{\"xx\""#);
+        assert!(matches!(parse::<ERun>("run", bad.as_bytes()), Err(StoreError::Corrupt(_))));
+        let plain = stored.replace(r#","upstream":"{\"of\":\"a-1\",\"of_uid\":\"a\",\"edges\":[]}""#, "");
+        assert!(parse::<ERun>("run", plain.as_bytes()).expect("reads").upstream.is_none(), "absent is none");
+    }
 }

@@ -268,7 +268,7 @@ impl EtcdStore {
             for &i in chunk {
                 let t = &all[i];
                 let Some(row) = current.get_mut(&t.run_id) else { continue };
-                if !t.apply_to(crate::model::run_cas!(row)) {
+                if !t.apply_to(row) {
                     continue;
                 }
                 match &t.attempt {

@@ -17,97 +17,9 @@ use std::str::FromStr;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Executor, MySqlPool};
 
-use crate::sql::migrate::Migration;
+use crate::sql::migrate::{MigrationLock, LEGACY_SERVER, MYSQL};
 use crate::sql::{db_err, explain_open_error, redact, Backend, Dialect, SqlStore};
 use crate::StoreOptions;
-
-const MIGRATIONS: &[Migration] = &[
-    Migration {
-    version: 1,
-    statements: &[
-        "CREATE TABLE jobs (
-            uid VARCHAR(32) NOT NULL PRIMARY KEY, namespace VARCHAR(64) NOT NULL, name VARCHAR(128) NOT NULL,
-            spec MEDIUMTEXT NOT NULL, version BIGINT NOT NULL, paused BIGINT NOT NULL DEFAULT 0,
-            created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,
-            last_scheduled_at BIGINT NULL, change_seq BIGINT NOT NULL,
-            UNIQUE KEY jobs_name (namespace, name), KEY jobs_change_seq (change_seq)
-        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-        "CREATE TABLE job_deletions (uid VARCHAR(32) NOT NULL PRIMARY KEY, change_seq BIGINT NOT NULL, KEY job_deletions_seq (change_seq))
-         ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-        "CREATE TABLE counters (name VARCHAR(64) NOT NULL PRIMARY KEY, value BIGINT NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-        "INSERT INTO counters (name, value) VALUES ('job_change_seq', 0)",
-        "CREATE TABLE runs (
-            seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, id VARCHAR(64) NOT NULL,
-            job_uid VARCHAR(32) NOT NULL, namespace VARCHAR(64) NOT NULL, job VARCHAR(128) NOT NULL,
-            scheduled_at BIGINT NOT NULL, fired_at BIGINT NOT NULL,
-            state VARCHAR(16) NOT NULL, attempt BIGINT NOT NULL DEFAULT 0, reason TEXT NULL,
-            next_attempt_at BIGINT NULL, manual BIGINT NOT NULL DEFAULT 0,
-            cancel_requested BIGINT NOT NULL DEFAULT 0, updated_at BIGINT NOT NULL,
-            UNIQUE KEY runs_id (id), UNIQUE KEY runs_fire (job_uid, scheduled_at),
-            KEY runs_by_job (namespace, job, seq), KEY runs_by_state (state, seq)
-        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-        "CREATE TABLE attempts (
-            run_id VARCHAR(64) NOT NULL, attempt BIGINT NOT NULL, worker VARCHAR(255) NOT NULL, token BIGINT NOT NULL,
-            state VARCHAR(16) NOT NULL, assigned_at BIGINT NOT NULL, started_at BIGINT NULL, ended_at BIGINT NULL,
-            exit_code BIGINT NULL, output MEDIUMTEXT NOT NULL,
-            PRIMARY KEY (run_id, attempt)
-        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-        "CREATE TABLE leadership (
-            scope VARCHAR(128) NOT NULL PRIMARY KEY, token BIGINT NOT NULL, holder VARCHAR(255) NOT NULL,
-            address VARCHAR(255) NOT NULL, backend VARCHAR(32) NOT NULL, since BIGINT NOT NULL
-        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-        "CREATE TABLE epochs (scope VARCHAR(128) NOT NULL PRIMARY KEY, epoch BIGINT NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-    ],
-},
-    // When a job was last paused and resumed: a new leader starts a resumed
-    // job's timeline at its resumption (and fires what was due before the
-    // pause) without having seen either.
-    Migration {
-        version: 2,
-        statements: &["ALTER TABLE jobs ADD COLUMN paused_at BIGINT NULL, ADD COLUMN resumed_at BIGINT NULL"],
-    },
-    // Manual runs have ids of their own (`<uid>-m<instant>`), so a manual
-    // run and a scheduled one may share `(job_uid, scheduled_at)`: the run id
-    // alone is unique.
-    Migration { version: 3, statements: &["ALTER TABLE runs DROP INDEX runs_fire"] },
-    // When a job's schedule last changed and what it was (see the SQLite
-    // migration 5).
-    Migration {
-        version: 4,
-        statements: &["ALTER TABLE jobs ADD COLUMN schedule_changed_at BIGINT NULL, ADD COLUMN previous_schedule TEXT NULL"],
-    },
-    // The committed leader time (see the SQLite migration 6).
-    Migration { version: 5, statements: &["ALTER TABLE leadership ADD COLUMN leader_time BIGINT NOT NULL DEFAULT 0"] },
-    Migration {
-        version: 6,
-        statements: &["CREATE TABLE notifications (
-            id VARCHAR(96) NOT NULL PRIMARY KEY, run_id VARCHAR(64) NOT NULL, namespace VARCHAR(64) NOT NULL,
-            job VARCHAR(128) NOT NULL, outcome VARCHAR(16) NOT NULL, target TEXT NOT NULL, state VARCHAR(16) NOT NULL,
-            attempts BIGINT NOT NULL, next_at BIGINT NOT NULL, last_error TEXT NULL,
-            created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,
-            KEY notifications_by_run (run_id), KEY notifications_due (state, next_at)
-        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"],
-    },
-    // A run's parameter values (see the SQLite migration 8); up to 64 KiB,
-    // past what TEXT holds.
-    Migration { version: 7, statements: &["ALTER TABLE runs ADD COLUMN params MEDIUMTEXT NULL"] },
-    // The body of the webhook call that started a run (see the SQLite
-    // migration 9); up to 64 KiB.
-    Migration { version: 8, statements: &["ALTER TABLE runs ADD COLUMN payload MEDIUMTEXT NULL"] },
-    // A dependency run's origin and edges (see the SQLite migration 10).
-    Migration { version: 9, statements: &["ALTER TABLE runs ADD COLUMN upstream MEDIUMTEXT NULL"] },
-    // Backfills (see the SQLite migration 11).
-    Migration {
-        version: 10,
-        statements: &["CREATE TABLE IF NOT EXISTS backfills (
-            id VARCHAR(255) NOT NULL PRIMARY KEY, namespace VARCHAR(64) NOT NULL, job VARCHAR(128) NOT NULL,
-            job_uid VARCHAR(64) NOT NULL, from_ms BIGINT NOT NULL, to_ms BIGINT NOT NULL, params MEDIUMTEXT NULL,
-            rate BIGINT NOT NULL, total BIGINT NOT NULL, cursor_ms BIGINT NOT NULL, state VARCHAR(16) NOT NULL,
-            created BIGINT NOT NULL, kept BIGINT NOT NULL, reason TEXT NULL, created_at BIGINT NOT NULL,
-            updated_at BIGINT NOT NULL, KEY backfills_by_state (state)
-        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"],
-    },
-];
 
 const DIALECT: Dialect = Dialect {
     name: "mysql",
@@ -118,9 +30,16 @@ const DIALECT: Dialect = Dialect {
     case_chunk: 125,
     ignore_suffix: " ON DUPLICATE KEY UPDATE {key} = {key}",
     heads_json: None,
-    migrate_lock: "SELECT GET_LOCK('gnomon_migrate', 60)",
-    migrate_unlock: "SELECT RELEASE_LOCK('gnomon_migrate')",
-    migrations: MIGRATIONS,
+    migrations: MYSQL,
+    // Lock names are server-wide: this database's own.
+    migration_lock: MigrationLock::Session {
+        lock: "SELECT CAST(GET_LOCK(CONCAT('gnomon/migrate/', SHA1(DATABASE())), 60) AS SIGNED)",
+        unlock: "SELECT RELEASE_LOCK(CONCAT('gnomon/migrate/', SHA1(DATABASE())))",
+    },
+    already_made,
+    legacy_table_query:
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'gnomon_migrations'",
+    legacy: LEGACY_SERVER,
     size_query:
         "SELECT CAST(COALESCE(SUM(data_length + index_length), 0) AS SIGNED) FROM information_schema.tables WHERE table_schema = DATABASE()",
     // SYSDATE, not NOW: the time the function runs, not the statement's start.
@@ -128,6 +47,19 @@ const DIALECT: Dialect = Dialect {
     // JSON_TABLE's column collations and its optimiser support differ
     // between MariaDB and MySQL 8; the CASE statements work on both.
 };
+
+/// Whether a migration statement failed because its change is already
+/// there: a duplicate column (1060) or index name (1061), or an index to
+/// drop that is gone (1091). A MySQL step is not transactional, so one cut
+/// off before its version was recorded runs again (see `sql/migrate.rs`).
+fn already_made(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => {
+            d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>().is_some_and(|m| matches!(m.number(), 1060 | 1061 | 1091))
+        }
+        _ => false,
+    }
+}
 
 /// The MySQL/MariaDB store.
 pub type MySqlStore = SqlStore<MySqlBackend>;
@@ -182,6 +114,14 @@ impl MySqlStore {
     /// Connects, checks the server, applies migrations and probes the
     /// privileges gnomon needs. Every failure is explained.
     pub async fn open(url: &str, options: &StoreOptions) -> Result<Self, crate::StoreError> {
+        let store = Self::connect(url, options).await?;
+        store.migrate().await?;
+        store.probe().await?;
+        Ok(store)
+    }
+
+    /// Connects and checks the server, without migrating.
+    pub(crate) async fn connect(url: &str, options: &StoreOptions) -> Result<Self, crate::StoreError> {
         let target = redact(url);
         let connect = MySqlConnectOptions::from_str(url)
             .map_err(|e| crate::StoreError::InvalidUrl(format!("{target}: {e}")))?
@@ -234,10 +174,7 @@ impl MySqlStore {
             .connect_with(connect)
             .await
             .map_err(|e| explain_open_error("mysql", &target, e))?;
-        let store = SqlStore::new(MySqlBackend { pool, flavor });
-        store.migrate().await?;
-        store.probe().await?;
-        Ok(store)
+        Ok(SqlStore::new(MySqlBackend { pool, flavor }))
     }
 
     /// Which server answered.

@@ -13,103 +13,9 @@ use std::str::FromStr;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 
-use crate::sql::migrate::Migration;
+use crate::sql::migrate::{MigrationLock, LEGACY_SERVER, POSTGRES};
 use crate::sql::{db_err, explain_open_error, redact, Backend, Dialect, SqlStore};
 use crate::StoreOptions;
-
-const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        statements: &[
-            "CREATE TABLE jobs (
-            uid TEXT PRIMARY KEY, namespace TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL,
-            version BIGINT NOT NULL, paused BIGINT NOT NULL DEFAULT 0,
-            created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,
-            last_scheduled_at BIGINT, change_seq BIGINT NOT NULL,
-            UNIQUE (namespace, name))",
-            "CREATE INDEX jobs_change_seq ON jobs (change_seq)",
-            "CREATE TABLE job_deletions (uid TEXT PRIMARY KEY, change_seq BIGINT NOT NULL)",
-            "CREATE INDEX job_deletions_seq ON job_deletions (change_seq)",
-            "CREATE TABLE counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)",
-            "INSERT INTO counters (name, value) VALUES ('job_change_seq', 0)",
-            "CREATE TABLE runs (
-            seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id TEXT NOT NULL UNIQUE,
-            job_uid TEXT NOT NULL, namespace TEXT NOT NULL, job TEXT NOT NULL,
-            scheduled_at BIGINT NOT NULL, fired_at BIGINT NOT NULL,
-            state TEXT NOT NULL, attempt BIGINT NOT NULL DEFAULT 0, reason TEXT,
-            next_attempt_at BIGINT, manual BIGINT NOT NULL DEFAULT 0,
-            cancel_requested BIGINT NOT NULL DEFAULT 0, updated_at BIGINT NOT NULL,
-            UNIQUE (job_uid, scheduled_at))",
-            "CREATE INDEX runs_open ON runs (state) WHERE state IN ('pending', 'assigned', 'running', 'retrying')",
-            "CREATE INDEX runs_by_job ON runs (namespace, job, seq)",
-            "CREATE INDEX runs_by_state ON runs (state, seq)",
-            "CREATE TABLE attempts (
-            run_id TEXT NOT NULL, attempt BIGINT NOT NULL, worker TEXT NOT NULL, token BIGINT NOT NULL,
-            state TEXT NOT NULL, assigned_at BIGINT NOT NULL, started_at BIGINT, ended_at BIGINT,
-            exit_code BIGINT, output TEXT NOT NULL DEFAULT '',
-            PRIMARY KEY (run_id, attempt))",
-            "CREATE TABLE leadership (
-            scope TEXT PRIMARY KEY, token BIGINT NOT NULL, holder TEXT NOT NULL,
-            address TEXT NOT NULL, backend TEXT NOT NULL, since BIGINT NOT NULL)",
-            "CREATE TABLE epochs (scope TEXT PRIMARY KEY, epoch BIGINT NOT NULL)",
-        ],
-    },
-    // When a job was last paused and resumed (see the MySQL migration 2).
-    Migration {
-        version: 2,
-        statements: &["ALTER TABLE jobs ADD COLUMN IF NOT EXISTS paused_at BIGINT, ADD COLUMN IF NOT EXISTS resumed_at BIGINT"],
-    },
-    // Manual runs have ids of their own (see the MySQL migration 3).
-    Migration { version: 3, statements: &["ALTER TABLE runs DROP CONSTRAINT IF EXISTS runs_job_uid_scheduled_at_key"] },
-    // When a job's schedule last changed and what it was (see the SQLite
-    // migration 5).
-    Migration {
-        version: 4,
-        statements: &[
-            "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS schedule_changed_at BIGINT, ADD COLUMN IF NOT EXISTS previous_schedule TEXT",
-        ],
-    },
-    // The committed leader time (see the SQLite migration 6).
-    Migration { version: 5, statements: &["ALTER TABLE leadership ADD COLUMN IF NOT EXISTS leader_time BIGINT NOT NULL DEFAULT 0"] },
-    Migration {
-        version: 6,
-        statements: &[
-            "CREATE TABLE IF NOT EXISTS notifications (
-            id TEXT NOT NULL PRIMARY KEY, run_id TEXT NOT NULL, namespace TEXT NOT NULL, job TEXT NOT NULL,
-            outcome TEXT NOT NULL, target TEXT NOT NULL, state TEXT NOT NULL, attempts BIGINT NOT NULL,
-            next_at BIGINT NOT NULL, last_error TEXT, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL)",
-            "CREATE INDEX IF NOT EXISTS notifications_by_run ON notifications (run_id)",
-            "CREATE INDEX IF NOT EXISTS notifications_due ON notifications (next_at) WHERE state = 'pending'",
-        ],
-    },
-    // A run's parameter values (see the SQLite migration 8).
-    Migration { version: 7, statements: &["ALTER TABLE runs ADD COLUMN IF NOT EXISTS params TEXT"] },
-    // The body of the webhook call that started a run (see the SQLite
-    // migration 9).
-    Migration { version: 8, statements: &["ALTER TABLE runs ADD COLUMN IF NOT EXISTS payload TEXT"] },
-    // A dependency run's origin and edges; `waiting` is an open state (see
-    // the SQLite migration 10).
-    Migration {
-        version: 9,
-        statements: &[
-            "ALTER TABLE runs ADD COLUMN IF NOT EXISTS upstream TEXT",
-            "DROP INDEX IF EXISTS runs_open",
-            "CREATE INDEX IF NOT EXISTS runs_open ON runs (state) WHERE state IN ('waiting', 'pending', 'assigned', 'running', 'retrying')",
-        ],
-    },
-    // Backfills (see the SQLite migration 11).
-    Migration {
-        version: 10,
-        statements: &[
-            "CREATE TABLE IF NOT EXISTS backfills (
-                id TEXT PRIMARY KEY, namespace TEXT NOT NULL, job TEXT NOT NULL, job_uid TEXT NOT NULL,
-                from_ms BIGINT NOT NULL, to_ms BIGINT NOT NULL, params TEXT, rate BIGINT NOT NULL, total BIGINT NOT NULL,
-                cursor_ms BIGINT NOT NULL, state TEXT NOT NULL, created BIGINT NOT NULL, kept BIGINT NOT NULL, reason TEXT,
-                created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL)",
-            "CREATE INDEX IF NOT EXISTS backfills_by_state ON backfills (state)",
-        ],
-    },
-];
 
 const DIALECT: Dialect = Dialect {
     name: "postgres",
@@ -120,9 +26,14 @@ const DIALECT: Dialect = Dialect {
     case_chunk: 125,
     ignore_suffix: " ON CONFLICT DO NOTHING",
     heads_json: None,
-    migrate_lock: "SELECT pg_advisory_lock(74007400)",
-    migrate_unlock: "SELECT pg_advisory_unlock(74007400)",
-    migrations: MIGRATIONS,
+    migrations: POSTGRES,
+    // Advisory locks are the database's own; released with the step's
+    // transaction.
+    migration_lock: MigrationLock::InTransaction("SELECT pg_advisory_xact_lock(74007400)"),
+    already_made: crate::sql::dialect::never_made,
+    legacy_table_query:
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'gnomon_migrations'",
+    legacy: LEGACY_SERVER,
     size_query: "SELECT pg_database_size(current_database())::BIGINT",
     // clock_timestamp, not now(): the time it runs, not the transaction's start.
     clock_query: Some("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT"),
@@ -165,6 +76,14 @@ impl PgStore {
     /// Connects, checks the server, applies migrations and probes the
     /// privileges gnomon needs. Every failure is explained.
     pub async fn open(url: &str, options: &StoreOptions) -> Result<Self, crate::StoreError> {
+        let store = Self::connect(url, options).await?;
+        store.migrate().await?;
+        store.probe().await?;
+        Ok(store)
+    }
+
+    /// Connects and checks the server, without migrating.
+    pub(crate) async fn connect(url: &str, options: &StoreOptions) -> Result<Self, crate::StoreError> {
         let target = redact(url);
         let statement_ms = options.statement_timeout.as_millis().to_string();
         let lock_ms = options.lock_timeout.as_millis().to_string();
@@ -190,9 +109,6 @@ impl PgStore {
         if num < MIN_VERSION_NUM {
             return Err(crate::StoreError::Backend(format!("postgres at {target} is version {num}; gnomon needs PostgreSQL 12 or newer")));
         }
-        let store = SqlStore::new(PgBackend { pool });
-        store.migrate().await?;
-        store.probe().await?;
-        Ok(store)
+        Ok(SqlStore::new(PgBackend { pool }))
     }
 }

@@ -498,6 +498,38 @@ mod tests {
         }
     }
 
+    /// A dependency run's entry as written when `NewRun::upstream` was the
+    /// record's JSON text (the bytes that code wrote): it reads back with
+    /// the record decoded, and encodes to the same bytes again.
+    #[test]
+    fn an_entry_written_with_the_upstream_as_text_reads_and_encodes_the_same() {
+        let old = hex::decode(HEX).unwrap();
+        let entry: Entry = from_bytes(&old).expect("the old entry reads");
+        let openraft::EntryPayload::Normal(Command::FireExt { runs, .. }) = &entry.payload else { panic!("{entry:?}") };
+        let after = runs[0].upstream.as_deref().expect("the record");
+        assert_eq!((after.of.as_str(), after.of_uid.as_str(), after.edges[0].job.as_str()), ("u1-6000", "u1", "extract"));
+        assert_eq!(runs[0].id(), crate::dep_run_id("u2", 6000));
+        assert_eq!(to_binary(&entry).unwrap(), old, "encoded byte for byte as before");
+        // The JSON form of the same entry, as that code wrote it.
+        let json = serde_json::to_string(&entry).unwrap();
+        assert!(json.contains(r#"\"upstream\":\"{\\\"of\\\":\\\"u1-6000\\\""#), "the record is a string in the JSON: {json}");
+        let back: Entry = from_bytes(json.as_bytes()).unwrap();
+        assert_eq!(serde_json::to_string(&back).unwrap(), json);
+        // Text that is not a record is an error, not a run without one.
+        let corrupt = hex::encode(&old).replace(&hex::encode(br#"{\"of\""#), &hex::encode(br#"{\"xx\""#));
+        assert!(from_bytes::<Entry>(&hex::decode(corrupt).unwrap()).is_err(), "a corrupt record does not read");
+    }
+
+    const HEX: &str = concat!(
+        "0003012a010f097363686564756c657207aa025b7b226a6f625f756964223a227532222c226e616d657370616365223a2264",
+        "656661756c74222c226a6f62223a226c6f6164222c227363686564756c65645f6174223a363030302c2266697265645f6174",
+        "223a363030312c227374617465223a2277616974696e67222c22726561736f6e223a6e756c6c2c226d616e75616c223a6661",
+        "6c73652c226b6579223a6e756c6c2c22706172616d73223a6e756c6c2c227061796c6f6164223a6e756c6c2c227570737472",
+        "65616d223a227b5c226f665c223a5c2275312d363030305c222c5c226f665f7569645c223a5c2275315c222c5c2265646765",
+        "735c223a5b7b5c226a6f625c223a5c22657874726163745c222c5c227569645c223a5c2275315c222c5c226f6e5c223a5c22",
+        "7375636365656465645c227d5d7d227d5d00",
+    );
+
     #[test]
     fn runs_with_a_key_or_params_go_in_the_extended_entries_and_read_back_whole() {
         let plain = NewRun {

@@ -1,6 +1,6 @@
 //! [`Backend`], what a SQL database module provides, and [`SqlStore`], the
-//! store built on one, with the helpers its roles share: migrations, the
-//! start-up privilege probe, write transactions, the fencing check and the
+//! store built on one, with the helpers its roles share: the start-up
+//! privilege probe, write transactions, the fencing check and the
 //! job change counter.
 
 use std::future::Future;
@@ -71,10 +71,6 @@ pub(crate) fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
-
 impl<B: Backend> SqlStore<B> {
     pub(crate) fn new(db: B) -> Self {
         SqlStore { db }
@@ -100,36 +96,6 @@ impl<B: Backend> SqlStore<B> {
     /// Begins a write transaction on a writer connection.
     pub(crate) async fn begin_write(w: &mut B::Writer) -> Result<Tx<'_, B::Db>, StoreError> {
         Tx::begin(&mut **w, B::DIALECT.begin).await
-    }
-
-    /// Applies the dialect's migrations under a database-wide lock, so
-    /// several servers starting at once migrate exactly once.
-    pub async fn migrate(&self) -> Result<i64, StoreError> {
-        let d = B::DIALECT;
-        let mut conn = self.db.pool().acquire().await.map_err(db_err)?;
-        B::Db::raw(&mut *conn, d.migrate_lock).await.map_err(db_err)?;
-        let result = async {
-            let create = Self::q("CREATE TABLE IF NOT EXISTS gnomon_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)");
-            B::Db::execute(&mut *conn, &create).await.map_err(db_err)?;
-            let current =
-                B::Db::fetch_optional(&mut *conn, &Self::q("SELECT MAX(version) FROM gnomon_migrations")).await.map_err(db_err)?;
-            let applied = current.map(|r| r.first_opt_int()).transpose()?.flatten().unwrap_or(0);
-            let mut version = applied;
-            for m in d.migrations.iter().filter(|m| m.version > applied) {
-                for stmt in m.statements {
-                    B::Db::raw(&mut *conn, stmt)
-                        .await
-                        .map_err(|e| StoreError::Backend(format!("migration {} of the {} store failed: {e}", m.version, d.name)))?;
-                }
-                let record = Self::q("INSERT INTO gnomon_migrations (version, applied_at) VALUES (?, ?)").bind(m.version).bind(now_ms());
-                B::Db::execute(&mut *conn, &record).await.map_err(db_err)?;
-                version = m.version;
-            }
-            Ok::<i64, StoreError>(version)
-        }
-        .await;
-        let _ = B::Db::raw(&mut *conn, d.migrate_unlock).await;
-        result
     }
 
     /// Exercises every kind of statement gnomon issues, in a transaction

@@ -2,7 +2,7 @@
 //! declares one [`Dialect`], and [`super::query::Query`] and the shared
 //! store code read it.
 
-use super::migrate::Migration;
+use super::migrate::{Migration, MigrationLock};
 
 #[derive(Debug)]
 pub struct Dialect {
@@ -25,14 +25,28 @@ pub struct Dialect {
     /// A query returning every job's `[uid, version, last_scheduled_at]`
     /// as one JSON array (SQLite, whose driver pays per row), or none.
     pub heads_json: Option<&'static str>,
-    pub migrate_lock: &'static str,
-    pub migrate_unlock: &'static str,
+    /// The schema's steps (`migrations/<database>/`), in order.
     pub migrations: &'static [Migration],
+    /// How concurrent migrations are kept apart.
+    pub migration_lock: MigrationLock,
+    /// Whether a migration statement's error says its change is already
+    /// there (MySQL, whose steps are not transactional; see `migrate.rs`).
+    pub already_made: fn(&sqlx::Error) -> bool,
+    /// One integer, above 0 when the old version table
+    /// `gnomon_migrations` exists.
+    pub legacy_table_query: &'static str,
+    /// Its versions, old → new (`migrate.rs`).
+    pub legacy: &'static [(i64, i64)],
     /// The database's size in bytes, one BIGINT (`gnomon_store_size_bytes`).
     pub size_query: &'static str,
     /// The database server's clock, Unix ms as one BIGINT; none where the
     /// database is this machine's (SQLite).
     pub clock_query: Option<&'static str>,
+}
+
+/// For databases whose steps are transactional: no error means "already made".
+pub(crate) fn never_made(_: &sqlx::Error) -> bool {
+    false
 }
 
 #[cfg(test)]
@@ -49,9 +63,11 @@ pub(crate) mod tests {
         case_chunk: 32,
         ignore_suffix: " ON CONFLICT DO NOTHING",
         heads_json: None,
-        migrate_lock: "",
-        migrate_unlock: "",
         migrations: &[],
+        migration_lock: MigrationLock::Begin("BEGIN"),
+        already_made: never_made,
+        legacy_table_query: "",
+        legacy: &[],
         size_query: "",
         clock_query: None,
     };

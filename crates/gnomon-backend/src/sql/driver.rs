@@ -9,6 +9,7 @@ use std::pin::Pin;
 
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, Row, Type};
 
+use super::decode;
 use super::errors::db_err;
 use super::query::{Param, Query};
 use crate::StoreError;
@@ -42,8 +43,9 @@ impl RowsAffected for sqlx::postgres::PgQueryResult {
 }
 
 /// A sqlx database the shared SQL code runs on: its rows can be read with
-/// [`SqlRow`], and it runs a [`Query`] on one of its connections.
-pub trait Driver: Database<Row: SqlRow> {
+/// [`SqlRow`] and into the tables' row types ([`Decodes`]), and it runs a
+/// [`Query`] on one of its connections.
+pub trait Driver: Database<Row: SqlRow + TableRows> {
     /// Runs a statement; the number of rows it changed.
     fn execute<'c>(conn: &'c mut Self::Connection, q: &'c Query) -> BoxFuture<'c, Result<u64, sqlx::Error>>;
     /// Runs a query; all its rows.
@@ -77,7 +79,7 @@ where
 
 impl<DB> Driver for DB
 where
-    DB: Database<Row: SqlRow>,
+    DB: Database<Row: SqlRow + TableRows>,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
@@ -104,33 +106,131 @@ where
     }
 }
 
-/// Typed reads of a row's columns, by name.
+/// A row that reads as `T` (its `FromRow`), a driver error being the
+/// store's.
+pub trait Decodes<T> {
+    fn decode(&self) -> Result<T, StoreError>;
+}
+
+impl<R: Row, T> Decodes<T> for R
+where
+    T: for<'r> sqlx::FromRow<'r, R>,
+{
+    fn decode(&self) -> Result<T, StoreError> {
+        T::from_row(self).map_err(|e| match e {
+            sqlx::Error::ColumnDecode { .. } => StoreError::Corrupt(e.to_string()),
+            e => db_err(e),
+        })
+    }
+}
+
+/// Every table's row type a database's rows read as.
+pub trait TableRows:
+    Decodes<decode::JobsRow>
+    + Decodes<decode::RunsRow>
+    + Decodes<decode::RunCasRow>
+    + Decodes<decode::NotificationsRow>
+    + Decodes<decode::AttemptsRow>
+    + Decodes<decode::LeadershipRow>
+    + Decodes<decode::BackfillsRow>
+    + Decodes<decode::HeadRow>
+    + Decodes<decode::LiveAttemptRow>
+    + Decodes<decode::EdgesRow>
+{
+}
+
+impl<R> TableRows for R where
+    R: Decodes<decode::JobsRow>
+        + Decodes<decode::RunsRow>
+        + Decodes<decode::RunCasRow>
+        + Decodes<decode::NotificationsRow>
+        + Decodes<decode::AttemptsRow>
+        + Decodes<decode::LeadershipRow>
+        + Decodes<decode::BackfillsRow>
+        + Decodes<decode::HeadRow>
+        + Decodes<decode::LiveAttemptRow>
+        + Decodes<decode::EdgesRow>
+{
+}
+
+/// A text column of a row type: a `String` on every database. MySQL
+/// reports columns with a `_bin` collation (used so names compare
+/// case-sensitively, as on the other backends) as binary, so there it is
+/// read as bytes and checked as UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text(pub String);
+
+#[cfg(feature = "mysql")]
+impl sqlx::Type<sqlx::MySql> for Text {
+    fn type_info() -> sqlx::mysql::MySqlTypeInfo {
+        <String as sqlx::Type<sqlx::MySql>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::mysql::MySqlTypeInfo) -> bool {
+        <String as sqlx::Type<sqlx::MySql>>::compatible(ty) || <Vec<u8> as sqlx::Type<sqlx::MySql>>::compatible(ty)
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl<'r> Decode<'r, sqlx::MySql> for Text {
+    fn decode(value: sqlx::mysql::MySqlValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        let bytes = <&[u8] as Decode<'r, sqlx::MySql>>::decode(value)?;
+        Ok(Text(std::str::from_utf8(bytes)?.to_owned()))
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl sqlx::Type<sqlx::Postgres> for Text {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <String as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <String as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl<'r> Decode<'r, sqlx::Postgres> for Text {
+    fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        <String as Decode<'r, sqlx::Postgres>>::decode(value).map(Text)
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl sqlx::Type<sqlx::Sqlite> for Text {
+    fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
+        <String as sqlx::Type<sqlx::Sqlite>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::sqlite::SqliteTypeInfo) -> bool {
+        <String as sqlx::Type<sqlx::Sqlite>>::compatible(ty)
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl<'r> Decode<'r, sqlx::Sqlite> for Text {
+    fn decode(value: sqlx::sqlite::SqliteValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        <String as Decode<'r, sqlx::Sqlite>>::decode(value).map(Text)
+    }
+}
+
+/// Typed reads of a row's columns, by name (scalar queries' columns; the
+/// tables' rows are read as [`Decodes`]).
 pub trait SqlRow {
     /// A text column. MySQL reports columns with a `_bin` collation (used
     /// so names compare case-sensitively, as on the other backends) as
     /// binary, so those are read as bytes and checked as UTF-8.
     fn text(&self, column: &str) -> Result<String, StoreError>;
-    fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError>;
     fn int(&self, column: &str) -> Result<i64, StoreError>;
-    fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError>;
     /// The first column, an integer or NULL (a scalar query's value).
     fn first_opt_int(&self) -> Result<Option<i64>, StoreError>;
     /// The first column, text or NULL.
     fn first_opt_text(&self) -> Result<Option<String>, StoreError>;
 
-    /// A 0/1 column.
-    fn flag(&self, column: &str) -> Result<bool, StoreError> {
-        Ok(self.int(column)? != 0)
-    }
-
     /// An unsigned integer column (never negative as written).
     fn uint(&self, column: &str) -> Result<u64, StoreError> {
         Ok(u64::try_from(self.int(column)?).unwrap_or(0))
-    }
-
-    /// A small unsigned column (attempt numbers and counts).
-    fn u32(&self, column: &str) -> Result<u32, StoreError> {
-        Ok(u32::try_from(self.int(column)?).unwrap_or(0))
     }
 }
 
@@ -154,18 +254,7 @@ where
         }
     }
 
-    fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError> {
-        match self.try_get::<Option<String>, _>(column) {
-            Ok(s) => Ok(s),
-            Err(_) => self.try_get::<Option<Vec<u8>>, _>(column).map_err(db_err)?.map(|b| utf8(column, b)).transpose(),
-        }
-    }
-
     fn int(&self, column: &str) -> Result<i64, StoreError> {
-        self.try_get(column).map_err(db_err)
-    }
-
-    fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError> {
         self.try_get(column).map_err(db_err)
     }
 
@@ -193,6 +282,11 @@ impl<'c, DB: Driver> Tx<'c, DB> {
             None => sqlx::Connection::begin(conn).await,
         };
         tx.map(Tx).map_err(db_err)
+    }
+
+    /// The transaction's connection, for statements run as they are.
+    pub(crate) fn conn(&mut self) -> &mut DB::Connection {
+        &mut self.0
     }
 
     pub(crate) async fn commit(self) -> Result<(), StoreError> {

@@ -23,8 +23,8 @@ use gnomon_core::spec::JobSpec;
 use gnomon_core::Millis;
 
 use super::backend::{to_i64, to_u64, Backend, SqlStore};
-use super::decode::job_from_row;
-use super::driver::{SqlRow, Tx};
+use super::decode::{job_from_row, EdgesRow, HeadRow};
+use super::driver::{Decodes, SqlRow, Tx};
 use super::errors::is_unique_violation;
 use super::CHUNK;
 use crate::graph::{check_delete, check_put, StoredEdges};
@@ -59,7 +59,12 @@ impl<B: Backend> SqlStore<B> {
         let q = Self::q("SELECT name, CASE WHEN spec LIKE ? THEN spec END AS edges FROM jobs WHERE namespace = ?");
         let rows = tx.fetch_all(q.bind("%\"after\"%").bind(namespace)).await?;
         let edges = |text: Option<String>| text.map(|t| StoredEdges::parse(t.as_bytes()).map(StoredEdges::upstreams)).transpose();
-        rows.iter().map(|r| Ok((r.text("name")?, edges(r.opt_text("edges")?)?.unwrap_or_default()))).collect()
+        rows.iter()
+            .map(|r| {
+                let row: EdgesRow = r.decode()?;
+                Ok((row.name.0, edges(row.edges.map(|t| t.0))?.unwrap_or_default()))
+            })
+            .collect()
     }
 
     /// [`JobStore::put_job`]; `checked: false` skips the dependency check
@@ -261,10 +266,7 @@ impl<B: Backend> JobStore for SqlStore<B> {
         }
         let rows = tx.fetch_all(Self::q("SELECT uid, version, last_scheduled_at FROM jobs")).await?;
         tx.commit().await?;
-        let heads = rows
-            .iter()
-            .map(|r| Ok(JobHead { uid: r.text("uid")?, version: r.uint("version")?, last_scheduled_at: r.opt_int("last_scheduled_at")? }))
-            .collect::<Result<_, StoreError>>()?;
+        let heads = rows.iter().map(|r| Ok(Decodes::<HeadRow>::decode(r)?.into())).collect::<Result<_, StoreError>>()?;
         Ok(JobHeads { heads, seq: to_u64(seq) })
     }
 

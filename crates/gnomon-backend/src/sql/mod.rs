@@ -51,6 +51,8 @@ pub(crate) mod errors;
 pub(crate) mod jobs;
 pub(crate) mod leadership;
 pub(crate) mod migrate;
+#[cfg(all(test, feature = "sqlite", feature = "mysql", feature = "postgres"))]
+mod migrate_tests;
 pub(crate) mod notifications;
 pub(crate) mod plan;
 pub(crate) mod query;

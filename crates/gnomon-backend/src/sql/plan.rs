@@ -19,6 +19,19 @@ pub(crate) struct RunRow {
     pub cancel_requested: bool,
 }
 
+impl crate::model::RunCasFields for RunRow {
+    fn cas(&mut self) -> crate::model::RunCas<'_> {
+        crate::model::RunCas {
+            state: &mut self.state,
+            attempt: &mut self.attempt,
+            reason: &mut self.reason,
+            next_attempt_at: &mut self.next_attempt_at,
+            updated_at: &mut self.updated_at,
+            cancel_requested: &mut self.cancel_requested,
+        }
+    }
+}
+
 impl RunRow {
     /// A new run's row as a fire inserts it.
     pub(crate) fn inserted(r: &crate::NewRun) -> RunRow {
@@ -78,7 +91,7 @@ pub(crate) fn plan_transitions<'a>(locked: HashMap<String, RunRow>, batch: &'a [
             continue;
         };
         let before = (row.state, row.attempt);
-        if !t.apply_to(crate::model::run_cas!(row)) {
+        if !t.apply_to(row) {
             applied.push(false);
             continue;
         }

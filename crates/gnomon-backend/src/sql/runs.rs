@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use gnomon_core::Millis;
 
 use super::backend::{Backend, SqlStore};
-use super::decode::{attempt_from_row, run_from_row};
-use super::driver::SqlRow;
+use super::decode::{attempt_from_row, run_from_row, LiveAttemptRow};
+use super::driver::Decodes;
 use crate::{CancelOutcome, LiveAttempt, RunDetail, RunFilter, RunPage, RunRecord, RunStore, StoreError};
 
 #[async_trait]
@@ -84,11 +84,7 @@ impl<B: Backend> RunStore for SqlStore<B> {
              JOIN attempts a ON a.run_id = r.id AND a.attempt = r.attempt \
              WHERE r.state IN ('assigned', 'running')",
         );
-        self.read_all(q)
-            .await?
-            .iter()
-            .map(|r| Ok(LiveAttempt { run_id: r.text("run_id")?, attempt: r.u32("attempt")?, worker: r.text("worker")? }))
-            .collect()
+        self.read_all(q).await?.iter().map(|r| Ok(Decodes::<LiveAttemptRow>::decode(r)?.into())).collect()
     }
 
     async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError> {

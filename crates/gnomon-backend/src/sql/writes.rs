@@ -85,29 +85,30 @@ impl<B: Backend> SqlStore<B> {
         // Transitions to fold: the only one of its run, looked up for fresh runs.
         let fold = fold_candidates(transitions);
         let mut folded = vec![false; transitions.len()];
-        let fresh: Vec<(&NewRun, &String, RunRow)> = fresh
+        // Each run's upstream record as it is stored (JSON text).
+        let fresh: Vec<(&NewRun, &String, RunRow, Option<String>)> = fresh
             .into_iter()
             .map(|(r, id)| {
                 let mut row = RunRow::inserted(r);
                 // Checked against the row as inserted; a move that does not
                 // apply is left to fail as a CAS.
                 if let Some(i) = fold.get(id.as_str()) {
-                    folded[*i] = transitions[*i].apply_to(crate::model::run_cas!(row));
+                    folded[*i] = transitions[*i].apply_to(&mut row);
                 }
-                (r, id, row)
+                (r, id, row, r.upstream.as_deref().map(gnomon_core::deps::RunAfter::to_json))
             })
             .collect();
-        let size = |(r, _, _): &(&NewRun, &String, RunRow)| {
+        let size = |(r, _, _, upstream): &(&NewRun, &String, RunRow, Option<String>)| {
             512 + r.params.as_deref().map_or(0, str::len)
                 + r.payload.as_deref().map_or(0, str::len)
-                + r.upstream.as_deref().map_or(0, str::len)
+                + upstream.as_deref().map_or(0, str::len)
         };
         for chunk in crate::chunks::by_size(&fresh, CHUNK, super::MAX_STATEMENT_BYTES, size) {
             let mut q = Self::q(
                 "INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason, next_attempt_at, manual, \
                  cancel_requested, updated_at, params, payload, upstream) VALUES ",
             );
-            for (i, (r, id, row)) in chunk.iter().enumerate() {
+            for (i, (r, id, row, upstream)) in chunk.iter().enumerate() {
                 q = q
                     .push(if i > 0 {
                         ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)"
@@ -128,7 +129,7 @@ impl<B: Backend> SqlStore<B> {
                     .bind(row.updated_at)
                     .bind(r.params.clone())
                     .bind(r.payload.clone())
-                    .bind(r.upstream.clone());
+                    .bind(upstream.clone());
             }
             let n = tx.execute(q.or_ignore("id").once()).await?;
             if n != chunk.len() as u64 {
@@ -171,7 +172,8 @@ impl<B: Backend> SqlStore<B> {
                 .for_update()
                 .once();
             for r in tx.fetch_all(q).await? {
-                locked.insert(r.text("id")?, run_row(&r)?);
+                let (id, row) = run_row(&r)?;
+                locked.insert(id, row);
             }
         }
         let plan = plan_transitions(locked, transitions);

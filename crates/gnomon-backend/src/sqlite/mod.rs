@@ -19,153 +19,9 @@ use std::sync::Arc;
 
 use sqlx::{SqliteConnection, SqlitePool};
 
-use crate::sql::migrate::Migration;
+use crate::sql::migrate::{MigrationLock, LEGACY_SQLITE, SQLITE};
 use crate::sql::{Backend, Dialect, SqlStore, TurnResult};
 use crate::StoreError;
-
-const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        statements: &[
-            "CREATE TABLE jobs (
-            uid TEXT PRIMARY KEY, namespace TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL,
-            version INTEGER NOT NULL, paused INTEGER NOT NULL DEFAULT 0,
-            created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
-            last_scheduled_at INTEGER, change_seq INTEGER NOT NULL,
-            UNIQUE (namespace, name))",
-            "CREATE INDEX jobs_change_seq ON jobs (change_seq)",
-            "CREATE TABLE job_deletions (uid TEXT PRIMARY KEY, change_seq INTEGER NOT NULL)",
-            "CREATE INDEX job_deletions_seq ON job_deletions (change_seq)",
-            "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
-            "INSERT INTO counters (name, value) VALUES ('job_change_seq', 0)",
-            "CREATE TABLE runs (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
-            job_uid TEXT NOT NULL, namespace TEXT NOT NULL, job TEXT NOT NULL,
-            scheduled_at INTEGER NOT NULL, fired_at INTEGER NOT NULL,
-            state TEXT NOT NULL, attempt INTEGER NOT NULL DEFAULT 0, reason TEXT,
-            next_attempt_at INTEGER, manual INTEGER NOT NULL DEFAULT 0,
-            cancel_requested INTEGER NOT NULL DEFAULT 0, updated_at INTEGER NOT NULL,
-            UNIQUE (job_uid, scheduled_at))",
-            "CREATE INDEX runs_open ON runs (state) WHERE state IN ('pending', 'assigned', 'running', 'retrying')",
-            "CREATE INDEX runs_by_job ON runs (namespace, job, seq)",
-            "CREATE INDEX runs_by_state ON runs (state, seq)",
-            "CREATE TABLE attempts (
-            run_id TEXT NOT NULL, attempt INTEGER NOT NULL, worker TEXT NOT NULL, token INTEGER NOT NULL,
-            state TEXT NOT NULL, assigned_at INTEGER NOT NULL, started_at INTEGER, ended_at INTEGER,
-            exit_code INTEGER, output TEXT NOT NULL DEFAULT '',
-            PRIMARY KEY (run_id, attempt))",
-            "CREATE TABLE leadership (
-            scope TEXT PRIMARY KEY, token INTEGER NOT NULL, holder TEXT NOT NULL,
-            address TEXT NOT NULL, backend TEXT NOT NULL, since INTEGER NOT NULL)",
-            "CREATE TABLE epochs (scope TEXT PRIMARY KEY, epoch INTEGER NOT NULL)",
-        ],
-    },
-    // Fewer b-trees per write: `runs_open` duplicated `runs_by_state` (every
-    // state change moved an entry in both); cancel requests get a partial index
-    // that only requested runs enter; attempts are keyed by their primary key
-    // alone (no rowid b-tree beside it). Each statement is safe to run again.
-    Migration {
-        version: 2,
-        statements: &[
-            "DROP INDEX IF EXISTS runs_open",
-            "CREATE INDEX IF NOT EXISTS runs_cancel ON runs (state) WHERE cancel_requested = 1",
-            "BEGIN;
-         DROP TABLE IF EXISTS attempts_v2;
-         CREATE TABLE attempts_v2 (
-            run_id TEXT NOT NULL, attempt INTEGER NOT NULL, worker TEXT NOT NULL, token INTEGER NOT NULL,
-            state TEXT NOT NULL, assigned_at INTEGER NOT NULL, started_at INTEGER, ended_at INTEGER,
-            exit_code INTEGER, output TEXT NOT NULL DEFAULT '',
-            PRIMARY KEY (run_id, attempt)) WITHOUT ROWID;
-         INSERT INTO attempts_v2 (run_id, attempt, worker, token, state, assigned_at, started_at, ended_at, exit_code, output)
-            SELECT run_id, attempt, worker, token, state, assigned_at, started_at, ended_at, exit_code, output FROM attempts;
-         DROP TABLE attempts;
-         ALTER TABLE attempts_v2 RENAME TO attempts;
-         COMMIT;",
-        ],
-    },
-    // When a job was last paused and resumed: a new leader starts a resumed
-    // job's timeline at its resumption (and fires what was due before the
-    // pause) without having seen either.
-    Migration {
-        version: 3,
-        statements: &["BEGIN;
-         ALTER TABLE jobs ADD COLUMN paused_at INTEGER;
-         ALTER TABLE jobs ADD COLUMN resumed_at INTEGER;
-         COMMIT;"],
-    },
-    // Manual runs have ids of their own (`<uid>-m<instant>`), so a manual
-    // run and a scheduled one may share `(job_uid, scheduled_at)`: the run id
-    // alone is unique. SQLite drops a table constraint by copying the table.
-    Migration {
-        version: 4,
-        statements: &["BEGIN;
-         DROP TABLE IF EXISTS runs_v4;
-         CREATE TABLE runs_v4 (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
-            job_uid TEXT NOT NULL, namespace TEXT NOT NULL, job TEXT NOT NULL,
-            scheduled_at INTEGER NOT NULL, fired_at INTEGER NOT NULL,
-            state TEXT NOT NULL, attempt INTEGER NOT NULL DEFAULT 0, reason TEXT,
-            next_attempt_at INTEGER, manual INTEGER NOT NULL DEFAULT 0,
-            cancel_requested INTEGER NOT NULL DEFAULT 0, updated_at INTEGER NOT NULL);
-         INSERT INTO runs_v4 (seq, id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason,
-                              next_attempt_at, manual, cancel_requested, updated_at)
-            SELECT seq, id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, reason,
-                   next_attempt_at, manual, cancel_requested, updated_at FROM runs;
-         DROP TABLE runs;
-         ALTER TABLE runs_v4 RENAME TO runs;
-         CREATE INDEX runs_by_job ON runs (namespace, job, seq);
-         CREATE INDEX runs_by_state ON runs (state, seq);
-         CREATE INDEX runs_cancel ON runs (state) WHERE cancel_requested = 1;
-         COMMIT;"],
-    },
-    // When a job's schedule last changed and what it was: a new leader
-    // fires the old schedule's due times up to the change without having
-    // seen it.
-    Migration {
-        version: 5,
-        statements: &["BEGIN;
-         ALTER TABLE jobs ADD COLUMN schedule_changed_at INTEGER;
-         ALTER TABLE jobs ADD COLUMN previous_schedule TEXT;
-         COMMIT;"],
-    },
-    // The committed leader time: a new leader's clock never runs below it.
-    Migration { version: 6, statements: &["ALTER TABLE leadership ADD COLUMN leader_time INTEGER NOT NULL DEFAULT 0"] },
-    // The notification outbox: written with the outcome it tells of, sent
-    // by the leader.
-    Migration {
-        version: 7,
-        statements: &["BEGIN;
-         CREATE TABLE notifications (
-            id TEXT NOT NULL PRIMARY KEY, run_id TEXT NOT NULL, namespace TEXT NOT NULL, job TEXT NOT NULL,
-            outcome TEXT NOT NULL, target TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL,
-            next_at INTEGER NOT NULL, last_error TEXT, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL
-         ) WITHOUT ROWID;
-         CREATE INDEX notifications_by_run ON notifications (run_id);
-         CREATE INDEX notifications_due ON notifications (next_at) WHERE state = 'pending';
-         COMMIT;"],
-    },
-    // The values of a run's parameters (a JSON object), when its job
-    // declares params.
-    Migration { version: 8, statements: &["ALTER TABLE runs ADD COLUMN params TEXT"] },
-    // The body of the webhook call that started a run.
-    Migration { version: 9, statements: &["ALTER TABLE runs ADD COLUMN payload TEXT"] },
-    // A dependency run's origin and edges (`waiting`, an open state, is
-    // found by `runs_by_state` like the others).
-    Migration { version: 10, statements: &["ALTER TABLE runs ADD COLUMN upstream TEXT"] },
-    // Backfills: the requests to create the runs of a job's past instants.
-    Migration {
-        version: 11,
-        statements: &["BEGIN;
-         CREATE TABLE backfills (
-            id TEXT PRIMARY KEY, namespace TEXT NOT NULL, job TEXT NOT NULL, job_uid TEXT NOT NULL,
-            from_ms INTEGER NOT NULL, to_ms INTEGER NOT NULL, params TEXT, rate INTEGER NOT NULL, total INTEGER NOT NULL,
-            cursor_ms INTEGER NOT NULL, state TEXT NOT NULL, created INTEGER NOT NULL, kept INTEGER NOT NULL, reason TEXT,
-            created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL
-         );
-         CREATE INDEX backfills_by_state ON backfills (state);
-         COMMIT;"],
-    },
-];
 
 const DIALECT: Dialect = Dialect {
     name: "sqlite",
@@ -175,12 +31,14 @@ const DIALECT: Dialect = Dialect {
     begin: Some("BEGIN IMMEDIATE"),
     case_chunk: 32,
     ignore_suffix: " ON CONFLICT DO NOTHING",
-    // One process owns the file (the data dir is flock'ed), and SQLite's
-    // write lock serialises the DDL anyway.
     heads_json: Some("SELECT json_group_array(json_array(uid, version, last_scheduled_at)) FROM jobs"),
-    migrate_lock: "SELECT 1",
-    migrate_unlock: "SELECT 1",
-    migrations: MIGRATIONS,
+    migrations: SQLITE,
+    // Each step in a write transaction: SQLite's write lock serialises
+    // them, across processes sharing the file too.
+    migration_lock: MigrationLock::Begin("BEGIN IMMEDIATE"),
+    already_made: crate::sql::dialect::never_made,
+    legacy_table_query: "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'gnomon_migrations'",
+    legacy: LEGACY_SQLITE,
     size_query: "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
     clock_query: None,
 };
@@ -394,7 +252,6 @@ impl Backend for SqliteBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::roles::*;
 
     async fn open_temp() -> (tempfile::TempDir, String) {
         let dir = tempfile::tempdir().unwrap();
@@ -419,47 +276,6 @@ mod tests {
         let (_dir, url) = open_temp().await;
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&url).await.unwrap());
         crate::testing::conformance::elector_suite(store.clone(), Arc::new(crate::election::local::LocalElector::new(store))).await;
-    }
-
-    #[tokio::test]
-    async fn migration_2_keeps_the_attempts_of_a_version_1_database() {
-        let (_dir, url) = open_temp().await;
-        {
-            // A database as version 1 left it, with a run and its attempt.
-            let options = SqliteConnectOptions::from_str(&url).unwrap().create_if_missing(true);
-            let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
-            sqlx::raw_sql("CREATE TABLE gnomon_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
-                .execute(&pool)
-                .await
-                .unwrap();
-            for stmt in MIGRATIONS[0].statements {
-                sqlx::raw_sql(stmt).execute(&pool).await.unwrap();
-            }
-            sqlx::raw_sql(
-                "INSERT INTO gnomon_migrations VALUES (1, 0);
-                 INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, updated_at)
-                   VALUES ('u-1', 'u', 'default', 'j', 1, 1, 'succeeded', 1, 2);
-                 INSERT INTO attempts (run_id, attempt, worker, token, state, assigned_at, started_at, ended_at, exit_code, output)
-                   VALUES ('u-1', 1, 'w', 7, 'succeeded', 1, 1, 2, 0, 'hello');",
-            )
-            .execute(&pool)
-            .await
-            .unwrap();
-            pool.close().await;
-        }
-        let store = SqliteStore::open(&url).await.unwrap();
-        let detail = store.get_run("u-1").await.unwrap().expect("the run survives");
-        assert_eq!(detail.attempts.len(), 1);
-        assert_eq!((detail.attempts[0].worker.as_str(), detail.attempts[0].output.as_str()), ("w", "hello"));
-        let (sql,): (String,) =
-            sqlx::query_as("SELECT sql FROM sqlite_master WHERE name = 'attempts'").fetch_one(&store.db.pool).await.unwrap();
-        assert!(sql.contains("WITHOUT ROWID"), "{sql}");
-        let old: Option<(String,)> =
-            sqlx::query_as("SELECT name FROM sqlite_master WHERE name = 'runs_open'").fetch_optional(&store.db.pool).await.unwrap();
-        assert!(old.is_none(), "runs_open is dropped");
-        // Opening again is a no-op.
-        drop(store);
-        assert!(SqliteStore::open(&url).await.unwrap().get_run("u-1").await.unwrap().is_some());
     }
 
     use crate::Store;

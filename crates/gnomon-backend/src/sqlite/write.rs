@@ -24,7 +24,7 @@ use std::time::Duration;
 use gnomon_core::Millis;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
-use crate::model::{run_cas, AttemptChange, Fence, FireOutcome, JobAdvance, NewRun, Transition};
+use crate::model::{AttemptChange, Fence, FireOutcome, JobAdvance, NewRun, Transition};
 use crate::sql::{fold_candidates, latest_advances, RunRow};
 use crate::StoreError;
 
@@ -101,7 +101,7 @@ pub(crate) fn turn_write(
             let mut row = RunRow::inserted(r);
             // Checked against the row as inserted; a move that does not
             // apply is left to fail as a CAS below.
-            let fold_i = fold.get(id.as_str()).copied().filter(|i| transitions[*i].apply_to(run_cas!(row)));
+            let fold_i = fold.get(id.as_str()).copied().filter(|i| transitions[*i].apply_to(&mut row));
             let n = insert
                 .execute(params![
                     id,
@@ -118,7 +118,7 @@ pub(crate) fn turn_write(
                     row.updated_at,
                     r.params,
                     r.payload,
-                    r.upstream,
+                    r.upstream.as_deref().map(gnomon_core::deps::RunAfter::to_json),
                 ])
                 .map_err(err)?;
             if n == 1 {

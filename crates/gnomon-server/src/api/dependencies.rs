@@ -8,7 +8,6 @@
 
 use gnomon_api::{GraphRun, RunGraph};
 use gnomon_backend::{dep_run_id, upstream_candidates, RunRecord, Store};
-use gnomon_core::deps::RunAfter;
 use gnomon_core::RunState;
 
 use super::error::ApiResult;
@@ -96,8 +95,8 @@ pub(super) async fn instant_graph(store: &dyn Store, run: &RunRecord) -> ApiResu
     let at = run.scheduled_at;
     let mut graph = RunGraph::default();
     let mut waiting_for = Vec::new();
-    if let Some(after) = run.upstream.as_deref().and_then(RunAfter::parse) {
-        for (edge, candidates) in after.edges.iter().zip(upstream_candidates(&after, at)) {
+    if let Some(after) = run.upstream.as_deref() {
+        for (edge, candidates) in after.edges.iter().zip(upstream_candidates(after, at)) {
             let mut found = Vec::new();
             for id in candidates {
                 if let Some(d) = store.get_run(&id).await? {

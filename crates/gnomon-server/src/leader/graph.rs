@@ -136,7 +136,7 @@ impl DepGraph {
                     key: None,
                     params: own.as_ref().map(|p| serde_json::to_string(p).unwrap_or_default()),
                     payload: None,
-                    upstream: Some(record.to_json()),
+                    upstream: Some(std::sync::Arc::new(record)),
                 };
                 queue.push_back((down_uid, down, run.id(), own));
                 out.push(run);
@@ -161,7 +161,7 @@ mod tests {
     }
 
     fn made(runs: &[NewRun]) -> Vec<(String, String)> {
-        runs.iter().map(|r| (r.job.clone(), RunAfter::parse(r.upstream.as_deref().unwrap()).unwrap().of)).collect()
+        runs.iter().map(|r| (r.job.clone(), r.upstream.as_ref().unwrap().of.clone())).collect()
     }
 
     #[test]
@@ -176,7 +176,7 @@ mod tests {
         assert_eq!(runs[0].id(), gnomon_backend::dep_run_id("u-clean", 1000));
         assert_eq!(made(&runs)[2], ("report".to_string(), gnomon_backend::dep_run_id("u-clean", 1000)));
         assert_eq!(runs[3].params.as_deref(), Some(r#"{"day":"mon"}"#), "inherited down the chain");
-        let report = RunAfter::parse(runs[2].upstream.as_deref().unwrap()).unwrap();
+        let report = runs[2].upstream.as_deref().unwrap();
         let uids: Vec<&str> = report.edges.iter().map(|e| e.uid.as_str()).collect();
         assert_eq!(uids, ["u-clean", "u-stats"]);
         assert!(g.closure("u-audit", 1000, "x", None, 5).is_empty(), "a leaf makes nothing");

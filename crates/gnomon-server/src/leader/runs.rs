@@ -111,7 +111,7 @@ impl LeaderRuntime {
             assigned_at: 0,
             params: run.params.map(Arc::from),
             payload: run.payload.map(Arc::from),
-            after: run.upstream.as_deref().and_then(gnomon_core::deps::RunAfter::parse).map(Arc::new),
+            after: run.upstream,
         };
         self.cache.runs.track(id.clone(), open);
         if run.state == RunState::Pending {
@@ -200,7 +200,7 @@ impl LeaderRuntime {
             assigned_at,
             params: run.params.as_deref().map(Arc::from),
             payload: run.payload.as_deref().map(Arc::from),
-            after: run.upstream.as_deref().and_then(gnomon_core::deps::RunAfter::parse).map(Arc::new),
+            after: run.upstream.clone(),
         };
         let id: RunId = Arc::from(run.id.as_str());
         self.cache.runs.track(id.clone(), open);

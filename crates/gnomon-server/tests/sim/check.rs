@@ -273,7 +273,7 @@ fn check_dependencies(runs: &[RunDetail], by_id: &HashMap<&str, &RunDetail>, dep
             }
         }
         for d in runs.iter().filter(|d| d.run.job == dep.name) {
-            let Some(after) = d.run.upstream.as_deref().and_then(gnomon_core::deps::RunAfter::parse) else {
+            let Some(after) = d.run.upstream.as_deref() else {
                 v.push(format!("run {} of {}: no upstream record", d.run.id, dep.name));
                 continue;
             };
@@ -294,7 +294,7 @@ fn check_dependencies(runs: &[RunDetail], by_id: &HashMap<&str, &RunDetail>, dep
             // later backfill made (of an instant it had none of) does not
             // change a decision made before it.
             let decided_at = d.attempts.first().map_or(d.run.updated_at, |a| a.assigned_at);
-            for (edge, candidates) in after.edges.iter().zip(gnomon_backend::upstream_candidates(&after, at)) {
+            for (edge, candidates) in after.edges.iter().zip(gnomon_backend::upstream_candidates(after, at)) {
                 let found: Vec<&RunDetail> =
                     candidates.iter().filter_map(|c| by_id.get(c.as_str()).copied()).filter(|u| u.run.fired_at <= decided_at).collect();
                 if found.is_empty() || found.iter().any(|u| !u.run.state.is_terminal() || !edge.on.accepts(u.run.state)) {

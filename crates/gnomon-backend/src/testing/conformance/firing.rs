@@ -124,13 +124,11 @@ pub(super) async fn a_dependency_run_waits_and_is_created_once(s: &dyn Store) {
     let fence = lead(s, &scope).await;
     let up = s.put_job(&job_spec(&unique("up")), Precondition::DoesNotExist, 1).await.expect("create");
     let down = s.put_job(&job_spec(&unique("down")), Precondition::DoesNotExist, 1).await.expect("create");
-    let record = format!(
-        r#"{{"of":"{}","of_uid":"{}","edges":[{{"job":"{}","uid":"{}","on":"succeeded"}}]}}"#,
-        run_id(&up.uid, 5000),
-        up.uid,
-        up.name,
-        up.uid
-    );
+    let record = std::sync::Arc::new(gnomon_core::deps::RunAfter {
+        of: run_id(&up.uid, 5000),
+        of_uid: up.uid.clone(),
+        edges: vec![gnomon_core::deps::StoredEdge { job: up.name.clone(), uid: up.uid.clone(), on: gnomon_core::deps::On::Succeeded }],
+    });
     let waiting = |t: i64| NewRun { state: RunState::Waiting, upstream: Some(record.clone()), ..new_run(&down, t) };
     assert_eq!(waiting(5000).id(), dep_run_id(&down.uid, 5000));
     assert_ne!(waiting(5000).id(), run_id(&down.uid, 5000), "apart from the job's scheduled run of the instant");
@@ -140,12 +138,12 @@ pub(super) async fn a_dependency_run_waits_and_is_created_once(s: &dyn Store) {
     assert_eq!(s.fire(&fence, &[waiting(5000)], &[]).await.expect("fire"), [FireOutcome::Existed]);
     let id = dep_run_id(&down.uid, 5000);
     let run = s_run(s, &id).await;
-    assert_eq!((run.state, run.upstream.as_deref()), (RunState::Waiting, Some(record.as_str())));
+    assert_eq!((run.state, run.upstream.as_ref()), (RunState::Waiting, Some(&record)));
     assert!(s.open_runs().await.expect("open").iter().any(|r| r.id == id && r.state == RunState::Waiting));
     let release = tr(&id, RunState::Waiting, 0, RunState::Pending, 0, None);
     assert_eq!(s.transition(&fence, std::slice::from_ref(&release)).await.expect("release"), [true]);
     assert_eq!(s.transition(&fence, &[release]).await.expect("again"), [false], "released once");
-    assert_eq!(s_run(s, &id).await.upstream.as_deref(), Some(record.as_str()), "a changed run keeps its record");
+    assert_eq!(s_run(s, &id).await.upstream.as_ref(), Some(&record), "a changed run keeps its record");
     s.fire(&fence, &[waiting(6000)], &[]).await.expect("fire");
     let other = dep_run_id(&down.uid, 6000);
     assert_eq!(s.request_cancel(&other, 7000).await.expect("cancel"), CancelOutcome::Cancelled);

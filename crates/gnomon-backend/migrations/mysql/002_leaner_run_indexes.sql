@@ -1,0 +1,4 @@
+-- No-op on this database: the step is SQLite's alone (it drops `runs_open`,
+-- adds a partial `runs_cancel` index and rebuilds `attempts` WITHOUT ROWID,
+-- b-tree layouts that only SQLite has). It keeps the number so that every
+-- version means the same schema step on all three databases.

@@ -1,0 +1,3 @@
+-- The body of the webhook call that started a run.
+
+ALTER TABLE runs ADD COLUMN payload TEXT;
