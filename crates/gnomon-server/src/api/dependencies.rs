@@ -70,25 +70,6 @@ fn most_downstream(job: &str, graph: &std::collections::BTreeMap<String, Vec<Str
     above.iter().map(|a| walk(a, &downs).len() as u64).max().unwrap_or(0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_most_downstream_counts_every_depth_once() {
-        let g = |edges: &[(&str, &[&str])]| -> std::collections::BTreeMap<String, Vec<String>> {
-            edges.iter().map(|(j, ups)| (j.to_string(), ups.iter().map(|u| u.to_string()).collect())).collect()
-        };
-        // a → b → c, a → d → c: a has b, c, d after it.
-        let graph = g(&[("a", &[]), ("b", &["a"]), ("d", &["a"]), ("c", &["b", "d"])]);
-        assert_eq!(most_downstream("c", &graph), 3);
-        assert_eq!(most_downstream("b", &graph), 3, "b's upstream a counts");
-        // A cycle does not loop.
-        let cycle = g(&[("x", &["y"]), ("y", &["x"])]);
-        assert_eq!(most_downstream("x", &cycle), 1);
-    }
-}
-
 /// The graph of the run's instant, and for a waiting run what it waits
 /// for; `None` for a run of a job with neither upstreams nor dependents.
 pub(super) async fn instant_graph(store: &dyn Store, run: &RunRecord) -> ApiResult<(Option<RunGraph>, Option<String>)> {
@@ -126,4 +107,23 @@ pub(super) async fn instant_graph(store: &dyn Store, run: &RunRecord) -> ApiResu
         return Ok((None, waiting));
     }
     Ok((Some(graph), waiting))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_most_downstream_counts_every_depth_once() {
+        let g = |edges: &[(&str, &[&str])]| -> std::collections::BTreeMap<String, Vec<String>> {
+            edges.iter().map(|(j, ups)| (j.to_string(), ups.iter().map(|u| u.to_string()).collect())).collect()
+        };
+        // a → b → c, a → d → c: a has b, c, d after it.
+        let graph = g(&[("a", &[]), ("b", &["a"]), ("d", &["a"]), ("c", &["b", "d"])]);
+        assert_eq!(most_downstream("c", &graph), 3);
+        assert_eq!(most_downstream("b", &graph), 3, "b's upstream a counts");
+        // A cycle does not loop.
+        let cycle = g(&[("x", &["y"]), ("y", &["x"])]);
+        assert_eq!(most_downstream("x", &cycle), 1);
+    }
 }
