@@ -179,8 +179,16 @@ type Conn<B> = <<B as Backend>::Db as sqlx::Database>::Connection;
 impl<B: Backend> SqlStore<B> {
     /// Applies the steps the database lacks under its migration lock, so
     /// several servers starting at once migrate exactly once; returns the
-    /// versions this call applied.
+    /// versions this call applied (one log line says which).
     pub async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
+        let applied = self.migrate_steps().await?;
+        if let (Some(first), Some(last)) = (applied.first(), applied.last()) {
+            tracing::info!(backend = B::DIALECT.name, from = first - 1, to = last, "schema migrated");
+        }
+        Ok(applied)
+    }
+
+    async fn migrate_steps(&self) -> Result<Vec<i64>, StoreError> {
         let d = B::DIALECT;
         let mut conn = self.db.pool().acquire().await.map_err(db_err)?;
         let mut applied = Vec::new();
@@ -231,7 +239,7 @@ impl<B: Backend> SqlStore<B> {
             match B::Db::raw(conn, &stmt).await {
                 Ok(()) => {}
                 Err(e) if (d.already_made)(&e) => {
-                    tracing::info!(version = step.version, error = %e, "migration statement already applied; skipped");
+                    tracing::debug!(version = step.version, error = %e, "migration statement already applied; skipped");
                 }
                 Err(e) => {
                     return Err(StoreError::Backend(format!(
@@ -246,7 +254,7 @@ impl<B: Backend> SqlStore<B> {
             .bind(step.name)
             .bind(now_ms());
         B::Db::execute(conn, &record).await.map_err(db_err)?;
-        tracing::info!(version = step.version, name = step.name, backend = d.name, "applied migration");
+        tracing::debug!(version = step.version, name = step.name, backend = d.name, "applied migration");
         Ok(())
     }
 
