@@ -14,6 +14,18 @@ pub fn install() -> Option<PrometheusHandle> {
                 .set_buckets_for_metric(Matcher::Full("gnomon_dispatch_latency_seconds".into()), &buckets)
                 .ok()?
                 .set_buckets_for_metric(Matcher::Full("gnomon_store_turn_write_seconds".into()), &buckets)
+                .ok()?
+                .set_buckets_for_metric(Matcher::Full("gnomon_leader_write_seconds".into()), &buckets)
+                .ok()?
+                .set_buckets_for_metric(
+                    Matcher::Full("gnomon_leader_turn_writes".into()),
+                    &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 12.0, 16.0, 32.0],
+                )
+                .ok()?
+                .set_buckets_for_metric(
+                    Matcher::Full("gnomon_leader_turn_rows".into()),
+                    &[1.0, 10.0, 100.0, 500.0, 1_000.0, 2_500.0, 5_000.0, 10_000.0],
+                )
                 .ok()?;
             let handle = builder.install_recorder().ok()?;
             describe();
@@ -57,6 +69,17 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         "Duration of the leader's per-turn store write (fire, results and assignments in one commit)",
     ),
     ("gnomon_store_fire_seconds", Kind::Histogram, "Decision to commit of a fire write"),
+    ("gnomon_leader_write_seconds", Kind::Histogram, "Duration of each fenced store write the leader makes"),
+    ("gnomon_leader_turn_writes", Kind::Histogram, "Fenced store writes per leader turn (turns that wrote)"),
+    ("gnomon_leader_turn_rows", Kind::Histogram, "Runs, advances, transitions and backfill records written per leader turn"),
+    ("gnomon_namespace_open_runs", Kind::Gauge, "A namespace's open runs plus its running backfills' instants to come (its open_runs usage)"),
+    ("gnomon_namespace_backlog", Kind::Gauge, "A namespace's pending and waiting runs (what its backpressure counts)"),
+    ("gnomon_namespace_backfills", Kind::Gauge, "A namespace's running backfills"),
+    ("gnomon_namespace_backpressure_state", Kind::Gauge, "A namespace's own backpressure: 0 green, 1 yellow, 2 red (red defers its fires)"),
+    ("gnomon_namespace_quota", Kind::Gauge, "A namespace's quotas, by quota"),
+    ("gnomon_quota_refusals_total", Kind::Counter, "Requests refused by a namespace's quota (429), by namespace and quota"),
+    ("gnomon_etcd_watch_opened_total", Kind::Counter, "etcd watch streams opened (first and after a cut)"),
+    ("gnomon_etcd_watch_reloads_total", Kind::Counter, "etcd watches that re-read their keys in full after a compaction"),
     ("gnomon_store_size_bytes", Kind::Gauge, "Size of the store where it can tell, by backend"),
     ("gnomon_runs_pruned_total", Kind::Counter, "Terminal runs deleted by retention"),
     (
@@ -90,7 +113,7 @@ fn describe() {
             Kind::Counter => {
                 metrics::describe_counter!(*name, *help);
                 // Rendered from the start (at 0), so rates and alerts see them.
-                if !["gnomon_runs_total", "gnomon_leader_election_total"].contains(name) {
+                if !["gnomon_runs_total", "gnomon_leader_election_total", "gnomon_quota_refusals_total"].contains(name) {
                     metrics::counter!(*name).increment(0);
                 }
             }

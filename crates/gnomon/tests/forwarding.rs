@@ -12,6 +12,24 @@ use gnomon_backend::testing::testdb::{Server, TestDb};
 use serde_json::json;
 
 const TOKEN: &str = "forwarding-test-token-0123456789";
+const HOOK_SECRET: &str = "forwarding-hook-secret";
+
+/// How many calls `addr` has forwarded to its leader.
+fn forwarded(addr: &str) -> f64 {
+    let (_, text) = http_text(addr, "/metrics");
+    text.lines().find_map(|l| l.strip_prefix("gnomon_api_forwarded_total ").and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+}
+
+/// `GET path` with the token, as text.
+fn http_text(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, text)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_hands_leader_only_calls_to_the_leader() {
@@ -22,7 +40,7 @@ async fn a_follower_hands_leader_only_calls_to_the_leader() {
         .iter()
         .enumerate()
         .map(|(i, addr)| {
-            Proc::spawn(
+            Proc::spawn_env(
                 dir.path(),
                 &format!("s{i}"),
                 &[
@@ -38,6 +56,7 @@ async fn a_follower_hands_leader_only_calls_to_the_leader() {
                     "--capacity".into(),
                     "4".into(),
                 ],
+                &[("GNOMON_HOOK_SECRET_FWD".into(), HOOK_SECRET.into())],
             )
         })
         .collect();
@@ -89,6 +108,30 @@ async fn a_follower_hands_leader_only_calls_to_the_leader() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A webhook call the follower cannot verify is refused there, with
+    // the one answer, and never reaches the leader; one it verifies is
+    // forwarded.
+    let hook = json!({"name": "hooked", "executor": {"shell": {"command": "true"}}, "triggers": {"webhook": {"secret": "fwd"}}});
+    assert_eq!(call(&leader, "POST", "/v1/jobs", Some(hook)).0, 201);
+    let before = forwarded(&follower);
+    let ts = now_ms();
+    let body: &[u8] = br#"{"event":"push"}"#;
+    let good = sign(HOOK_SECRET, "default", "hooked", ts, "", body);
+    let forged = sign("not-the-secret", "default", "hooked", ts, "", body);
+    let ts_text = ts.to_string();
+    for (path, sig) in
+        [("/v1/hooks/default/hooked", forged.as_str()), ("/v1/hooks/default/fwd", good.as_str()), ("/v1/hooks/default/nope", good.as_str())]
+    {
+        let headers = [("Gnomon-Timestamp", ts_text.as_str()), ("Gnomon-Signature", sig)];
+        let (status, answer) = http_with(None, &follower, "POST", path, &headers, Some(body)).unwrap();
+        assert_eq!((status, answer["error"]["code"].as_str()), (401, Some("unauthorized")), "{path}: {answer}");
+    }
+    assert_eq!(forwarded(&follower), before, "a refused webhook call was forwarded");
+    let headers = [("Gnomon-Timestamp", ts_text.as_str()), ("Gnomon-Signature", good.as_str())];
+    let (status, answer) = http_with(None, &follower, "POST", "/v1/hooks/default/hooked", &headers, Some(body)).unwrap();
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(forwarded(&follower), before + 1.0, "a verified call is forwarded once");
+
     // A request forwarded once is never forwarded again.
     let mut s = std::net::TcpStream::connect(&follower).unwrap();
     use std::io::{Read, Write};
