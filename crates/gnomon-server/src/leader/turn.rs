@@ -130,6 +130,9 @@ impl LeaderRuntime {
             }
             LeaderCommand::Trigger { namespace, name, request, reply } => {
                 let result = self.trigger(&namespace, &name, request).await;
+                // What the caller reads next (its namespace's usage) counts
+                // what it just made.
+                self.update_pressure();
                 let _ = reply.send(result.clone());
                 // A job that does not exist or params that do not fit it
                 // are the caller's mistake; any other error is the
@@ -142,6 +145,7 @@ impl LeaderRuntime {
             }
             LeaderCommand::Backfill { new, reply } => {
                 let result = self.start_backfill(new).await;
+                self.update_pressure();
                 let _ = reply.send(result.clone());
                 // As with a trigger: a refusal is the caller's; a store error
                 // may have landed the write.
