@@ -81,6 +81,12 @@ impl LeaderRuntime {
         let mut deferred = Vec::new();
         let mut dropped = Vec::new();
         let mut scanned = 0;
+        // Each namespace with ready runs may spend its share of the scan on
+        // runs that find no place (no eligible worker, overlap); past it, it
+        // is passed over for the rest of the pass, so it cannot spend the
+        // scan the others' runs need. Alone, it has the whole scan.
+        let mut missed: HashMap<String, usize> = HashMap::default();
+        let share = MAX_DISPATCH_SCAN / self.cache.runs.ready_namespaces().max(1);
         if free == 0 {
             // Nothing can be placed: say why for the runs at the front.
             let mut reasons = Vec::new();
@@ -95,7 +101,7 @@ impl LeaderRuntime {
             }
         }
         while free > 0 && scanned < MAX_DISPATCH_SCAN {
-            let Some(id) = self.cache.runs.pop_ready() else { break };
+            let Some(id) = self.cache.runs.pop_ready(|ns| missed.get(ns).is_some_and(|n| *n >= share)) else { break };
             scanned += 1;
             let Some(run) = self.cache.runs.get(&id) else { continue };
             if run.state != RunState::Pending || self.cache.runs.holder(&id).is_some() {
@@ -121,6 +127,7 @@ impl LeaderRuntime {
             if matches!(job.overlap, OverlapPolicy::Forbid | OverlapPolicy::BufferOne | OverlapPolicy::Replace) {
                 let (_, _, active) = self.cache.runs.job_counts(&run.key.uid);
                 if active > 0 || batch_jobs.contains(&run.key.uid) {
+                    *missed.entry(run.key.namespace.clone()).or_default() += 1;
                     deferred.push(id);
                     continue;
                 }
@@ -131,6 +138,7 @@ impl LeaderRuntime {
             let Some(i) = pick_worker(strategy, &run.key.name, &candidates, &mut rr) else {
                 let why = waiting_reason(job, strategy, candidates.is_empty());
                 self.notes.waiting(run.key.uid.clone(), why);
+                *missed.entry(run.key.namespace.clone()).or_default() += 1;
                 deferred.push(id);
                 continue;
             };

@@ -49,9 +49,15 @@ impl FairQueue {
     }
 
     /// The next ready run: from the namespace with ready runs whose
-    /// `active` count is lowest, then the one served longest ago.
-    pub(super) fn pop(&mut self, active: impl Fn(&str) -> usize) -> Option<RunId> {
-        let ns = self.queues.keys().min_by_key(|ns| (active(ns), self.served.get(ns.as_str()).copied().unwrap_or(0)))?.clone();
+    /// `active` count is lowest, then the one served longest ago; a
+    /// namespace `skip` names is passed over.
+    pub(super) fn pop(&mut self, active: impl Fn(&str) -> usize, skip: impl Fn(&str) -> bool) -> Option<RunId> {
+        let ns = self
+            .queues
+            .keys()
+            .filter(|ns| !skip(ns))
+            .min_by_key(|ns| (active(ns), self.served.get(ns.as_str()).copied().unwrap_or(0)))?
+            .clone();
         let q = self.queues.get_mut(&ns)?;
         let id = q.pop_front();
         if q.is_empty() {
@@ -78,6 +84,11 @@ impl FairQueue {
 
     pub(super) fn len(&self) -> usize {
         self.len
+    }
+
+    /// How many namespaces have runs queued.
+    pub(super) fn namespaces(&self) -> usize {
+        self.queues.len()
     }
 }
 
@@ -253,7 +264,7 @@ mod tests {
         assert_eq!(q.len(), 1001);
         // Equal holdings: a was served never, b never; the first pops
         // alternate, so b's run goes at the first or second slot.
-        let first_two: Vec<RunId> = (0..2).filter_map(|_| q.pop(|_| 0)).collect();
+        let first_two: Vec<RunId> = (0..2).filter_map(|_| q.pop(|_| 0, |_| false)).collect();
         assert!(first_two.iter().any(|r| &**r == "b0"), "{first_two:?}");
         assert_eq!(q.len(), 999);
         assert_eq!(q.iter().count(), 999, "the length is the sum of the queues");
@@ -267,12 +278,15 @@ mod tests {
             q.push_back("b", id(&format!("b{i}")));
         }
         let active = |ns: &str| if ns == "a" { 5 } else { 0 };
-        assert_eq!(q.pop(active).as_deref(), Some("b0"));
-        assert_eq!(q.pop(active).as_deref(), Some("b1"));
+        let none = |_: &str| false;
+        assert_eq!(q.pop(active, none).as_deref(), Some("b0"));
+        assert_eq!(q.pop(active, none).as_deref(), Some("b1"));
         q.push_front("b", id("b1"));
-        assert_eq!(q.pop(active).as_deref(), Some("b1"), "a run put back goes first in its namespace");
-        assert_eq!(q.pop(|_| 0).as_deref(), Some("a0"), "equal holdings: the one served longest ago");
-        assert_eq!(q.fronts(1).map(|r| r.to_string()).collect::<Vec<_>>(), ["a1", "b2"]);
+        assert_eq!(q.pop(active, none).as_deref(), Some("b1"), "a run put back goes first in its namespace");
+        assert_eq!(q.pop(active, |ns| ns == "b").as_deref(), Some("a0"), "a namespace passed over");
+        assert_eq!(q.pop(|_| 0, none).as_deref(), Some("b2"), "equal holdings: the one served longest ago");
+        assert_eq!(q.fronts(1).map(|r| r.to_string()).collect::<Vec<_>>(), ["a1"]);
+        assert_eq!((q.len(), q.namespaces()), (2, 1), "b's empty queue is dropped");
     }
 
     #[test]

@@ -274,10 +274,11 @@ impl RunBook {
     }
 
     /// The next run queued for dispatch: from the namespace with queued
-    /// runs that holds the fewest active attempts (see [`FairQueue::pop`]).
-    pub(super) fn pop_ready(&mut self) -> Option<RunId> {
+    /// runs that holds the fewest active attempts (see [`FairQueue::pop`]),
+    /// passing over the namespaces `skip` names.
+    pub(super) fn pop_ready(&mut self, skip: impl Fn(&str) -> bool) -> Option<RunId> {
         let tally = &self.tally;
-        self.ready.pop(|ns| usize::try_from(tally.of(ns).active).unwrap_or(usize::MAX))
+        self.ready.pop(|ns| usize::try_from(tally.of(ns).active).unwrap_or(usize::MAX), skip)
     }
 
     /// Puts runs a dispatch pass passed over back at the front of their
@@ -288,6 +289,11 @@ impl RunBook {
                 self.ready.push_front(&run.key.namespace, id);
             }
         }
+    }
+
+    /// How many namespaces have runs queued for dispatch.
+    pub(super) fn ready_namespaces(&self) -> usize {
+        self.ready.namespaces()
     }
 
     /// The first queued runs of each namespace (a queue may name runs that
@@ -575,7 +581,7 @@ pub(super) mod tests {
         b.mirror(&to("w", RunState::Waiting, RunState::Pending, 0, 6, None));
         check(&b);
         assert!(b.waiters.is_empty() && b.ended.is_empty());
-        assert_eq!(b.pop_ready().as_deref(), Some("w"), "released to the ready queue");
+        assert_eq!(b.pop_ready(|_| false).as_deref(), Some("w"), "released to the ready queue");
         assert_eq!(b.job_counts("d"), (1, 1, 0));
         // A job change decides every waiting run again.
         b.track(Arc::from("w2"), waiting("d", 200, &["a"]));
@@ -601,7 +607,7 @@ pub(super) mod tests {
         assert_eq!(b.job_counts("j"), (1, 1, 0));
         assert_eq!(b.untrack("r2"), None);
         assert!(b.by_job.is_empty());
-        assert_eq!(b.pop_ready().as_deref(), Some("r2"), "the queue may name a run that left; readers skip it");
+        assert_eq!(b.pop_ready(|_| false).as_deref(), Some("r2"), "the queue may name a run that left; readers skip it");
     }
 
     #[test]

@@ -365,3 +365,42 @@ async fn a_webhook_run_carries_its_payload_to_its_worker() {
     assert_eq!(all.runs.len(), 1, "nothing else was created: {:?}", all.runs);
     task.abort();
 }
+
+/// A namespace whose ready runs find no worker (here: a handler none
+/// offers) cannot spend a dispatch pass's whole scan: another namespace's
+/// run still gets the free slot, even though that namespace holds more
+/// attempts (and so comes second in the fair order).
+#[tokio::test]
+async fn a_namespace_of_runs_no_worker_takes_does_not_starve_another() {
+    let (_d, store) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    job_with(&store, r#"{"name":"stuck","namespace":"a","executor":{"handler":{"name":"absent"}}}"#).await;
+    job_with(&store, r#"{"name":"ok","namespace":"b","executor":{"handler":{"name":"noop"}}}"#).await;
+    let fence = term(&store).await;
+    let (rt, commands, _lost, _shut) = runtime_with_commands(store.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+    let trigger = |ns: &str, name: &str, count: u32| {
+        let (commands, ns, name) = (commands.clone(), ns.to_string(), name.to_string());
+        async move {
+            let (reply, answer) = oneshot::channel();
+            let request = TriggerRequest::runs(count);
+            commands.send(LeaderCommand::Trigger { namespace: ns, name, request, reply }).await.unwrap();
+            answer.await.unwrap().unwrap()
+        }
+    };
+    let assigned = |m: &server_message::Msg| match m {
+        server_message::Msg::Assign(a) => Some(a.run_id.clone()),
+        _ => None,
+    };
+    // More runs nobody takes than one pass scans; b's first run takes
+    // w1's slot, so b holds an attempt and a none.
+    let (mut w1, _s1) = open_session(&commands, "w1").await;
+    trigger("a", "stuck", 10_000).await;
+    let first = trigger("b", "ok", 1).await.ids[0].clone();
+    assert_eq!(next_msg(&mut w1, "b's first run on w1", |_| false, assigned).await, first);
+    // A free slot opens: b's second run gets it.
+    let (mut w2, _s2) = open_session(&commands, "w2").await;
+    let second = trigger("b", "ok", 1).await.ids[0].clone();
+    assert_eq!(next_msg(&mut w2, "b's second run on w2", |_| false, assigned).await, second);
+    task.abort();
+}
