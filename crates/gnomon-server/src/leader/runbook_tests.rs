@@ -1,0 +1,164 @@
+//! The tests of the run book and its invariants.
+
+use super::*;
+
+fn key(uid: &str) -> Arc<JobKey> {
+    Arc::new(JobKey { uid: uid.into(), name: uid.into(), namespace: "default".into() })
+}
+
+pub(in crate::leader) fn open(job: &str, state: RunState, attempt: u32) -> OpenRun {
+    OpenRun { key: key(job), scheduled_at: 0, state, attempt, ready_since: 0, assigned_at: 0, params: None, payload: None, after: None }
+}
+
+fn to(id: &str, from: RunState, to: RunState, attempt: u32, at: Millis, next: Option<Millis>) -> Transition {
+    Transition {
+        run_id: id.into(),
+        from,
+        from_attempt: attempt,
+        to,
+        to_attempt: attempt,
+        reason: None,
+        next_attempt_at: next,
+        attempt: None,
+        at,
+        notify: Vec::new(),
+    }
+}
+
+/// Every index names open runs only; a run is held once at most.
+fn check(b: &RunBook) {
+    for (job, ids) in &b.by_job {
+        for id in ids {
+            assert_eq!(b.runs.get(id).map(|r| r.key.uid.as_str()), Some(job.as_str()), "{id} is indexed under its job");
+        }
+    }
+    for id in b.holders.keys().chain(b.orphans.keys()) {
+        assert!(b.runs.contains_key(id), "{id} is held or orphaned but not open");
+    }
+    let mut held: HashMap<String, HashSet<RunId>> = HashMap::default();
+    for (id, w) in &b.holders {
+        held.entry(w.clone()).or_default().insert(id.clone());
+    }
+    assert_eq!(held, b.held, "the holdings by worker are the inverse of the holders");
+    for (c, ids) in &b.waiters {
+        for id in ids {
+            assert_eq!(b.runs.get(id).map(|r| r.state), Some(RunState::Waiting), "{id} waits on {c} but is not waiting");
+        }
+    }
+    for c in b.ended.keys() {
+        assert!(b.waiters.contains_key(c), "{c}'s end is kept though no run waits on it");
+    }
+    let mut tally = NsTally::default();
+    for r in b.runs.values() {
+        tally.add(&r.key.namespace, r.state);
+    }
+    let (want, have): (Vec<_>, Vec<_>) = (tally.iter().collect(), b.tally.iter().collect());
+    assert_eq!(have, want, "the namespace counts are the open runs' states");
+}
+
+fn waiting(job: &str, at: Millis, edges: &[&str]) -> OpenRun {
+    use gnomon_core::deps::{On, RunAfter, StoredEdge};
+    let edges: Vec<StoredEdge> = edges.iter().map(|u| StoredEdge { job: u.to_string(), uid: u.to_string(), on: On::Succeeded }).collect();
+    let first = edges[0].uid.clone();
+    let after = RunAfter { of: gnomon_backend::run_id(&first, at), of_uid: first, edges };
+    OpenRun { scheduled_at: at, after: Some(Arc::new(after)), ..open(job, RunState::Waiting, 0) }
+}
+
+#[test]
+fn a_waiting_run_is_decided_again_when_an_upstream_ends_and_leaves_the_index_when_it_stops_waiting() {
+    use gnomon_core::deps::UpstreamRun;
+    let mut b = RunBook::default();
+    let up_a = gnomon_backend::run_id("a", 100);
+    let up_b = gnomon_backend::dep_run_id("b", 100);
+    b.track(Arc::from(up_a.as_str()), open("a", RunState::Running, 1));
+    b.track(Arc::from("w"), waiting("d", 100, &["a", "b"]));
+    check(&b);
+    assert_eq!(b.take_undecided(usize::MAX), [Arc::from("w")], "a new waiting run is decided once");
+    assert!(b.take_undecided(usize::MAX).is_empty());
+    assert_eq!(b.job_counts("d"), (0, 0, 0), "a waiting run counts for no overlap");
+    assert_eq!(b.known_upstream(&up_a), Some(UpstreamRun::Open));
+    assert_eq!(b.known_upstream(&up_b), None, "not known here: the store is asked");
+    b.mirror(&to(&up_a, RunState::Running, RunState::Succeeded, 1, 5, None));
+    check(&b);
+    assert_eq!(b.known_upstream(&up_a), Some(UpstreamRun::Ended(RunState::Succeeded)));
+    assert_eq!(b.take_undecided(usize::MAX), [Arc::from("w")]);
+    // A skip record of the other upstream, created ended.
+    b.upstream_ended(&up_b, Some(RunState::Skipped));
+    assert_eq!(b.take_undecided(usize::MAX), [Arc::from("w")]);
+    // Released: it leaves the index, and the ends kept for it go.
+    b.mirror(&to("w", RunState::Waiting, RunState::Pending, 0, 6, None));
+    check(&b);
+    assert!(b.waiters.is_empty() && b.ended.is_empty());
+    assert_eq!(b.pop_ready(|_| false).as_deref(), Some("w"), "released to the ready queue");
+    assert_eq!(b.job_counts("d"), (1, 1, 0));
+    // A job change decides every waiting run again.
+    b.track(Arc::from("w2"), waiting("d", 200, &["a"]));
+    b.take_undecided(usize::MAX);
+    b.reconsider_all_waiting();
+    assert_eq!(b.take_undecided(usize::MAX), [Arc::from("w2")]);
+    b.untrack("w2");
+    check(&b);
+    assert!(b.waiters.is_empty());
+}
+
+#[test]
+fn a_run_leaves_every_index_with_its_end() {
+    let mut b = RunBook::default();
+    b.track(Arc::from("r1"), open("j", RunState::Assigned, 1));
+    b.track(Arc::from("r2"), open("j", RunState::Pending, 0));
+    b.queue(Arc::from("r2"));
+    assert_eq!(b.hold(Arc::from("r1"), "w1"), None);
+    check(&b);
+    assert_eq!(b.job_counts("j"), (2, 1, 1));
+    assert_eq!(b.mirror(&to("r1", RunState::Assigned, RunState::Succeeded, 1, 5, None)).as_deref(), Some("w1"), "its slot frees");
+    check(&b);
+    assert_eq!(b.job_counts("j"), (1, 1, 0));
+    assert_eq!(b.untrack("r2"), None);
+    assert!(b.by_job.is_empty());
+    assert_eq!(b.pop_ready(|_| false).as_deref(), Some("r2"), "the queue may name a run that left; readers skip it");
+}
+
+#[test]
+fn retries_come_due_in_time_order_and_only_while_retrying() {
+    let mut b = RunBook::default();
+    for (id, at) in [("a", 300), ("b", 100), ("c", 200)] {
+        b.track(Arc::from(id), open("j", RunState::Assigned, 1));
+        b.hold(Arc::from(id), "w1");
+        assert_eq!(b.mirror(&to(id, RunState::Assigned, RunState::Retrying, 1, 0, Some(at))).as_deref(), Some("w1"));
+    }
+    check(&b);
+    assert_eq!(b.next_retry_at(), Some(100));
+    b.mirror(&to("c", RunState::Retrying, RunState::Cancelled, 1, 150, None));
+    let due: Vec<String> = b.take_due_retries(250).iter().map(|id| id.to_string()).collect();
+    assert_eq!(due, ["b"], "c was cancelled meanwhile; a is not due");
+    assert_eq!(b.next_retry_at(), Some(300));
+}
+
+#[test]
+fn an_orphan_is_reclaimed_by_holding_it_or_ends_at_its_deadline() {
+    let mut b = RunBook::default();
+    b.track(Arc::from("r1"), open("j", RunState::Running, 1));
+    b.track(Arc::from("r2"), open("j", RunState::Running, 1));
+    b.orphan(Arc::from("r1"), 1_000, Some("w1".into()));
+    b.orphan(Arc::from("r2"), 1_000, Some("w2".into()));
+    assert!(b.may_report("r1", "anyone"), "an orphan's report is taken");
+    b.set_orphan_deadlines("w2", 5_000);
+    assert_eq!(b.hold(Arc::from("r1"), "w1"), None);
+    assert!(!b.is_orphan("r1"));
+    assert!(b.may_report("r1", "w1") && !b.may_report("r1", "w9"));
+    assert!(b.take_overdue_orphans(2_000).is_empty(), "r2's deadline moved");
+    let overdue = b.take_overdue_orphans(6_000);
+    assert_eq!(overdue.len(), 1);
+    assert_eq!(&*overdue[0].0, "r2");
+    check(&b);
+    assert_eq!(b.hold(Arc::from("r1"), "w3").as_deref(), Some("w1"), "a new holder displaces the old");
+}
+
+#[test]
+fn cancels_are_remembered_per_attempt_until_it_ends() {
+    let mut b = RunBook::default();
+    b.note_cancel("r1", 1);
+    assert!(b.cancel_sent("r1", 1) && !b.cancel_sent("r1", 2));
+    b.forget_cancels("r1");
+    assert!(!b.cancel_sent("r1", 1));
+}
