@@ -147,7 +147,70 @@ pub enum Precondition {
     MatchesVersion(u64),
 }
 
-/// What [`LeaderWrites::fire_and_transition`] wrote.
+/// Everything one leader turn writes, made as one fenced write
+/// ([`LeaderWrites::write_turn`]): runs fired (with their jobs' advances),
+/// run transitions (which may move the runs just fired), backfill
+/// progress and backfills started.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct TurnBatch {
+    pub runs: Vec<NewRun>,
+    pub advances: Vec<JobAdvance>,
+    pub transitions: Vec<Transition>,
+    /// Backfill cursors moved, each a compare-and-swap from the cursor read.
+    #[serde(default)]
+    pub backfills: Vec<BackfillProgress>,
+    /// Per backfill progress (when given), the runs of this batch that are
+    /// its chunk's instants: the write adds those it created to the
+    /// progress's `created` and the others to its `kept`
+    /// ([`TurnBatch::counted_progress`]).
+    #[serde(default)]
+    pub backfill_runs: Vec<std::ops::Range<usize>>,
+    /// Backfills started (created if their id is free).
+    #[serde(default)]
+    pub new_backfills: Vec<NewBackfill>,
+    /// When the write is made (the new backfills' creation time).
+    #[serde(default)]
+    pub at: gnomon_core::Millis,
+}
+
+impl TurnBatch {
+    /// Nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+            && self.advances.is_empty()
+            && self.transitions.is_empty()
+            && self.backfills.is_empty()
+            && self.new_backfills.is_empty()
+    }
+
+    /// How many rows it writes (for metrics).
+    pub fn rows(&self) -> usize {
+        self.runs.len() + self.advances.len() + self.transitions.len() + self.backfills.len() + self.new_backfills.len()
+    }
+
+    /// The backfills' progress with their chunks' outcomes counted in, as
+    /// the write records it: each run of its chunk `fired` created adds to
+    /// `created`, each that existed to `kept`.
+    pub fn counted_progress(&self, fired: &[FireOutcome]) -> Vec<BackfillProgress> {
+        let mut out = self.backfills.clone();
+        for (p, range) in out.iter_mut().zip(&self.backfill_runs) {
+            for outcome in fired.get(range.clone()).unwrap_or_default() {
+                match outcome {
+                    FireOutcome::Created => p.created += 1,
+                    FireOutcome::Existed => p.kept += 1,
+                }
+            }
+        }
+        out
+    }
+
+    /// Only runs, advances and transitions (what every store's fast path writes).
+    pub fn is_runs_only(&self) -> bool {
+        self.backfills.is_empty() && self.new_backfills.is_empty()
+    }
+}
+
+/// What [`LeaderWrites::write_turn`] wrote.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct TurnWrite {
     /// Per new run, as [`LeaderWrites::fire`] answers.
@@ -155,6 +218,13 @@ pub struct TurnWrite {
     /// Per transition, as [`LeaderWrites::transition`] answers; an error here means
     /// the fire committed and the transitions did not.
     pub applied: Result<Vec<bool>, StoreError>,
+    /// Per backfill progress, whether it applied (as
+    /// [`BackfillStore::advance_backfill`] answers).
+    #[serde(default)]
+    pub advanced: Vec<bool>,
+    /// Per new backfill, whether it was created (`false`: its id was taken).
+    #[serde(default)]
+    pub created: Vec<bool>,
 }
 
 /// A worker session's lease as the store keeps it.

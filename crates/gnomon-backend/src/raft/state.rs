@@ -30,7 +30,7 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use super::types::{Applied, Command, Entry, LogId, Reply, SnapshotFile, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::roles::*;
 use crate::sqlite::SqliteStore;
-use crate::StoreError;
+use crate::{StoreError, TurnBatch};
 
 /// The database that reads are served from; swapped when a snapshot is
 /// installed.
@@ -188,8 +188,10 @@ impl StateMachine {
             }
             Command::Transition { fence, transitions } => Reply::Transitioned(store.transition(&fence, &transitions).await?),
             Command::Turn { fence, runs, advances, transitions } | Command::TurnExt { fence, runs, advances, transitions } => {
-                Reply::Turn(store.fire_and_transition(&fence, &runs, &advances, &transitions).await?)
+                let batch = TurnBatch { runs, advances, transitions, ..TurnBatch::default() };
+                Reply::Turn(Box::new(store.write_turn(&fence, &batch).await?))
             }
+            Command::TurnBatch { fence, batch } => Reply::Turn(Box::new(store.write_turn(&fence, &batch).await?)),
             Command::RequestCancel { run_id, now } => Reply::Cancel(store.request_cancel(&run_id, now).await?),
             Command::Prune { fence, keep_per_job, before, keep_keyed_after, max } => {
                 Reply::Pruned(store.prune(&fence, keep_per_job, before, keep_keyed_after, max).await?)

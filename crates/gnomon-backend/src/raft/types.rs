@@ -182,6 +182,30 @@ pub enum Command {
         name: String,
         precondition: Precondition,
     },
+    /// A turn with backfill work besides its runs: the whole batch as JSON
+    /// text (`json_batch`), so fields added later read as absent from
+    /// entries written before.
+    TurnBatch {
+        fence: Fence,
+        #[serde(with = "json_batch")]
+        batch: Box<crate::TurnBatch>,
+    },
+}
+
+/// The batch of a `TurnBatch` entry, as JSON text.
+mod json_batch {
+    use serde::{de::Error as _, ser::Error as _, Deserialize, Deserializer, Serializer};
+
+    use crate::TurnBatch;
+
+    pub fn serialize<S: Serializer>(batch: &TurnBatch, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&serde_json::to_string(batch).map_err(S::Error::custom)?)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Box<TurnBatch>, D::Error> {
+        let text = String::deserialize(d)?;
+        serde_json::from_str(&text).map(Box::new).map_err(D::Error::custom)
+    }
 }
 
 /// The runs of a `FireExt` or `TurnExt` entry, as JSON text: the binary
@@ -321,7 +345,7 @@ pub enum Reply {
     Epoch(u64),
     Fired(Vec<FireOutcome>),
     Transitioned(Vec<bool>),
-    Turn(TurnWrite),
+    Turn(Box<TurnWrite>),
     Cancel(CancelOutcome),
     Pruned(u64),
     LeaderTime(Millis),

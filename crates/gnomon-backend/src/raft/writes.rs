@@ -64,23 +64,24 @@ impl LeaderWrites for RaftStore {
     }
 
     /// One entry; a turn past about a MiB is its fire, then its
-    /// transitions, each as [`Self::fire`] and [`Self::transition`] write
-    /// them.
-    async fn fire_and_transition(
-        &self,
-        fence: &Fence,
-        runs: &[NewRun],
-        advances: &[JobAdvance],
-        transitions: &[Transition],
-    ) -> Result<TurnWrite, StoreError> {
-        let bytes = runs.iter().map(new_run_bytes).sum::<usize>() + transitions.iter().map(transition_bytes).sum::<usize>();
+    /// transitions, then its backfill work, each as [`Self::fire`],
+    /// [`Self::transition`] and the backfill calls write them (each valid
+    /// alone).
+    async fn write_turn(&self, fence: &Fence, batch: &TurnBatch) -> Result<TurnWrite, StoreError> {
+        let bytes = batch.runs.iter().map(new_run_bytes).sum::<usize>() + batch.transitions.iter().map(transition_bytes).sum::<usize>();
         if bytes > MAX_ENTRY_BYTES {
-            let fired = self.fire(fence, runs, advances).await?;
-            let applied = if transitions.is_empty() { Ok(Vec::new()) } else { self.transition(fence, transitions).await };
-            return Ok(TurnWrite { fired, applied });
+            let fired = self.fire(fence, &batch.runs, &batch.advances).await?;
+            let applied = if batch.transitions.is_empty() { Ok(Vec::new()) } else { self.transition(fence, &batch.transitions).await };
+            let (advanced, created) = backfill_steps(self, fence, batch, &fired).await?;
+            return Ok(TurnWrite { fired, applied, advanced, created });
         }
-        self.ask(Command::turn(fence.clone(), runs.to_vec(), advances.to_vec(), transitions.to_vec()), |r| match r {
-            Reply::Turn(t) => Ok(t),
+        let command = if batch.is_runs_only() {
+            Command::turn(fence.clone(), batch.runs.clone(), batch.advances.clone(), batch.transitions.clone())
+        } else {
+            Command::TurnBatch { fence: fence.clone(), batch: Box::new(batch.clone()) }
+        };
+        self.ask(command, |r| match r {
+            Reply::Turn(t) => Ok(*t),
             r => Err(r),
         })
         .await

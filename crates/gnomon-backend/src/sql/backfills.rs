@@ -29,17 +29,18 @@ impl<B: Backend> SqlStore<B> {
         tx.execute(q).await?;
         Ok(())
     }
-}
 
-#[async_trait]
-impl<B: Backend> BackfillStore for SqlStore<B> {
-    async fn create_backfill(&self, b: &NewBackfill, now: Millis) -> Result<BackfillRecord, StoreError> {
-        let rec = BackfillRecord::new(b, now);
-        let mut w = self.db.writer().await?;
-        let mut tx = Self::begin_write(&mut w).await?;
-        if Self::backfill_for_update(&mut tx, &b.id).await?.is_some() {
-            return Err(StoreError::AlreadyExists(format!("backfill {}", b.id)));
+    /// Creates the backfill in the caller's transaction; `None` when its id
+    /// is taken (nothing written).
+    pub(super) async fn create_backfill_in(
+        tx: &mut Tx<'_, B::Db>,
+        b: &NewBackfill,
+        now: Millis,
+    ) -> Result<Option<BackfillRecord>, StoreError> {
+        if Self::backfill_for_update(tx, &b.id).await?.is_some() {
+            return Ok(None);
         }
+        let rec = BackfillRecord::new(b, now);
         let q = Self::q(
             "INSERT INTO backfills (id, namespace, job, job_uid, from_ms, to_ms, params, rate, total, cursor_ms, state, created, kept, \
              reason, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, NULL, ?, ?)",
@@ -58,6 +59,29 @@ impl<B: Backend> BackfillStore for SqlStore<B> {
         .bind(now)
         .bind(now);
         tx.execute(q).await?;
+        Ok(Some(rec))
+    }
+
+    /// Moves a backfill's cursor in the caller's (fenced) transaction, by
+    /// the record's own rule; whether it applied.
+    pub(super) async fn advance_backfill_in(tx: &mut Tx<'_, B::Db>, p: &BackfillProgress) -> Result<bool, StoreError> {
+        let Some(mut b) = Self::backfill_for_update(tx, &p.id).await? else { return Ok(false) };
+        if !b.advance(p) {
+            return Ok(false);
+        }
+        Self::write_backfill(tx, &b).await?;
+        Ok(true)
+    }
+}
+
+#[async_trait]
+impl<B: Backend> BackfillStore for SqlStore<B> {
+    async fn create_backfill(&self, b: &NewBackfill, now: Millis) -> Result<BackfillRecord, StoreError> {
+        let mut w = self.db.writer().await?;
+        let mut tx = Self::begin_write(&mut w).await?;
+        let Some(rec) = Self::create_backfill_in(&mut tx, b, now).await? else {
+            return Err(StoreError::AlreadyExists(format!("backfill {}", b.id)));
+        };
         tx.commit().await?;
         Ok(rec)
     }
@@ -98,11 +122,9 @@ impl<B: Backend> BackfillStore for SqlStore<B> {
         let mut w = self.db.writer().await?;
         let mut tx = Self::begin_write(&mut w).await?;
         Self::check_fence(&mut tx, fence).await?;
-        let Some(mut b) = Self::backfill_for_update(&mut tx, &p.id).await? else { return Ok(false) };
-        if !b.advance(p) {
+        if !Self::advance_backfill_in(&mut tx, p).await? {
             return Ok(false);
         }
-        Self::write_backfill(&mut tx, &b).await?;
         tx.commit().await?;
         Ok(true)
     }

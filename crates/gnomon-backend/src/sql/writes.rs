@@ -15,26 +15,49 @@ use super::decode::run_row;
 use super::driver::{SqlRow, Tx};
 use super::plan::{fold_candidates, latest_advances, plan_transitions, RunRow};
 use super::CHUNK;
-use crate::{Fence, FireOutcome, JobAdvance, LeaderWrites, NewNotification, NewRun, StoreError, Transition, TurnWrite};
+use crate::{Fence, FireOutcome, JobAdvance, LeaderWrites, NewNotification, NewRun, StoreError, Transition, TurnBatch, TurnWrite};
 
 impl<B: Backend> SqlStore<B> {
     /// One fenced transaction: the fire, then the transitions (which may
-    /// move the runs it just created).
+    /// move the runs it just created), then, from `backfills`, the
+    /// backfills' progress and the backfills started.
     async fn turn_tx(
         &self,
         fence: &Fence,
         runs: &[NewRun],
         advances: &[JobAdvance],
         transitions: &[Transition],
-    ) -> Result<(Vec<FireOutcome>, Vec<bool>), StoreError> {
+        backfills: Option<&TurnBatch>,
+    ) -> Result<TurnWrite, StoreError> {
         Transition::check_lifecycle(transitions)?;
         let mut w = self.db.writer().await?;
         let mut tx = Self::begin_write(&mut w).await?;
         Self::check_fence(&mut tx, fence).await?;
-        let (outcomes, folded) = Self::fire_in(&mut tx, runs, advances, transitions).await?;
+        let (fired, applied) = Self::runs_in(&mut tx, runs, advances, transitions).await?;
+        let (mut advanced, mut created) = (Vec::new(), Vec::new());
+        if let Some(b) = backfills {
+            for p in b.counted_progress(&fired) {
+                advanced.push(Self::advance_backfill_in(&mut tx, &p).await?);
+            }
+            for n in &b.new_backfills {
+                created.push(Self::create_backfill_in(&mut tx, n, b.at).await?.is_some());
+            }
+        }
+        tx.commit().await?;
+        Ok(TurnWrite { fired, applied: Ok(applied), advanced, created })
+    }
+
+    /// The runs part of a turn in the caller's fenced transaction: the
+    /// fire, then the transitions.
+    async fn runs_in(
+        tx: &mut Tx<'_, B::Db>,
+        runs: &[NewRun],
+        advances: &[JobAdvance],
+        transitions: &[Transition],
+    ) -> Result<(Vec<FireOutcome>, Vec<bool>), StoreError> {
+        let (outcomes, folded) = Self::fire_in(tx, runs, advances, transitions).await?;
         if !folded.iter().any(|f| *f) {
-            let applied = Self::transition_in(&mut tx, transitions).await?;
-            tx.commit().await?;
+            let applied = Self::transition_in(tx, transitions).await?;
             return Ok((outcomes, applied));
         }
         // The folded transitions moved their runs as they were inserted;
@@ -45,14 +68,13 @@ impl<B: Backend> SqlStore<B> {
             .filter(|(_, f)| **f)
             .filter_map(|(t, _)| t.attempt.as_ref().map(|c| (t.run_id.as_str(), c, t.at)))
             .collect();
-        Self::apply_attempt_changes(&mut tx, &attempts).await?;
+        Self::apply_attempt_changes(tx, &attempts).await?;
         let notes: Vec<&NewNotification> =
             transitions.iter().zip(&folded).filter(|(_, f)| **f).flat_map(|(t, _)| t.notify.iter()).collect();
-        Self::insert_notifications(&mut tx, &notes).await?;
+        Self::insert_notifications(tx, &notes).await?;
         let rest: Vec<Transition> = transitions.iter().zip(&folded).filter(|(_, f)| !**f).map(|(t, _)| t.clone()).collect();
-        let mut rest_applied = Self::transition_in(&mut tx, &rest).await?.into_iter();
+        let mut rest_applied = Self::transition_in(tx, &rest).await?.into_iter();
         let applied = folded.iter().map(|f| *f || rest_applied.next().unwrap_or(false)).collect();
-        tx.commit().await?;
         Ok((outcomes, applied))
     }
 
@@ -222,27 +244,25 @@ impl<B: Backend> LeaderWrites for SqlStore<B> {
         if let Some(r) = self.db.native_turn_write(fence, runs, advances, &[]).await {
             return r.map(|(fired, _)| fired);
         }
-        self.turn_tx(fence, runs, advances, &[]).await.map(|(fired, _)| fired)
+        self.turn_tx(fence, runs, advances, &[], None).await.map(|w| w.fired)
     }
 
     async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError> {
         if let Some(r) = self.db.native_turn_write(fence, &[], &[], transitions).await {
             return r.map(|(_, applied)| applied);
         }
-        self.turn_tx(fence, &[], &[], transitions).await.map(|(_, applied)| applied)
+        self.turn_tx(fence, &[], &[], transitions, None).await?.applied
     }
 
-    async fn fire_and_transition(
-        &self,
-        fence: &Fence,
-        runs: &[NewRun],
-        advances: &[JobAdvance],
-        transitions: &[Transition],
-    ) -> Result<TurnWrite, StoreError> {
-        let (fired, applied) = match self.db.native_turn_write(fence, runs, advances, transitions).await {
-            Some(r) => r?,
-            None => self.turn_tx(fence, runs, advances, transitions).await?,
-        };
-        Ok(TurnWrite { fired, applied: Ok(applied) })
+    /// One transaction, one commit. A turn with backfill work takes the
+    /// shared path (the native SQLite write carries runs only).
+    async fn write_turn(&self, fence: &Fence, batch: &TurnBatch) -> Result<TurnWrite, StoreError> {
+        if batch.is_runs_only() {
+            if let Some(r) = self.db.native_turn_write(fence, &batch.runs, &batch.advances, &batch.transitions).await {
+                let (fired, applied) = r?;
+                return Ok(TurnWrite { fired, applied: Ok(applied), advanced: Vec::new(), created: Vec::new() });
+            }
+        }
+        self.turn_tx(fence, &batch.runs, &batch.advances, &batch.transitions, Some(batch)).await
     }
 }

@@ -1,5 +1,5 @@
 //! What only the leader writes, each call fenced by its term's token:
-//! runs fired and run transitions.
+//! runs fired, run transitions and backfill progress, one write per turn.
 
 use async_trait::async_trait;
 
@@ -26,7 +26,7 @@ use crate::*;
 /// - write a transition's notifications in the transition's own write, only
 ///   if it applies, and never twice (insert-or-ignore by id).
 #[async_trait]
-pub trait LeaderWrites: Send + Sync {
+pub trait LeaderWrites: BackfillStore + Send + Sync {
     /// Creates the runs (at most one per `(job_uid, scheduled_at)`) and
     /// advances the jobs' `last_scheduled_at`, fenced.
     async fn fire(&self, fence: &Fence, runs: &[NewRun], advances: &[JobAdvance]) -> Result<Vec<FireOutcome>, StoreError>;
@@ -34,20 +34,45 @@ pub trait LeaderWrites: Send + Sync {
     /// applied.
     async fn transition(&self, fence: &Fence, transitions: &[Transition]) -> Result<Vec<bool>, StoreError>;
 
-    /// One leader write per turn: `fire`, then `transition` (which may move
-    /// the runs just fired). The SQL stores do both in one transaction, one
-    /// commit. This default makes the two calls; a transition failure after
-    /// the fire committed comes back in [`TurnWrite::applied`] (the fire
-    /// stands). `Err` means nothing was written.
-    async fn fire_and_transition(
-        &self,
-        fence: &Fence,
-        runs: &[NewRun],
-        advances: &[JobAdvance],
-        transitions: &[Transition],
-    ) -> Result<TurnWrite, StoreError> {
-        let fired = if runs.is_empty() && advances.is_empty() { Vec::new() } else { self.fire(fence, runs, advances).await? };
-        let applied = if transitions.is_empty() { Ok(Vec::new()) } else { self.transition(fence, transitions).await };
-        Ok(TurnWrite { fired, applied })
+    /// One leader write per turn: the fire, then the transitions (which
+    /// may move the runs just fired), then the backfills' progress and the
+    /// backfills started. The SQL stores make it one transaction, one
+    /// commit. This default makes the calls one after the other (each valid
+    /// alone): an error after the fire committed comes back in
+    /// [`TurnWrite::applied`] when it is the transitions', and as `Err`
+    /// otherwise; `Err` means the outcome is unknown past the fire.
+    async fn write_turn(&self, fence: &Fence, batch: &TurnBatch) -> Result<TurnWrite, StoreError> {
+        let fired = if batch.runs.is_empty() && batch.advances.is_empty() {
+            Vec::new()
+        } else {
+            self.fire(fence, &batch.runs, &batch.advances).await?
+        };
+        let applied = if batch.transitions.is_empty() { Ok(Vec::new()) } else { self.transition(fence, &batch.transitions).await };
+        let (advanced, created) = backfill_steps(self, fence, batch, &fired).await?;
+        Ok(TurnWrite { fired, applied, advanced, created })
     }
+}
+
+/// The backfill part of a turn written call by call, after its fire
+/// (whose outcomes are `fired`): each progress, then each backfill started
+/// (`false` where its id was taken).
+pub async fn backfill_steps<S: BackfillStore + ?Sized>(
+    store: &S,
+    fence: &Fence,
+    batch: &TurnBatch,
+    fired: &[FireOutcome],
+) -> Result<(Vec<bool>, Vec<bool>), StoreError> {
+    let mut advanced = Vec::with_capacity(batch.backfills.len());
+    for p in batch.counted_progress(fired) {
+        advanced.push(store.advance_backfill(fence, &p).await?);
+    }
+    let mut created = Vec::with_capacity(batch.new_backfills.len());
+    for b in &batch.new_backfills {
+        created.push(match store.create_backfill(b, batch.at).await {
+            Ok(_) => true,
+            Err(StoreError::AlreadyExists(_)) => false,
+            Err(e) => return Err(e),
+        });
+    }
+    Ok((advanced, created))
 }

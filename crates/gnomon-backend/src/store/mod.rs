@@ -28,7 +28,7 @@ mod runs;
 
 pub use backfills::BackfillStore;
 pub use jobs::JobStore;
-pub use leader_writes::LeaderWrites;
+pub use leader_writes::{backfill_steps, LeaderWrites};
 pub use leadership::LeadershipStore;
 pub use notifications::NotificationStore;
 pub use probes::StoreProbes;

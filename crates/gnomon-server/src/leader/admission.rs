@@ -139,34 +139,8 @@ impl Admission {
 }
 
 /// Counts a refusal in `gnomon_quota_refusals_total`.
-fn count_refusal(e: &QuotaExceeded) {
+pub(super) fn count_refusal(e: &QuotaExceeded) {
     metrics::counter!("gnomon_quota_refusals_total", "namespace" => e.namespace.clone(), "quota" => e.quota.as_str()).increment(1);
-}
-
-impl LeaderRuntime {
-    /// Refuses creating `runs` (the first `roots` asked for, the rest their
-    /// downstream runs) in namespace `ns` when a quota would be passed.
-    pub(super) fn admit(&self, ns: &str, runs: &[NewRun], roots: usize) -> std::result::Result<(), QuotaExceeded> {
-        let (_, reserved) = self.cache.backfills.of_namespace(ns);
-        self.admission.admit(ns, self.cache.runs.ns_counts(ns), reserved, Ask::of(runs, roots)).inspect_err(count_refusal)
-    }
-
-    /// Starts a backfill when its namespace's quotas allow: the store
-    /// holds it, and this leader works through it from now.
-    pub(super) async fn start_backfill(
-        &mut self,
-        new: gnomon_backend::NewBackfill,
-    ) -> std::result::Result<gnomon_backend::BackfillRecord, TriggerError> {
-        let ns = new.namespace.as_str();
-        let (running, reserved) = self.cache.backfills.of_namespace(ns);
-        self.admission.admit_backfill(ns, self.cache.runs.ns_counts(ns), reserved, running, new.total).inspect_err(count_refusal)?;
-        let now = self.clock.now_millis();
-        let began = std::time::Instant::now();
-        let record = self.store.create_backfill(&new, now).await?;
-        self.stats.wrote(1, began);
-        self.cache.backfills.add(record.clone(), now);
-        Ok(record)
-    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 
 use gnomon_backend::{BackfillProgress, BackfillRecord};
 
+use super::plan::{BackfillStep, TurnPlan};
 use super::*;
 
 /// The most instants one step of a backfill takes.
@@ -133,9 +134,10 @@ impl LeaderRuntime {
         self.cache.backfills.covers(uid, at) && self.cache.jobs.get(uid).is_some_and(|e| e.schedule.includes(at))
     }
 
-    /// Takes one chunk of every backfill that is due: its runs (with the
-    /// dependency runs they make) in one fenced write, then its progress.
-    pub(super) async fn run_backfills(&mut self, now: Millis) -> Result<()> {
+    /// Plans one chunk of every backfill that is due: its runs (with the
+    /// dependency runs they make) and its cursor moved past them, both in
+    /// the turn's write.
+    pub(super) fn plan_backfills(&mut self, now: Millis, plan: &mut TurnPlan) {
         for b in self.cache.backfills.due(now) {
             let (n, pause) = Backfills::chunk(b.rate);
             // Paused, not ended, while its namespace's fires are deferred or
@@ -147,14 +149,15 @@ impl LeaderRuntime {
             let Some((schedule, settled)) =
                 self.cache.jobs.get(&b.job_uid).map(|e| (e.schedule.clone(), self.cache.jobs.settled_until(&b.job_uid, now)))
             else {
-                self.finish_backfill(&b, b.cursor, 0, 0, "its job was deleted", now).await?;
+                plan.backfills.push(finish(b, None, Vec::new(), 0, "its job was deleted", now));
                 continue;
             };
             let until = b.to.min(settled.unwrap_or(Millis::MIN));
             let (times, more) = schedule.fires_between(b.cursor, until, n);
             if times.is_empty() {
                 if until >= b.to {
-                    self.finish_backfill(&b, b.to, 0, 0, "every instant of the range has a record", now).await?;
+                    let to = b.to;
+                    plan.backfills.push(finish(b, Some(to), Vec::new(), 0, "every instant of the range has a record", now));
                 } else {
                     // The job's timeline has not passed the range yet.
                     self.cache.backfills.wait(&b.id, now + 1000);
@@ -178,81 +181,92 @@ impl LeaderRuntime {
                     upstream: None,
                 })
                 .collect();
-            let mut all = roots.clone();
-            all.extend(self.dependency_runs(&roots, now, &mut HashSet::default()));
-            let began = std::time::Instant::now();
-            let mut outcomes = self.store.fire(&self.fence, &all, &[]).await?;
-            self.stats.wrote(all.len(), began);
-            let dep_outcomes = outcomes.split_off(roots.len().min(outcomes.len()));
-            self.track_dependency_runs(all.split_off(roots.len()), dep_outcomes, now);
-            let (mut created, mut kept) = (0, 0);
-            for (run, outcome) in roots.into_iter().zip(outcomes) {
-                if outcome == FireOutcome::Created {
-                    created += 1;
-                    metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
-                    self.track_pending(run, now);
-                } else {
-                    kept += 1;
-                }
-            }
+            let n_roots = roots.len();
+            let mut runs = roots.clone();
+            runs.extend(self.dependency_runs(&roots, now, &mut plan.seen));
+            plan.count_runs(&b.namespace, runs.len());
+            // Not due again until this chunk is applied.
+            self.cache.backfills.wait(&b.id, Millis::MAX);
             let last = *times.last().unwrap_or(&b.cursor);
             if !more && until >= b.to {
-                self.finish_backfill(&b, b.to, created, kept, "every instant of the range has a record", now).await?;
+                let to = b.to;
+                plan.backfills.push(finish(b, Some(to), runs, n_roots, "every instant of the range has a record", now));
             } else {
                 let progress = BackfillProgress {
                     id: b.id.clone(),
                     from_cursor: b.cursor,
                     cursor: last,
-                    created: b.created + created,
-                    kept: b.kept + kept,
+                    created: b.created,
+                    kept: b.kept,
                     done: None,
                     at: now,
                 };
-                self.record_progress(b, progress, now + pause).await?;
+                plan.backfills.push(BackfillStep { record: b, runs, roots: n_roots, progress, next_at: now + pause });
             }
         }
-        Ok(())
     }
 
-    async fn finish_backfill(&mut self, b: &BackfillRecord, cursor: Millis, created: u64, kept: u64, why: &str, now: Millis) -> Result<()> {
-        let progress = BackfillProgress {
-            id: b.id.clone(),
-            from_cursor: b.cursor,
-            cursor,
-            created: b.created + created,
-            kept: b.kept + kept,
-            done: Some(why.into()),
-            at: now,
-        };
-        tracing::info!(backfill = %b.id, job = %b.job, created = progress.created, kept = progress.kept, "backfill done");
-        self.record_progress(b.clone(), progress, now).await
-    }
-
-    /// Writes a backfill's progress. When the store refuses it (the
-    /// backfill was cancelled, or an earlier write whose outcome was
-    /// unknown did land), the store's copy is taken instead: a backfill
-    /// that still runs stays (waiting runs may expect its instants), one
-    /// that ended leaves, and every waiting run is decided again.
-    async fn record_progress(&mut self, mut b: BackfillRecord, progress: BackfillProgress, next_at: Millis) -> Result<()> {
-        let began = std::time::Instant::now();
-        let advanced = self.store.advance_backfill(&self.fence, &progress).await?;
-        self.stats.wrote(1, began);
-        if advanced && b.advance(&progress) {
-            if b.state != gnomon_backend::BackfillState::Running {
-                self.cache.runs.reconsider_waiting_on(&HashSet::from_iter([b.job_uid.clone()]));
+    /// A backfill's chunk is written (`fired`, its runs' outcomes) and its
+    /// progress applied or refused (`advanced`; `counted` is the progress
+    /// with the chunk counted, as the store recorded it). When the store
+    /// refused it (the backfill was cancelled, or an earlier write whose
+    /// outcome was unknown did land), the store's copy is taken instead: a
+    /// backfill that still runs stays (waiting runs may expect its
+    /// instants), one that ended leaves, and the waiting runs on its job
+    /// are decided again.
+    pub(super) async fn apply_backfill_step(
+        &mut self,
+        step: BackfillStep,
+        fired: Vec<FireOutcome>,
+        advanced: bool,
+        counted: BackfillProgress,
+    ) -> Result<()> {
+        let BackfillStep { mut record, mut runs, roots, next_at, .. } = step;
+        let now = self.clock.now_millis();
+        let mut fired = fired;
+        let dep_fired = fired.split_off(roots.min(fired.len()));
+        self.track_dependency_runs(runs.split_off(roots.min(runs.len())), dep_fired, now);
+        for (run, outcome) in runs.into_iter().zip(fired) {
+            if outcome == FireOutcome::Created {
+                metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
+                self.track_pending(run, now);
             }
-            self.cache.backfills.advanced(b, next_at);
+        }
+        if counted.done.is_some() {
+            tracing::info!(backfill = %record.id, job = %record.job, created = counted.created, kept = counted.kept, "backfill done");
+        }
+        if advanced && record.advance(&counted) {
+            if record.state != gnomon_backend::BackfillState::Running {
+                self.cache.runs.reconsider_waiting_on(&HashSet::from_iter([record.job_uid.clone()]));
+            }
+            self.cache.backfills.advanced(record, next_at);
             return Ok(());
         }
-        match self.store.get_backfill(&b.id).await? {
+        match self.store.get_backfill(&record.id).await? {
             Some(fresh) if fresh.state == gnomon_backend::BackfillState::Running => self.cache.backfills.advanced(fresh, next_at),
             _ => {
-                self.cache.backfills.remove(&b.id);
-                self.cache.runs.reconsider_waiting_on(&HashSet::from_iter([b.job_uid.clone()]));
+                self.cache.backfills.remove(&record.id);
+                self.cache.runs.reconsider_waiting_on(&HashSet::from_iter([record.job_uid.clone()]));
             }
         }
         Ok(())
     }
+}
+
+/// The last step of backfill `b`: its cursor at `cursor` (or where it
+/// stands), done for the reason `why`, with the chunk `runs` (the first
+/// `roots` its own instants).
+fn finish(b: BackfillRecord, cursor: Option<Millis>, runs: Vec<NewRun>, roots: usize, why: &str, now: Millis) -> BackfillStep {
+    let progress = BackfillProgress {
+        id: b.id.clone(),
+        from_cursor: b.cursor,
+        cursor: cursor.unwrap_or(b.cursor),
+        created: b.created,
+        kept: b.kept,
+        done: Some(why.into()),
+        at: now,
+    };
+    BackfillStep { record: b, runs, roots, progress, next_at: now }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 use super::*;
 
 /// Assignments chosen by a dispatch pass, not yet persisted.
+#[derive(Default)]
 pub(super) struct DispatchPlan {
     pub(super) batch: Vec<Transition>,
     /// The worker of each assignment in `batch`.

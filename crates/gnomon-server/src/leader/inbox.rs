@@ -1,7 +1,8 @@
 //! [`Inbox`]: what came in that the store does not have yet, kept across
 //! a rebuild (it is the callers' and the workers' words, not a copy of the
-//! store): commands held while the cache is stale, worker reports not yet
-//! written, and attempts a live worker's heartbeats say it does not hold.
+//! store): commands held while the cache is stale, asks for runs and
+//! backfills waiting for a turn, worker reports not yet written, and
+//! attempts a live worker's heartbeats say it does not hold.
 //!
 //! Invariants (checked by the tests below):
 //! - held commands come out in the order they went in;
@@ -10,6 +11,7 @@
 
 use std::collections::VecDeque;
 
+use super::asks::Ask;
 use super::results::WorkerEvent;
 use super::runbook::RunId;
 use super::LeaderCommand;
@@ -18,6 +20,8 @@ use super::LeaderCommand;
 pub(super) struct Inbox {
     /// Commands that need the cache, held while it is stale.
     deferred: VecDeque<LeaderCommand>,
+    /// Asks for runs and backfills, planned by the next turn.
+    asks: Vec<Ask>,
     /// Worker reports not yet written.
     events: Vec<WorkerEvent>,
     /// Attempts a live worker's heartbeats say it does not hold: (worker,
@@ -34,6 +38,21 @@ impl Inbox {
     /// The next held command.
     pub(super) fn next_deferred(&mut self) -> Option<LeaderCommand> {
         self.deferred.pop_front()
+    }
+
+    /// An ask, for the next turn to plan.
+    pub(super) fn ask(&mut self, ask: Ask) {
+        self.asks.push(ask);
+    }
+
+    /// The asks to plan now, in the order they came, taken out.
+    pub(super) fn take_asks(&mut self) -> Vec<Ask> {
+        std::mem::take(&mut self.asks)
+    }
+
+    /// Whether asks wait for a turn.
+    pub(super) fn has_asks(&self) -> bool {
+        !self.asks.is_empty()
     }
 
     /// A worker's report, to be written.

@@ -47,8 +47,6 @@ const STORE_LEASE_SLACK_MS: Millis = 3_000;
 /// The smallest chunk a burst is fired in while it interleaves with
 /// dispatch (smaller chunks would spend more on commits than they save).
 const MIN_INTERLEAVED_FIRE: usize = 256;
-/// How long one turn keeps firing chunks of a burst before it dispatches.
-const FIRE_BUDGET: Duration = Duration::from_millis(500);
 const POLL_EVERY_MS: Millis = 1000;
 /// How far past its job's timeout (counted from its assignment) an attempt
 /// may run before the leader ends it `timed_out` itself, on top of the
@@ -71,6 +69,7 @@ fn with_duration(average: Option<f64>, ms: f64) -> Option<f64> {
 }
 
 mod admission;
+mod asks;
 mod backfills;
 mod cadence;
 mod dispatch;
@@ -79,6 +78,7 @@ mod graph;
 mod inbox;
 mod jobs;
 mod notify;
+mod plan;
 mod release;
 mod results;
 mod runbook;
@@ -92,7 +92,6 @@ mod workers;
 pub use fair::NsCounts;
 pub use view::{NamespaceUsage, PressureInfo, Snapshot, WorkerInfo};
 
-use jobs::*;
 use results::*;
 use runbook::*;
 use sessions::*;

@@ -13,6 +13,7 @@
 
 use gnomon_core::deps::{decide, edge_state, EdgeState, Release, UpstreamRun};
 
+use super::plan::TurnPlan;
 use super::*;
 
 /// The most waiting runs one turn decides; the rest are decided in the
@@ -20,27 +21,58 @@ use super::*;
 /// work per turn).
 const MAX_RELEASE_BATCH: usize = 512;
 
+/// What the store holds of upstream runs the run book does not know:
+/// read before planning, so deciding reads nothing. An id absent here was
+/// not asked for; `None` means the store has no such run.
+pub(super) type UpstreamReads = HashMap<String, Option<RunState>>;
+
 impl LeaderRuntime {
-    /// Decides the waiting runs marked undecided, and writes the releases
-    /// and skips in one batch.
-    pub(super) async fn release_waiting(&mut self, now: Millis) -> Result<()> {
+    /// The waiting runs to decide this turn (at most a batch), and what
+    /// deciding them needs from the store: the state of each candidate
+    /// upstream run that the run book neither holds open nor saw end.
+    pub(super) async fn gather_releases(&mut self) -> Result<(Vec<RunId>, UpstreamReads)> {
         let ids = self.cache.runs.take_undecided(MAX_RELEASE_BATCH);
-        let mut batch = Vec::new();
+        let mut needs: Vec<String> = Vec::new();
+        for id in &ids {
+            let Some(run) = self.cache.runs.get(id) else { continue };
+            let Some(after) = run.after.clone() else { continue };
+            for candidates in upstream_candidates(&after, run.scheduled_at) {
+                // An open candidate decides the edge (it waits) unread.
+                if candidates.iter().any(|c| matches!(self.cache.runs.known_upstream(c), Some(UpstreamRun::Open))) {
+                    continue;
+                }
+                needs.extend(candidates.into_iter().filter(|c| self.cache.runs.known_upstream(c).is_none()));
+            }
+        }
+        needs.sort_unstable();
+        needs.dedup();
+        let mut reads = UpstreamReads::default();
+        for c in needs {
+            let state = self.store.get_run(&c).await?.map(|d| d.run.state);
+            reads.insert(c, state);
+        }
+        Ok((ids, reads))
+    }
+
+    /// Decides the waiting runs gathered, from committed facts and the
+    /// reads made for them: each released or skipped goes into the plan.
+    pub(super) fn plan_releases(&mut self, ids: Vec<RunId>, reads: &UpstreamReads, now: Millis, plan: &mut TurnPlan) {
         for id in ids {
             let Some(run) = self.cache.runs.get(&id) else { continue };
             let Some(after) = run.after.clone() else { continue };
             let (at, uid) = (run.scheduled_at, run.key.uid.clone());
-            let mut edges = Vec::with_capacity(after.edges.len());
-            for (edge, candidates) in after.edges.iter().zip(upstream_candidates(&after, at)) {
-                let state = self.edge_at(&edge.job, &edge.uid, edge.on, at, &candidates).await?;
-                edges.push((edge.job.clone(), state));
-            }
+            let edges: Vec<(String, EdgeState)> = after
+                .edges
+                .iter()
+                .zip(upstream_candidates(&after, at))
+                .map(|(edge, candidates)| (edge.job.clone(), self.edge_at(&edge.job, &edge.uid, edge.on, at, &candidates, reads)))
+                .collect();
             let (to, reason) = match decide(&edges) {
                 Release::Wait(_) => continue,
                 Release::Skip(reason) => (RunState::Skipped, Some(reason)),
                 Release::Run => self.overlap_at_release(&uid, at),
             };
-            batch.push(Transition {
+            plan.releases.push(Transition {
                 run_id: id.to_string(),
                 from: RunState::Waiting,
                 from_attempt: 0,
@@ -53,27 +85,33 @@ impl LeaderRuntime {
                 notify: Vec::new(),
             });
         }
-        self.apply(batch).await
     }
 
     /// One edge at the instant `at`, from its candidate runs: open here
-    /// (then it waits, without asking the store), ended, or read from the
-    /// store; and, if the upstream's timeline will still make one, expected.
-    async fn edge_at(&self, job: &str, uid: &str, on: gnomon_core::deps::On, at: Millis, candidates: &[String]) -> Result<EdgeState> {
+    /// (then it waits), ended, or as the store holds it (`reads`); and, if
+    /// the upstream's timeline will still make one, expected.
+    fn edge_at(
+        &self,
+        job: &str,
+        uid: &str,
+        on: gnomon_core::deps::On,
+        at: Millis,
+        candidates: &[String],
+        reads: &UpstreamReads,
+    ) -> EdgeState {
         let mut runs = Vec::new();
-        let mut unknown = Vec::new();
         for c in candidates {
             match self.cache.runs.known_upstream(c) {
-                Some(UpstreamRun::Open) => return Ok(EdgeState::Waiting),
+                Some(UpstreamRun::Open) => return EdgeState::Waiting,
                 Some(known) => runs.push(known),
-                None => unknown.push(c),
-            }
-        }
-        for c in unknown {
-            match self.store.get_run(c).await? {
-                Some(d) if d.run.state.is_terminal() => runs.push(UpstreamRun::Ended(d.run.state)),
-                Some(_) => runs.push(UpstreamRun::Open),
-                None => {}
+                None => match reads.get(c.as_str()) {
+                    Some(Some(state)) if state.is_terminal() => runs.push(UpstreamRun::Ended(*state)),
+                    Some(Some(_)) => runs.push(UpstreamRun::Open),
+                    Some(None) => {}
+                    // Not read (the gather saw it known): it waits for the
+                    // next decision rather than guess.
+                    None => return EdgeState::Waiting,
+                },
             }
         }
         if self.cache.jobs.expects(uid, at) || self.backfill_will_make(uid, at) {
@@ -81,7 +119,7 @@ impl LeaderRuntime {
         } else if runs.is_empty() {
             runs.push(UpstreamRun::Absent);
         }
-        Ok(edge_state(job, on, &runs))
+        edge_state(job, on, &runs)
     }
 
     /// What a run whose upstreams all accepted becomes under its job's

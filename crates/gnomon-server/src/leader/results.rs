@@ -8,6 +8,7 @@ pub(super) enum WorkerEvent {
 }
 
 /// Worker results on their way to the store.
+#[derive(Default)]
 pub(super) struct EventBatch {
     pub(super) events: Vec<WorkerEvent>,
     pub(super) batch: Vec<Transition>,
@@ -160,91 +161,5 @@ impl LeaderRuntime {
             );
         }
         Ok(())
-    }
-
-    /// The turn's one store write: the last fire chunk, worker results and
-    /// new assignments (one commit, one fsync on the SQL stores). Then the
-    /// results are acked and the assignments sent.
-    pub(super) async fn record_and_dispatch(&mut self, now: Millis, mut fire: Option<FirePlan>) -> Result<()> {
-        // Track the chunk's pending runs ahead of the write so that this
-        // dispatch can place them; undone if the write fails.
-        if let Some(f) = fire.as_mut() {
-            for run in &f.new_runs {
-                if run.state == RunState::Pending && !self.cache.runs.contains(run.id().as_str()) {
-                    let id = self.track_pending(run.clone(), now);
-                    f.tracked.push(id);
-                }
-            }
-        }
-        let mut eb = self.prepare_worker_events();
-        let mut plan = self.prepare_dispatch(now);
-        let (n_events, n_dropped) = (eb.batch.len(), plan.dropped.len());
-        if fire.is_none() && n_events + n_dropped + plan.batch.len() == 0 {
-            // Nothing to write, but refused reports are still answered (or
-            // their worker would keep them spooled and send them forever).
-            if !eb.acks.is_empty() {
-                self.finish_events(eb, Vec::new()).await?;
-            }
-            return Ok(());
-        }
-        // Stamp the fire and the assignments when the write begins, not when
-        // the turn began (so a run's fired_at never follows its assigned_at).
-        let stamp = self.clock.now_millis();
-        if let Some(f) = fire.as_mut() {
-            f.stamp = stamp;
-            for run in &mut f.new_runs {
-                run.fired_at = stamp;
-            }
-        }
-        for t in &mut plan.batch {
-            t.at = stamp;
-        }
-        // One slice for the store, moved (results carry their output), and
-        // split back into its parts after the write.
-        let mut all = std::mem::take(&mut eb.batch);
-        all.append(&mut plan.dropped);
-        all.append(&mut plan.batch);
-        self.attach_notifications(&mut all);
-        let (runs, advances) = fire.as_ref().map(|f| (&f.new_runs[..], &f.advances[..])).unwrap_or((&[], &[]));
-        let began = std::time::Instant::now();
-        let result = self.store.fire_and_transition(&self.fence, runs, advances, &all).await;
-        metrics::histogram!("gnomon_store_turn_write_seconds").record(began.elapsed().as_secs_f64());
-        self.stats.wrote(runs.len() + advances.len() + all.len(), began);
-        plan.batch = all.split_off(n_events + n_dropped);
-        plan.dropped = all.split_off(n_events);
-        eb.batch = all;
-        // Any error: the outcome is unknown (all, some or none of it may
-        // have landed). The caller rebuilds the cache from the store; the
-        // results stay in the inbox to be written again (a result already
-        // written is then acked as recorded).
-        let wrote = match result {
-            Ok(w) => w,
-            Err(e) => {
-                self.requeue_events(eb);
-                return Err(e);
-            }
-        };
-        let mut applied = match wrote.applied {
-            Ok(a) => a,
-            Err(e) => {
-                self.requeue_events(eb);
-                return Err(e);
-            }
-        };
-        let assigned = applied.split_off(n_events + n_dropped);
-        let dropped = applied.split_off(n_events);
-        self.finish_events(eb, applied).await?;
-        for (t, ok) in plan.dropped.iter().zip(dropped) {
-            if ok {
-                self.mirror(t);
-            } else {
-                self.reload_run(&t.run_id).await?;
-            }
-        }
-        self.finish_dispatch(plan, assigned, now).await?;
-        match fire {
-            Some(f) => self.finish_fire(f, wrote.fired),
-            None => Ok(()),
-        }
     }
 }

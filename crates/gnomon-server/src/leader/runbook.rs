@@ -200,9 +200,10 @@ impl RunBook {
         std::mem::take(&mut self.replace_due)
     }
 
-    /// Whether waiting runs are marked to be decided.
+    /// Whether waiting runs are marked to be decided, or runs a newer
+    /// run replaced are to be cancelled: work for the next turn.
     pub(super) fn has_undecided(&self) -> bool {
-        !self.undecided.is_empty()
+        !self.undecided.is_empty() || !self.replace_due.is_empty()
     }
 
     /// What the leader knows of a candidate upstream run without the

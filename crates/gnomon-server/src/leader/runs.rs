@@ -137,11 +137,11 @@ impl LeaderRuntime {
         self.cache.runs.release(id);
     }
 
-    pub(super) async fn release_retries(&mut self, now: Millis) -> Result<()> {
-        let mut batch = Vec::new();
+    /// Retrying runs whose time has come go back to pending.
+    pub(super) fn plan_retries(&mut self, now: Millis, plan: &mut super::plan::TurnPlan) {
         for id in self.cache.runs.take_due_retries(now) {
             let Some(run) = self.cache.runs.get(&id) else { continue };
-            batch.push(Transition {
+            plan.retries.push(Transition {
                 run_id: id.to_string(),
                 from: RunState::Retrying,
                 from_attempt: run.attempt,
@@ -154,35 +154,10 @@ impl LeaderRuntime {
                 notify: Vec::new(),
             });
         }
-        self.apply(batch).await
     }
 
-    /// Writes a batch of transitions and mirrors the applied ones in memory.
-    pub(super) async fn apply(&mut self, mut batch: Vec<Transition>) -> Result<()> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.attach_notifications(&mut batch);
-        let began = std::time::Instant::now();
-        let applied = self.store.transition(&self.fence, &batch).await?;
-        self.stats.wrote(batch.len(), began);
-        for (t, ok) in batch.into_iter().zip(applied) {
-            if !ok {
-                self.reload_run(&t.run_id).await?;
-                continue;
-            }
-            self.mirror(&t);
-        }
-        Ok(())
-    }
-
-    pub(super) fn mirror(&mut self, t: &Transition) {
-        metrics::counter!("gnomon_runs_total", "state" => t.to.as_str()).increment(1);
-        self.mirror_state(t);
-    }
-
-    /// [`Self::mirror`] without counting it in `gnomon_runs_total` (for a
-    /// batch that counts its transitions once per state).
+    /// Mirrors a transition the store applied (the caller counts it in
+    /// `gnomon_runs_total`).
     pub(super) fn mirror_state(&mut self, t: &Transition) {
         self.cache.runs.mirror(t);
     }

@@ -1,8 +1,16 @@
-//! One turn of the leader loop: poll the store when due, answer the
-//! commands waiting (sessions, API calls), fire what is due and dispatch,
-//! write it all in one fenced store call, then wait for the next piece of
-//! work.
+//! One turn of the leader loop, in three steps:
+//!
+//! 1. **gather**: poll the store when due, take in the commands waiting
+//!    (sessions, worker reports, API asks), and read what the plan will
+//!    need (the asks' jobs and keyed runs, the upstream runs of the waiting
+//!    runs to decide);
+//! 2. **plan**, reading nothing: attempts ended, replaced runs cancelled,
+//!    retries due, waiting runs decided, backfill chunks, asks, one chunk
+//!    of due fires, worker results and dispatch;
+//! 3. **one fenced write** of the whole plan, then apply what it committed
+//!    and send the replies, acks and assignments ([`super::plan`]).
 
+use super::plan::TurnPlan;
 use super::*;
 
 impl LeaderRuntime {
@@ -14,46 +22,34 @@ impl LeaderRuntime {
 
     async fn turn_inner(&mut self) -> Result<()> {
         let now = self.clock.now_millis();
+        // Gather.
         if self.cadence.poll_due(now) {
             self.poll_store().await?;
             self.cadence.polled(now);
         }
         self.handle_commands().await?;
-        self.expire_leases(now).await?;
         self.update_pressure();
-        // Firing comes first: a burst is written in chunks until it is done
-        // or the turn's fire budget is spent, then dispatch gets its turn.
+        let (triggers, backfills) = self.gather_asks().await?;
+        let (undecided, upstreams) = self.gather_releases().await?;
+        // Plan. The order is the order of the write: attempts ended first,
+        // then what frees or fills the ready queue, then results and
+        // dispatch (which may place the fire's pending runs).
+        let mut plan = TurnPlan::default();
+        self.plan_expiries(now, &mut plan);
+        self.plan_cancels(now, &mut plan);
+        self.plan_retries(now, &mut plan);
+        self.plan_releases(undecided, &upstreams, now, &mut plan);
+        self.plan_backfills(now, &mut plan);
+        self.plan_asks(now, triggers, backfills, &mut plan);
         // A namespace under red backpressure has its due jobs wait (they
-        // are not dropped); the others fire.
-        // A burst larger than one chunk writes its full chunks on their own
-        // until the budget is spent; the last chunk goes into the turn's one
-        // write together with the results and the assignments, so a run
-        // fired now can be assigned in the same commit.
-        //
-        // While the workers can take the fired runs at once, a burst is
-        // fired one chunk per turn instead, each chunk in the turn's write
-        // with the results and assignments: the workers run chunk N while
-        // the store writes chunk N+1.
-        let budget = std::time::Instant::now() + FIRE_BUDGET;
-        let interleaved = self.interleaved_fire_chunk();
-        let limit = interleaved.unwrap_or(MAX_FIRE_BATCH);
-        let mut last_chunk = None;
-        while std::time::Instant::now() < budget {
-            let Some(plan) = self.plan_fire(now, limit).await? else { break };
-            if !plan.full || interleaved.is_some() {
-                last_chunk = Some(plan);
-                break;
-            }
-            self.write_fire(plan).await?;
-        }
-        self.release_retries(now).await?;
-        self.release_waiting(now).await?;
-        self.run_backfills(now).await?;
-        self.record_and_dispatch(now, last_chunk).await?;
-        for (uid, before) in self.cache.runs.take_replace_due() {
-            self.cancel_open_runs_of(&uid, before, now).await?;
-        }
-        Ok(())
+        // are not dropped); the others fire, one chunk a turn: a herd spans
+        // several turns, each with its results and assignments, so the
+        // workers run chunk N while the store writes chunk N+1.
+        self.plan_fire(now, &mut plan);
+        plan.events = self.prepare_worker_events();
+        plan.dispatch = self.prepare_dispatch(now);
+        // One write, then apply.
+        self.write_plan(plan, now).await
     }
 
     pub(super) async fn poll_store(&mut self) -> Result<()> {
@@ -128,33 +124,12 @@ impl LeaderRuntime {
                     self.reload_run(&run_id).await?;
                 }
             }
+            // Planned by the next turn, and answered once its write is
+            // applied.
             LeaderCommand::Trigger { namespace, name, request, reply } => {
-                let result = self.trigger(&namespace, &name, request).await;
-                // What the caller reads next (its namespace's usage) counts
-                // what it just made.
-                self.update_pressure();
-                let _ = reply.send(result.clone());
-                // A job that does not exist or params that do not fit it
-                // are the caller's mistake; any other error is the
-                // store's, and the write may have landed.
-                if let Err(TriggerError::Store(e)) = result {
-                    if !matches!(e, StoreError::NotFound(_)) {
-                        return Err(e);
-                    }
-                }
+                self.inbox.ask(asks::Ask::Trigger(asks::PendingTrigger::new(namespace, name, request, reply)));
             }
-            LeaderCommand::Backfill { new, reply } => {
-                let result = self.start_backfill(new).await;
-                self.update_pressure();
-                let _ = reply.send(result.clone());
-                // As with a trigger: a refusal is the caller's; a store error
-                // may have landed the write.
-                if let Err(TriggerError::Store(e)) = result {
-                    if !matches!(e, StoreError::AlreadyExists(_)) {
-                        return Err(e);
-                    }
-                }
-            }
+            LeaderCommand::Backfill { new, reply } => self.inbox.ask(asks::Ask::Backfill { new, reply }),
             LeaderCommand::SessionOpen { hello, namespaces, outbound, reply } => {
                 let worker = hello.worker_id.clone();
                 let old_lease = self.sessions.store_lease(&worker);
@@ -194,6 +169,7 @@ impl LeaderRuntime {
     pub(super) async fn wait_for_work(&mut self) -> Option<LeaderExit> {
         self.publish_view();
         if !self.inbox.reports().is_empty()
+            || self.inbox.has_asks()
             || self.cache.runs.has_undecided()
             || (self.cache.runs.ready_len() > 0 && self.dispatch_room() > 0 && self.ready_has_dispatchable())
         {

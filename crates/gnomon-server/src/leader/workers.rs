@@ -185,11 +185,11 @@ impl LeaderRuntime {
 
     /// Sessions whose lease ran out lose their attempts (retried elsewhere
     /// per the job's policy); recovered attempts nobody reclaimed likewise.
-    pub(super) async fn expire_leases(&mut self, now: Millis) -> Result<()> {
+    pub(super) fn plan_expiries(&mut self, now: Millis, plan: &mut super::plan::TurnPlan) {
         // With a store lease, the store's deletion of the session key decides
         // (`on_lease_deleted`); the in-memory lease is the fallback, a little
         // later, for when the store cannot be heard.
-        let mut batch = Vec::new();
+        let (mut batch, mut aborts) = (Vec::new(), Vec::new());
         for (worker, s) in self.sessions.expire(now, STORE_LEASE_SLACK_MS) {
             if let (Some(leases), Some(lease)) = (self.leases.clone(), s.store_lease) {
                 tokio::spawn(async move { leases.release(lease).await });
@@ -208,7 +208,6 @@ impl LeaderRuntime {
         }
         // Attempts a live worker does not hold (`reconcile_held`), unless
         // their report came in since.
-        let mut aborts = Vec::new();
         for (worker, id) in self.inbox.take_unheld() {
             let reported = self
                 .inbox
@@ -236,13 +235,10 @@ impl LeaderRuntime {
                 batch.push(t);
             }
         }
-        self.apply(batch).await?;
-        // Should the assignment still turn up, the worker drops it.
-        for (worker, run_id, attempt, reason) in aborts {
-            self.send_to(&worker, server_message::Msg::Abort(v1::Abort { run_id, attempt, token: self.fence.token, reason }));
-        }
-        self.publish_view();
-        Ok(())
+        plan.ends.append(&mut batch);
+        // Should the assignment still turn up, the worker drops it (told
+        // once the ends are written).
+        plan.aborts.append(&mut aborts);
     }
 
     /// Attempts that ran past their job's timeout by more than the grace

@@ -54,16 +54,24 @@ pub struct FaultyStore {
     state: Arc<Mutex<State>>,
     /// The newest token the simulation installed with `fence`.
     current: Arc<AtomicU64>,
+    /// Fenced writes asked of the store (failed ones included).
+    writes: Arc<AtomicU64>,
 }
 
 impl FaultyStore {
     pub fn new(inner: Arc<dyn Store>, clock: ManualClock, rng: StdRng, rates: FaultRates) -> Self {
         let state = State { rng, on: true, forced: (Fault::None, 0), rates, violations: Vec::new(), injected: 0 };
-        Self { inner, clock, state: Arc::new(Mutex::new(state)), current: Arc::default() }
+        Self { inner, clock, state: Arc::new(Mutex::new(state)), current: Arc::default(), writes: Arc::default() }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many fenced writes were asked of the store so far.
+    #[allow(dead_code)] // tests/leader.rs
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::SeqCst)
     }
 
     pub fn set_faults(&self, on: bool) {
@@ -153,6 +161,7 @@ impl FaultyStore {
     where
         F: std::future::Future<Output = Result<T, StoreError>>,
     {
+        self.writes.fetch_add(1, Ordering::SeqCst);
         let fault = self.decide(true);
         if fault == Fault::Before {
             return Err(StoreError::Unavailable("injected: failed before the store".into()));
@@ -244,14 +253,9 @@ impl LeaderWrites for FaultyStore {
         self.write(fence, self.inner.transition(fence, transitions)).await
     }
 
-    async fn fire_and_transition(
-        &self,
-        fence: &Fence,
-        runs: &[NewRun],
-        advances: &[JobAdvance],
-        transitions: &[Transition],
-    ) -> Result<TurnWrite, StoreError> {
-        self.write(fence, self.inner.fire_and_transition(fence, runs, advances, transitions)).await
+    async fn write_turn(&self, fence: &Fence, batch: &TurnBatch) -> Result<TurnWrite, StoreError> {
+        self.no_write_for_nothing(fence, &batch.runs).await;
+        self.write(fence, self.inner.write_turn(fence, batch)).await
     }
 }
 

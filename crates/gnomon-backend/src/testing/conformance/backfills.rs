@@ -76,3 +76,47 @@ pub(super) async fn backfills_advance_by_fenced_cas_and_stop_when_cancelled(s: &
     assert_eq!((got.state, got.reason.as_deref()), (BackfillState::Done, Some("every instant")));
     let _ = RunState::Pending;
 }
+
+/// A turn's write carries backfill work with its runs: one backfill's
+/// progress, another started, and the runs of its chunk. A deposed
+/// leader's turn writes none of it.
+pub(super) async fn a_turn_carries_backfill_progress_and_new_backfills(s: &dyn Store, other: &dyn Store) {
+    let scope = unique("scope");
+    let fence = lead(s, &scope).await;
+    let job = s.put_job(&job_spec(&unique("bft")), Precondition::DoesNotExist, 1).await.expect("create");
+    let (running, started) = (unique("bf"), unique("bf"));
+    s.create_backfill(&new_backfill(&job, &running), 500).await.expect("create backfill");
+    let progress =
+        |from_cursor, cursor| BackfillProgress { id: running.clone(), from_cursor, cursor, created: 2, kept: 0, done: None, at: 600 };
+    let batch = TurnBatch {
+        runs: vec![new_run(&job, 10_000), new_run(&job, 11_000)],
+        backfills: vec![progress(9_999, 11_000), progress(9_999, 12_000)],
+        // The first progress counts the two runs (created: they are new).
+        backfill_runs: vec![0..2, 2..2],
+        new_backfills: vec![new_backfill(&job, &started), new_backfill(&job, &running)],
+        at: 650,
+        ..TurnBatch::default()
+    };
+    let wrote = s.write_turn(&fence, &batch).await.expect("turn write");
+    assert_eq!(wrote.fired, vec![FireOutcome::Created, FireOutcome::Created]);
+    assert_eq!(wrote.advanced, vec![true, false], "the second progress starts from a cursor that moved");
+    assert_eq!(wrote.created, vec![true, false], "a taken id is not created again");
+    let got = other.get_backfill(&running).await.expect("get").expect("exists");
+    assert_eq!((got.cursor, got.created, got.kept), (11_000, 4, 0), "2 counted before, and the 2 runs the turn created");
+    let made = other.get_backfill(&started).await.expect("get").expect("created in the turn");
+    assert_eq!((made.state, made.created_at), (BackfillState::Running, 650));
+    // A newer term fences out the whole turn: no run, no cursor, no backfill.
+    let _newer = lead(other, &scope).await;
+    let late = unique("bf");
+    let stale = TurnBatch {
+        runs: vec![new_run(&job, 12_000)],
+        backfills: vec![progress(11_000, 13_000)],
+        new_backfills: vec![new_backfill(&job, &late)],
+        at: 700,
+        ..TurnBatch::default()
+    };
+    assert!(matches!(s.write_turn(&fence, &stale).await, Err(StoreError::Fenced { .. })));
+    assert!(other.get_run(&run_id(&job.uid, 12_000)).await.expect("get").is_none());
+    assert_eq!(other.get_backfill(&running).await.expect("get").expect("exists").cursor, 11_000);
+    assert!(other.get_backfill(&late).await.expect("get").is_none());
+}

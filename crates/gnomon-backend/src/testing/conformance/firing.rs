@@ -369,7 +369,7 @@ pub(super) async fn cas_transitions_and_terminal_finality(s: &dyn Store) {
 
 /// A leader turn's write: new runs fired and, in the same call, a run just
 /// fired assigned and an older one finished. Fenced as a whole.
-pub(super) async fn fire_and_transition_in_one_write(a: &dyn Store, b: &dyn Store) {
+pub(super) async fn a_turn_is_one_write(a: &dyn Store, b: &dyn Store) {
     let scope = unique("scope");
     let fence = lead(a, &scope).await;
     let job = a.put_job(&job_spec(&unique("turn")), Precondition::DoesNotExist, 1).await.expect("create");
@@ -411,7 +411,7 @@ pub(super) async fn fire_and_transition_in_one_write(a: &dyn Store, b: &dyn Stor
     ];
     let advance = [JobAdvance { job_uid: job.uid.clone(), last_scheduled_at: 2000 }];
     // Fire 1000 again (it exists) and 2000 (new).
-    let wrote = a.fire_and_transition(&fence, &[new_run(&job, 1000), new_run(&job, 2000)], &advance, &batch).await.expect("turn write");
+    let wrote = a.write_turn(&fence, &turn(&[new_run(&job, 1000), new_run(&job, 2000)], &advance, &batch)).await.expect("turn write");
     assert_eq!(wrote.fired, vec![FireOutcome::Existed, FireOutcome::Created]);
     assert_eq!(wrote.applied.expect("transitions"), vec![true, true]);
     let ended = a.get_run(&old).await.expect("get").expect("exists");
@@ -424,7 +424,7 @@ pub(super) async fn fire_and_transition_in_one_write(a: &dyn Store, b: &dyn Stor
     // A newer term fences the whole write out: nothing of it lands.
     let _new = lead(b, &scope).await;
     let stale = [tr(&fresh, RunState::Assigned, 1, RunState::Running, 1, Some(AttemptChange::Start { attempt: 1 }))];
-    let r = a.fire_and_transition(&fence, &[new_run(&job, 3000)], &[], &stale).await;
+    let r = a.write_turn(&fence, &turn(&[new_run(&job, 3000)], &[], &stale)).await;
     assert!(matches!(r, Err(StoreError::Fenced { .. })), "a stale turn write is fenced, got {r:?}");
     assert!(a.get_run(&run_id(&job.uid, 3000)).await.expect("get").is_none());
     assert_eq!(s_run(a, &fresh).await.state, RunState::Assigned);
@@ -453,7 +453,7 @@ pub(super) async fn a_large_turn_write_mixes_new_existing_and_folded_runs(s: &dy
         )
     };
     let batch: Vec<Transition> = (0..300).filter(|i| i % 3 == 0).map(assign).collect();
-    let wrote = s.fire_and_transition(&fence, &runs, &[], &batch).await.expect("turn write");
+    let wrote = s.write_turn(&fence, &turn(&runs, &[], &batch)).await.expect("turn write");
     let expected: Vec<FireOutcome> =
         (0..300).map(|i| if i % 10 == 0 { FireOutcome::Existed } else { FireOutcome::Created }).chain([FireOutcome::Created]).collect();
     assert_eq!(wrote.fired, expected, "existing runs are reported existed, the rest created (a repeat as its first)");

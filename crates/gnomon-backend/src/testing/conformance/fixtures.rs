@@ -35,6 +35,11 @@ pub(crate) fn new_run(job: &JobRecord, t: i64) -> NewRun {
     }
 }
 
+/// A turn of runs, advances and transitions only.
+pub(crate) fn turn(runs: &[NewRun], advances: &[JobAdvance], transitions: &[Transition]) -> TurnBatch {
+    TurnBatch { runs: runs.to_vec(), advances: advances.to_vec(), transitions: transitions.to_vec(), ..TurnBatch::default() }
+}
+
 pub(crate) fn tr(run: &str, from: RunState, fa: u32, to: RunState, ta: u32, attempt: Option<AttemptChange>) -> Transition {
     Transition {
         run_id: run.into(),

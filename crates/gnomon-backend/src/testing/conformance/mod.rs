@@ -53,7 +53,7 @@ where
     a_turn_of_the_largest_runs_is_written(a.as_ref(), 24).await;
     stale_token_writes_are_rejected(a.as_ref(), b.as_ref()).await;
     cas_transitions_and_terminal_finality(a.as_ref()).await;
-    fire_and_transition_in_one_write(a.as_ref(), b.as_ref()).await;
+    a_turn_is_one_write(a.as_ref(), b.as_ref()).await;
     a_large_turn_write_mixes_new_existing_and_folded_runs(a.as_ref()).await;
     pagination_is_stable_under_inserts(a.as_ref()).await;
     cancel_requests(a.as_ref()).await;
@@ -61,4 +61,5 @@ where
     notifications_ride_with_their_transition(a.as_ref(), b.as_ref()).await;
     retention_deletes_only_old_terminal_runs(a.as_ref()).await;
     backfills::backfills_advance_by_fenced_cas_and_stop_when_cancelled(a.as_ref(), b.as_ref()).await;
+    backfills::a_turn_carries_backfill_progress_and_new_backfills(a.as_ref(), b.as_ref()).await;
 }

@@ -4,7 +4,7 @@
 
 use gnomon_core::RunState;
 
-use super::fixtures::{job_spec, lead, new_run, tr, unique};
+use super::fixtures::{job_spec, lead, new_run, tr, turn, unique};
 use crate::*;
 
 fn note(run: &str, outcome: &str, at: i64) -> NewNotification {
@@ -40,7 +40,7 @@ pub(super) async fn notifications_ride_with_their_transition(a: &dyn Store, b: &
     // A transition folded into its run's insert carries its notification too.
     let mut folded = tr(&r2, RunState::Pending, 0, RunState::Skipped, 0, None);
     folded.notify = vec![note(&r2, "late", 60)];
-    a.fire_and_transition(&fence, &[new_run(&job, 3000)], &[], &[folded]).await.expect("turn");
+    a.write_turn(&fence, &turn(&[new_run(&job, 3000)], &[], &[folded])).await.expect("turn");
     assert_eq!(b.run_notifications(&r2).await.expect("read").len(), 1, "the folded transition's notification");
     // Due: pending ones whose time has come, oldest first.
     let mine = |v: Vec<Notification>| v.into_iter().filter(|n| n.run_id == r0 || n.run_id == r2).map(|n| n.id).collect::<Vec<_>>();
