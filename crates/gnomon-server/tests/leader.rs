@@ -1,6 +1,6 @@
 //! Leader runtime, with an injected clock and a real SQLite store: step-down
-//! on loss and on being fenced, store faults, triggers and job edits, and
-//! worker sessions (one module each, their shared harness in
+//! on loss and on being fenced, store faults, triggers and job edits,
+//! one write per turn, and worker sessions (one module each, their shared harness in
 //! `leader/harness.rs`).
 
 #[path = "sim/store.rs"]
@@ -10,6 +10,8 @@ mod faulty;
 mod harness;
 #[path = "leader/stepdown.rs"]
 mod stepdown;
+#[path = "leader/turn.rs"]
+mod turn;
 #[path = "leader/workers.rs"]
 mod workers;
 #[path = "leader/writes.rs"]
