@@ -414,6 +414,10 @@ impl JobStore for RaftStore {
         self.read().await?.list_jobs(namespace).await
     }
 
+    async fn dependents(&self, namespace: &str, name: &str) -> Result<Vec<JobRecord>, StoreError> {
+        self.read().await?.dependents(namespace, name).await
+    }
+
     async fn job_changes(&self, since: u64) -> Result<JobChanges, StoreError> {
         self.read().await?.job_changes(since).await
     }

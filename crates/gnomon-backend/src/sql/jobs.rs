@@ -96,6 +96,7 @@ impl<B: Backend> SqlStore<B> {
         if checked && !spec.after.is_empty() {
             check_put(spec, &Self::namespace_graph(&mut tx, &ns).await?)?;
         }
+        let had_edges = existing.as_ref().is_some_and(|j| !j.spec.after.is_empty());
         match existing {
             Some(j) if j.spec.schedule != spec.schedule => {
                 let previous = serde_json::to_string(&j.spec.schedule).map_err(|e| StoreError::Backend(e.to_string()))?;
@@ -122,9 +123,30 @@ impl<B: Backend> SqlStore<B> {
                 }
             }
         }
+        if had_edges || !spec.after.is_empty() {
+            Self::write_edges(&mut tx, &ns, &spec.name, spec.after.iter().map(|e| e.job.as_str())).await?;
+        }
         let record = Self::job_after_write(&mut tx, &ns, &spec.name).await?;
         tx.commit().await?;
         Ok(record)
+    }
+
+    /// Replaces the `job_edges` rows of job `name` (as the downstream end)
+    /// with one per upstream it names, in the job write's transaction.
+    async fn write_edges(tx: &mut Tx<'_, B::Db>, ns: &str, name: &str, upstreams: impl Iterator<Item = &str>) -> Result<(), StoreError> {
+        tx.execute(Self::q("DELETE FROM job_edges WHERE namespace = ? AND downstream = ?").bind(ns).bind(name)).await?;
+        let mut upstreams: Vec<&str> = upstreams.collect();
+        upstreams.sort_unstable();
+        upstreams.dedup();
+        if upstreams.is_empty() {
+            return Ok(());
+        }
+        let mut q = Self::q("INSERT INTO job_edges (namespace, upstream, downstream) VALUES ");
+        for (i, up) in upstreams.iter().enumerate() {
+            q = q.push(if i > 0 { ", (?, ?, ?)" } else { "(?, ?, ?)" }).bind(ns).bind(*up).bind(name);
+        }
+        tx.execute(q).await?;
+        Ok(())
     }
 
     /// [`JobStore::delete_job`]; `checked: false` skips the dependents
@@ -151,6 +173,7 @@ impl<B: Backend> SqlStore<B> {
             check_delete(namespace, name, &Self::namespace_graph(&mut tx, namespace).await?)?;
         }
         tx.execute(Self::q("DELETE FROM jobs WHERE uid = ?").bind(&job.uid)).await?;
+        Self::write_edges(&mut tx, namespace, name, std::iter::empty()).await?;
         tx.execute(Self::q("DELETE FROM job_deletions WHERE uid = ?").bind(&job.uid)).await?;
         tx.execute(Self::q("INSERT INTO job_deletions (uid, change_seq) VALUES (?, ?)").bind(&job.uid).bind(seq)).await?;
         tx.commit().await
@@ -219,6 +242,14 @@ impl<B: Backend> JobStore for SqlStore<B> {
             None => Self::q("SELECT * FROM jobs ORDER BY namespace, name"),
         };
         self.read_all(q).await?.iter().map(job_from_row).collect()
+    }
+
+    async fn dependents(&self, namespace: &str, name: &str) -> Result<Vec<JobRecord>, StoreError> {
+        let q = Self::q(
+            "SELECT j.* FROM job_edges e JOIN jobs j ON j.namespace = e.namespace AND j.name = e.downstream \
+             WHERE e.namespace = ? AND e.upstream = ? ORDER BY j.name",
+        );
+        self.read_all(q.bind(namespace).bind(name)).await?.iter().map(job_from_row).collect()
     }
 
     async fn job_changes(&self, since: u64) -> Result<JobChanges, StoreError> {

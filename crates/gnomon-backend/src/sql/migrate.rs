@@ -29,6 +29,7 @@
 //! | 9    | run_payload          | 9          | 8                      |
 //! | 10   | run_upstream         | 10         | 9                      |
 //! | 11   | backfills            | 11         | 10                     |
+//! | 12   | job_edges            | —          | —                      |
 //!
 //! # Running them once
 //! Each step is applied with its `gnomon_schema` row under the database's
@@ -134,6 +135,7 @@ pub const SQLITE: &[Migration] = &[
     file(9, "run_payload", include_str!("../../migrations/sqlite/009_run_payload.sql")),
     file(10, "run_upstream", include_str!("../../migrations/sqlite/010_run_upstream.sql")),
     file(11, "backfills", include_str!("../../migrations/sqlite/011_backfills.sql")),
+    file(12, "job_edges", include_str!("../../migrations/sqlite/012_job_edges.sql")),
 ];
 
 #[cfg(feature = "mysql")]
@@ -149,6 +151,7 @@ pub const MYSQL: &[Migration] = &[
     file(9, "run_payload", include_str!("../../migrations/mysql/009_run_payload.sql")),
     file(10, "run_upstream", include_str!("../../migrations/mysql/010_run_upstream.sql")),
     file(11, "backfills", include_str!("../../migrations/mysql/011_backfills.sql")),
+    file(12, "job_edges", include_str!("../../migrations/mysql/012_job_edges.sql")),
 ];
 
 #[cfg(feature = "postgres")]
@@ -164,6 +167,7 @@ pub const POSTGRES: &[Migration] = &[
     file(9, "run_payload", include_str!("../../migrations/postgres/009_run_payload.sql")),
     file(10, "run_upstream", include_str!("../../migrations/postgres/010_run_upstream.sql")),
     file(11, "backfills", include_str!("../../migrations/postgres/011_backfills.sql")),
+    file(12, "job_edges", include_str!("../../migrations/postgres/012_job_edges.sql")),
 ];
 
 /// The table of applied steps (the shared numbering).

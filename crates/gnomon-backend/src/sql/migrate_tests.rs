@@ -18,7 +18,7 @@ use crate::testing::testdb::{Server, TestDb};
 use crate::{Store, StoreError, StoreOptions};
 use gnomon_core::RunState;
 
-const LATEST: i64 = 11;
+const LATEST: i64 = 12;
 
 /// Old SQLite versions 1–11, by the step each added.
 const OLD_SQLITE_STEPS: [&str; 11] = [
@@ -147,10 +147,15 @@ async fn build_old(db: Db, url: &str, old: i64) {
         }
     }
     let spec = serde_json::to_string(&job_spec("nightly")).unwrap().replace('\'', "''");
+    let report = r#"{"name":"report","after":[{"job":"extract"},{"job":"nightly","on":"failed"}],"executor":{"handler":{"name":"noop"}}}"#;
+    let report = gnomon_core::spec::parse_job_json(report.as_bytes()).unwrap().compile().unwrap().spec;
+    let report = serde_json::to_string(&report).unwrap().replace('\'', "''");
     sql += &format!(
         "INSERT INTO jobs (uid, namespace, name, spec, version, paused, created_at, updated_at, last_scheduled_at, change_seq) \
            VALUES ('u1', 'default', 'nightly', '{spec}', 1, 0, 1000, 1000, 5000, 1);
-         UPDATE counters SET value = 1 WHERE name = 'job_change_seq';
+         INSERT INTO jobs (uid, namespace, name, spec, version, paused, created_at, updated_at, last_scheduled_at, change_seq) \
+           VALUES ('u2', 'default', 'report', '{report}', 1, 0, 1000, 1000, NULL, 2);
+         UPDATE counters SET value = 2 WHERE name = 'job_change_seq';
          INSERT INTO runs (id, job_uid, namespace, job, scheduled_at, fired_at, state, attempt, updated_at)
            VALUES ('u1-5000', 'u1', 'default', 'nightly', 5000, 5001, 'succeeded', 1, 5100);
          INSERT INTO attempts (run_id, attempt, worker, token, state, assigned_at, started_at, ended_at, exit_code, output)
@@ -181,8 +186,14 @@ async fn upgrades_from(db: Db, url: &str, old: i64) {
         let after = dep.upstream.expect("its upstream record");
         assert_eq!((after.of.as_str(), after.edges.len()), ("u0-6000", 1), "{db:?} {old}");
     }
-    // The later steps' tables are there and read.
+    // The later steps' tables are there and read; the edges index holds
+    // the edges of the jobs stored before it.
     assert!(store.list_backfills(None).await.unwrap().is_empty());
+    for upstream in ["extract", "nightly"] {
+        let after: Vec<String> = store.dependents("default", upstream).await.unwrap().into_iter().map(|j| j.name).collect();
+        assert_eq!(after, ["report"], "{db:?} {old}: the jobs after {upstream}");
+    }
+    assert!(store.dependents("default", "report").await.unwrap().is_empty());
     drop(store);
     let steps = scalar(db, url, "SELECT COUNT(*) FROM gnomon_schema").await;
     let max = scalar(db, url, "SELECT MAX(version) FROM gnomon_schema").await;
@@ -236,7 +247,7 @@ fn migration_files_are_numbered_alike_on_every_database() {
             assert_eq!(db.migrations()[step as usize - 1].name, *name, "{db:?}: old version {old}");
         }
         assert_eq!(db.legacy().len(), db.old_steps().len(), "{db:?}: no other old version");
-        assert_eq!(db.legacy().last().unwrap().1, LATEST, "{db:?}");
+        assert_eq!(db.legacy().last().unwrap().1, 11, "{db:?}: the last old version is step 11");
     }
     // SQLite's step 2 is a no-op elsewhere.
     assert!(MYSQL[1].statements().is_empty() && POSTGRES[1].statements().is_empty());
@@ -362,10 +373,10 @@ async fn concurrent_migrations_apply_each_step_once_on_postgres() {
 /// versions; so is an old record no build had.
 async fn a_newer_schema_is_refused(db: Db, url: &str) {
     open(db, url).await.expect("a fresh database");
-    exec(db, url, "INSERT INTO gnomon_schema (version, name, applied_at) VALUES (12, 'from_a_newer_build', 0)").await;
+    exec(db, url, "INSERT INTO gnomon_schema (version, name, applied_at) VALUES (13, 'from_a_newer_build', 0)").await;
     let Err(e) = open(db, url).await else { panic!("{db:?}: a newer schema is refused") };
-    assert!(matches!(&e, StoreError::SchemaTooNew { found: 12, known: LATEST, .. }), "{db:?}: {e:?}");
-    assert!(e.to_string().contains("version 12") && e.to_string().contains("11"), "{e}");
+    assert!(matches!(&e, StoreError::SchemaTooNew { found: 13, known: LATEST, .. }), "{db:?}: {e:?}");
+    assert!(e.to_string().contains("version 13") && e.to_string().contains("12"), "{e}");
 }
 
 #[tokio::test]

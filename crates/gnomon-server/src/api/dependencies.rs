@@ -72,6 +72,8 @@ fn most_downstream(job: &str, graph: &std::collections::BTreeMap<String, Vec<Str
 
 /// The graph of the run's instant, and for a waiting run what it waits
 /// for; `None` for a run of a job with neither upstreams nor dependents.
+/// It reads the runs its record names and the jobs after its own, never
+/// the rest of the namespace.
 pub(super) async fn instant_graph(store: &dyn Store, run: &RunRecord) -> ApiResult<(Option<RunGraph>, Option<String>)> {
     let at = run.scheduled_at;
     let mut graph = RunGraph::default();
@@ -95,7 +97,8 @@ pub(super) async fn instant_graph(store: &dyn Store, run: &RunRecord) -> ApiResu
             }
         }
     }
-    let jobs = store.list_jobs(Some(&run.namespace)).await?;
+    // Only the jobs after the run's own are read (the store's edge index).
+    let jobs = store.dependents(&run.namespace, &run.job).await?;
     for job in jobs.iter() {
         let Some(edge) = job.spec.after.iter().find(|e| e.job == run.job) else { continue };
         let id = dep_run_id(&job.uid, at);

@@ -158,3 +158,28 @@ pub(super) async fn a_delete_racing_a_write_that_names_the_job(a: &dyn Store, b:
         assert!(graph.contains_key("y") || graph.values().all(|ups| ups.is_empty()), "pair {i}: {graph:?}");
     }
 }
+
+/// `dependents` answers the jobs whose edges name a job, as every job write
+/// and delete leaves them, read from another handle.
+pub(super) async fn dependents_follow_every_job_write(a: &dyn Store, b: &dyn Store) {
+    let ns = unique("deps");
+    let names = |jobs: Vec<JobRecord>| jobs.into_iter().map(|j| j.name).collect::<Vec<_>>();
+    a.put_job(&job_in(&ns, "extract", &[]), Precondition::DoesNotExist, 1).await.expect("extract");
+    a.put_job(&job_in(&ns, "load", &["extract"]), Precondition::DoesNotExist, 1).await.expect("load");
+    a.put_job(&job_in(&ns, "audit", &["extract", "load"]), Precondition::DoesNotExist, 1).await.expect("audit");
+    assert_eq!(names(b.dependents(&ns, "extract").await.expect("read")), ["audit", "load"]);
+    assert_eq!(names(b.dependents(&ns, "load").await.expect("read")), ["audit"]);
+    assert!(b.dependents(&ns, "audit").await.expect("read").is_empty());
+    // Another namespace's job of the same name is not one of them.
+    let other = unique("deps");
+    a.put_job(&job_in(&other, "extract", &[]), Precondition::DoesNotExist, 1).await.expect("other extract");
+    assert!(b.dependents(&other, "extract").await.expect("read").is_empty());
+    // An edge dropped, a job deleted: gone from the answer.
+    a.put_job(&job_in(&ns, "audit", &["load"]), Precondition::None, 2).await.expect("audit drops extract");
+    assert_eq!(names(b.dependents(&ns, "extract").await.expect("read")), ["load"]);
+    a.delete_job(&ns, "audit", Precondition::None).await.expect("delete audit");
+    assert!(b.dependents(&ns, "load").await.expect("read").is_empty());
+    // A pause keeps them.
+    a.set_job_paused(&ns, "load", true, 3).await.expect("pause");
+    assert_eq!(names(b.dependents(&ns, "extract").await.expect("read")), ["load"]);
+}

@@ -42,6 +42,7 @@ where
     graph::edges_that_do_not_fit_and_deletes_of_upstreams_are_refused(a.as_ref()).await;
     graph::racing_writes_store_no_cycle(a.as_ref(), b.as_ref()).await;
     graph::a_delete_racing_a_write_that_names_the_job(a.as_ref(), b.as_ref()).await;
+    graph::dependents_follow_every_job_write(a.as_ref(), b.as_ref()).await;
     fire_uniqueness_under_concurrency(a.clone(), b.clone()).await;
     two_servers_race_fire_in_a_tight_loop(a.clone(), b.clone()).await;
     fire_advances_last_scheduled_at(a.as_ref()).await;
