@@ -48,11 +48,20 @@ impl PendingTrigger {
     }
 }
 
+/// What a trigger's reads came to.
+enum Read {
+    /// Answered by the reads alone: nothing to write.
+    Answer(std::result::Result<Triggered, TriggerError>),
+    /// Its job as stored, and its params resolved against the job's
+    /// declaration.
+    Plan(Box<JobRecord>, Option<String>),
+}
+
 /// A trigger read and ready to plan: its job as stored, and its params
 /// resolved against the job's declaration.
 pub(super) struct ReadTrigger {
     pending: PendingTrigger,
-    job: JobRecord,
+    job: Box<JobRecord>,
     params: Option<String>,
 }
 
@@ -77,46 +86,61 @@ impl LeaderRuntime {
     /// the job feed caught up, so a downstream job written just before the
     /// trigger gets its run) and the runs their keys name. Asks answered
     /// by the reads alone (no such job, bad params, a key's repeat) are
-    /// answered here and write nothing.
+    /// answered here and write nothing. Should a read fail, nothing was
+    /// written: every ask goes back to the inbox, for the rebuilt state.
     pub(super) async fn gather_asks(&mut self) -> Result<(Vec<ReadTrigger>, Vec<(NewBackfill, BackfillReply)>)> {
         let asks = self.inbox.take_asks();
         if asks.is_empty() {
             return Ok((Vec::new(), Vec::new()));
         }
         if asks.iter().any(|a| matches!(a, Ask::Trigger(_))) {
-            self.sync_jobs().await?;
+            if let Err(e) = self.sync_jobs().await {
+                self.inbox.put_back_asks(asks);
+                return Err(e);
+            }
         }
         let (mut triggers, mut backfills) = (Vec::new(), Vec::new());
-        for ask in asks {
-            match ask {
-                Ask::Backfill { new, reply } => backfills.push((new, reply)),
-                Ask::Trigger(pending) => {
-                    if let Some(read) = self.read_trigger(pending).await? {
-                        triggers.push(read);
-                    }
+        let mut asks = asks.into_iter();
+        while let Some(ask) = asks.next() {
+            let pending = match ask {
+                Ask::Backfill { new, reply } => {
+                    backfills.push((new, reply));
+                    continue;
+                }
+                Ask::Trigger(pending) => pending,
+            };
+            match self.read_trigger(&pending).await {
+                Ok(Read::Answer(answer)) => {
+                    let _ = pending.reply.send(answer);
+                }
+                Ok(Read::Plan(job, params)) => triggers.push(ReadTrigger { pending, job, params }),
+                Err(e) => {
+                    let mut back: Vec<Ask> = triggers.into_iter().map(|t: ReadTrigger| Ask::Trigger(t.pending)).collect();
+                    back.extend(backfills.into_iter().map(|(new, reply)| Ask::Backfill { new, reply }));
+                    back.push(Ask::Trigger(pending));
+                    back.extend(asks);
+                    self.inbox.put_back_asks(back);
+                    return Err(e);
                 }
             }
         }
         Ok((triggers, backfills))
     }
 
-    async fn read_trigger(&mut self, pending: PendingTrigger) -> Result<Option<ReadTrigger>> {
+    /// What the store says of a trigger: its answer already, or its job
+    /// and resolved params to plan with.
+    async fn read_trigger(&mut self, pending: &PendingTrigger) -> Result<Read> {
         let Some(job) = self.store.get_job(&pending.namespace, &pending.name).await? else {
             let e = StoreError::NotFound(format!("job {}/{}", pending.namespace, pending.name));
-            let _ = pending.reply.send(Err(e.into()));
-            return Ok(None);
+            return Ok(Read::Answer(Err(e.into())));
         };
         let request = &pending.request;
         if request.origin == Origin::Webhook && job.spec.triggers.webhook.is_none() {
-            let _ = pending.reply.send(Err(TriggerError::NoWebhook));
-            return Ok(None);
+            return Ok(Read::Answer(Err(TriggerError::NoWebhook)));
         }
         let params = match gnomon_core::params::resolve(&job.spec.params, &request.params) {
             Ok(p) => p.map(|p| serde_json::to_string(&p).unwrap_or_default()),
-            Err(e) => {
-                let _ = pending.reply.send(Err(TriggerError::Params(e)));
-                return Ok(None);
-            }
+            Err(e) => return Ok(Read::Answer(Err(TriggerError::Params(e)))),
         };
         if let Some(key) = &request.key {
             // What the store holds decides, before anything is planned: a
@@ -129,16 +153,14 @@ impl LeaderRuntime {
                 // is another request.
                 let other_params = !request.params.is_empty() && !sets_the_same(run.params.as_deref(), &request.params);
                 let other_payload = request.payload.is_some() && run.payload != request.payload;
-                let answer = if other_params || other_payload {
+                return Ok(Read::Answer(if other_params || other_payload {
                     Err(TriggerError::KeyReused { id })
                 } else {
                     Ok(Triggered { ids: vec![id], existed: true })
-                };
-                let _ = pending.reply.send(answer);
-                return Ok(None);
+                }));
             }
         }
-        Ok(Some(ReadTrigger { pending, job, params }))
+        Ok(Read::Plan(Box::new(job), params))
     }
 
     /// Plans the runs of each trigger read (refused whole when a quota

@@ -50,6 +50,13 @@ impl Inbox {
         std::mem::take(&mut self.asks)
     }
 
+    /// Asks a turn took and could not plan (a read failed): back in, ahead
+    /// of those that came since.
+    pub(super) fn put_back_asks(&mut self, mut asks: Vec<Ask>) {
+        asks.append(&mut self.asks);
+        self.asks = asks;
+    }
+
     /// Whether asks wait for a turn.
     pub(super) fn has_asks(&self) -> bool {
         !self.asks.is_empty()
