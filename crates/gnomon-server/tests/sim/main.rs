@@ -418,7 +418,7 @@ async fn api_actions(
         });
         triggers.push((stored.map(|k| (name, k)), (expected, payload), rx));
     } else if roll < 0.027 {
-        // A backfill, as the API writes it: a range of the job's instants
+        // A backfill, as the API asks the leader for it: a range of the job's instants
         // before and after its creation (those after have records, kept),
         // at a few instants a second; some are cancelled later.
         let uid = sqlite.get_job("default", &job.name).await.map_err(|e| e.to_string())?.map(|j| j.uid);
@@ -437,9 +437,11 @@ async fn api_actions(
                 rate: rng.gen_range(1..=20),
                 total,
             };
-            sqlite.create_backfill(&b, now).await.map_err(|e| e.to_string())?;
-            h.note(now, format!("backfill {} of {} over {from}..{to}", b.id, job.name));
-            let _ = term.commands.try_send(LeaderCommand::Nudge);
+            // Asked of the leader, which writes it in a turn (its answer
+            // is not awaited: the checker reads what the store holds).
+            h.note(now, format!("backfill {} of {} over {from}..{to} asked", b.id, job.name));
+            let (reply, _answer) = oneshot::channel();
+            let _ = term.commands.try_send(LeaderCommand::Backfill { new: b, reply });
         }
     } else if roll < 0.028 {
         let running = sqlite.running_backfills().await.map_err(|e| e.to_string())?;
