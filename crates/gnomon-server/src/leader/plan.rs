@@ -262,7 +262,7 @@ impl LeaderRuntime {
 
     /// Mirrors the transitions that applied; reloads the runs of those that
     /// did not (someone else moved them).
-    async fn settle(&mut self, batch: &[Transition], applied: Vec<bool>) -> Result<()> {
+    pub(super) async fn settle(&mut self, batch: &[Transition], applied: Vec<bool>) -> Result<()> {
         let mut moved: HashMap<&'static str, u64> = HashMap::default();
         for (t, ok) in batch.iter().zip(applied) {
             if ok {

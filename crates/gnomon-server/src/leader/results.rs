@@ -120,18 +120,7 @@ impl LeaderRuntime {
     /// The results are persisted: mirror them, then ack (and abort what was
     /// superseded).
     pub(super) async fn finish_events(&mut self, eb: EventBatch, applied: Vec<bool>) -> Result<()> {
-        let mut moved: HashMap<&'static str, u64> = HashMap::default();
-        for (t, ok) in eb.batch.iter().zip(applied) {
-            if ok {
-                *moved.entry(t.to.as_str()).or_default() += 1;
-                self.mirror_state(t);
-            } else {
-                self.reload_run(&t.run_id).await?;
-            }
-        }
-        for (state, n) in moved {
-            metrics::counter!("gnomon_runs_total", "state" => state).increment(n);
-        }
+        self.settle(&eb.batch, applied).await?;
         for t in &eb.batch {
             if matches!(t.attempt, Some(AttemptChange::End { .. })) {
                 self.release(&t.run_id);
