@@ -381,3 +381,65 @@ async fn tls_and_credentials_reach_a_secured_member() {
     assert!(e.to_string().contains("authentication failed"), "{e}");
     assert!(!e.to_string().contains("wrong"), "the password is not echoed: {e}");
 }
+
+/// The edge index answers `dependents` as a prefix read when it is whole;
+/// a writer that does not keep it (a binary from before it) makes the
+/// next read answer from the namespace's jobs and rebuild it; a stale
+/// entry never makes a wrong answer.
+#[tokio::test]
+async fn dependents_use_the_edge_index_and_survive_writers_that_do_not_keep_it() {
+    use gnomon_core::deps::{AfterEdge, On};
+    let cluster = format!("edges-{:08x}", rand::random::<u32>());
+    let store = open_store(&url(&cluster)).await.expect("open");
+    let p = format!("/gnomon/{cluster}");
+    let endpoints = gnomon_backend::etcd::parse_endpoints(&etcd_endpoints()).unwrap();
+    let mut raw = etcd_client::Client::connect(endpoints, None).await.expect("raw client");
+    let job = |name: &str, after: &[&str]| {
+        let mut s = job_spec(name);
+        s.namespace = Some("etl".into());
+        s.after = after.iter().map(|u| AfterEdge { job: u.to_string(), on: On::Succeeded }).collect();
+        s
+    };
+    let names = |jobs: Vec<gnomon_backend::JobRecord>| jobs.into_iter().map(|j| j.name).collect::<Vec<_>>();
+    let revs = |r: etcd_client::GetResponse| r.kvs().first().map_or(0, |kv| kv.mod_revision());
+    store.put_job(&job("extract", &[]), gnomon_backend::Precondition::DoesNotExist, 1).await.expect("extract");
+    store.put_job(&job("load", &["extract"]), gnomon_backend::Precondition::DoesNotExist, 1).await.expect("load");
+    assert_eq!(names(store.dependents("etl", "extract").await.unwrap()), ["load"]);
+
+    // A writer that bumps the graph key but keeps no index: the index is
+    // emptied behind the store's back, which a whole index would show.
+    raw.delete(format!("{p}/edges/"), Some(etcd_client::DeleteOptions::new().with_prefix())).await.unwrap();
+    raw.put(format!("{p}/graphs/etl"), "", None).await.unwrap();
+    // A write while the index is not whole keeps its own entries but does
+    // not vouch for the rest.
+    store.put_job(&job("audit", &["extract"]), gnomon_backend::Precondition::DoesNotExist, 1).await.expect("audit");
+    let graph = revs(raw.get(format!("{p}/graphs/etl"), None).await.unwrap());
+    assert_ne!(graph, revs(raw.get(format!("{p}/edge_marks/etl"), None).await.unwrap()), "the mark stays behind");
+    // The read answers from the jobs and rebuilds.
+    assert_eq!(names(store.dependents("etl", "extract").await.unwrap()), ["audit", "load"]);
+    let graph = revs(raw.get(format!("{p}/graphs/etl"), None).await.unwrap());
+    assert_eq!(graph, revs(raw.get(format!("{p}/edge_marks/etl"), None).await.unwrap()), "rebuilt and vouched for");
+    let entries = raw.get(format!("{p}/edges/etl/extract/"), Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
+    assert_eq!(entries.kvs().len(), 2);
+
+    // Whole, the index is what is read: an entry removed behind the
+    // store's back (without the graph key) is missing from the answer.
+    raw.delete(format!("{p}/edges/etl/extract/load"), None).await.unwrap();
+    assert_eq!(names(store.dependents("etl", "extract").await.unwrap()), ["audit"]);
+    store.put_job(&job("load", &["extract"]), gnomon_backend::Precondition::None, 2).await.expect("load again");
+    assert_eq!(names(store.dependents("etl", "extract").await.unwrap()), ["audit", "load"]);
+
+    // A stale entry (naming a job that does not run after `extract`, or
+    // none) costs a read, not a wrong answer.
+    let extract_uid = store.get_job("etl", "extract").await.unwrap().unwrap().uid;
+    raw.put(format!("{p}/edges/etl/extract/ghost"), extract_uid, None).await.unwrap();
+    raw.put(format!("{p}/edges/etl/extract/gone"), "0000000000000000", None).await.unwrap();
+    assert_eq!(names(store.dependents("etl", "extract").await.unwrap()), ["audit", "load"]);
+    // Edges dropped and jobs deleted leave the index with them.
+    store.put_job(&job("audit", &[]), gnomon_backend::Precondition::None, 2).await.expect("audit drops its edge");
+    store.delete_job("etl", "load", gnomon_backend::Precondition::None).await.expect("delete load");
+    assert!(store.dependents("etl", "extract").await.unwrap().is_empty());
+    let left = raw.get(format!("{p}/edges/etl/extract/"), Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
+    let left: Vec<String> = left.kvs().iter().map(|kv| kv.key_str().unwrap().rsplit('/').next().unwrap().to_string()).collect();
+    assert_eq!(left, ["ghost", "gone"], "only the planted entries remain");
+}

@@ -30,10 +30,14 @@ struct JobEdges {
 }
 
 /// The namespace's graph key at the revision a check read it: the compare
-/// and the put a write checked against that read commits with.
+/// and the puts a write checked against that read commits with.
 pub(super) struct GraphGuard {
     key: String,
     mod_revision: i64,
+    /// The namespace's edge mark (see [`super::edges`]).
+    mark: String,
+    /// The mark was at the graph key's revision: the edge index was whole.
+    whole: bool,
 }
 
 impl GraphGuard {
@@ -44,22 +48,55 @@ impl GraphGuard {
     }
 
     /// Moves the key on, so that every other write checked against the
-    /// same read fails its compare.
-    pub(super) fn bump(&self) -> TxnOp {
-        TxnOp::put(self.key.clone(), "", None)
+    /// same read fails its compare; and the mark with it when the edge
+    /// index was whole (the write keeps it whole).
+    pub(super) fn bump(&self) -> Vec<TxnOp> {
+        match self.whole {
+            true => self.vouch(),
+            false => vec![TxnOp::put(self.key.clone(), "", None)],
+        }
+    }
+
+    /// Moves the key and the mark on together: the edge index is whole
+    /// (a rebuild's last txn).
+    pub(super) fn vouch(&self) -> Vec<TxnOp> {
+        vec![TxnOp::put(self.key.clone(), "", None), TxnOp::put(self.mark.clone(), "", None)]
     }
 }
 
 impl EtcdStore {
+    /// The ops reading the namespace's graph key and edge mark.
+    fn guard_reads(&self, namespace: &str) -> (String, String, Vec<TxnOp>) {
+        let key = self.k(&format!("graphs/{namespace}"));
+        let mark = self.edge_mark_key(namespace);
+        let ops = vec![TxnOp::get(key.clone(), None), TxnOp::get(mark.clone(), None)];
+        (key, mark, ops)
+    }
+
+    fn guard_from(key: String, mark: String, ranges: &mut impl Iterator<Item = Vec<etcd_client::KeyValue>>) -> GraphGuard {
+        let mod_revision = ranges.next().unwrap_or_default().first().map_or(0, |kv| kv.mod_revision());
+        let mark_revision = ranges.next().unwrap_or_default().first().map_or(0, |kv| kv.mod_revision());
+        GraphGuard { key, mod_revision, mark, whole: mark_revision == mod_revision }
+    }
+
+    /// The namespace's graph guard alone.
+    pub(super) async fn graph_guard(&self, namespace: &str) -> Result<GraphGuard, StoreError> {
+        let (key, mark, ops) = self.guard_reads(namespace);
+        let resp = retry_read(|| {
+            let mut c = self.kv.clone();
+            let ops = ops.clone();
+            async move { c.txn(Txn::new().and_then(ops)).await }
+        })
+        .await?;
+        Ok(Self::guard_from(key, mark, &mut gets(&resp).into_iter()))
+    }
+
     /// The namespace's dependency graph (each job's upstreams) as stored,
     /// and the guard of the read.
     pub(super) async fn namespace_graph(&self, namespace: &str) -> Result<(Graph, GraphGuard), StoreError> {
-        let key = self.k(&format!("graphs/{namespace}"));
-        // The key and the namespace's names in one read; the jobs after it.
-        let ops = vec![
-            TxnOp::get(key.clone(), None),
-            TxnOp::get(self.k(&format!("job_names/{namespace}/")), Some(GetOptions::new().with_prefix())),
-        ];
+        // The key, the mark and the namespace's names in one read; the jobs after it.
+        let (key, mark, mut ops) = self.guard_reads(namespace);
+        ops.push(TxnOp::get(self.k(&format!("job_names/{namespace}/")), Some(GetOptions::new().with_prefix())));
         let resp = retry_read(|| {
             let mut c = self.kv.clone();
             let ops = ops.clone();
@@ -67,7 +104,7 @@ impl EtcdStore {
         })
         .await?;
         let mut ranges = gets(&resp).into_iter();
-        let mod_revision = ranges.next().unwrap_or_default().first().map_or(0, |kv| kv.mod_revision());
+        let guard = Self::guard_from(key, mark, &mut ranges);
         let job_keys = ranges
             .next()
             .unwrap_or_default()
@@ -81,7 +118,7 @@ impl EtcdStore {
                 graph.insert(job.name, job.spec.upstreams());
             }
         }
-        Ok((graph, GraphGuard { key, mod_revision }))
+        Ok((graph, guard))
     }
 }
 

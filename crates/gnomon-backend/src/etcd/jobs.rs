@@ -1,7 +1,8 @@
 //! Job writes and the job change feed: a job and its change-log entry in
 //! one transaction, compared on the revision it was read at (and, when the
 //! write is checked against the namespace's graph, on the graph key's: see
-//! [`super::graph`]).
+//! [`super::graph`]), with the job's entries in the edge index
+//! ([`super::edges`]).
 
 use std::collections::HashSet;
 
@@ -41,6 +42,7 @@ impl EtcdStore {
             let name_key = self.k(&format!("job_names/{ns}/{}", spec.name));
             let (record, mut compares, mut ops) = match existing {
                 Some((mut j, job_rev, name_rev)) => {
+                    let before: Vec<String> = j.spec.after.iter().map(|e| e.job.clone()).collect();
                     if j.spec.schedule != spec.schedule {
                         j.previous_schedule = Some(j.spec.schedule.clone());
                         j.schedule_changed_at = Some(now);
@@ -53,7 +55,8 @@ impl EtcdStore {
                         Compare::mod_revision(key.clone(), CompareOp::Equal, job_rev),
                         Compare::mod_revision(name_key, CompareOp::Equal, name_rev),
                     ];
-                    let ops = vec![TxnOp::put(key, json(&ejob(&j)), None)];
+                    let mut ops = vec![TxnOp::put(key, json(&ejob(&j)), None)];
+                    ops.extend(self.edge_ops(&j, &before));
                     (j, compares, ops)
                 }
                 None => {
@@ -74,16 +77,17 @@ impl EtcdStore {
                         change_seq: 0,
                     };
                     let compares = vec![Compare::version(name_key.clone(), CompareOp::Equal, 0)];
-                    let ops = vec![
+                    let mut ops = vec![
                         TxnOp::put(self.k(&format!("jobs/{}", j.uid)), json(&ejob(&j)), None),
                         TxnOp::put(name_key, j.uid.clone(), None),
                     ];
+                    ops.extend(self.edge_ops(&j, &[]));
                     (j, compares, ops)
                 }
             };
             if let Some(guard) = guard {
                 compares.push(guard.compare());
-                ops.push(guard.bump());
+                ops.extend(guard.bump());
             }
             if self.cas_txn(compares, ops).await? {
                 let (j, _, _) = self.job_by_name(&ns, &record.name).await?.ok_or_else(|| StoreError::Backend("job vanished".into()))?;
@@ -139,19 +143,21 @@ impl EtcdStore {
             check_delete(namespace, name, &graph)?;
             let key = self.k(&format!("jobs/{}", j.uid));
             let name_key = self.k(&format!("job_names/{namespace}/{name}"));
+            let mut ops = vec![
+                TxnOp::delete(key.clone(), None),
+                TxnOp::delete(name_key.clone(), None),
+                TxnOp::put(self.k(&format!("job_tombstones/{}", j.uid)), "", None),
+            ];
+            ops.extend(j.spec.after.iter().map(|e| TxnOp::delete(self.edge_key(namespace, &e.job, name), None)));
+            ops.extend(guard.bump());
             let ok = self
                 .cas_txn(
                     vec![
-                        Compare::mod_revision(key.clone(), CompareOp::Equal, rev),
-                        Compare::mod_revision(name_key.clone(), CompareOp::Equal, name_rev),
+                        Compare::mod_revision(key, CompareOp::Equal, rev),
+                        Compare::mod_revision(name_key, CompareOp::Equal, name_rev),
                         guard.compare(),
                     ],
-                    vec![
-                        TxnOp::delete(key, None),
-                        TxnOp::delete(name_key, None),
-                        TxnOp::put(self.k(&format!("job_tombstones/{}", j.uid)), "", None),
-                        guard.bump(),
-                    ],
+                    ops,
                 )
                 .await?;
             if ok {

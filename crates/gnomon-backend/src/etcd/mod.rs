@@ -9,6 +9,8 @@
 //! | `P/job_names/<namespace>/<name>` | the uid of the job of that name |
 //! | `P/job_tombstones/<uid>` | empty; written when a job is deleted (the change feed's deletions) |
 //! | `P/graphs/<namespace>` | empty; put by every job write that may add an edge or remove a job of the namespace (its `mod_revision` guards the dependency checks) |
+//! | `P/edges/<namespace>/<upstream>/<downstream>` | the downstream's uid: the edge index (`edges`) |
+//! | `P/edge_marks/<namespace>` | empty; put with the graph key by writes that keep the edge index whole |
 //! | `P/runs/<run id>` | the run (run id = `<job uid>-<scheduled_at>`, `<job uid>-m<scheduled_at>` if manual) |
 //! | `P/open/<run id>` | empty; present while the run is not terminal (leader recovery reads only these) |
 //! | `P/idx/seq/<seq, 16 hex>` | run id: every run, in insertion order (pagination) |
@@ -71,6 +73,7 @@ use crate::*;
 
 mod backfills;
 mod clock;
+mod edges;
 mod election;
 mod graph;
 mod jobs;
@@ -327,6 +330,10 @@ impl JobStore for EtcdStore {
 
     async fn job_heads(&self) -> Result<JobHeads, StoreError> {
         self.heads().await
+    }
+
+    async fn dependents(&self, namespace: &str, name: &str) -> Result<Vec<JobRecord>, StoreError> {
+        self.indexed_dependents(namespace, name).await
     }
 
     async fn jobs_by_uid(&self, uids: &[String]) -> Result<Vec<JobRecord>, StoreError> {

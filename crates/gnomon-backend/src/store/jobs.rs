@@ -56,9 +56,9 @@ pub trait JobStore: Send + Sync {
     }
 
     /// The jobs of `namespace` whose `after` edges name job `name` (the
-    /// jobs that run after it), by name. The SQL stores read them through
-    /// their `job_edges` index, so the read is as large as the answer; this
-    /// default reads the namespace's jobs.
+    /// jobs that run after it), by name. The stores read them through an
+    /// index of edges (SQL's `job_edges`, etcd's `edges/`), so the read is
+    /// as large as the answer; this default reads the namespace's jobs.
     async fn dependents(&self, namespace: &str, name: &str) -> Result<Vec<JobRecord>, StoreError> {
         let mut jobs = self.list_jobs(Some(namespace)).await?;
         jobs.retain(|j| j.spec.after.iter().any(|e| e.job == name));
