@@ -16,7 +16,7 @@ pub mod status;
 pub use backfills::{Backfill, BackfillList, BackfillRequest};
 pub use cluster::{ClusterMember, ClusterStatus, NewLearner, Removed};
 pub use jobs::{Job, JobList, JobStatus, PreviewFire, SchedulePreview, SchedulePreviewRequest};
-pub use runs::{Attempt, GraphRun, HookRun, Run, RunGraph, RunList, RunNotification, TriggerAnswer, TriggerBody, Triggered};
+pub use runs::{Attempt, GraphRun, HookRun, Run, RunGraph, RunList, RunNotification, RunOutput, TriggerAnswer, TriggerBody, Triggered};
 pub use status::{Backpressure, Caller, ClockInfo, Health, Leader, Ready, Worker, WorkerList, WorkerState};
 
 use serde::{Deserialize, Serialize};

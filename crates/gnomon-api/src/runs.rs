@@ -217,3 +217,32 @@ impl TriggerAnswer {
         }
     }
 }
+
+/// A piece of an attempt's output: live while the attempt runs (what its
+/// worker has streamed so far, read on from `next`), else the output kept
+/// with the attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RunOutput {
+    /// The run's id.
+    pub run_id: String,
+    /// The attempt (0: the run has had none yet).
+    pub attempt: u32,
+    /// The run's state now.
+    pub state: RunState,
+    /// Whether the attempt is running and this is its live output. Once
+    /// it is `false`, `text` is the output kept with the attempt (its last
+    /// 64 KiB) and there is nothing more to follow.
+    pub live: bool,
+    /// Where `text` starts in the attempt's live output (0 when not live).
+    #[schema(minimum = 0)]
+    pub from: u64,
+    /// Pass as `from=` for the next piece while `live`.
+    #[schema(minimum = 0)]
+    pub next: u64,
+    /// Bytes before `from` that are no longer kept (only the newest 64 KiB
+    /// of a live attempt are).
+    #[schema(minimum = 0)]
+    pub skipped: u64,
+    /// The output (at most 64 KiB per answer).
+    pub text: String,
+}

@@ -49,6 +49,7 @@ fn runtime(
         lost,
         shutdown,
         view: Default::default(),
+        live: Default::default(),
         seed: 1,
     });
     (rt, (tx, lost_tx, shut_tx))

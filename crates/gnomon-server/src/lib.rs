@@ -9,6 +9,7 @@ mod cluster_api;
 pub mod leader;
 pub mod leader_time;
 pub mod listener;
+pub mod live;
 pub mod metrics_setup;
 pub mod node;
 pub mod notifier;

@@ -44,6 +44,7 @@ pub struct NodeHandle {
 struct NodeState {
     term: Option<(u64, mpsc::Sender<LeaderCommand>)>,
     workers: WorkersView,
+    live: crate::live::LiveOutputs,
 }
 
 impl NodeHandle {
@@ -97,6 +98,11 @@ impl NodeHandle {
         let view = self.read().workers.clone();
         let list = view.read().unwrap_or_else(|p| p.into_inner()).workers.clone();
         list
+    }
+
+    /// The output of the attempts running now (empty on a follower).
+    pub fn live(&self) -> crate::live::LiveOutputs {
+        self.read().live.clone()
     }
 
     /// Why runs of the job are waiting in `pending`, if the leader knows.

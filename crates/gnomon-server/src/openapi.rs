@@ -5,7 +5,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{backfills, hooks, jobs, runs, status, trigger, usage};
+use crate::api::{backfills, hooks, jobs, output, runs, status, trigger, usage};
 use crate::cluster_api;
 
 #[derive(OpenApi)]
@@ -21,7 +21,7 @@ use crate::cluster_api;
         jobs::delete_job, trigger::trigger_job, jobs::pause_job, jobs::resume_job,
         jobs::preview_schedule, hooks::hook,
         backfills::create_backfill, backfills::list_backfills, backfills::get_backfill, backfills::cancel_backfill,
-        runs::list_runs, runs::get_run, runs::cancel_run,
+        runs::list_runs, runs::get_run, output::run_output, runs::cancel_run,
         status::list_workers, usage::list_usage, usage::get_usage, status::whoami, status::leader, status::healthz, status::readyz,
         cluster_api::status, cluster_api::add_learner, cluster_api::promote, cluster_api::remove,
     ),

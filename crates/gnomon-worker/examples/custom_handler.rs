@@ -19,7 +19,7 @@ struct Greet;
 
 #[async_trait::async_trait]
 impl Handler for Greet {
-    async fn call(&self, ctx: HandlerContext, payload: serde_json::Value) -> Result<String, String> {
+    async fn call(&self, ctx: HandlerContext, payload: serde_json::Value) -> Result<String, gnomon_worker::HandlerError> {
         let who = payload.get("who").and_then(|w| w.as_str()).ok_or("payload needs a string field `who`")?;
         Ok(format!("hello, {who} (run {} attempt {}, token {})", ctx.run_id, ctx.attempt, ctx.token))
     }

@@ -11,11 +11,13 @@
 pub mod cgroup;
 pub mod executor;
 pub mod isolation;
+pub mod live;
 pub mod session;
 mod spool;
 mod tail;
 
-pub use executor::{execute, ExecOutcome, ExecRequest, Handler, HandlerContext, HandlerRegistry};
+pub use executor::{execute, ExecOutcome, ExecRequest, Fence, Handler, HandlerContext, HandlerError, HandlerLog, HandlerRegistry};
+pub use gnomon_core::outcome::RetryHint;
 /// Where HTTP jobs may connect (the `gnomon-egress` crate).
 pub use gnomon_egress as egress;
 pub use session::{WorkerConfig, WorkerRuntime, WorkerTls};

@@ -31,7 +31,7 @@ struct Counting(Arc<AtomicUsize>);
 
 #[async_trait::async_trait]
 impl Handler for Counting {
-    async fn call(&self, _ctx: HandlerContext, _payload: serde_json::Value) -> Result<String, String> {
+    async fn call(&self, _ctx: HandlerContext, _payload: serde_json::Value) -> Result<String, gnomon_worker::HandlerError> {
         self.0.fetch_add(1, Ordering::Relaxed);
         Ok(String::new())
     }

@@ -372,6 +372,19 @@ enum RunCmd {
         /// The run's id.
         id: String,
     },
+    /// Print an attempt's output: what it has written so far while it
+    /// runs (its newest 64 KiB), else the output kept with it.
+    Logs {
+        /// The run's id.
+        id: String,
+        /// This attempt (default: the run's current one).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        attempt: Option<u32>,
+        /// Keep following: print new output as it arrives, through the
+        /// run's later attempts, until the run ends (or Ctrl-C).
+        #[arg(short, long)]
+        follow: bool,
+    },
 }
 
 #[derive(Args, Debug)]

@@ -57,6 +57,7 @@ const TABLE: &[(&str, &str, Need, Scope)] = &[
     ("post", "/v1/schedules/preview", Need::Viewer, Scope::None),
     ("get", "/v1/runs", Need::Viewer, Scope::Refused),
     ("get", "/v1/runs/{id}", Need::Viewer, Scope::Hidden),
+    ("get", "/v1/runs/{id}/output", Need::Viewer, Scope::Hidden),
     ("post", "/v1/runs/{id}/cancel", Need::Operator, Scope::Hidden),
     ("post", "/v1/hooks/{namespace}/{job}", Need::Signed, Scope::None),
     ("get", "/v1/workers", Need::Viewer, Scope::None),

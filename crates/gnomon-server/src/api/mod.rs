@@ -21,6 +21,7 @@ pub mod forward;
 mod forwarder;
 pub(crate) mod hooks;
 pub(crate) mod jobs;
+pub(crate) mod output;
 pub(crate) mod runs;
 pub mod state;
 pub(crate) mod status;
@@ -59,6 +60,7 @@ fn v1_routes() -> Router<ApiState> {
         .route("/schedules/preview", post(Policy::viewer("previewing a schedule"), jobs::preview_schedule))
         .route("/runs", get(READ, runs::list_runs))
         .route("/runs/{id}", get(READ, runs::get_run))
+        .route("/runs/{id}/output", get(READ, output::run_output))
         .route("/runs/{id}/cancel", post(Policy::operator("cancelling a run"), runs::cancel_run))
         .route("/workers", get(READ, status::list_workers))
         .route("/namespaces", get(READ, usage::list_usage))

@@ -136,7 +136,7 @@ async fn load_run(state: &ApiState, p: &Principal, id: &str) -> ApiResult<RunDet
     load_run_from(state.node.store.as_ref(), p, id).await
 }
 
-async fn load_run_from(store: &dyn gnomon_backend::Store, p: &Principal, id: &str) -> ApiResult<RunDetail> {
+pub(super) async fn load_run_from(store: &dyn gnomon_backend::Store, p: &Principal, id: &str) -> ApiResult<RunDetail> {
     let missing = || ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run {id} does not exist"));
     let detail = store.get_run(id).await?.ok_or_else(missing)?;
     if !p.sees(&detail.run.namespace) {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gnomon_backend::{AttemptChange, Fence, FireOutcome, JobAdvance, JobRecord, NewRun, SessionLeases, Store, StoreError, Transition};
-use gnomon_core::outcome::ExecOutcome;
+use gnomon_core::outcome::{ExecOutcome, RetryHint, MAX_RETRY_AFTER_MS};
 use gnomon_core::policy::{decide_overlap, plan_fires, Decision, OverlapDecision, PlanInput};
 use gnomon_core::retry::BackoffPolicy;
 use gnomon_core::run::run_state_after_attempt;
@@ -276,6 +276,8 @@ pub struct LeaderRuntime {
     lost: watch::Receiver<bool>,
     shutdown: watch::Receiver<bool>,
     view: WorkersView,
+    /// The output running attempts stream, for readers.
+    live: crate::live::LiveOutputs,
 
     /// The store-derived state, dropped and rebuilt whole.
     cache: Cache,
@@ -324,6 +326,8 @@ pub struct LeaderParts {
     pub shutdown: watch::Receiver<bool>,
     /// Where the leader publishes its worker sessions.
     pub view: WorkersView,
+    /// Where the leader keeps the output running attempts stream.
+    pub live: crate::live::LiveOutputs,
     /// The seed of the leader's random numbers (retry jitter): an input,
     /// so the same inputs give the same turns.
     pub seed: u64,
@@ -345,6 +349,7 @@ impl LeaderRuntime {
             lost: p.lost,
             shutdown: p.shutdown,
             view: p.view,
+            live: p.live,
             rng: rand::SeedableRng::seed_from_u64(p.seed),
             stats: TurnStats::default(),
             cache: Cache::default(),

@@ -79,7 +79,9 @@ impl LeaderRuntime {
                         acks.push((worker.clone(), run_id.clone(), *attempt, Some("superseded attempt: the run has moved on")));
                         continue;
                     }
-                    let Some(mut t) = self.end_attempt(run_id, outcome.state, outcome.exit_code, outcome.output.clone(), *at) else {
+                    let Some(mut t) =
+                        self.end_attempt(run_id, outcome.state, outcome.exit_code, outcome.output.clone(), outcome.retry, *at)
+                    else {
                         acks.push((worker.clone(), run_id.clone(), *attempt, Some("the attempt is no longer live")));
                         continue;
                     };

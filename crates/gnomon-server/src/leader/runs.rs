@@ -130,11 +130,14 @@ impl LeaderRuntime {
     /// Drops a run from the cache, freeing the slot of its attempt.
     pub(super) fn untrack(&mut self, id: &str) {
         self.cache.runs.untrack(id);
+        self.live.end(id);
     }
 
-    /// Forgets which worker holds `id`'s attempt, freeing its slot.
+    /// Forgets which worker holds `id`'s attempt, freeing its slot (and
+    /// its live output).
     pub(super) fn release(&mut self, id: &str) {
         self.cache.runs.release(id);
+        self.live.end(id);
     }
 
     /// Retrying runs whose time has come go back to pending.
@@ -227,6 +230,7 @@ impl LeaderRuntime {
         outcome: AttemptState,
         exit_code: Option<i32>,
         output: String,
+        hint: RetryHint,
         now: Millis,
     ) -> Option<Transition> {
         let run = self.cache.runs.get(id)?;
@@ -235,17 +239,35 @@ impl LeaderRuntime {
         }
         let (max_attempts, backoff) =
             self.cache.jobs.get(&run.key.uid).map(|j| (j.max_attempts, j.backoff)).unwrap_or((1, Default::default()));
-        let to = run_state_after_attempt(outcome, run.attempt, max_attempts);
+        // Only a failed attempt's hint counts (a worker cannot turn a lost
+        // or timed-out attempt into a final failure).
+        let hint = if outcome == AttemptState::Failed { hint } else { RetryHint::Policy };
+        let to = match (run_state_after_attempt(outcome, run.attempt, max_attempts), hint) {
+            (RunState::Retrying, RetryHint::Never) => RunState::Failed,
+            (to, _) => to,
+        };
         // The jitter's sample is drawn from the leader's own seeded RNG: the
         // same inputs give the same retry times.
         let sample = if to == RunState::Retrying { rand::Rng::gen::<f64>(&mut self.rng) } else { 0.0 };
         let run = self.cache.runs.get(id)?;
-        let next_attempt_at =
-            (to == RunState::Retrying).then(|| now + i64::try_from(backoff.delay(run.attempt, sample).as_millis()).unwrap_or(i64::MAX / 2));
-        let reason = match to {
-            RunState::Failed => Some(format!("attempt {} of {max_attempts} ended {}", run.attempt, outcome.as_str())),
-            RunState::Retrying => Some(format!("attempt {} ended {}; retrying", run.attempt, outcome.as_str())),
-            RunState::Cancelled => Some("cancelled".into()),
+        let delay_ms = match hint {
+            RetryHint::After(ms) => i64::try_from(ms.min(MAX_RETRY_AFTER_MS)).unwrap_or(i64::MAX / 2),
+            _ => i64::try_from(backoff.delay(run.attempt, sample).as_millis()).unwrap_or(i64::MAX / 2),
+        };
+        let next_attempt_at = (to == RunState::Retrying).then(|| now.saturating_add(delay_ms));
+        let reason = match (to, hint) {
+            (RunState::Failed, RetryHint::Never) => {
+                Some(format!("attempt {} of {max_attempts} ended {} and asked not to be retried", run.attempt, outcome.as_str()))
+            }
+            (RunState::Failed, _) => Some(format!("attempt {} of {max_attempts} ended {}", run.attempt, outcome.as_str())),
+            (RunState::Retrying, RetryHint::After(_)) => Some(format!(
+                "attempt {} ended {}; retrying in {}, as it asked",
+                run.attempt,
+                outcome.as_str(),
+                gnomon_core::duration::format_duration(std::time::Duration::from_millis(u64::try_from(delay_ms).unwrap_or(0)))
+            )),
+            (RunState::Retrying, _) => Some(format!("attempt {} ended {}; retrying", run.attempt, outcome.as_str())),
+            (RunState::Cancelled, _) => Some("cancelled".into()),
             _ => None,
         };
         Some(Transition {

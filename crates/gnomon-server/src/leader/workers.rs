@@ -127,10 +127,18 @@ impl LeaderRuntime {
                     worker,
                     run_id: r.run_id,
                     attempt: r.attempt,
-                    outcome: ExecOutcome { state, exit_code, output },
+                    outcome: ExecOutcome { state, exit_code, output, retry: RetryHint::from_report(r.no_retry, r.retry_after_ms) },
                     started_at: r.started_at_ms,
                     at: r.ended_at_ms.max(r.started_at_ms),
                 });
+            }
+            worker_message::Msg::Output(o) => {
+                // Only from the worker holding the run's current attempt.
+                let current = self.cache.runs.get(o.run_id.as_str()).is_some_and(|r| r.attempt == o.attempt && r.state.is_active());
+                if current && self.cache.runs.may_report(&o.run_id, &worker) {
+                    self.live.start(&o.run_id, o.attempt);
+                    self.live.append(&o.run_id, o.attempt, o.offset, &o.data);
+                }
             }
             worker_message::Msg::Hello(_) => {}
         }
@@ -200,7 +208,9 @@ impl LeaderRuntime {
             for id in held {
                 if self.cache.runs.holder(&id) == Some(&worker) {
                     self.cache.runs.release(&id);
-                    if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, format!("worker {worker} lease expired"), now) {
+                    if let Some(t) =
+                        self.end_attempt(&id, AttemptState::Lost, None, format!("worker {worker} lease expired"), RetryHint::Policy, now)
+                    {
                         batch.push(t);
                     }
                 }
@@ -223,15 +233,21 @@ impl LeaderRuntime {
             // Its slot frees when the transition is mirrored; if the write
             // fails, the next heartbeats find it again.
             let why = format!("worker {worker} did not hold the attempt (its assignment never reached it)");
-            if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, why, now) {
+            if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, why, RetryHint::Policy, now) {
                 batch.push(t);
                 aborts.push((worker, id.to_string(), attempt, "the attempt was ended lost: the worker did not hold it".to_string()));
             }
         }
         self.expire_overruns(now, &mut batch, &mut aborts);
         for (id, _) in self.cache.runs.take_overdue_orphans(now) {
-            if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, "no worker reclaimed the attempt within its lease".into(), now)
-            {
+            if let Some(t) = self.end_attempt(
+                &id,
+                AttemptState::Lost,
+                None,
+                "no worker reclaimed the attempt within its lease".into(),
+                RetryHint::Policy,
+                now,
+            ) {
                 batch.push(t);
             }
         }
@@ -274,7 +290,7 @@ impl LeaderRuntime {
             let why = format!(
                 "worker {worker} reported no result within the timeout ({timeout} ms) and a grace of {grace} ms; ended by the leader"
             );
-            if let Some(t) = self.end_attempt(&id, AttemptState::TimedOut, None, why, now) {
+            if let Some(t) = self.end_attempt(&id, AttemptState::TimedOut, None, why, RetryHint::Policy, now) {
                 batch.push(t);
                 aborts.push((worker, id.to_string(), attempt, "the attempt overran its timeout and was ended by the leader".into()));
             }

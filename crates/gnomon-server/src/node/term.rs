@@ -24,10 +24,12 @@ impl Node {
         tracing::info!(token = leadership.token, backend, "leading scope {SCOPE}");
         let (cmd_tx, cmd_rx) = mpsc::channel(8192);
         let view = WorkersView::default();
+        let live = crate::live::LiveOutputs::default();
         {
             let mut st = self.handle.write();
             st.term = Some((leadership.token, cmd_tx));
             st.workers = view.clone();
+            st.live = live.clone();
         }
         let fence = Fence { scope: SCOPE.into(), token: leadership.token };
         let clock = Arc::new(LeaderClock::new(self.handle.clock.clone(), committed, start_skew, limits));
@@ -65,6 +67,7 @@ impl Node {
             lost: step_rx,
             shutdown: shutdown.clone(),
             view,
+            live,
             seed: rand::random(),
         });
         let retention =
@@ -86,6 +89,7 @@ impl Node {
             let mut st = self.handle.write();
             st.term = None;
             st.workers = WorkersView::default();
+            st.live = crate::live::LiveOutputs::default();
         }
         metrics::gauge!("gnomon_is_leader", "scope" => SCOPE).set(0.0);
         metrics::gauge!("gnomon_workers", "state" => "live").set(0.0);

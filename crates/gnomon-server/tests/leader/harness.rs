@@ -67,6 +67,7 @@ pub(crate) fn runtime_with_commands(
         lost: lost_rx,
         shutdown: shut_rx,
         view: Default::default(),
+        live: Default::default(),
         seed: 1,
     });
     (rt, cmd_tx, lost_tx, shut_tx)

@@ -68,6 +68,7 @@ async fn new_term(store: &Arc<FaultyStore>, clock: &ManualClock, seed: u64) -> T
         lost: lost_rx,
         shutdown: shutdown_rx,
         view: Default::default(),
+        live: Default::default(),
         // Each term's random numbers (retry jitter) follow from the seed.
         seed: seed ^ token.rotate_left(32),
     });

@@ -64,6 +64,7 @@ pub(super) async fn run_http(req: &ExecRequest, spec: &HttpSpec, http: &reqwest:
         state: if ok { AttemptState::Succeeded } else { AttemptState::Failed },
         exit_code: Some(i32::from(status)),
         output: tail.into_string(),
+        retry: Default::default(),
     }
 }
 

@@ -1,7 +1,6 @@
 //! The executors: `shell` (argv, process group, bounded output), `http`
 //! (reqwest with rustls) and named `handler`s registered by library users.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ use http::run_http;
 use shell::run_shell;
 
 use crate::isolation::Isolation;
-use crate::tail::{OutputTail, MAX_OUTPUT_BYTES};
+use crate::tail::OutputTail;
 
 /// Everything an attempt needs, including its idempotency key and fence.
 #[derive(Debug, Clone)]
@@ -39,6 +38,9 @@ pub struct ExecRequest {
     /// The body of the webhook call that started the run; `None` for other
     /// runs.
     pub payload: Option<String>,
+    /// Where the attempt's output also goes as it is written (streamed to
+    /// the leader); `None`: only kept for the report.
+    pub live: Option<crate::live::LiveSink>,
 }
 
 impl ExecRequest {
@@ -67,72 +69,8 @@ impl ExecRequest {
 
 pub use gnomon_core::outcome::ExecOutcome;
 
-/// Context handed to a handler.
-#[derive(Debug, Clone)]
-pub struct HandlerContext {
-    pub run_id: String,
-    pub attempt: u32,
-    pub job: String,
-    pub scheduled_at: Millis,
-    pub token: u64,
-    /// The values of the run's params (empty for a job without params).
-    pub params: gnomon_core::params::Params,
-    /// The body of the webhook call that started the run; `None` for other
-    /// runs. (The job's own `payload` is the handler's second argument.)
-    pub run_payload: Option<String>,
-}
-
-/// A named handler (`{"handler":{"name":…,"payload":…}}` jobs). `Ok` output
-/// means success; `Err` means the attempt failed with that message.
-#[async_trait::async_trait]
-pub trait Handler: Send + Sync {
-    async fn call(&self, ctx: HandlerContext, payload: serde_json::Value) -> Result<String, String>;
-}
-
-#[derive(Clone, Default)]
-pub struct HandlerRegistry {
-    handlers: HashMap<String, Arc<dyn Handler>>,
-}
-
-impl std::fmt::Debug for HandlerRegistry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.handlers.keys()).finish()
-    }
-}
-
-impl HandlerRegistry {
-    pub fn register(&mut self, name: impl Into<String>, handler: Arc<dyn Handler>) {
-        self.handlers.insert(name.into(), handler);
-    }
-    pub fn names(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.handlers.keys().cloned().collect();
-        v.sort();
-        v
-    }
-    /// The built-ins: `noop` (succeeds at once; for benchmarks and smoke
-    /// tests) and `echo` (succeeds with its payload as output).
-    pub fn with_builtins() -> Self {
-        let mut r = Self::default();
-        r.register("noop", Arc::new(Noop));
-        r.register("echo", Arc::new(Echo));
-        r
-    }
-}
-
-struct Noop;
-#[async_trait::async_trait]
-impl Handler for Noop {
-    async fn call(&self, _: HandlerContext, _: serde_json::Value) -> Result<String, String> {
-        Ok(String::new())
-    }
-}
-struct Echo;
-#[async_trait::async_trait]
-impl Handler for Echo {
-    async fn call(&self, _: HandlerContext, payload: serde_json::Value) -> Result<String, String> {
-        Ok(payload.to_string())
-    }
-}
+mod handler;
+pub use handler::{Fence, Handler, HandlerContext, HandlerError, HandlerLog, HandlerRegistry};
 
 /// Runs one attempt to its end. Cancellation (`cancel` turning `true`) and
 /// the timeout both stop the attempt; for `shell` the whole process group is
@@ -149,36 +87,33 @@ pub async fn execute(req: &ExecRequest, http: &reqwest::Client, handlers: &Handl
                 handlers.names().join(", ")
             )),
             Some(handler) => {
+                let log = HandlerLog::new(req.live.clone());
                 let ctx = HandlerContext {
                     run_id: req.run_id.clone(),
                     attempt: req.attempt,
                     job: req.job.clone(),
+                    namespace: req.namespace.clone(),
                     scheduled_at: req.scheduled_at,
                     token: req.token,
                     params: req.params.clone().unwrap_or_default(),
                     run_payload: req.payload.clone(),
+                    cancelled: cancel.clone(),
+                    log: log.clone(),
                 };
                 let handler = handler.clone();
                 let payload = h.payload.clone();
-                bounded(req.timeout, cancel, async move {
+                let mut outcome = bounded(req.timeout, cancel, async move {
                     match handler.call(ctx, payload).await {
-                        Ok(out) => ExecOutcome { state: AttemptState::Succeeded, exit_code: None, output: truncate(out) },
-                        Err(e) => ExecOutcome::failed(truncate(e)),
+                        Ok(out) => ExecOutcome::ended(AttemptState::Succeeded, out),
+                        Err(e) => ExecOutcome { retry: e.retry, ..ExecOutcome::failed(e.message) },
                     }
                 })
-                .await
+                .await;
+                outcome.output = log.output_with(&outcome.output);
+                outcome
             }
         },
     }
-}
-
-pub(super) fn truncate(mut s: String) -> String {
-    if s.len() > MAX_OUTPUT_BYTES {
-        let mut t = OutputTail::default();
-        t.push(s.as_bytes());
-        s = t.into_string();
-    }
-    s
 }
 
 pub(super) async fn wait_cancel(mut cancel: watch::Receiver<bool>) {
@@ -202,8 +137,8 @@ pub(super) async fn bounded(
 ) -> ExecOutcome {
     tokio::select! {
         out = work => out,
-        _ = sleep_opt(timeout) => ExecOutcome { state: AttemptState::TimedOut, exit_code: None, output: format!("timed out after {}", gnomon_core::duration::format_duration(timeout.unwrap_or_default())) },
-        _ = wait_cancel(cancel) => ExecOutcome { state: AttemptState::Cancelled, exit_code: None, output: "cancelled".into() },
+        _ = sleep_opt(timeout) => ExecOutcome::ended(AttemptState::TimedOut, format!("timed out after {}", gnomon_core::duration::format_duration(timeout.unwrap_or_default()))),
+        _ = wait_cancel(cancel) => ExecOutcome::ended(AttemptState::Cancelled, "cancelled"),
     }
 }
 

@@ -170,17 +170,17 @@ async fn spawn_shell(
         Ok(c) => c,
         Err(e) => {
             end_cgroup(cgroup).await;
-            return ExecOutcome { state: AttemptState::Failed, exit_code: None, output: format!("cannot start {:?}: {e}", spec.command) };
+            return ExecOutcome::failed(format!("cannot start {:?}: {e}", spec.command));
         }
     };
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0);
     let tail = Arc::new(std::sync::Mutex::new(OutputTail::default()));
     let mut readers = Vec::new();
     if let Some(out) = child.stdout.take() {
-        readers.push(tokio::spawn(pump(out, tail.clone())));
+        readers.push(tokio::spawn(pump(out, tail.clone(), req.live.clone())));
     }
     if let Some(err) = child.stderr.take() {
-        readers.push(tokio::spawn(pump(err, tail.clone())));
+        readers.push(tokio::spawn(pump(err, tail.clone(), req.live.clone())));
     }
     let (state, exit_code) = tokio::select! {
         status = child.wait() => match status {
@@ -217,7 +217,7 @@ async fn spawn_shell(
     if oom {
         text.push_str("\n[gnomon: the attempt reached its memory limit; the kernel killed a process]");
     }
-    ExecOutcome { state, exit_code, output: text }
+    ExecOutcome { state, exit_code, output: text, retry: Default::default() }
 }
 
 fn signal_code(status: &std::process::ExitStatus) -> Option<i32> {
@@ -225,12 +225,17 @@ fn signal_code(status: &std::process::ExitStatus) -> Option<i32> {
     status.signal().map(|s| 128 + s)
 }
 
-async fn pump(mut reader: impl tokio::io::AsyncRead + Unpin, tail: Arc<std::sync::Mutex<OutputTail>>) {
+async fn pump(mut reader: impl tokio::io::AsyncRead + Unpin, tail: Arc<std::sync::Mutex<OutputTail>>, live: Option<crate::live::LiveSink>) {
     let mut buf = [0u8; 8192];
     loop {
         match reader.read(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(n) => tail.lock().unwrap_or_else(|p| p.into_inner()).push(&buf[..n]),
+            Ok(n) => {
+                tail.lock().unwrap_or_else(|p| p.into_inner()).push(&buf[..n]);
+                if let Some(live) = &live {
+                    live.push(&buf[..n]);
+                }
+            }
         }
     }
 }

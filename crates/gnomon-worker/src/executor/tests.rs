@@ -17,6 +17,7 @@ fn req(executor: Executor, timeout: Option<Duration>) -> ExecRequest {
         egress: Arc::new(crate::egress::Egress::with_defaults()),
         params: None,
         payload: None,
+        live: None,
     }
 }
 
@@ -273,7 +274,7 @@ async fn an_http_job_without_a_body_is_sent_its_params_and_a_handler_sees_them()
     struct Params;
     #[async_trait::async_trait]
     impl Handler for Params {
-        async fn call(&self, ctx: HandlerContext, _: serde_json::Value) -> Result<String, String> {
+        async fn call(&self, ctx: HandlerContext, _: serde_json::Value) -> Result<String, HandlerError> {
             Ok(serde_json::to_string(&ctx.params).unwrap())
         }
     }
@@ -330,7 +331,7 @@ async fn a_webhook_payload_reaches_shell_http_and_handler_jobs() {
     struct Echo;
     #[async_trait::async_trait]
     impl Handler for Echo {
-        async fn call(&self, ctx: HandlerContext, own: serde_json::Value) -> Result<String, String> {
+        async fn call(&self, ctx: HandlerContext, own: serde_json::Value) -> Result<String, HandlerError> {
             Ok(format!("{} {own}", ctx.run_payload.unwrap_or_default()))
         }
     }

@@ -36,12 +36,15 @@ impl WorkerRuntime {
         }
         let key = (a.run_id.clone(), a.attempt);
         let (cancel_tx, cancel_rx) = watch::channel(false);
+        let live = crate::live::LiveSink::default();
         {
             let mut inner = self.lock();
             if inner.running.contains_key(&key) || inner.spool.contains_key(&key) {
                 return; // a duplicate Assign: already running or done
             }
-            inner.running.insert(key.clone(), Running { cancel: cancel_tx, token: a.token, aborted: false, lost: false });
+            inner
+                .running
+                .insert(key.clone(), Running { cancel: cancel_tx, token: a.token, aborted: false, lost: false, live: live.clone() });
         }
         let request = ExecRequest {
             run_id: a.run_id.clone(),
@@ -57,6 +60,7 @@ impl WorkerRuntime {
             egress: Arc::new(self.config.egress.clone()),
             params,
             payload: (!a.payload.is_empty()).then(|| a.payload.clone()),
+            live: Some(live),
         };
         let rt = self.clone();
         let mut cancel_rx = cancel_rx;
@@ -105,7 +109,7 @@ impl WorkerRuntime {
                         }
                     }
                 }
-                None => ExecOutcome { state: AttemptState::Cancelled, exit_code: None, output: "cancelled before it started".into() },
+                None => ExecOutcome::ended(AttemptState::Cancelled, "cancelled before it started"),
             };
             // Stamped before the slot is given back, so the next attempt's
             // start never precedes this one's end.
@@ -119,6 +123,13 @@ impl WorkerRuntime {
                 return;
             }
             let outcome_state = if state.lost { AttemptState::Lost } else { outcome.state };
+            // The last live piece goes ahead of the report.
+            Self::send_live(&inner, &key, &state);
+            let (no_retry, retry_after_ms) = match (outcome_state, outcome.retry) {
+                (AttemptState::Failed, RetryHint::Never) => (true, 0),
+                (AttemptState::Failed, RetryHint::After(ms)) => (false, ms),
+                _ => (false, 0),
+            };
             let http_status = matches!(request.executor, Executor::Http(_)).then_some(outcome.exit_code).flatten();
             // Out of `running` and into the spool (and the stream) at once.
             Self::spool_locked(
@@ -133,9 +144,35 @@ impl WorkerRuntime {
                     started_at_ms: started,
                     ended_at_ms: ended,
                     token: state.token,
+                    no_retry,
+                    retry_after_ms,
                 },
             );
         });
+    }
+
+    /// Sends the attempt's next live piece, if a session is up.
+    pub(super) fn send_live(inner: &Inner, key: &(String, u32), r: &Running) {
+        let Some(tx) = &inner.outbound else { return };
+        if let Some((offset, data)) = r.live.take_piece() {
+            let _ = tx.send(msg(worker_message::Msg::Output(v1::Output {
+                run_id: key.0.clone(),
+                attempt: key.1,
+                token: r.token,
+                offset,
+                data,
+            })));
+        }
+    }
+
+    /// Sends each running attempt's next live piece.
+    pub(super) fn flush_live(&self) {
+        let inner = self.lock();
+        for (key, r) in &inner.running {
+            if !r.aborted && !r.lost {
+                Self::send_live(&inner, key, r);
+            }
+        }
     }
 
     /// Stops an attempt. `report_as`: `None` aborts it silently (superseded),

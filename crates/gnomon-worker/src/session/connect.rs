@@ -145,8 +145,10 @@ impl WorkerRuntime {
         tracing::info!(server = %addr, session = %welcome.session_id, token = welcome.leader_token, "session established");
         let mut seq = 0u64;
         let mut ticker = tokio::time::interval(heartbeat_every);
+        let mut live_ticker = tokio::time::interval(crate::live::LIVE_FLUSH_EVERY);
         let end = loop {
             tokio::select! {
+                _ = live_ticker.tick() => self.flush_live(),
                 _ = ticker.tick() => {
                     seq += 1;
                     let (held, attempts, draining) = {

@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use gnomon_core::outcome::RetryHint;
 use gnomon_core::spec::Executor;
 use gnomon_core::{AttemptState, Millis};
 use gnomon_proto::v1::{self, server_message, worker_message};
@@ -45,6 +46,8 @@ struct Running {
     aborted: bool,
     /// Killed by self-fencing or drain: report `lost`.
     lost: bool,
+    /// Its output on the way to the leader.
+    live: crate::live::LiveSink,
 }
 
 struct Inner {
@@ -316,7 +319,7 @@ mod tests {
 
     #[async_trait::async_trait]
     impl crate::Handler for Gate {
-        async fn call(&self, ctx: crate::HandlerContext, _payload: serde_json::Value) -> Result<String, String> {
+        async fn call(&self, ctx: crate::HandlerContext, _payload: serde_json::Value) -> Result<String, crate::HandlerError> {
             use std::sync::atomic::Ordering::SeqCst;
             let n = self.now.fetch_add(1, SeqCst) + 1;
             self.peak.fetch_max(n, SeqCst);

@@ -175,6 +175,8 @@ async fn preview(c: &Client, p: PreviewArgs, out: Output) -> anyhow::Result<()> 
     table::preview(&answer, out)
 }
 
+mod logs;
+
 pub async fn runs(c: &Client, cmd: RunCmd, out: Output) -> anyhow::Result<()> {
     match cmd {
         RunCmd::List { job, state, namespace, limit, cursor, watch } => {
@@ -193,6 +195,7 @@ pub async fn runs(c: &Client, cmd: RunCmd, out: Output) -> anyhow::Result<()> {
             let run: Run = c.call(Method::POST, &format!("/v1/runs/{}/cancel", path_segment(&id)), &[], None::<&()>).await?;
             table::run_detail(&run, out)
         }
+        RunCmd::Logs { id, attempt, follow } => logs::print(c, &id, attempt, follow).await,
     }
 }
 
