@@ -219,7 +219,7 @@ mod tests {
         assert_eq!(text(&l, 0).text, "hello world\n");
         l.append("r", 1, 100, b"late\n");
         let r = text(&l, 12);
-        assert_eq!(r.text, "\n[gnomon: 85 bytes of output dropped by the worker]\nlate\n");
+        assert_eq!(r.text, "\n[gnomon: 88 bytes of output dropped by the worker]\nlate\n");
         assert_eq!(r.next, 12 + r.text.len() as u64);
         assert_eq!(text(&l, r.next).text, "");
         // A later attempt replaces the log.

@@ -8,6 +8,8 @@
 mod faulty;
 #[path = "leader/harness.rs"]
 mod harness;
+#[path = "leader/hints.rs"]
+mod hints;
 #[path = "leader/stepdown.rs"]
 mod stepdown;
 #[path = "leader/turn.rs"]

@@ -55,6 +55,16 @@ pub(crate) fn runtime_with_commands(
     fence: Fence,
     clock: ManualClock,
 ) -> (LeaderRuntime, mpsc::Sender<LeaderCommand>, watch::Sender<bool>, watch::Sender<bool>) {
+    runtime_with_commands_live(store, fence, clock, Default::default())
+}
+
+/// [`runtime_with_commands`], keeping live output in `live`.
+pub(crate) fn runtime_with_commands_live(
+    store: Arc<dyn Store>,
+    fence: Fence,
+    clock: ManualClock,
+    live: gnomon_server::live::LiveOutputs,
+) -> (LeaderRuntime, mpsc::Sender<LeaderCommand>, watch::Sender<bool>, watch::Sender<bool>) {
     let (cmd_tx, cmd_rx) = mpsc::channel(64);
     let (lost_tx, lost_rx) = watch::channel(false);
     let (shut_tx, shut_rx) = watch::channel(false);
@@ -67,7 +77,7 @@ pub(crate) fn runtime_with_commands(
         lost: lost_rx,
         shutdown: shut_rx,
         view: Default::default(),
-        live: Default::default(),
+        live,
         seed: 1,
     });
     (rt, cmd_tx, lost_tx, shut_tx)

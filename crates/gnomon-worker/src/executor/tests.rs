@@ -1,5 +1,6 @@
 use super::*;
 use crate::isolation::JobUsers;
+use gnomon_core::outcome::RetryHint;
 use gnomon_core::spec::HandlerSpec;
 
 fn req(executor: Executor, timeout: Option<Duration>) -> ExecRequest {
@@ -386,4 +387,64 @@ async fn each_namespace_runs_as_a_uid_of_its_own_that_others_cannot_read() {
     assert_eq!(c.state, AttemptState::Failed);
     assert!(c.output.contains("no uid left for namespace \"c\""), "{}", c.output);
     assert_eq!(in_namespace(&iso, "a", "id -u").await.output.trim(), "910000", "a keeps its uid");
+}
+
+/// A handler's log lines come before what it returns, in the output and
+/// in the live stream; its error says how the run should retry.
+#[tokio::test]
+async fn a_handler_logs_live_and_steers_its_retry() {
+    struct Steer;
+    #[async_trait::async_trait]
+    impl Handler for Steer {
+        async fn call(&self, ctx: HandlerContext, how: serde_json::Value) -> Result<String, HandlerError> {
+            ctx.log.line(format!("attempt {} of {}", ctx.attempt, ctx.run_id));
+            assert_eq!(ctx.fence(), crate::Fence { run_id: ctx.run_id.clone(), attempt: ctx.attempt, token: ctx.token });
+            assert!(!ctx.is_cancelled());
+            match how.as_str() {
+                Some("never") => Err(HandlerError::non_retryable("bad input")),
+                Some("later") => Err(HandlerError::retry_after(Duration::from_secs(90), "rate limited")),
+                Some("plain") => Err("boom")?,
+                _ => Ok("done".into()),
+            }
+        }
+    }
+    let mut reg = HandlerRegistry::default();
+    reg.register("steer", Arc::new(Steer));
+    let client = reqwest::Client::new();
+    for (how, state, retry, last) in [
+        ("ok", AttemptState::Succeeded, RetryHint::Policy, "done"),
+        ("never", AttemptState::Failed, RetryHint::Never, "bad input"),
+        ("later", AttemptState::Failed, RetryHint::After(90_000), "rate limited"),
+        ("plain", AttemptState::Failed, RetryHint::Policy, "boom"),
+    ] {
+        let live = crate::live::LiveSink::default();
+        let mut r = req(Executor::Handler(HandlerSpec { name: "steer".into(), payload: serde_json::json!(how) }), None);
+        r.live = Some(live.clone());
+        let out = execute(&r, &client, &reg, never()).await;
+        assert_eq!((out.state, out.retry), (state, retry), "{how}");
+        assert_eq!(out.output, format!("attempt 2 of job1-1000\n{last}"), "{how}");
+        assert_eq!(live.take_piece(), Some((0, b"attempt 2 of job1-1000\n".to_vec())), "{how}: only the log is streamed");
+    }
+}
+
+/// A shell job's output is streamed as it is written, not only kept.
+#[tokio::test]
+async fn a_shell_jobs_output_is_streamed_while_it_runs() {
+    let live = crate::live::LiveSink::default();
+    let mut r = req(shell("sh", &["-c", "echo one; sleep 1; echo two"]), None);
+    r.live = Some(live.clone());
+    let run = tokio::spawn(async move { execute(&r, &reqwest::Client::new(), &HandlerRegistry::default(), never()).await });
+    let mut first = None;
+    for _ in 0..200 {
+        if let Some(p) = live.take_piece() {
+            first = Some(p);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(first, Some((0, b"one\n".to_vec())), "the first line arrives before the job ends");
+    assert!(!run.is_finished());
+    let out = run.await.unwrap();
+    assert_eq!(out.output, "one\ntwo\n");
+    assert_eq!(live.take_piece(), Some((4, b"two\n".to_vec())));
 }
