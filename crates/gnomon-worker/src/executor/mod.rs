@@ -102,6 +102,7 @@ pub async fn execute(req: &ExecRequest, http: &reqwest::Client, handlers: &Handl
                 };
                 let handler = handler.clone();
                 let payload = h.payload.clone();
+                let stopped = cancel.clone();
                 let mut outcome = bounded(req.timeout, cancel, async move {
                     match handler.call(ctx, payload).await {
                         Ok(out) => ExecOutcome::ended(AttemptState::Succeeded, out),
@@ -109,6 +110,12 @@ pub async fn execute(req: &ExecRequest, http: &reqwest::Client, handlers: &Handl
                     }
                 })
                 .await;
+                // A handler that returns once told to stop was stopped:
+                // what it returns does not make the attempt a success.
+                if *stopped.borrow() && outcome.state != AttemptState::TimedOut {
+                    outcome.state = AttemptState::Cancelled;
+                    outcome.retry = Default::default();
+                }
                 outcome.output = log.output_with(&outcome.output);
                 outcome
             }

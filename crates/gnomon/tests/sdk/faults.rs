@@ -1,0 +1,117 @@
+//! The worker implementations under faults, on real processes: a server
+//! failover (the worker follows the new leader) and a frozen worker (it
+//! starts nothing stale when it wakes, and its late report changes
+//! nothing).
+
+use std::time::Duration;
+
+use gnomon_backend::testing::testdb::{Server as Db, TestDb};
+use serde_json::{json, Value};
+
+use super::cases::{ms, Ctx, WITHIN};
+use super::workers::Sdk;
+use crate::common::*;
+
+/// A `gnomon server` on `store`, listening on `addr`.
+pub fn server(dir: &std::path::Path, name: &str, store: &str, addr: &str) -> Proc {
+    let args: Vec<String> = ["server", "--store", store, "--listen", addr, "--node-id", name, "--lease-ttl", "3s", "--election-ttl", "3s"]
+        .map(String::from)
+        .to_vec();
+    Proc::spawn(dir, name, &args)
+}
+
+pub fn leads(addr: &str) -> bool {
+    http(addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == json!(true)).unwrap_or(false)
+}
+
+/// Waits until the leader's sessions list `id` as live.
+pub fn wait_worker(addr: &str, id: &str) {
+    wait_until(&format!("worker {id} to be live"), WITHIN, || {
+        http(addr, "GET", "/v1/workers", None)
+            .map(|(_, v)| v["workers"].as_array().is_some_and(|ws| ws.iter().any(|w| w["id"] == id && w["state"] == "live")))
+            .unwrap_or(false)
+    });
+}
+
+fn attempt(run: &Value, n: usize) -> Value {
+    run["attempts"].as_array().and_then(|a| a.get(n - 1)).cloned().unwrap_or(Value::Null)
+}
+
+/// Worker `a` is frozen (SIGSTOP) mid-attempt past its lease; the retry
+/// runs on worker `b`. When `a` wakes it starts nothing stale, and its
+/// late report changes nothing.
+pub fn frozen_worker(sdk: Sdk) {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _server = server(dir.path(), "server", &format!("sqlite://{}/db.sqlite", dir.path().display()), &addr);
+    wait_until("the server to lead", WITHIN, || leads(&addr));
+    let starts = dir.path().join("starts.log");
+    let env = [("GNOMON_CONFORMANCE_LOG", starts.display().to_string())];
+    let (a_id, b_id) = (format!("{}-a", sdk.label()), format!("{}-b", sdk.label()));
+    let a = sdk.spawn(dir.path(), &a_id, &[addr.clone()], &env);
+    wait_worker(&addr, &a_id);
+    let c = Ctx { sdk, addr: addr.clone(), dir: dir.path() };
+    let retry = json!({"retry": {"max_attempts": 3, "backoff": {"initial": "100ms", "max": "100ms"}}});
+    let job = c.job("frozen", "sleep", json!({"seconds": 60}), retry);
+    let id = c.trigger(&job, json!({}));
+    c.wait_run(&id, "running on a", |r| r["state"] == "running" && attempt(r, 1)["worker"] == a_id.as_str());
+    // A tick or two, so the attempt is well under way.
+    std::thread::sleep(Duration::from_millis(300));
+    a.signal(SIGSTOP);
+    let _b = sdk.spawn(dir.path(), &b_id, &[addr.clone()], &env);
+    let run = c.wait_run(&id, "retried on b", |r| r["attempt"] == 2 && attempt(r, 2)["worker"] == b_id.as_str() && r["state"] == "running");
+    let first = attempt(&run, 1);
+    assert_eq!(first["state"], "lost", "{run}");
+    a.signal(SIGCONT);
+    // `a` wakes: it fences itself, reconnects and sends its late report.
+    wait_worker(&addr, &a_id);
+    std::thread::sleep(Duration::from_secs(2));
+    let run = c.run(&id);
+    assert_eq!(attempt(&run, 1), first, "the late report changed nothing: {run}");
+    assert_eq!((run["state"].clone(), attempt(&run, 2)["worker"].clone()), (json!("running"), json!(b_id)), "{run}");
+    let lines: Vec<String> = std::fs::read_to_string(&starts).unwrap_or_default().lines().map(String::from).collect();
+    assert_eq!(lines, [format!("{id} 1 start"), format!("{id} 2 start")], "{sdk:?}: nothing started twice or stale");
+    let (s, v) = http(&addr, "POST", &format!("/v1/runs/{id}/cancel"), None).unwrap();
+    assert!(s == 200 || s == 202, "{s} {v}");
+    c.wait_state(&id, "cancelled");
+}
+
+/// Two servers on PostgreSQL; the leader is killed; the worker follows
+/// the new leader and runs the job's next fires.
+pub fn failover(sdk: Sdk) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let db = rt.block_on(TestDb::create(Db::Postgres)).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let mut servers: Vec<Option<Proc>> =
+        addrs.iter().enumerate().map(|(i, a)| Some(server(dir.path(), &format!("s{i}"), &db.url, a))).collect();
+    let mut leader = 0;
+    wait_until("a server to lead", WITHIN, || {
+        leader = addrs.iter().position(|a| leads(a)).unwrap_or(usize::MAX);
+        leader != usize::MAX
+    });
+    let id = format!("{}-w", sdk.label());
+    let _w = sdk.spawn(dir.path(), &id, &addrs, &[]);
+    wait_worker(&addrs[leader], &id);
+    let c = Ctx { sdk, addr: addrs[leader].clone(), dir: dir.path() };
+    let job = c.job("every-second", "echo", json!({}), json!({"schedule": {"every": "1s"}}));
+    let succeeded_after = |addr: &str, t: i64| -> bool {
+        http(addr, "GET", &format!("/v1/runs?job={job}&state=succeeded&limit=100"), None)
+            .map(|(_, v)| v["runs"].as_array().is_some_and(|rs| rs.iter().any(|r| ms(r["scheduled_at"].as_str().unwrap_or("")) > t)))
+            .unwrap_or(false)
+    };
+    wait_until("a run to succeed", WITHIN, || succeeded_after(&addrs[leader], 0));
+    if let Some(p) = servers[leader].take() {
+        p.signal(SIGKILL);
+    }
+    let killed = now_ms();
+    let other = 1 - leader;
+    wait_until("the other server to lead", WITHIN, || leads(&addrs[other]));
+    wait_until("a fire after the failover to succeed on the worker", WITHIN, || succeeded_after(&addrs[other], killed + 1_000));
+    let page = http(&addrs[other], "GET", &format!("/v1/runs?job={job}&limit=5"), None).unwrap().1;
+    let newest = page["runs"].as_array().unwrap().iter().find(|r| r["state"] == "succeeded").cloned().unwrap();
+    let run = http(&addrs[other], "GET", &format!("/v1/runs/{}", newest["id"].as_str().unwrap()), None).unwrap().1;
+    assert_eq!(attempt(&run, run["attempt"].as_u64().unwrap_or(1) as usize)["worker"], id.as_str(), "{run}");
+    drop(servers);
+    rt.block_on(db.drop_database());
+}

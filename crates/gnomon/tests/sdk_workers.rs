@@ -1,0 +1,77 @@
+//! Every worker implementation — the Rust runtime and the Python and
+//! TypeScript SDKs — against a real server: the same protocol cases
+//! (`sdk/cases.rs`), a server failover and a frozen worker (`sdk/faults.rs`).
+//! The SDKs' conformance programs carry the same standard handlers; the
+//! Python venv and the TypeScript build come from `scripts/sdk.sh`.
+
+#[path = "sdk/cases.rs"]
+mod cases;
+mod common;
+#[path = "sdk/faults.rs"]
+mod faults;
+#[path = "sdk/workers.rs"]
+mod workers;
+
+use common::*;
+use workers::Sdk;
+
+/// One server, one worker of `sdk`, every case in turn.
+fn conformance(sdk: Sdk) {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _server = faults::server(dir.path(), "server", &format!("sqlite://{}/db.sqlite", dir.path().display()), &addr);
+    wait_until("the server to lead", cases::WITHIN, || faults::leads(&addr));
+    let id = format!("{}-1", sdk.label());
+    let _worker = sdk.spawn(dir.path(), &id, &[addr.clone()], &[]);
+    faults::wait_worker(&addr, &id);
+    let ctx = cases::Ctx { sdk, addr, dir: dir.path() };
+    for (name, case) in cases::CASES {
+        eprintln!("{sdk:?}: {name}");
+        case(&ctx);
+    }
+}
+
+#[test]
+fn the_rust_worker_passes_the_conformance_cases() {
+    conformance(Sdk::Rust);
+}
+
+#[test]
+fn the_python_worker_passes_the_conformance_cases() {
+    conformance(Sdk::Python);
+}
+
+#[test]
+fn the_typescript_worker_passes_the_conformance_cases() {
+    conformance(Sdk::TypeScript);
+}
+
+#[test]
+fn a_frozen_rust_worker_starts_nothing_stale() {
+    faults::frozen_worker(Sdk::Rust);
+}
+
+#[test]
+fn a_frozen_python_worker_starts_nothing_stale() {
+    faults::frozen_worker(Sdk::Python);
+}
+
+#[test]
+fn a_frozen_typescript_worker_starts_nothing_stale() {
+    faults::frozen_worker(Sdk::TypeScript);
+}
+
+#[test]
+fn a_rust_worker_follows_a_failover() {
+    faults::failover(Sdk::Rust);
+}
+
+#[test]
+fn a_python_worker_follows_a_failover() {
+    faults::failover(Sdk::Python);
+}
+
+#[test]
+fn a_typescript_worker_follows_a_failover() {
+    faults::failover(Sdk::TypeScript);
+}
