@@ -16,6 +16,10 @@ ensure_etcd
 ensure_chromium
 # The clock-skew test runs a server under libfaketime.
 ensure_faketime
+# The worker SDKs' process tests start the Python and TypeScript
+# conformance workers: their venv and build come first.
+echo "== worker SDKs (Python venv, TypeScript build)"
+scripts/sdk.sh prepare
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"
@@ -29,10 +33,15 @@ cargo test --workspace 2>&1 | tee target/test-output.log
 echo "== API contract (schemathesis)"
 contract=0
 scripts/contract.sh 2>&1 | tee target/contract-output.log || contract=1
-# One closing line for the whole run (the contract counts as one test).
+# The SDKs' own tests, and their packages built (not published).
+echo "== worker SDK tests and packages"
+sdk=0
+{ scripts/sdk.sh test && scripts/sdk.sh package; } 2>&1 | tee target/sdk-output.log || sdk=1
+# One closing line for the whole run (the contract and the SDKs count as
+# one test each).
 passed=$(grep -Eo 'test result: ok\. [0-9]+ passed' target/test-output.log | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' target/test-output.log | awk '{s+=$1} END {print s+0}')
-passed=$((passed + 1 - contract))
-failed=$((failed + contract))
+passed=$((passed + 2 - contract - sdk))
+failed=$((failed + contract + sdk))
 echo "gnomon: $passed passed, $failed failed"
-[ "$contract" = 0 ]
+[ "$contract" = 0 ] && [ "$sdk" = 0 ]
