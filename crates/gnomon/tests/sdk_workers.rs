@@ -75,3 +75,13 @@ fn a_python_worker_follows_a_failover() {
 fn a_typescript_worker_follows_a_failover() {
     faults::failover(Sdk::TypeScript);
 }
+
+#[test]
+fn a_frozen_attempts_late_write_is_refused_by_the_fence() {
+    faults::fenced_write(Sdk::Python, true);
+}
+
+#[test]
+fn without_the_fence_a_frozen_attempts_late_write_lands() {
+    faults::fenced_write(Sdk::Python, false);
+}

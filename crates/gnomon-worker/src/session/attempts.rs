@@ -182,7 +182,9 @@ impl WorkerRuntime {
         if let Some(r) = inner.running.get_mut(&(run.to_string(), attempt)) {
             match report_as {
                 None => r.aborted = true,
-                Some(lost) => r.lost = lost,
+                // Once lost (self-fenced), a later cancel does not make it
+                // a cancellation: it still ended because of the fence.
+                Some(lost) => r.lost |= lost,
             }
             let _ = r.cancel.send(true);
         }

@@ -115,3 +115,64 @@ pub fn failover(sdk: Sdk) {
     drop(servers);
     rt.block_on(db.drop_database());
 }
+
+/// A job whose write goes to PostgreSQL: its worker is frozen mid-attempt
+/// past its lease, the retry commits its write, and the frozen attempt
+/// wakes and writes too. Through the fenced-write guard the late write is
+/// refused; without it, both land.
+pub fn fenced_write(sdk: Sdk, fenced: bool) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let db = rt.block_on(TestDb::create(Db::Postgres)).unwrap_or_else(|e| panic!("{e}"));
+    let effects = |sql: &str, select: bool| {
+        let url = db.url.clone();
+        rt.block_on(async move {
+            use sqlx::Connection;
+            let mut c = sqlx::PgConnection::connect(&url).await.expect("postgres");
+            if !select {
+                sqlx::raw_sql(sql).execute(&mut c).await.expect(sql);
+                return Vec::new();
+            }
+            let rows: Vec<(i64,)> = sqlx::query_as(sql).fetch_all(&mut c).await.expect(sql);
+            rows.into_iter().map(|r| r.0).collect::<Vec<i64>>()
+        })
+    };
+    effects("CREATE TABLE effects (run_id TEXT NOT NULL, attempt BIGINT NOT NULL)", false);
+    effects(
+        "CREATE TABLE gnomon_fence (run_id TEXT PRIMARY KEY, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
+         written_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _server = server(dir.path(), "server", &format!("sqlite://{}/db.sqlite", dir.path().display()), &addr);
+    wait_until("the server to lead", WITHIN, || leads(&addr));
+    let notes = dir.path().join("notes.log");
+    let env = [("GNOMON_CONFORMANCE_LOG", notes.display().to_string())];
+    let (a_id, b_id) = (format!("{}-a", sdk.label()), format!("{}-b", sdk.label()));
+    let a = sdk.spawn(dir.path(), &a_id, &[addr.clone()], &env);
+    wait_worker(&addr, &a_id);
+    let c = Ctx { sdk, addr: addr.clone(), dir: dir.path() };
+    let retry = json!({"retry": {"max_attempts": 3, "backoff": {"initial": "100ms", "max": "100ms"}}});
+    let payload = json!({"dsn": db.url, "table": "effects", "fenced": fenced, "seconds": 4});
+    let job = c.job(if fenced { "fenced" } else { "unfenced" }, "fenced_write", payload, retry);
+    let id = c.trigger(&job, json!({}));
+    c.wait_run(&id, "running on a", |r| r["state"] == "running" && attempt(r, 1)["worker"] == a_id.as_str());
+    a.signal(SIGSTOP);
+    let _b = sdk.spawn(dir.path(), &b_id, &[addr.clone()], &env);
+    let run = c.wait_run(&id, "succeeded on b", |r| r["state"] == "succeeded" && attempt(r, 2)["worker"] == b_id.as_str());
+    assert_eq!(attempt(&run, 1)["state"], "lost", "{run}");
+    a.signal(SIGCONT);
+    let late = format!("{id} 1 write");
+    wait_until("the frozen attempt to write", WITHIN, || std::fs::read_to_string(&notes).unwrap_or_default().contains(&late));
+    let noted = std::fs::read_to_string(&notes).unwrap();
+    let rows = effects(&format!("SELECT attempt FROM effects WHERE run_id = '{id}' ORDER BY attempt"), true);
+    if fenced {
+        assert!(noted.contains(&format!("{id} 1 write refused")), "{noted}");
+        assert_eq!(rows, [2], "only the retry's write landed");
+    } else {
+        assert!(noted.contains(&format!("{id} 1 write committed")), "{noted}");
+        assert_eq!(rows, [1, 2], "without the guard both writes land");
+    }
+    assert_eq!(c.run(&id)["state"], "succeeded", "the late attempt changed nothing in gnomon either");
+    rt.block_on(db.drop_database());
+}

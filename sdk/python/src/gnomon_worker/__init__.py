@@ -12,7 +12,7 @@
 from .config import Tls
 from .context import AttemptLog, Context
 from .errors import NonRetryable, RetryAfter
-from .fence import Fence
+from .fence import Fence, FenceRejected
 from .worker import Worker
 
 __version__ = "0.1.0"
@@ -21,6 +21,7 @@ __all__ = [
     "AttemptLog",
     "Context",
     "Fence",
+    "FenceRejected",
     "NonRetryable",
     "RetryAfter",
     "Tls",

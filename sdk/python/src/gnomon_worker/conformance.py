@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from .config import Tls
 from .context import Context
 from .errors import NonRetryable, RetryAfter
+from .fence import FenceRejected, guard
 from .worker import Worker
 
 
@@ -85,6 +86,40 @@ async def log_lines(ctx: Context) -> str:
     return "logged"
 
 
+def _note(line: str) -> None:
+    path = os.environ.get("GNOMON_CONFORMANCE_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+def fenced_write(ctx: Context) -> str:
+    """Sleeps payload.seconds (3) without looking at ``ctx.cancelled`` -- as
+    a job that does not cooperate -- then inserts ``(run_id, attempt)`` into
+    payload.table of the PostgreSQL database payload.dsn, through the
+    fenced-write guard when payload.fenced. Notes ``"<run> <attempt> write
+    committed|refused"`` in GNOMON_CONFORMANCE_LOG."""
+    import time
+
+    import psycopg
+
+    p = _payload(ctx)
+    table = str(p.get("table", ""))
+    if not table.isidentifier():
+        raise NonRetryable(f"not a table name: {table!r}")
+    time.sleep(float(p.get("seconds", 3)))
+    try:
+        with psycopg.connect(str(p["dsn"])) as conn, conn.transaction(), conn.cursor() as cur:
+            if p.get("fenced"):
+                guard(cur, ctx.fence)
+            cur.execute(f"INSERT INTO {table} (run_id, attempt) VALUES (%s, %s)", (ctx.run_id, ctx.attempt))
+    except FenceRejected as e:
+        _note(f"{ctx.run_id} {ctx.attempt} write refused")
+        raise NonRetryable(str(e)) from e
+    _note(f"{ctx.run_id} {ctx.attempt} write committed")
+    return "written"
+
+
 #: The standard handlers, by name.
 HANDLERS = {
     "echo": echo,
@@ -93,6 +128,7 @@ HANDLERS = {
     "retry_after": retry_after,
     "sleep": sleep,
     "log": log_lines,
+    "fenced_write": fenced_write,
 }
 
 
