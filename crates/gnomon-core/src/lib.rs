@@ -10,6 +10,7 @@ pub mod clock;
 pub mod deps;
 pub mod duration;
 pub mod error;
+pub mod fence;
 pub mod int;
 pub mod jitter;
 pub mod notify;

@@ -33,54 +33,24 @@
 //!   fenced: an email sent is sent. For an HTTP service, send the
 //!   `Gnomon-Run-Id`, `Gnomon-Attempt` and `Gnomon-Fence-Token` headers
 //!   (gnomon's HTTP jobs do) and have the service run the same guard in
-//!   its transaction ([`Fence::from_headers`]).
+//!   its transaction ([`fence_from_headers`]).
 //! - A newer attempt that has not written yet does not stop an older one
 //!   that writes first: the older commits, and the newer is refused
 //!   nothing (its attempt is higher). Make the write idempotent on the run
 //!   id (the same for every attempt) for that case.
 
-use std::fmt;
-
 /// The table the guard keeps, unless told otherwise.
 pub const DEFAULT_TABLE: &str = "gnomon_fence";
 
-/// What identifies an attempt: its run, its number and the fencing token
-/// it was assigned with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fence {
-    pub run_id: String,
-    pub attempt: u32,
-    pub token: u64,
-}
+pub use gnomon_core::fence::{Fence, FenceParseError};
 
-impl Fence {
-    /// The fence of the attempt a shell job runs in
-    /// (`GNOMON_RUN_ID`, `GNOMON_ATTEMPT`, `GNOMON_FENCE_TOKEN`).
-    pub fn from_env() -> Result<Fence, FenceError> {
-        let var = |k: &str| std::env::var(k).map_err(|_| FenceError::Missing(k.to_string()));
-        Fence::parse(&var("GNOMON_RUN_ID")?, &var("GNOMON_ATTEMPT")?, &var("GNOMON_FENCE_TOKEN")?)
-    }
-
-    /// The fence of the attempt that sent an HTTP request (the
-    /// `Gnomon-Run-Id`, `Gnomon-Attempt` and `Gnomon-Fence-Token` headers
-    /// gnomon's HTTP jobs carry).
-    pub fn from_headers(headers: &http::HeaderMap) -> Result<Fence, FenceError> {
-        let h =
-            |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).map(str::to_string).ok_or_else(|| FenceError::Missing(k.to_string()));
-        Fence::parse(&h("gnomon-run-id")?, &h("gnomon-attempt")?, &h("gnomon-fence-token")?)
-    }
-
-    fn parse(run_id: &str, attempt: &str, token: &str) -> Result<Fence, FenceError> {
-        let bad = |what: &str, v: &str| FenceError::Invalid(format!("{what} {v:?}"));
-        if run_id.is_empty() || run_id.len() > 255 {
-            return Err(bad("run id", run_id));
-        }
-        Ok(Fence {
-            run_id: run_id.to_string(),
-            attempt: attempt.trim().parse().map_err(|_| bad("attempt", attempt))?,
-            token: token.trim().parse().map_err(|_| bad("fence token", token))?,
-        })
-    }
+/// The fence of the attempt that sent an HTTP request (the
+/// `Gnomon-Run-Id`, `Gnomon-Attempt` and `Gnomon-Fence-Token` headers
+/// gnomon's HTTP jobs carry), for a receiving service.
+pub fn fence_from_headers(headers: &http::HeaderMap) -> Result<Fence, FenceError> {
+    Ok(Fence::read(["gnomon-run-id", "gnomon-attempt", "gnomon-fence-token"], |k| {
+        headers.get(k).and_then(|v| v.to_str().ok()).map(str::to_string)
+    })?)
 }
 
 /// Why a guarded write may not commit.
@@ -92,10 +62,8 @@ pub enum FenceError {
         "attempt {mine_attempt} (token {mine_token}) of run {run_id} is superseded: attempt {seen_attempt} (token {seen_token}) has written already"
     )]
     Superseded { run_id: String, mine_attempt: u32, mine_token: u64, seen_attempt: u32, seen_token: u64 },
-    #[error("no {0} to fence with")]
-    Missing(String),
-    #[error("not a fence: {0}")]
-    Invalid(String),
+    #[error(transparent)]
+    Parse(#[from] FenceParseError),
     #[error("the fence table {0:?} is not a plain SQL name")]
     BadTable(String),
     #[error(transparent)]
@@ -111,14 +79,14 @@ impl FenceError {
 
 /// Compares what is recorded with this attempt.
 fn admit(fence: &Fence, seen_attempt: i64, seen_token: i64) -> Result<(), FenceError> {
-    let (a, t) = (i64::from(fence.attempt), i64::try_from(fence.token).unwrap_or(i64::MAX));
-    if seen_attempt > a || seen_token > t {
+    let (attempt, token) = (u32::try_from(seen_attempt).unwrap_or(u32::MAX), u64::try_from(seen_token).unwrap_or(0));
+    if fence.superseded_by(attempt, token) {
         return Err(FenceError::Superseded {
             run_id: fence.run_id.clone(),
             mine_attempt: fence.attempt,
             mine_token: fence.token,
-            seen_attempt: u32::try_from(seen_attempt).unwrap_or(u32::MAX),
-            seen_token: u64::try_from(seen_token).unwrap_or(0),
+            seen_attempt: attempt,
+            seen_token: token,
         });
     }
     Ok(())
@@ -133,12 +101,6 @@ fn check_table(table: &str) -> Result<(), FenceError> {
         Ok(())
     } else {
         Err(FenceError::BadTable(table.to_string()))
-    }
-}
-
-impl fmt::Display for Fence {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} attempt {} token {}", self.run_id, self.attempt, self.token)
     }
 }
 
@@ -171,11 +133,11 @@ mod tests {
         let mut h = http::HeaderMap::new();
         h.insert("Gnomon-Run-Id", "abc-1000".parse().unwrap());
         h.insert("Gnomon-Attempt", "2".parse().unwrap());
-        assert!(matches!(Fence::from_headers(&h), Err(FenceError::Missing(_))));
+        assert!(matches!(fence_from_headers(&h), Err(FenceError::Parse(FenceParseError::Missing(_)))));
         h.insert("Gnomon-Fence-Token", "x".parse().unwrap());
-        assert!(matches!(Fence::from_headers(&h), Err(FenceError::Invalid(_))));
+        assert!(matches!(fence_from_headers(&h), Err(FenceError::Parse(FenceParseError::Invalid(_)))));
         h.insert("Gnomon-Fence-Token", "7".parse().unwrap());
-        assert_eq!(Fence::from_headers(&h).unwrap(), Fence { run_id: "abc-1000".into(), attempt: 2, token: 7 });
+        assert_eq!(fence_from_headers(&h).unwrap(), Fence { run_id: "abc-1000".into(), attempt: 2, token: 7 });
         assert!(check_table("gnomon_fence").is_ok());
         assert!(check_table("x; drop table y").is_err());
     }

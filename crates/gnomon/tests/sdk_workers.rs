@@ -24,7 +24,7 @@ fn conformance(sdk: Sdk) {
     let id = format!("{}-1", sdk.label());
     let _worker = sdk.spawn(dir.path(), &id, &[addr.clone()], &[]);
     faults::wait_worker(&addr, &id);
-    let ctx = cases::Ctx { sdk, addr, dir: dir.path() };
+    let ctx = cases::Ctx { sdk, addr };
     for (name, case) in cases::CASES {
         eprintln!("{sdk:?}: {name}");
         case(&ctx);

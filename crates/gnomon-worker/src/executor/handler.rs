@@ -13,15 +13,8 @@ use tokio::sync::watch;
 use crate::live::LiveSink;
 use crate::tail::OutputTail;
 
-/// What identifies an attempt to the fenced-write helpers: a write made
-/// with it commits only while no later attempt of the run (and no higher
-/// token) has written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fence {
-    pub run_id: String,
-    pub attempt: u32,
-    pub token: u64,
-}
+/// What identifies an attempt to fenced writes (the `gnomon-fence` crate).
+pub use gnomon_core::fence::Fence;
 
 /// Context handed to a handler.
 #[derive(Debug, Clone)]

@@ -1,7 +1,6 @@
 //! The protocol conformance cases: one list, run against every worker
 //! implementation on a real server.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -13,17 +12,16 @@ use crate::common::*;
 pub const WITHIN: Duration = Duration::from_secs(60);
 
 /// A server the cases talk to, and the SDK whose workers run its jobs.
-pub struct Ctx<'a> {
+pub struct Ctx {
     pub sdk: Sdk,
     pub addr: String,
-    pub dir: &'a Path,
 }
 
 pub fn ms(rfc3339: &str) -> i64 {
     gnomon_core::chrono::DateTime::parse_from_rfc3339(rfc3339).unwrap_or_else(|e| panic!("{rfc3339}: {e}")).timestamp_millis()
 }
 
-impl Ctx<'_> {
+impl Ctx {
     /// Creates job `<sdk>-<name>` running `handler` with `payload`, routed
     /// to this SDK's workers, with `extra` fields; its name.
     pub fn job(&self, name: &str, handler: &str, payload: Value, extra: Value) -> String {

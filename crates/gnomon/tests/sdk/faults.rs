@@ -50,7 +50,7 @@ pub fn frozen_worker(sdk: Sdk) {
     let (a_id, b_id) = (format!("{}-a", sdk.label()), format!("{}-b", sdk.label()));
     let a = sdk.spawn(dir.path(), &a_id, &[addr.clone()], &env);
     wait_worker(&addr, &a_id);
-    let c = Ctx { sdk, addr: addr.clone(), dir: dir.path() };
+    let c = Ctx { sdk, addr: addr.clone() };
     let retry = json!({"retry": {"max_attempts": 3, "backoff": {"initial": "100ms", "max": "100ms"}}});
     let job = c.job("frozen", "sleep", json!({"seconds": 60}), retry);
     let id = c.trigger(&job, json!({}));
@@ -93,7 +93,7 @@ pub fn failover(sdk: Sdk) {
     let id = format!("{}-w", sdk.label());
     let _w = sdk.spawn(dir.path(), &id, &addrs, &[]);
     wait_worker(&addrs[leader], &id);
-    let c = Ctx { sdk, addr: addrs[leader].clone(), dir: dir.path() };
+    let c = Ctx { sdk, addr: addrs[leader].clone() };
     let job = c.job("every-second", "echo", json!({}), json!({"schedule": {"every": "1s"}}));
     let succeeded_after = |addr: &str, t: i64| -> bool {
         http(addr, "GET", &format!("/v1/runs?job={job}&state=succeeded&limit=100"), None)
@@ -151,7 +151,7 @@ pub fn fenced_write(sdk: Sdk, fenced: bool) {
     let (a_id, b_id) = (format!("{}-a", sdk.label()), format!("{}-b", sdk.label()));
     let a = sdk.spawn(dir.path(), &a_id, &[addr.clone()], &env);
     wait_worker(&addr, &a_id);
-    let c = Ctx { sdk, addr: addr.clone(), dir: dir.path() };
+    let c = Ctx { sdk, addr: addr.clone() };
     let retry = json!({"retry": {"max_attempts": 3, "backoff": {"initial": "100ms", "max": "100ms"}}});
     let payload = json!({"dsn": db.url, "table": "effects", "fenced": fenced, "seconds": 4});
     let job = c.job(if fenced { "fenced" } else { "unfenced" }, "fenced_write", payload, retry);
