@@ -242,6 +242,7 @@ pub async fn check(
     }
     check_params(&runs, &by_id, jobs, h, v);
     check_dependencies(&runs, &by_id, deps, v);
+    check_hints(&by_id, h, v);
     // 9. Every backfill ended: done (its cursor at its end) or cancelled.
     for b in &backfills {
         if b.state == gnomon_backend::BackfillState::Running || (b.state == gnomon_backend::BackfillState::Done && b.cursor != b.to) {
@@ -252,6 +253,36 @@ pub async fn check(
         }
     }
     Ok(runs.len())
+}
+
+/// 10. A failure's retry hint, when the leader accepted the report (the
+///     stored attempt is `failed`): with no_retry the run failed and had no
+///     later attempt; with retry_after its next attempt was assigned no
+///     sooner than that after the failure ended.
+fn check_hints(by_id: &HashMap<&str, &RunDetail>, h: &History, v: &mut Vec<String>) {
+    for (run, attempt, no_retry, after) in &h.hints {
+        let Some(d) = by_id.get(run.as_str()) else { continue };
+        let Some(a) = d.attempts.iter().find(|a| a.attempt == *attempt) else { continue };
+        if a.state != AttemptState::Failed {
+            continue;
+        }
+        let next = d.attempts.iter().find(|n| n.attempt == attempt + 1);
+        if *no_retry && (next.is_some() || d.run.state != RunState::Failed) {
+            v.push(format!(
+                "run {run}: attempt {attempt} failed asking not to be retried, yet the run is {:?} with {} attempts",
+                d.run.state,
+                d.attempts.len()
+            ));
+        }
+        if let (Some(n), Some(ended)) = (next, a.ended_at) {
+            if *after > 0 && n.assigned_at < ended + i64::try_from(*after).unwrap_or(0) {
+                v.push(format!(
+                    "run {run}: attempt {} assigned at {}, before {ended} + the {after} ms attempt {attempt} asked for",
+                    n.attempt, n.assigned_at
+                ));
+            }
+        }
+    }
 }
 
 /// 8. Dependencies: every run of an upstream (skip records and manual runs

@@ -32,6 +32,9 @@ pub struct History {
     pub assigned_params: Vec<(String, u32, String)>,
     /// The payload each started attempt was assigned with (empty for none).
     pub assigned_payloads: Vec<(String, u32, String)>,
+    /// (run, attempt, no_retry, retry_after_ms) of every failure reported
+    /// with a retry hint.
+    pub hints: Vec<(String, u32, bool, u64)>,
     /// What the simulation did, for a replayed seed's report.
     pub log: Vec<(Millis, String)>,
 }

@@ -32,6 +32,10 @@ struct Attempt {
     succeeds: bool,
     started_at: Millis,
     token: u64,
+    /// A failure's hint: `(no_retry, retry_after_ms)`.
+    hint: (bool, u64),
+    /// Output bytes streamed so far.
+    written: u64,
 }
 
 pub struct SimWorker {
@@ -125,7 +129,19 @@ impl SimWorker {
         }
     }
 
-    fn report(&mut self, key: (String, u32), a: &Attempt, outcome: v1::Outcome, now: Millis, commands: &mpsc::Sender<LeaderCommand>) {
+    fn report(
+        &mut self,
+        key: (String, u32),
+        a: &Attempt,
+        outcome: v1::Outcome,
+        now: Millis,
+        commands: &mpsc::Sender<LeaderCommand>,
+        h: &mut History,
+    ) {
+        let failed = outcome == v1::Outcome::Failed;
+        if failed && (a.hint.0 || a.hint.1 > 0) {
+            h.hints.push((key.0.clone(), key.1, a.hint.0, a.hint.1));
+        }
         let report = v1::Report {
             run_id: key.0.clone(),
             attempt: key.1,
@@ -134,6 +150,8 @@ impl SimWorker {
             started_at_ms: a.started_at,
             ended_at_ms: now,
             token: a.token,
+            no_retry: failed && a.hint.0,
+            retry_after_ms: if failed { a.hint.1 } else { 0 },
             ..Default::default()
         };
         self.spool.insert(key, report.clone());
@@ -172,13 +190,29 @@ impl SimWorker {
         if self.fence_lapsed(now) && !self.running.is_empty() {
             self.fence_all(now, commands, h);
         }
+        // Running attempts write a line now and then, streamed as it
+        // would be.
+        let pieces: Vec<v1::Output> = self
+            .running
+            .iter_mut()
+            .filter(|_| rng.gen_bool(0.05))
+            .map(|((run, attempt), a)| {
+                let data = format!("line at {now}\n").into_bytes();
+                let offset = a.written;
+                a.written += data.len() as u64;
+                v1::Output { run_id: run.clone(), attempt: *attempt, token: a.token, offset, data }
+            })
+            .collect();
+        for p in pieces {
+            self.send(commands, worker_message::Msg::Output(p));
+        }
         // Attempts that are done.
         let done: Vec<(String, u32)> = self.running.iter().filter(|(_, a)| a.ends_at <= now).map(|(k, _)| k.clone()).collect();
         for key in done {
             if let Some(a) = self.running.remove(&key) {
                 h.end_live(&key.0, key.1, now);
                 let outcome = if a.succeeds { v1::Outcome::Succeeded } else { v1::Outcome::Failed };
-                self.report(key, &a, outcome, now, commands);
+                self.report(key, &a, outcome, now, commands, h);
             }
         }
         if self.session.as_ref().is_some_and(|s| s.id.is_some()) && now >= self.next_heartbeat {
@@ -194,7 +228,7 @@ impl SimWorker {
     fn fence_all(&mut self, now: Millis, commands: &mpsc::Sender<LeaderCommand>, h: &mut History) {
         for (key, a) in std::mem::take(&mut self.running) {
             h.end_live(&key.0, key.1, now);
-            self.report(key, &a, v1::Outcome::Lost, now, commands);
+            self.report(key, &a, v1::Outcome::Lost, now, commands, h);
         }
     }
 
@@ -289,7 +323,15 @@ impl SimWorker {
                 h.assigned_payloads.push((a.run_id.clone(), a.attempt, a.payload.clone()));
                 let ends_at = now + rng.gen_range(20..=400);
                 let succeeds = rng.gen_bool(0.8);
-                self.running.insert(key, Attempt { ends_at, succeeds, started_at: now, token: a.token });
+                // A failure may ask not to be retried, or to be retried
+                // later than its backoff (an SDK handler's NonRetryable,
+                // RetryAfter).
+                let hint = match rng.gen_range(0..4) {
+                    0 => (true, 0),
+                    1 => (false, rng.gen_range(100..=3_000)),
+                    _ => (false, 0),
+                };
+                self.running.insert(key, Attempt { ends_at, succeeds, started_at: now, token: a.token, hint, written: 0 });
             }
             server_message::Msg::Cancel(c) => {
                 if c.token < self.max_token {
@@ -298,7 +340,7 @@ impl SimWorker {
                 let key = (c.run_id.clone(), c.attempt);
                 if let Some(a) = self.running.remove(&key) {
                     h.end_live(&key.0, key.1, now);
-                    self.report(key, &a, v1::Outcome::Cancelled, now, commands);
+                    self.report(key, &a, v1::Outcome::Cancelled, now, commands, h);
                 }
             }
             server_message::Msg::Abort(a) => {
