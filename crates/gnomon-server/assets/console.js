@@ -437,10 +437,39 @@ views.runs = async (el, cursor, state) => {
   $('#f-state').onchange = (e) => { location.hash = e.target.value ? '#/runs/state/' + enc(e.target.value) : '#/runs'; };
 };
 
+// A running attempt's output, as its worker streams it: read on from the
+// last answer's `next` every second while the page shows it. Kept as text
+// (never HTML), the newest 256 KiB.
+function tailLive(run, attempt) {
+  if (!S.live || S.live.run !== run || S.live.attempt !== attempt) S.live = { run, attempt, next: 0, text: '' };
+  const show = () => {
+    const pre = $('#live-output');
+    if (pre) { pre.textContent = S.live.text || '(nothing yet)'; pre.scrollTop = pre.scrollHeight; }
+    return pre;
+  };
+  show();
+  clearInterval(S.liveTimer);
+  const pull = async () => {
+    if (!show()) { clearInterval(S.liveTimer); return; }
+    try {
+      const o = await api('GET', `/v1/runs/${enc(run)}/output?attempt=${attempt}&from=${S.live.next}`);
+      if (!o.live) { clearInterval(S.liveTimer); return; }
+      if (o.skipped) S.live.text += `\n[${o.skipped} earlier bytes are no longer kept]\n`;
+      S.live.text = (S.live.text + o.text).slice(-262144);
+      S.live.next = o.next;
+      show();
+    } catch (e) { /* the page's own refresh shows what is wrong */ }
+  };
+  pull();
+  S.liveTimer = setInterval(pull, 1000);
+}
+
 views.run = async (el, id) => {
   const r = await api('GET', `/v1/runs/${enc(id)}`);
   const graph = await runPipeline(r);
   const attempts = r.attempts || [];
+  const current = attempts[attempts.length - 1];
+  const live = current && !TERMINAL.has(r.state) && ['assigned', 'running'].includes(current.state) ? current : null;
   const t0 = Math.min(ms(r.fired_at), ...attempts.map((a) => ms(a.assigned_at)));
   const t1 = Math.max(Date.now() > t0 && !TERMINAL.has(r.state) ? Date.now() : ms(r.updated_at), ...attempts.map((a) => ms(a.ended_at) || 0), t0 + 1);
   const pct = (t) => (((t - t0) / (t1 - t0)) * 100).toFixed(2);
@@ -468,7 +497,10 @@ views.run = async (el, id) => {
   ${(r.notifications || []).length ? `<h2>Notifications</h2><div class="tbl"><table><thead><tr><th>outcome</th><th>kind</th><th>to</th><th>state</th><th>tries</th><th>detail</th></tr></thead><tbody>
   ${r.notifications.map((n) => `<tr><td>${esc(n.outcome)}</td><td>${esc(n.kind)}</td><td class="mono">${esc(n.destination)}</td><td>${st(n.state)}</td><td>${n.attempts}</td><td>${esc([n.last_error, n.next_at ? 'next ' + when(n.next_at) : ''].filter(Boolean).join('; ') || '-')}</td></tr>`).join('')}
   </tbody></table></div>` : ''}
-  ${attempts.map((a) => `<h2>Output of attempt ${a.attempt}</h2><pre class="output">${esc(a.output || '(none)')}</pre>`).join('')}`;
+  ${attempts.map((a) => live && a.attempt === live.attempt
+    ? `<h2>Output of attempt ${a.attempt} <span class="st running">live</span></h2><pre class="output" id="live-output"></pre>`
+    : `<h2>Output of attempt ${a.attempt}</h2><pre class="output">${esc(a.output || '(none)')}</pre>`).join('')}`;
+  if (live) tailLive(r.id, live.attempt);
   const c = $('#cancel');
   if (c) c.onclick = async () => {
     if (!(await confirmDo(`Cancel run ${r.id}? A running attempt is stopped.`))) return;

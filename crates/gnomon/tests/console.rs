@@ -318,6 +318,18 @@ async fn walk(b: &Browser, addr: &str, viewer: &str) {
     b.wait_text("#payload", "deploy <finished>", 30).await;
     b.shot("06c-run-payload").await;
 
+    // A running attempt's output is tailed live on its run page.
+    let talker = json!({"name": "console-talk", "executor": {"shell": {"command": "sh", "args": ["-c", "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do echo \"line $i <b>\"; sleep 1; done"]}}});
+    assert_eq!(api(addr, "POST", "/v1/jobs", Some(talker)).0, 201);
+    let (s, run) = api(addr, "POST", "/v1/jobs/console-talk/trigger", None);
+    assert_eq!(s, 201, "{run}");
+    let talk = run["id"].as_str().unwrap().to_string();
+    b.goto(&format!("#/run/{talk}")).await;
+    b.wait_text("#live-output", "line 2 <b>", 30).await;
+    b.wait_text("#live-output", "line 4 <b>", 30).await;
+    b.shot("06d-run-live-output").await;
+    assert_eq!(api(addr, "POST", &format!("/v1/runs/{talk}/cancel"), None).0 / 100, 2);
+
     // The other pages render with their data.
     b.goto("#/jobs").await;
     b.wait_text("#jobs-table", "console-slow", 30).await;
