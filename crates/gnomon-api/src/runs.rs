@@ -230,10 +230,13 @@ pub struct RunOutput {
     /// The run's state now.
     pub state: RunState,
     /// Whether the attempt is running and this is its live output. Once
-    /// it is `false`, `text` is the output kept with the attempt (its last
-    /// 64 KiB) and there is nothing more to follow.
+    /// it is `false` there is nothing more to follow: `text` is the rest
+    /// of the live output from `from` when `from` > 0 (asked with `from` >
+    /// 0 soon after the attempt ended), else the output kept with the
+    /// attempt (its last 64 KiB).
     pub live: bool,
-    /// Where `text` starts in the attempt's live output (0 when not live).
+    /// Where `text` starts in the attempt's live output (0: `text` is the
+    /// kept output, or the live output from its start).
     #[schema(minimum = 0)]
     pub from: u64,
     /// Pass as `from=` for the next piece while `live`.

@@ -16,6 +16,10 @@
 //!   worker dropped (a gap in its offsets) become one marker line; bytes
 //!   it sends twice (a piece re-sent after a reconnect) are appended once.
 //! - A read never starts or ends inside a UTF-8 character.
+//! - A log outlives its attempt by [`LIVE_KEEP_ENDED_MS`] (or until the
+//!   run's next attempt starts), so a reader following it reads on to its
+//!   very end: a worker sends the rest of an attempt's output ahead of its
+//!   report.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -28,6 +32,10 @@ pub const LIVE_BYTES_TOTAL: usize = 32 * 1024 * 1024;
 pub const LIVE_READ_MAX: usize = 64 * 1024;
 /// Most bytes of `data` the leader takes from one `Output` piece.
 pub const LIVE_PIECE_MAX: usize = 16 * 1024;
+/// How long an ended attempt's log stays readable.
+pub const LIVE_KEEP_ENDED_MS: Millis = 60_000;
+
+use gnomon_core::Millis;
 
 /// The live logs of one leader term. Cheap to clone.
 #[derive(Clone, Default, Debug)]
@@ -40,6 +48,8 @@ struct Inner {
     bytes: usize,
     /// Write counter: the last write of each log, for eviction.
     clock: u64,
+    /// When ended logs are next looked at for expiry.
+    next_sweep: Millis,
 }
 
 #[derive(Default, Debug)]
@@ -51,6 +61,8 @@ struct Log {
     /// The worker's offset just past the last byte taken from it.
     worker_end: u64,
     touched: u64,
+    /// When its attempt ended (the log is kept a while for readers).
+    ended_at: Option<Millis>,
 }
 
 impl Log {
@@ -79,8 +91,9 @@ impl LiveOutputs {
 
     /// Starts an attempt's log, unless it has one (a log of an earlier
     /// attempt of the run is replaced); appends go only to started logs.
-    pub fn start(&self, run_id: &str, attempt: u32) {
+    pub fn start(&self, run_id: &str, attempt: u32, now: Millis) {
         let mut inner = self.lock();
+        inner.sweep(now);
         inner.clock += 1;
         let touched = inner.clock;
         if inner.logs.get(run_id).is_some_and(|l| l.attempt == attempt) {
@@ -93,12 +106,13 @@ impl LiveOutputs {
 
     /// Appends a piece the worker sent at its `offset`. Pieces of
     /// attempts without a started log are ignored.
-    pub fn append(&self, run_id: &str, attempt: u32, offset: u64, data: &[u8]) {
+    pub fn append(&self, run_id: &str, attempt: u32, offset: u64, data: &[u8], now: Millis) {
         let data = &data[..data.len().min(LIVE_PIECE_MAX)];
         let mut inner = self.lock();
+        inner.sweep(now);
         inner.clock += 1;
         let touched = inner.clock;
-        let Some(log) = inner.logs.get_mut(run_id).filter(|l| l.attempt == attempt) else { return };
+        let Some(log) = inner.logs.get_mut(run_id).filter(|l| l.attempt == attempt && l.ended_at.is_none()) else { return };
         let piece_end = offset.saturating_add(data.len() as u64);
         if piece_end <= log.worker_end {
             return; // sent before
@@ -130,27 +144,29 @@ impl LiveOutputs {
         }
     }
 
-    /// Forgets a run's log (its attempt ended, or was taken from its
-    /// worker).
-    pub fn end(&self, run_id: &str) {
+    /// Ends a run's log (its attempt ended, or was taken from its
+    /// worker): it takes nothing more, and is forgotten
+    /// [`LIVE_KEEP_ENDED_MS`] later.
+    pub fn end(&self, run_id: &str, now: Millis) {
         let mut inner = self.lock();
-        if let Some(l) = inner.logs.remove(run_id) {
-            inner.bytes -= l.buf.len();
+        if let Some(l) = inner.logs.get_mut(run_id) {
+            l.ended_at.get_or_insert(now);
         }
+        inner.sweep(now);
     }
 
-    /// Whether the attempt's log is kept.
+    /// Whether the attempt's log is kept and its attempt runs.
     pub fn is_live(&self, run_id: &str, attempt: u32) -> bool {
         self.live_attempt(run_id) == Some(attempt)
     }
 
-    /// The run's live attempt, if any.
+    /// The run's running attempt with a log, if any.
     pub fn live_attempt(&self, run_id: &str) -> Option<u32> {
-        self.lock().logs.get(run_id).map(|l| l.attempt)
+        self.lock().logs.get(run_id).filter(|l| l.ended_at.is_none()).map(|l| l.attempt)
     }
 
-    /// Up to [`LIVE_READ_MAX`] bytes of an attempt's log from `from`;
-    /// `None` when it is not kept.
+    /// Up to [`LIVE_READ_MAX`] bytes of an attempt's log from `from`
+    /// (running, or ended and still kept); `None` when it is not kept.
     pub fn read(&self, run_id: &str, attempt: u32, from: u64) -> Option<LiveRead> {
         let inner = self.lock();
         let log = inner.logs.get(run_id).filter(|l| l.attempt == attempt)?;
@@ -184,6 +200,28 @@ impl LiveOutputs {
     }
 }
 
+impl Inner {
+    /// Forgets ended logs past their keep (looked at every few seconds).
+    fn sweep(&mut self, now: Millis) {
+        if now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + 5_000;
+        let before = self.logs.len();
+        let mut freed = 0;
+        self.logs.retain(|_, l| {
+            let keep = l.ended_at.is_none_or(|at| now - at < LIVE_KEEP_ENDED_MS);
+            if !keep {
+                freed += l.buf.len();
+            }
+            keep
+        });
+        if self.logs.len() != before {
+            self.bytes -= freed;
+        }
+    }
+}
+
 fn is_continuation(b: u8) -> bool {
     b & 0b1100_0000 == 0b1000_0000
 }
@@ -210,35 +248,40 @@ mod tests {
     #[test]
     fn appends_in_order_skip_repeats_and_mark_gaps() {
         let l = LiveOutputs::default();
-        l.append("r", 1, 0, b"ignored: not started");
+        l.append("r", 1, 0, b"ignored: not started", 0);
         assert!(l.read("r", 1, 0).is_none());
-        l.start("r", 1);
-        l.append("r", 1, 0, b"hello ");
-        l.append("r", 1, 0, b"hello "); // re-sent
-        l.append("r", 1, 3, b"lo world\n"); // overlaps
+        l.start("r", 1, 0);
+        l.append("r", 1, 0, b"hello ", 0);
+        l.append("r", 1, 0, b"hello ", 0); // re-sent
+        l.append("r", 1, 3, b"lo world\n", 0); // overlaps
         assert_eq!(text(&l, 0).text, "hello world\n");
-        l.append("r", 1, 100, b"late\n");
+        l.append("r", 1, 100, b"late\n", 0);
         let r = text(&l, 12);
         assert_eq!(r.text, "\n[gnomon: 88 bytes of output dropped by the worker]\nlate\n");
         assert_eq!(r.next, 12 + r.text.len() as u64);
         assert_eq!(text(&l, r.next).text, "");
         // A later attempt replaces the log.
-        l.start("r", 2);
+        l.start("r", 2, 0);
         assert!(l.read("r", 1, 0).is_none());
         assert_eq!(l.read("r", 2, 0).unwrap().text, "");
-        l.end("r");
+        l.end("r", 1_000);
         assert!(!l.is_live("r", 2));
+        // Ended, it is still read (to its end) for a while, and takes no more.
+        l.append("r", 2, 0, b"late", 1_000);
+        assert_eq!(l.read("r", 2, 0).map(|r| r.text), Some(String::new()));
+        l.start("s", 1, 1_000 + LIVE_KEEP_ENDED_MS);
+        assert!(l.read("r", 2, 0).is_none(), "forgotten after its keep");
         assert_eq!(l.bytes(), 0);
     }
 
     #[test]
     fn keeps_the_newest_bytes_of_each_attempt_and_a_total() {
         let l = LiveOutputs::default();
-        l.start("r", 1);
+        l.start("r", 1, 0);
         let mut off = 0u64;
         for _ in 0..10 {
             let piece = vec![b'a'; LIVE_PIECE_MAX];
-            l.append("r", 1, off, &piece);
+            l.append("r", 1, off, &piece, 0);
             off += piece.len() as u64;
         }
         let r = text(&l, 0);
@@ -249,9 +292,9 @@ mod tests {
         let n = LIVE_BYTES_TOTAL / LIVE_BYTES_PER_ATTEMPT + 1;
         for i in 0..n {
             let run = format!("x{i}");
-            l.start(&run, 1);
+            l.start(&run, 1, 0);
             for k in 0..4u64 {
-                l.append(&run, 1, k * LIVE_PIECE_MAX as u64, &[b'b'; LIVE_PIECE_MAX]);
+                l.append(&run, 1, k * LIVE_PIECE_MAX as u64, &[b'b'; LIVE_PIECE_MAX], 0);
             }
         }
         assert!(l.bytes() <= LIVE_BYTES_TOTAL);
@@ -262,11 +305,11 @@ mod tests {
     #[test]
     fn a_read_never_cuts_a_character() {
         let l = LiveOutputs::default();
-        l.start("r", 1);
+        l.start("r", 1, 0);
         let s = "é".repeat(40_000); // 80,000 bytes
         let mut off = 0u64;
         for chunk in s.as_bytes().chunks(LIVE_PIECE_MAX - 1) {
-            l.append("r", 1, off, chunk);
+            l.append("r", 1, off, chunk, 0);
             off += chunk.len() as u64;
         }
         // The kept window starts mid-character (80,000 - 65,536 is even,
@@ -276,11 +319,11 @@ mod tests {
         let r2 = text(&l, r.next);
         assert!(r2.text.chars().all(|c| c == 'é'));
         // A piece that ends inside a character holds it back.
-        l.start("q", 1);
-        l.append("q", 1, 0, &"aé".as_bytes()[..2]);
+        l.start("q", 1, 0);
+        l.append("q", 1, 0, &"aé".as_bytes()[..2], 0);
         let q = l.read("q", 1, 0).unwrap();
         assert_eq!((q.text.as_str(), q.next), ("a", 1));
-        l.append("q", 1, 2, &"aé".as_bytes()[2..]);
+        l.append("q", 1, 2, &"aé".as_bytes()[2..], 0);
         assert_eq!(l.read("q", 1, q.next).unwrap().text, "é");
     }
 }

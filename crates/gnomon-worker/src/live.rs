@@ -47,6 +47,12 @@ impl LiveSink {
         }
     }
 
+    /// Everything waiting, as pieces (the attempt's end: the buffer is
+    /// bounded already).
+    pub fn take_all(&self) -> Vec<(u64, Vec<u8>)> {
+        std::iter::from_fn(|| self.take_piece()).collect()
+    }
+
     /// The next piece to send: its offset and at most
     /// [`LIVE_PIECE_BYTES`] bytes; `None` when nothing waits.
     pub fn take_piece(&self) -> Option<(u64, Vec<u8>)> {

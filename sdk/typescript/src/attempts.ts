@@ -167,7 +167,10 @@ async function runAttempt(rt: Runtime, held: Held, a: Assign, p: Plan): Promise<
     rt.spool.discard(entry);
     return forget(rt, held);
   }
-  rt.flushLive(held);
+  // The attempt's last words (its result, or why it stopped) end its live
+  // stream too, and what is pending goes out whole, ahead of the report.
+  if (held.live && ended.text) held.live.append(Buffer.from(ended.text, "utf8"));
+  rt.flushLive(held, true);
   held.live = null;
   // Out of the held attempts and into the spool (and the stream) at once:
   // every heartbeat either lists it or follows its report.

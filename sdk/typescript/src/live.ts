@@ -70,10 +70,14 @@ export class LiveBuffer {
     return Math.max(0, LIVE_RATE_BYTES - used);
   }
 
-  /** Takes the pieces the budget allows at `now`, each at most {@link LIVE_PIECE_BYTES}. */
-  take(now: number): LivePiece[] {
+  /**
+   * Takes the pieces the budget allows at `now`, each at most
+   * {@link LIVE_PIECE_BYTES}; with `all`, everything pending (the attempt's
+   * end, when the buffer is bounded already).
+   */
+  take(now: number, all = false): LivePiece[] {
     const pieces: LivePiece[] = [];
-    let allowed = this.budget(now);
+    let allowed = all ? Number.MAX_SAFE_INTEGER : this.budget(now);
     while (this.pending > 0 && allowed > 0) {
       const n = Math.min(LIVE_PIECE_BYTES, allowed, this.pending);
       const offset = this.written - this.pending;

@@ -227,9 +227,9 @@ export class Runtime {
   }
 
   /** Sends what the budget allows of each attempt's live output. */
-  flushLive(h: Held): void {
+  flushLive(h: Held, all = false): void {
     if (!h.live || !this.outbound) return;
-    for (const piece of h.live.take(this.now())) {
+    for (const piece of h.live.take(this.now(), all)) {
       this.send({ output: { run_id: h.runId, attempt: h.attempt, token: h.token.toString(), offset: String(piece.offset), data: piece.data } });
     }
   }

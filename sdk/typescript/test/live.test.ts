@@ -38,7 +38,8 @@ test("lines stream as Output pieces while the attempt runs, before its Report", 
     gate.open();
     await until("report", () => peer.reports(a.run_id).length === 1);
     const all = outputs(a.run_id);
-    assert.equal(Buffer.concat(all.map((o) => o.data)).toString(), "INFO one\nWARNING two\nERROR three\n");
+    // The stream ends with the attempt's last words (its result), as its report does.
+    assert.equal(Buffer.concat(all.map((o) => o.data)).toString(), "INFO one\nWARNING two\nERROR three\ndone");
     assert.equal(all.at(-1)!.offset, String("INFO one\nWARNING two\n".length));
     // Flushed just before the Report.
     const s = peer.current;

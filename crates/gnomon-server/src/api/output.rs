@@ -2,7 +2,8 @@
 //!
 //! Live output is kept by the leader (`crate::live`); a follower forwards
 //! the call. Once the attempt has ended, the answer is the output kept
-//! with it in the store.
+//! with it in the store, or, to a reader that followed it (`from` > 0),
+//! the rest of its live output while the leader still keeps it.
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -68,6 +69,10 @@ pub(super) async fn run_output(
         if let Some(r) = state.node.live().read(&run.id, attempt, from) {
             (answer.from, answer.next, answer.skipped, answer.text) = (r.from, r.next, r.skipped, r.text);
         }
+    } else if let Some(r) = q.from.filter(|f| *f > 0).and_then(|from| state.node.live().read(&run.id, attempt, from)) {
+        // A reader that followed the attempt reads its live output on to
+        // its end (kept a while after the attempt ends).
+        (answer.from, answer.next, answer.skipped, answer.text) = (r.from, r.next, r.skipped, r.text);
     } else if let Some(a) = detail.attempts.iter().find(|a| a.attempt == attempt) {
         answer.text = a.output.clone();
     }

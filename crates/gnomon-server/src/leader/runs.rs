@@ -130,14 +130,14 @@ impl LeaderRuntime {
     /// Drops a run from the cache, freeing the slot of its attempt.
     pub(super) fn untrack(&mut self, id: &str) {
         self.cache.runs.untrack(id);
-        self.live.end(id);
+        self.live.end(id, self.clock.now_millis());
     }
 
     /// Forgets which worker holds `id`'s attempt, freeing its slot (and
     /// its live output).
     pub(super) fn release(&mut self, id: &str) {
         self.cache.runs.release(id);
-        self.live.end(id);
+        self.live.end(id, self.clock.now_millis());
     }
 
     /// Retrying runs whose time has come go back to pending.

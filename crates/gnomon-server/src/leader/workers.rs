@@ -136,8 +136,8 @@ impl LeaderRuntime {
                 // Only from the worker holding the run's current attempt.
                 let current = self.cache.runs.get(o.run_id.as_str()).is_some_and(|r| r.attempt == o.attempt && r.state.is_active());
                 if current && self.cache.runs.may_report(&o.run_id, &worker) {
-                    self.live.start(&o.run_id, o.attempt);
-                    self.live.append(&o.run_id, o.attempt, o.offset, &o.data);
+                    self.live.start(&o.run_id, o.attempt, now);
+                    self.live.append(&o.run_id, o.attempt, o.offset, &o.data, now);
                 }
             }
             worker_message::Msg::Hello(_) => {}

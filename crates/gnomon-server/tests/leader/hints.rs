@@ -129,7 +129,8 @@ async fn no_retry_fails_the_run_and_retry_after_sets_the_next_attempt() {
 
 /// Output pieces from the attempt's holder are kept for readers, in
 /// order, once each; pieces from another worker, or of an attempt that
-/// is not current, are not; the attempt's end forgets them.
+/// is not current, are not; once the attempt ends its log takes nothing
+/// more, is read to its end for a while, then forgotten.
 #[tokio::test]
 async fn live_output_is_taken_only_from_the_holder_and_ends_with_the_attempt() {
     let (_d, store) = store().await;
@@ -160,7 +161,17 @@ async fn live_output_is_taken_only_from_the_holder_and_ends_with_the_attempt() {
     assert_eq!(live.read(&run, 1, 0).map(|r| r.text), Some("one\ntwo\n".to_string()));
     from(&s1, failed(&run, 1, clock_now(&clock), true, 0)).await;
     acked(&mut out, &run).await;
-    assert!(live.read(&run, 1, 0).is_none(), "gone with the attempt");
+    assert!(!live.is_live(&run, 1), "ended with the attempt");
+    assert_eq!(live.read(&run, 1, 4).map(|r| r.text), Some("two\n".to_string()), "still read to its end a while");
+    from(&s1, piece(8, "after the end\n", 1)).await;
+    from(&s1, heartbeat(2, &[])).await;
+    next_msg(&mut out, "an ack", |_| false, |m| matches!(m, server_message::Msg::Ack(a) if a.heartbeat_seq == Some(2)).then_some(())).await;
+    assert_eq!(live.read(&run, 1, 0).map(|r| r.text), Some("one\ntwo\n".to_string()), "nothing taken after the end");
+    clock.advance(gnomon_server::live::LIVE_KEEP_ENDED_MS + 5_000);
+    from(&s1, heartbeat(3, &[])).await;
+    next_msg(&mut out, "an ack", |_| false, |m| matches!(m, server_message::Msg::Ack(a) if a.heartbeat_seq == Some(3)).then_some(())).await;
+    live.end("sweep", clock_now(&clock));
+    assert!(live.read(&run, 1, 0).is_none(), "forgotten after its keep");
     let _: Arc<dyn Store> = store;
     task.abort();
 }

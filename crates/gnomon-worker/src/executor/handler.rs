@@ -85,6 +85,10 @@ impl HandlerLog {
     pub(crate) fn output_with(&self, returned: &str) -> String {
         let mut tail = self.tail.lock().unwrap_or_else(|p| p.into_inner()).clone();
         tail.push(returned.as_bytes());
+        // The live stream ends with it too.
+        if let Some(live) = &self.live {
+            live.push(returned.as_bytes());
+        }
         tail.into_string()
     }
 }

@@ -206,6 +206,7 @@ async fn spawn_shell(
         let _ = tokio::time::timeout(Duration::from_secs(5), r).await;
     }
     let mut text = std::mem::take(&mut *tail.lock().unwrap_or_else(|p| p.into_inner())).into_string();
+    let kept = text.len();
     match state {
         AttemptState::TimedOut => text.push_str(&format!(
             "\n[gnomon: timed out after {}; process group killed]",
@@ -216,6 +217,10 @@ async fn spawn_shell(
     }
     if oom {
         text.push_str("\n[gnomon: the attempt reached its memory limit; the kernel killed a process]");
+    }
+    // The notes end the live stream too.
+    if let Some(live) = &req.live {
+        live.push(text[kept..].as_bytes());
     }
     ExecOutcome { state, exit_code, output: text, retry: Default::default() }
 }

@@ -423,7 +423,11 @@ async fn a_handler_logs_live_and_steers_its_retry() {
         let out = execute(&r, &client, &reg, never()).await;
         assert_eq!((out.state, out.retry), (state, retry), "{how}");
         assert_eq!(out.output, format!("attempt 2 of job1-1000\n{last}"), "{how}");
-        assert_eq!(live.take_piece(), Some((0, b"attempt 2 of job1-1000\n".to_vec())), "{how}: only the log is streamed");
+        assert_eq!(
+            live.take_all().into_iter().flat_map(|(_, d)| d).collect::<Vec<u8>>(),
+            format!("attempt 2 of job1-1000\n{last}").into_bytes(),
+            "{how}: streamed, to its end"
+        );
     }
 }
 

@@ -123,8 +123,13 @@ impl WorkerRuntime {
                 return;
             }
             let outcome_state = if state.lost { AttemptState::Lost } else { outcome.state };
-            // The last live piece goes ahead of the report.
-            Self::send_live(&inner, &key, &state);
+            // What is left of the live stream goes ahead of the report.
+            if let Some(tx) = &inner.outbound {
+                for (offset, data) in state.live.take_all() {
+                    let piece = v1::Output { run_id: key.0.clone(), attempt: key.1, token: state.token, offset, data };
+                    let _ = tx.send(msg(worker_message::Msg::Output(piece)));
+                }
+            }
             let (no_retry, retry_after_ms) = match (outcome_state, outcome.retry) {
                 (AttemptState::Failed, RetryHint::Never) => (true, 0),
                 (AttemptState::Failed, RetryHint::After(ms)) => (false, ms),

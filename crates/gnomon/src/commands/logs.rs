@@ -30,6 +30,11 @@ pub(super) async fn print(c: &Client, id: &str, attempt: Option<u32>, follow: bo
             from = o.next;
         } else if !printed_live {
             stdout.write_all(o.text.as_bytes())?;
+        } else if o.from > 0 {
+            // The rest of what was followed, to its end.
+            stdout.write_all(o.text.as_bytes())?;
+        } else {
+            eprintln!("[gnomon: the rest of this attempt's output is in what was kept: gnomon run logs {id} --attempt {}]", o.attempt);
         }
         stdout.flush()?;
         if !follow {

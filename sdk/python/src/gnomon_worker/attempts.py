@@ -271,9 +271,11 @@ class Attempts:
                     ending = Ending(pb.OUTCOME_TIMED_OUT, f"timed out after {held.timeout_ms / 1000:g} s\n")
                 elif held.cause == "cancel":
                     ending = Ending(pb.OUTCOME_CANCELLED, "cancelled\n")
+                # The last words (result, or why it stopped) end the live
+                # stream too; what is pending goes out whole, before the report.
                 held.output.write(ending.text)
                 if held.started_sent:
-                    self._flush(held, time.monotonic())
+                    self._flush(held, time.monotonic(), everything=True)
                 self.spool_report(pb.Report(
                     run_id=held.key[0], attempt=held.key[1], outcome=ending.outcome,
                     output=held.output.text(), started_at_ms=held.started_ms, ended_at_ms=ended,
@@ -332,10 +334,10 @@ class Attempts:
             self.send(pb.WorkerMessage(started=pb.Started(
                 run_id=held.key[0], attempt=held.key[1], started_at_ms=held.started_ms)))
 
-    def _flush(self, held: Held, now: float) -> None:
+    def _flush(self, held: Held, now: float, everything: bool = False) -> None:
         if self.outbound is None:
             return
-        for offset, data in held.output.take_pieces(now):
+        for offset, data in held.output.take_pieces(now, everything):
             self.send(pb.WorkerMessage(output=pb.Output(
                 run_id=held.key[0], attempt=held.key[1], token=held.token, offset=offset, data=data)))
 

@@ -76,15 +76,18 @@ class OutputBuffer:
                 del self._pending[:over]
                 self._pending_start += over
 
-    def take_pieces(self, now: float) -> List[Tuple[int, bytes]]:
+    def take_pieces(self, now: float, everything: bool = False) -> List[Tuple[int, bytes]]:
         """The pieces to send now, as ``(offset, data)``: at most
         :data:`PIECE_BYTES` each, within the rate budget of
         :data:`LIVE_RATE_BYTES` per second (``now``: a monotonic time in
-        seconds)."""
+        seconds); with ``everything``, all that is pending (the attempt's
+        end: the buffer is bounded already)."""
         with self._lock:
             while self._sent and now - self._sent[0][0] >= 1.0:
                 self._sent.popleft()
             budget = LIVE_RATE_BYTES - sum(n for _, n in self._sent)
+            if everything:
+                budget = len(self._pending)
             pieces: List[Tuple[int, bytes]] = []
             while self._pending and budget > 0:
                 n = min(PIECE_BYTES, len(self._pending), budget)
