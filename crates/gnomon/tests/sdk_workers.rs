@@ -22,7 +22,7 @@ fn conformance(sdk: Sdk) {
     let _server = faults::server(dir.path(), "server", &format!("sqlite://{}/db.sqlite", dir.path().display()), &addr);
     wait_until("the server to lead", cases::WITHIN, || faults::leads(&addr));
     let id = format!("{}-1", sdk.label());
-    let _worker = sdk.spawn(dir.path(), &id, &[addr.clone()], &[]);
+    let _worker = sdk.spawn(dir.path(), &id, std::slice::from_ref(&addr), &[]);
     faults::wait_worker(&addr, &id);
     let ctx = cases::Ctx { sdk, addr };
     for (name, case) in cases::CASES {

@@ -220,7 +220,7 @@ async fn spawn_shell(
     }
     // The notes end the live stream too.
     if let Some(live) = &req.live {
-        live.push(text[kept..].as_bytes());
+        live.push(&text.as_bytes()[kept..]);
     }
     ExecOutcome { state, exit_code, output: text, retry: Default::default() }
 }

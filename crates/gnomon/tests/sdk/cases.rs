@@ -76,8 +76,11 @@ fn attempts(run: &Value) -> Vec<Value> {
     run["attempts"].as_array().cloned().unwrap_or_default()
 }
 
+/// A case: its name and what it does.
+pub type Case = (&'static str, fn(&Ctx));
+
 /// Every case, by name.
-pub const CASES: &[(&str, fn(&Ctx))] = &[
+pub const CASES: &[Case] = &[
     ("an attempt is handed what it runs for", handed_what_it_runs_for),
     ("a failure is retried per the job's policy", failure_is_retried),
     ("NonRetryable ends the run", non_retryable_ends_the_run),

@@ -48,7 +48,7 @@ pub fn frozen_worker(sdk: Sdk) {
     let starts = dir.path().join("starts.log");
     let env = [("GNOMON_CONFORMANCE_LOG", starts.display().to_string())];
     let (a_id, b_id) = (format!("{}-a", sdk.label()), format!("{}-b", sdk.label()));
-    let a = sdk.spawn(dir.path(), &a_id, &[addr.clone()], &env);
+    let a = sdk.spawn(dir.path(), &a_id, std::slice::from_ref(&addr), &env);
     wait_worker(&addr, &a_id);
     let c = Ctx { sdk, addr: addr.clone() };
     let retry = json!({"retry": {"max_attempts": 3, "backoff": {"initial": "100ms", "max": "100ms"}}});
@@ -58,7 +58,7 @@ pub fn frozen_worker(sdk: Sdk) {
     // A tick or two, so the attempt is well under way.
     std::thread::sleep(Duration::from_millis(300));
     a.signal(SIGSTOP);
-    let _b = sdk.spawn(dir.path(), &b_id, &[addr.clone()], &env);
+    let _b = sdk.spawn(dir.path(), &b_id, std::slice::from_ref(&addr), &env);
     let run = c.wait_run(&id, "retried on b", |r| r["attempt"] == 2 && attempt(r, 2)["worker"] == b_id.as_str() && r["state"] == "running");
     let first = attempt(&run, 1);
     assert_eq!(first["state"], "lost", "{run}");
@@ -149,7 +149,7 @@ pub fn fenced_write(sdk: Sdk, fenced: bool) {
     let notes = dir.path().join("notes.log");
     let env = [("GNOMON_CONFORMANCE_LOG", notes.display().to_string())];
     let (a_id, b_id) = (format!("{}-a", sdk.label()), format!("{}-b", sdk.label()));
-    let a = sdk.spawn(dir.path(), &a_id, &[addr.clone()], &env);
+    let a = sdk.spawn(dir.path(), &a_id, std::slice::from_ref(&addr), &env);
     wait_worker(&addr, &a_id);
     let c = Ctx { sdk, addr: addr.clone() };
     let retry = json!({"retry": {"max_attempts": 3, "backoff": {"initial": "100ms", "max": "100ms"}}});
@@ -158,7 +158,7 @@ pub fn fenced_write(sdk: Sdk, fenced: bool) {
     let id = c.trigger(&job, json!({}));
     c.wait_run(&id, "running on a", |r| r["state"] == "running" && attempt(r, 1)["worker"] == a_id.as_str());
     a.signal(SIGSTOP);
-    let _b = sdk.spawn(dir.path(), &b_id, &[addr.clone()], &env);
+    let _b = sdk.spawn(dir.path(), &b_id, std::slice::from_ref(&addr), &env);
     let run = c.wait_run(&id, "succeeded on b", |r| r["state"] == "succeeded" && attempt(r, 2)["worker"] == b_id.as_str());
     assert_eq!(attempt(&run, 1)["state"], "lost", "{run}");
     a.signal(SIGCONT);
