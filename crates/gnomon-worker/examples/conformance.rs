@@ -109,6 +109,7 @@ fn usage(why: &str) -> ! {
 
 #[tokio::main]
 async fn main() {
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).init();
     let mut servers = Vec::new();
     let mut config = WorkerConfig::new("rust-conformance", Vec::new());
     config.capacity = 4;

@@ -100,6 +100,25 @@ async fn a_follower_hands_leader_only_calls_to_the_leader() {
     let (status, workers) = call(&follower, "GET", "/v1/workers", None);
     assert_eq!(status, 200);
     assert_eq!(workers["workers"].as_array().map(Vec::len), Some(2), "both embedded workers, as the leader sees them: {workers}");
+    // Live output is the leader's: a follower reads it there, and `run
+    // logs -f` through the follower follows an attempt to its end.
+    let talk = json!({"name": "fwd-talk", "executor": {"shell": {"command": "sh", "args": ["-c", "for i in 1 2 3 4 5 6; do echo \"fwd $i\"; sleep 0.3; done"]}}});
+    assert_eq!(call(&follower, "POST", "/v1/jobs", Some(talk)).0, 201);
+    let (status, run) = call(&follower, "POST", "/v1/jobs/fwd-talk/trigger", None);
+    assert_eq!(status, 201, "{run}");
+    let talk_id = run["id"].as_str().unwrap().to_string();
+    wait_until("the talker to run", Duration::from_secs(60), || {
+        call(&leader, "GET", &format!("/v1/runs/{talk_id}"), None).1["state"] == json!("running")
+    });
+    let (status, live) = call(&follower, "GET", &format!("/v1/runs/{talk_id}/output"), None);
+    assert_eq!((status, live["live"].clone()), (200, json!(true)), "{live}");
+    let out = std::process::Command::new(BIN)
+        .args(["--server", &format!("http://{follower}"), "--token", TOKEN, "run", "logs", &talk_id, "-f"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+    assert_eq!(lines, (1..=6).map(|i| format!("fwd {i}")).collect::<Vec<_>>());
     // Without the credential the follower refuses before forwarding.
     assert_eq!(http(&follower, "POST", "/v1/jobs/fwd/trigger", None).unwrap().0, 401);
     // The CLI works through the follower too.

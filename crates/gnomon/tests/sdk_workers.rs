@@ -24,7 +24,7 @@ fn conformance(sdk: Sdk) {
     let id = format!("{}-1", sdk.label());
     let _worker = sdk.spawn(dir.path(), &id, std::slice::from_ref(&addr), &[]);
     faults::wait_worker(&addr, &id);
-    let ctx = cases::Ctx { sdk, addr };
+    let ctx = cases::Ctx { sdk, addr, token: None };
     for (name, case) in cases::CASES {
         eprintln!("{sdk:?}: {name}");
         case(&ctx);
@@ -84,4 +84,19 @@ fn a_frozen_attempts_late_write_is_refused_by_the_fence() {
 #[test]
 fn without_the_fence_a_frozen_attempts_late_write_lands() {
     faults::fenced_write(Sdk::Python, false);
+}
+
+#[test]
+fn a_rust_worker_needs_its_credential() {
+    faults::credentials(Sdk::Rust);
+}
+
+#[test]
+fn a_python_worker_needs_its_credential() {
+    faults::credentials(Sdk::Python);
+}
+
+#[test]
+fn a_typescript_worker_needs_its_credential() {
+    faults::credentials(Sdk::TypeScript);
 }

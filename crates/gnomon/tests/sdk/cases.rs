@@ -15,6 +15,8 @@ pub const WITHIN: Duration = Duration::from_secs(60);
 pub struct Ctx {
     pub sdk: Sdk,
     pub addr: String,
+    /// The credential API calls carry, when the server wants one.
+    pub token: Option<String>,
 }
 
 pub fn ms(rfc3339: &str) -> i64 {
@@ -34,20 +36,22 @@ impl Ctx {
         for (k, v) in extra.as_object().expect("an object") {
             job[k] = v.clone();
         }
-        let (s, v) = http(&self.addr, "POST", "/v1/jobs", Some(job.to_string().as_bytes())).unwrap();
+        let (s, v) = http_as(self.token.as_deref(), &self.addr, "POST", "/v1/jobs", Some(job.to_string().as_bytes())).unwrap();
         assert_eq!(s, 201, "creating {name}: {v}");
         name
     }
 
     /// Triggers one run of `job`: its id.
     pub fn trigger(&self, job: &str, body: Value) -> String {
-        let (s, v) = http(&self.addr, "POST", &format!("/v1/jobs/{job}/trigger"), Some(body.to_string().as_bytes())).unwrap();
+        let (s, v) =
+            http_as(self.token.as_deref(), &self.addr, "POST", &format!("/v1/jobs/{job}/trigger"), Some(body.to_string().as_bytes()))
+                .unwrap();
         assert_eq!(s, 201, "triggering {job}: {v}");
         v["id"].as_str().unwrap_or_else(|| panic!("{v}")).to_string()
     }
 
     pub fn run(&self, id: &str) -> Value {
-        http(&self.addr, "GET", &format!("/v1/runs/{id}"), None).map(|(_, v)| v).unwrap_or(Value::Null)
+        http_as(self.token.as_deref(), &self.addr, "GET", &format!("/v1/runs/{id}"), None).map(|(_, v)| v).unwrap_or(Value::Null)
     }
 
     /// Waits until the run satisfies `ok`; the run.

@@ -26,11 +26,51 @@ pub fn leads(addr: &str) -> bool {
 
 /// Waits until the leader's sessions list `id` as live.
 pub fn wait_worker(addr: &str, id: &str) {
-    wait_until(&format!("worker {id} to be live"), WITHIN, || {
-        http(addr, "GET", "/v1/workers", None)
-            .map(|(_, v)| v["workers"].as_array().is_some_and(|ws| ws.iter().any(|w| w["id"] == id && w["state"] == "live")))
-            .unwrap_or(false)
+    wait_worker_as(None, addr, id);
+}
+
+/// Whether the leader's sessions list `id` as live (asked with `token`).
+pub fn worker_live(token: Option<&str>, addr: &str, id: &str) -> bool {
+    http_as(token, addr, "GET", "/v1/workers", None)
+        .map(|(_, v)| v["workers"].as_array().is_some_and(|ws| ws.iter().any(|w| w["id"] == id && w["state"] == "live")))
+        .unwrap_or(false)
+}
+
+/// [`wait_worker`], asking with `token`.
+pub fn wait_worker_as(token: Option<&str>, addr: &str, id: &str) {
+    wait_until(&format!("worker {id} to be live"), WITHIN, || worker_live(token, addr, id));
+}
+
+/// A server that wants credentials: an SDK worker with a worker
+/// credential runs its jobs; one with a wrong token is refused, says so,
+/// and is never a session.
+pub fn credentials(sdk: Sdk) {
+    let dir = tempfile::tempdir().unwrap();
+    let (admin, admin_entry) = new_credential("admin-1", &["--role", "admin"]);
+    let (worker, worker_entry) = new_credential("worker-1", &["--role", "worker"]);
+    let auth = dir.path().join("auth.toml");
+    std::fs::write(&auth, format!("{admin_entry}\n\n{worker_entry}")).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let store = format!("sqlite://{}/db.sqlite", dir.path().display());
+    let args = ["server", "--store", &store, "--listen", &addr, "--auth-file", &auth.display().to_string()].map(String::from);
+    let _server = Proc::spawn(dir.path(), "server", &args);
+    wait_until("the server to lead", WITHIN, || leads(&addr));
+    let (good, bad) = (format!("{}-good", sdk.label()), format!("{}-bad", sdk.label()));
+    let servers = std::slice::from_ref(&addr);
+    let _good = sdk.spawn_with(dir.path(), &good, servers, &[], &["--token".into(), worker.clone()]);
+    let refused = sdk.spawn_with(dir.path(), &bad, servers, &[], &["--token".into(), "0123456789abcdef0123456789abcdef".into()]);
+    wait_worker_as(Some(&admin), &addr, &good);
+    let c = Ctx { sdk, addr: addr.clone(), token: Some(admin.clone()) };
+    let job = c.job("credentialed", "echo", json!({}), json!({}));
+    let id = c.trigger(&job, json!({}));
+    let run = c.wait_state(&id, "succeeded");
+    assert_eq!(attempt(&run, 1)["worker"], good.as_str(), "{run}");
+    wait_until("the refused worker to say why", WITHIN, || {
+        let log = refused.log().to_ascii_lowercase();
+        log.contains("unauthenticated") || log.contains("refused") || log.contains("credential")
     });
+    assert!(!worker_live(Some(&admin), &addr, &bad), "a worker with a wrong token is never a session");
+    assert!(!refused.log().contains("0123456789abcdef0123456789abcdef"), "the token is not echoed: {}", refused.log());
 }
 
 fn attempt(run: &Value, n: usize) -> Value {
@@ -50,7 +90,7 @@ pub fn frozen_worker(sdk: Sdk) {
     let (a_id, b_id) = (format!("{}-a", sdk.label()), format!("{}-b", sdk.label()));
     let a = sdk.spawn(dir.path(), &a_id, std::slice::from_ref(&addr), &env);
     wait_worker(&addr, &a_id);
-    let c = Ctx { sdk, addr: addr.clone() };
+    let c = Ctx { sdk, addr: addr.clone(), token: None };
     let retry = json!({"retry": {"max_attempts": 3, "backoff": {"initial": "100ms", "max": "100ms"}}});
     let job = c.job("frozen", "sleep", json!({"seconds": 60}), retry);
     let id = c.trigger(&job, json!({}));
@@ -93,7 +133,7 @@ pub fn failover(sdk: Sdk) {
     let id = format!("{}-w", sdk.label());
     let _w = sdk.spawn(dir.path(), &id, &addrs, &[]);
     wait_worker(&addrs[leader], &id);
-    let c = Ctx { sdk, addr: addrs[leader].clone() };
+    let c = Ctx { sdk, addr: addrs[leader].clone(), token: None };
     let job = c.job("every-second", "echo", json!({}), json!({"schedule": {"every": "1s"}}));
     let succeeded_after = |addr: &str, t: i64| -> bool {
         http(addr, "GET", &format!("/v1/runs?job={job}&state=succeeded&limit=100"), None)
@@ -151,7 +191,7 @@ pub fn fenced_write(sdk: Sdk, fenced: bool) {
     let (a_id, b_id) = (format!("{}-a", sdk.label()), format!("{}-b", sdk.label()));
     let a = sdk.spawn(dir.path(), &a_id, std::slice::from_ref(&addr), &env);
     wait_worker(&addr, &a_id);
-    let c = Ctx { sdk, addr: addr.clone() };
+    let c = Ctx { sdk, addr: addr.clone(), token: None };
     let retry = json!({"retry": {"max_attempts": 3, "backoff": {"initial": "100ms", "max": "100ms"}}});
     let payload = json!({"dsn": db.url, "table": "effects", "fenced": fenced, "seconds": 4});
     let job = c.job(if fenced { "fenced" } else { "unfenced" }, "fenced_write", payload, retry);

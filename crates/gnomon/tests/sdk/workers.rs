@@ -72,10 +72,16 @@ impl Sdk {
     /// Starts a conformance worker `id` for `servers`, labelled
     /// `sdk=<label>`, its output in `<dir>/<id>.log`.
     pub fn spawn(self, dir: &Path, id: &str, servers: &[String], env: &[(&str, String)]) -> Proc {
+        self.spawn_with(dir, id, servers, env, &[])
+    }
+
+    /// As [`Sdk::spawn`], with more flags (`--token`).
+    pub fn spawn_with(self, dir: &Path, id: &str, servers: &[String], env: &[(&str, String)], extra: &[String]) -> Proc {
         let (program, mut args) = self.command();
         args.extend(["--server".into(), servers.join(","), "--id".into(), id.into(), "--capacity".into(), "4".into()]);
         args.extend(["--label".into(), format!("sdk={}", self.label())]);
         args.extend(["--spool".into(), dir.join(format!("{id}-spool")).display().to_string()]);
+        args.extend(extra.iter().cloned());
         let log = dir.join(format!("{id}.log"));
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
         let child = Command::new(program)
