@@ -6,11 +6,13 @@
  * @packageDocumentation
  */
 import { makeContext, type Handler } from "./context";
-import { NonRetryable, RetryAfter } from "./errors";
+import { describe, failure, render, retryAfterField, type Ended } from "./ending";
 import { LiveBuffer } from "./live";
 import { keyOf, Outcome, type Assign, type Report } from "./proto";
 import type { Held, Runtime } from "./runtime";
 import { OutputTail } from "./tail";
+
+export { describe, failure, render } from "./ending";
 
 /** How long an attempt runs before the worker sends its `Started`. */
 export const STARTED_AFTER_MS = 20;
@@ -20,14 +22,6 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** What an Assign asks for, or why it cannot be run. */
 type Plan = { handler: Handler; name: string; payload: unknown; params: Record<string, unknown> } | { refusal: string };
-
-/** The end of an attempt, before stops and fencing are applied. */
-interface Ended {
-  outcome: number;
-  text: string;
-  noRetry: boolean;
-  retryAfterMs: number;
-}
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
@@ -95,15 +89,78 @@ export function startAttempt(rt: Runtime, a: Assign): void {
     lostWhy: null,
     stopped: null,
     executing: false,
+    startedAt: undefined,
+    abandoned: false,
     tail: null,
     live: null,
   };
   rt.held.set(key, held);
-  void runAttempt(rt, held, a, p).catch((e) => rt.log.error("attempt bookkeeping failed", { run: a.run_id, attempt: a.attempt, error: String(e) }));
+  void runAttempt(rt, held, a, p).catch((e) => {
+    // Last resort (the FAILED report could not be made): never leave the
+    // attempt held, listed in every heartbeat and never reported.
+    rt.held.delete(held.key);
+    try {
+      rt.log.error("attempt bookkeeping failed; attempt dropped", { run: a.run_id, attempt: a.attempt, error: describe(e) });
+    } catch {
+      // a logger that throws: nothing more to do
+    }
+  });
 }
 
+/** What an attempt holds while it runs, so that a failure of the worker's own bookkeeping can give it back. */
+interface Hold {
+  slot: boolean;
+  started: number | undefined;
+}
+
+/**
+ * Runs an attempt to its report. Should the worker's own bookkeeping throw
+ * (a logger, a clock), the attempt still ends: out of the held attempts,
+ * its slot given back, reported FAILED.
+ */
 async function runAttempt(rt: Runtime, held: Held, a: Assign, p: Plan): Promise<void> {
+  const hold: Hold = { slot: false, started: undefined };
+  try {
+    await attempt(rt, held, a, p, hold);
+  } catch (e) {
+    if (hold.slot) {
+      hold.slot = false;
+      rt.slots.release();
+    }
+    held.executing = false;
+    // Abandoned, or reported already: nothing more to report.
+    if (held.abandoned || rt.held.get(held.key) !== held) return;
+    if (held.aborted) return forget(rt, held);
+    const text = `the worker could not finish the attempt: ${describe(e)}\n`;
+    let now: number;
+    try {
+      now = rt.clocks.wall();
+    } catch {
+      now = Date.now();
+    }
+    const report: Report = {
+      run_id: held.runId,
+      attempt: held.attempt,
+      outcome: Outcome.FAILED,
+      output: (held.tail ?? new OutputTail()).text(text),
+      started_at_ms: hold.started ?? now,
+      ended_at_ms: now,
+      token: held.token.toString(),
+      no_retry: false,
+      retry_after_ms: "0",
+    };
+    await deliver(rt, held, report, text);
+  }
+}
+
+async function attempt(rt: Runtime, held: Held, a: Assign, p: Plan, hold: Hold): Promise<void> {
+  const release = () => {
+    if (!hold.slot) return;
+    hold.slot = false;
+    rt.slots.release();
+  };
   let started = rt.clocks.wall();
+  hold.started = started;
   let ended: Ended;
   let ran = true;
   let endedAt: number | undefined;
@@ -113,26 +170,26 @@ async function runAttempt(rt: Runtime, held: Held, a: Assign, p: Plan): Promise<
   } else {
     // Wait for a slot (FIFO); a Cancel, Abort or self-fence while queued
     // ends the attempt without running it.
-    let slot = await rt.slots.acquire(held.controller.signal);
-    if (slot && held.controller.signal.aborted) {
-      rt.slots.release();
-      slot = false;
-    }
-    if (slot && rt.fenceLapsed()) {
-      rt.slots.release();
-      slot = false;
+    hold.slot = await rt.slots.acquire(held.controller.signal);
+    if (hold.slot && held.controller.signal.aborted) release();
+    if (hold.slot && rt.fenceLapsed()) {
+      release();
       held.lost = true;
       held.lostWhy = "no heartbeat acknowledged within the safety fraction of the lease";
     }
     started = rt.clocks.wall();
-    if (slot) {
+    hold.started = started;
+    if (hold.slot) {
       try {
         ended = await execute(rt, held, a, p, started);
       } finally {
         // Stamped before the slot is given back, so the next attempt's
         // start never precedes this one's end.
-        endedAt = rt.clocks.wall();
-        rt.slots.release();
+        try {
+          endedAt = rt.clocks.wall();
+        } finally {
+          release();
+        }
       }
     } else {
       ran = false;
@@ -140,6 +197,8 @@ async function runAttempt(rt: Runtime, held: Held, a: Assign, p: Plan): Promise<
     }
   }
   endedAt ??= rt.clocks.wall();
+  // Reported lost already, its handler having ignored the stop (a drain's end).
+  if (held.abandoned) return;
   if (held.aborted) return forget(rt, held);
   // A stop decides the outcome, and its reason replaces the handler's result.
   if (held.lost) {
@@ -159,8 +218,17 @@ async function runAttempt(rt: Runtime, held: Held, a: Assign, p: Plan): Promise<
     ended_at_ms: endedAt,
     token: held.token.toString(),
     no_retry: ended.outcome === Outcome.FAILED && ended.noRetry,
-    retry_after_ms: String(ended.outcome === Outcome.FAILED ? ended.retryAfterMs : 0),
+    retry_after_ms: retryAfterField(ended.outcome === Outcome.FAILED ? ended.retryAfterMs : 0),
   };
+  await deliver(rt, held, report, ended.text);
+}
+
+/**
+ * Persists an attempt's report, then sends it (with what is left of its
+ * live output, `lastWords` included), unless the attempt is aborted
+ * meanwhile.
+ */
+async function deliver(rt: Runtime, held: Held, report: Report, lastWords: string): Promise<void> {
   // Persist, then send.
   const entry = await rt.spool.write(report);
   if (held.aborted) {
@@ -169,7 +237,7 @@ async function runAttempt(rt: Runtime, held: Held, a: Assign, p: Plan): Promise<
   }
   // The attempt's last words (its result, or why it stopped) end its live
   // stream too, and what is pending goes out whole, ahead of the report.
-  if (held.live && ended.text) held.live.append(Buffer.from(ended.text, "utf8"));
+  if (held.live && lastWords) held.live.append(Buffer.from(lastWords, "utf8"));
   rt.flushLive(held, true);
   held.live = null;
   // Out of the held attempts and into the spool (and the stream) at once:
@@ -177,6 +245,42 @@ async function runAttempt(rt: Runtime, held: Held, a: Assign, p: Plan): Promise<
   rt.held.delete(held.key);
   rt.spool.commit(entry);
   rt.send({ report });
+}
+
+/**
+ * The end of a drain: attempts whose handlers still run though they were
+ * stopped are reported LOST now and left behind (their handlers' eventual
+ * results are dropped), so the leader need not wait out their lease.
+ * Returns the attempts abandoned; their reports are persisted and sent
+ * asynchronously, and each leaves the held attempts when it is sent.
+ */
+export function abandonStuck(rt: Runtime): number {
+  const stuck = [...rt.held.values()].filter((h) => h.executing && !h.abandoned);
+  for (const h of stuck) {
+    h.abandoned = true;
+    // A superseded one is never reported: it is only left behind.
+    if (h.aborted) {
+      forget(rt, h);
+      continue;
+    }
+    h.lost = true;
+    h.lostWhy ??= "did not stop when asked";
+    const text = `lost: ${h.lostWhy} (the handler did not stop when asked)\n`;
+    const now = rt.clocks.wall();
+    const report: Report = {
+      run_id: h.runId,
+      attempt: h.attempt,
+      outcome: Outcome.LOST,
+      output: (h.tail ?? new OutputTail()).text(text),
+      started_at_ms: h.startedAt ?? now,
+      ended_at_ms: now,
+      token: h.token.toString(),
+      no_retry: false,
+      retry_after_ms: "0",
+    };
+    void deliver(rt, h, report, text).catch(() => rt.held.delete(h.key));
+  }
+  return stuck.length;
 }
 
 function forget(rt: Runtime, held: Held): void {
@@ -187,6 +291,7 @@ function forget(rt: Runtime, held: Held): void {
 /** Runs the handler; the attempt ends when it returns or throws. */
 async function execute(rt: Runtime, held: Held, a: Assign, p: Exclude<Plan, { refusal: string }>, started: number): Promise<Ended> {
   held.executing = true;
+  held.startedAt = started;
   held.tail = new OutputTail();
   held.live = new LiveBuffer();
   const tail = held.tail;
@@ -232,24 +337,4 @@ async function execute(rt: Runtime, held: Held, a: Assign, p: Exclude<Plan, { re
     held.executing = false;
     open.close();
   }
-}
-
-/** A handler's return value as output: a string as is, another value as JSON. */
-export function render(value: unknown): string {
-  if (value === undefined || value === null) return "";
-  if (typeof value === "string") return value;
-  if (typeof value === "bigint") return value.toString();
-  try {
-    return JSON.stringify(value, (_k, v) => (typeof v === "bigint" ? v.toString() : v)) ?? String(value);
-  } catch {
-    return String(value);
-  }
-}
-
-/** What a thrown value means: NonRetryable, RetryAfter or an ordinary failure. */
-export function failure(e: unknown): Ended {
-  if (NonRetryable.is(e)) return { outcome: Outcome.FAILED, text: `NonRetryable: ${e.message}\n`, noRetry: true, retryAfterMs: 0 };
-  if (RetryAfter.is(e)) return { outcome: Outcome.FAILED, text: `RetryAfter: ${e.message}\n`, noRetry: false, retryAfterMs: e.retryAfterMs };
-  const text = (e instanceof Error ? (e.stack ?? `${e.name}: ${e.message}`) : `thrown: ${render(e)}`) + "\n";
-  return { outcome: Outcome.FAILED, text, noRetry: false, retryAfterMs: 0 };
 }

@@ -36,6 +36,10 @@ export interface Held {
   stopped: "cancel" | "timeout" | null;
   /** Executing its handler (holding a slot). */
   executing: boolean;
+  /** When its handler started (wall-clock ms); `undefined` until then. */
+  startedAt: number | undefined;
+  /** Reported lost while its handler ignored the stop (a drain's end): its result is dropped. */
+  abandoned: boolean;
   tail: OutputTail | null;
   live: LiveBuffer | null;
 }
@@ -161,7 +165,7 @@ export class Runtime {
         const a = m.assign!;
         const token = BigInt(a.token);
         if (token < this.maxToken) {
-          this.log.warn("assignment with a stale token ignored", { run: a.run_id, attempt: a.attempt, token: a.token, max: this.maxToken });
+          this.log.warn("assignment with a stale token ignored", { run: a.run_id, attempt: a.attempt, token: a.token, max: this.maxToken.toString() });
           return;
         }
         this.maxToken = token;
@@ -268,7 +272,9 @@ export class Runtime {
         if (this.fenceLapsed()) this.fenceSelf("no heartbeat acknowledged within the safety fraction of the lease");
       }, 100),
       setInterval(() => {
-        for (const h of this.held.values()) this.flushLive(h);
+        // (Nothing more of an attempt that was superseded or stopped as lost
+        // goes out live; a lost one's report ends its stream.)
+        for (const h of this.held.values()) if (!h.aborted && !h.lost) this.flushLive(h);
       }, LIVE_FLUSH_MS),
     );
   }

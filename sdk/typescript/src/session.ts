@@ -7,6 +7,7 @@
  */
 import * as fs from "node:fs";
 import * as grpc from "@grpc/grpc-js";
+import { abandonStuck, describe } from "./attempts";
 import type { TlsOptions } from "./options";
 import { MAX_MESSAGE_BYTES, workerService, type ServerMessage, type Welcome, type WorkerMessage } from "./proto";
 import type { Runtime } from "./runtime";
@@ -15,7 +16,10 @@ import type { Runtime } from "./runtime";
 export const BACKOFF_MIN_MS = 100;
 /** The longest reconnect delay: a worker must be back well within a new leader's lease. */
 export const BACKOFF_MAX_MS = 2000;
-/** How long a drain waits for acks (and for stopped handlers) after its deadline. */
+/**
+ * How long a drain waits for acks, and for stopped handlers, after its
+ * deadline; handlers still running then are reported lost and left behind.
+ */
 export const DRAIN_ACK_WAIT_MS = 5000;
 const CONNECT_TIMEOUT_MS = 3000;
 
@@ -94,17 +98,33 @@ export async function runLoop(rt: Runtime): Promise<void> {
  * The drain's progress, checked between sessions and at every heartbeat:
  * past the deadline stop what is left (reported lost); done when nothing is
  * held and every report is acked, or nothing is held and the acks have had
- * {@link DRAIN_ACK_WAIT_MS} more.
+ * {@link DRAIN_ACK_WAIT_MS} more. Handlers still running then, though
+ * stopped, are reported lost and left behind; the drain ends once those
+ * reports are written and sent.
  */
-function drainDone(rt: Runtime, deadline: number): boolean {
+export function drainDone(rt: Runtime, deadline: number): boolean {
   const now = rt.now();
   if (now >= deadline) rt.fenceSelf("drain timeout");
-  if (rt.running() === 0 && (rt.unacked() === 0 || now >= deadline + DRAIN_ACK_WAIT_MS)) return true;
   if (now >= deadline + DRAIN_ACK_WAIT_MS) {
-    rt.log.error("drain: handlers still running after being stopped; leaving them", { attempts: rt.running() });
+    const left = abandonStuck(rt);
+    if (left > 0) rt.log.error("drain: handlers still running after being stopped; reported lost and left behind", { attempts: left });
+  }
+  if (rt.running() === 0 && (rt.unacked() === 0 || now >= deadline + DRAIN_ACK_WAIT_MS)) return true;
+  // (Only should writing those reports never end.)
+  if (now >= deadline + 2 * DRAIN_ACK_WAIT_MS) {
+    rt.log.error("drain: attempts still held; leaving them", { attempts: rt.running() });
     return true;
   }
   return false;
+}
+
+/** Logs a failure to handle a message from the leader (never throwing: a logger may). */
+function logHandlingError(rt: Runtime, m: ServerMessage, e: unknown): void {
+  try {
+    rt.log.error("cannot handle a message from the leader; ignored", { message: String(m?.msg), error: describe(e) });
+  } catch {
+    // a logger that throws: nothing more to do
+  }
 }
 
 /** One session with the server at `addr`, until it ends. */
@@ -153,18 +173,33 @@ export function session(rt: Runtime, addr: string): Promise<SessionEnd> {
     const helloSent = rt.now();
     c.write({ hello: rt.hello() });
     let welcomed = false;
+    // (A throw in this listener would be an uncaught exception: it is
+    // caught, logged, and the session carries on, or ends if it is the
+    // Welcome that could not be taken.)
     c.on("data", (m: ServerMessage) => {
       if (finished) return;
-      if (welcomed) return rt.handle(m);
+      if (welcomed) {
+        try {
+          rt.handle(m);
+        } catch (e) {
+          logHandlingError(rt, m, e);
+        }
+        return;
+      }
       if (m.msg === "welcome" && m.welcome) {
         welcomed = true;
         clearTimeout(connectTimer);
         outbound = (msg) => {
           c.write(msg);
         };
-        const hb = welcome(rt, addr, m.welcome, helloSent, outbound, done);
-        ticker = setInterval(hb.tick, hb.every);
-        hb.tick();
+        try {
+          const hb = welcome(rt, addr, m.welcome, helloSent, outbound, done);
+          ticker = setInterval(hb.tick, hb.every);
+          hb.tick();
+        } catch (e) {
+          logHandlingError(rt, m, e);
+          done({ kind: "lost", why: `cannot take the Welcome: ${describe(e)}` });
+        }
       } else if (m.msg === "not_leader" && m.not_leader) {
         const to = m.not_leader.leader_address;
         done(to === "" || to === addr ? { kind: "lost", why: "no leader yet" } : { kind: "redirect", to });

@@ -78,11 +78,13 @@ for (const db of dbs) {
       await new Promise((r) => setTimeout(r, 300));
       let staleDone = false;
       const stale = write(new Fence("r3", 1, 5n)).finally(() => (staleDone = true));
+      // Its refusal is awaited from the start, so it is never unhandled.
+      const staleRefused = assert.rejects(stale, FenceRejected);
       await new Promise((r) => setTimeout(r, 300));
       assert.equal(staleDone, false, "the stale attempt waits for the row");
       release();
       await retry;
-      await assert.rejects(stale, FenceRejected);
+      await staleRefused;
       assert.deepEqual(await rows("r3"), [2]);
     } finally {
       await admin.query(`DROP TABLE ${table}`);

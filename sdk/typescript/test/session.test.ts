@@ -4,7 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as grpc from "@grpc/grpc-js";
 import { Peer, until, assign } from "./peer";
-import { startWorker, Gate, aborted } from "./helpers";
+import { startWorker, Gate, aborted, capture } from "./helpers";
 import { Outcome } from "../src/proto";
 
 test("NotLeader with an address is followed at once; an empty one means back off and retry", async () => {
@@ -44,6 +44,35 @@ test("a refused Hello is logged as an error with the server's message and retrie
     // 100, 200, 400, 800 ms, each jittered by at most 15%.
     const gaps = times.slice(1).map((t, i) => t - times[i]!);
     [100, 200, 400, 800].forEach((b, i) => assert.ok(gaps[i]! >= b * 0.85 - 5, `gap ${i}: ${gaps[i]} >= ${b * 0.85}`));
+  } finally {
+    await w.stop();
+    await peer.stop();
+  }
+});
+
+test("a throw while handling a leader's message is logged; the session carries on", async () => {
+  const peer = await new Peer().start();
+  // A logger that fails on one kind of record (a broken transport, say).
+  const log = capture();
+  const logger = {
+    ...log,
+    warn: (message: string, fields?: Record<string, unknown>) => {
+      if (message.includes("stale token")) throw new Error("log transport down");
+      log.warn(message, fields);
+    },
+  };
+  const w = startWorker(peer, { logger }, (w) => w.handler("h", () => "ok"));
+  try {
+    await until("session", () => peer.sessions.length === 1 && peer.current.of("heartbeat").length > 0);
+    const s = peer.current;
+    s.send({ assign: assign("h", { token: "5" }) });
+    s.send({ cancel: { run_id: "gone", attempt: 1, token: "2" } });
+    await until("logged", () => log.has("error", "cannot handle a message from the leader"));
+    assert.ok(log.has("error", "log transport down"));
+    const a = assign("h", { token: "5" });
+    s.send({ assign: a });
+    await until("still served", () => peer.reports(a.run_id).length === 1);
+    assert.equal(peer.sessions.length, 1, "the same session");
   } finally {
     await w.stop();
     await peer.stop();

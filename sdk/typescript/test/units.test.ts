@@ -12,6 +12,7 @@ import { NonRetryable, RetryAfter } from "../src/errors";
 import { Fence } from "../src/fence";
 import { makeContext } from "../src/context";
 import { failure, render } from "../src/attempts";
+import { retryAfterField } from "../src/ending";
 import { Outcome } from "../src/proto";
 import { Worker } from "../src/worker";
 import { silentLogger } from "../src/logger";
@@ -162,6 +163,54 @@ test("errors: NonRetryable, RetryAfter and ordinary failures", () => {
   assert.equal(render(null), "");
   assert.equal(render({ a: 1n }), '{"a":"1"}');
   assert.equal(render(42), "42");
+});
+
+test("render and failure never throw, whatever a handler returns or throws", () => {
+  const circular: Record<string, unknown> = Object.create(null);
+  circular["self"] = circular;
+  assert.equal(render(circular), "[object Object]");
+  assert.equal(failure(circular).text, "thrown: [object Object]\n");
+  const hostile = new Proxy(
+    {},
+    {
+      get: () => {
+        throw new Error("no get");
+      },
+      getPrototypeOf: () => {
+        throw new Error("no prototype");
+      },
+    },
+  );
+  assert.equal(render(hostile), "[unprintable value]");
+  const f = failure(hostile);
+  assert.deepEqual([f.outcome, f.text, f.noRetry, f.retryAfterMs], [Outcome.FAILED, "thrown: [unprintable value]\n", false, 0]);
+});
+
+test("RetryAfter: a finite number of seconds >= 0, capped at 24 hours, sent as an integer", () => {
+  for (const bad of [Infinity, -Infinity, NaN, -1, "10" as unknown as number, Object.create(null)]) {
+    assert.throws(() => new RetryAfter(bad), /RetryAfter: seconds must be a finite number >= 0/);
+  }
+  assert.equal(new RetryAfter(1e20).retryAfterMs, 86_400_000);
+  assert.equal(failure(new RetryAfter(1e20)).retryAfterMs, 86_400_000);
+  assert.equal(failure(new RetryAfter(0.0004)).retryAfterMs, 0);
+  // The seconds checked are the seconds reported.
+  const ra = new RetryAfter(3);
+  assert.throws(() => {
+    (ra as { seconds: number }).seconds = Infinity;
+  }, TypeError);
+  assert.equal(ra.retryAfterMs, 3000);
+  // One from another copy of the package, with a bad delay: FAILED, saying so.
+  for (const [seconds, shown] of [[Infinity, "Infinity"], [NaN, "NaN"], [-5, "-5"], ["7", '"7"']] as const) {
+    const forged = Object.assign(new Error("later"), { seconds, [Symbol.for("gnomon-worker.RetryAfter")]: true });
+    const e = failure(forged);
+    assert.deepEqual([e.outcome, e.noRetry, e.retryAfterMs], [Outcome.FAILED, false, 0]);
+    assert.equal(e.text, `RetryAfter: later\n(no retry delay: RetryAfter seconds must be a finite number >= 0, got ${shown})\n`);
+  }
+  assert.equal(retryAfterField(1e23), "86400000");
+  assert.equal(retryAfterField(2 ** 64 + 1), "86400000");
+  assert.equal(retryAfterField(1500.4), "1500");
+  assert.equal(retryAfterField(NaN), "0");
+  assert.equal(retryAfterField(-3), "0");
 });
 
 test("fence: a value type", () => {
