@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 import pytest
 
+import gnomon_worker.attempts as attempts_mod
 from gnomon_worker import Context
 from gnomon_worker._pb import worker_pb2 as pb
 from gnomon_worker.context import AttemptLog
-from gnomon_worker.live import (LIVE_BUFFER_BYTES, LIVE_RATE_BYTES, MAX_OUTPUT_BYTES, PIECE_BYTES, OutputBuffer,
-                                tail_text)
+from gnomon_worker.live import (FLUSH_INTERVAL, LIVE_BUFFER_BYTES, LIVE_RATE_BYTES, MAX_OUTPUT_BYTES, PIECE_BYTES,
+                                OutputBuffer, tail_text)
 
-from peer import Peer, assign
+from helpers import rt
+from peer import Peer, abort, assign, until
 
 KIB = 1024
 
@@ -155,3 +158,57 @@ async def test_live_output_is_streamed_then_flushed_before_the_report(peer: Peer
     assert len(streamed) < LIVE_RATE_BYTES
     assert streamed.decode() == report.output, "the live stream is the report's output"
     assert report.output.endswith("y" * 100 + "\nend")
+
+
+async def test_a_short_attempts_output_is_streamed_before_its_report(
+        peer: Peer, start_worker, monkeypatch: pytest.MonkeyPatch) -> None:
+    def quick(ctx: Context) -> str:
+        ctx.log.info("quick")
+        return "end"
+
+    # However slow the machine, the attempt ends before its Started is due.
+    monkeypatch.setattr(attempts_mod, "STARTED_AFTER", 30.0)
+    await start_worker(peer, {"quick": quick})
+    s = await peer.session()
+    s.send(assign("r1", handler="quick", token=1))
+    report = await s.report("r1")
+    assert s.of("started") == [], "it ended before its Started was due"
+    pieces = s.of("output")
+    assert [(p.run_id, p.attempt, p.token, p.offset) for p in pieces] == [("r1", 1, 1, 0)]
+    assert pieces[0].data.decode() == report.output == "INFO quick\nend"
+    kinds = s.kinds()
+    assert kinds.index("output") == kinds.index("report") - 1, "flushed just before the report"
+
+
+@pytest.mark.parametrize("how", ["abort", "fence_self"])
+async def test_no_live_output_for_superseded_or_self_fenced_attempts(peer: Peer, start_worker, how: str) -> None:
+    more, done = threading.Event(), threading.Event()
+
+    def stubborn(ctx: Context) -> str:  # ignores ctx.cancelled
+        ctx.log.info("first")
+        more.wait(10)
+        ctx.log.info("after the stop")
+        done.wait(10)
+        return "end"
+
+    w = await start_worker(peer, {"h": stubborn})
+    s = await peer.session()
+    try:
+        s.send(assign("r1"))
+        first = await s.next("output")
+        assert first.data == b"INFO first\n"
+        held = rt(w).held[("r1", 1)]
+        if how == "abort":
+            s.send(abort("r1"))
+        else:
+            rt(w).fence_self("test fence")
+        await until(lambda: held.aborted or held.lost, "the stop")
+        more.set()
+        await asyncio.sleep(4 * FLUSH_INTERVAL)
+        assert len(s.of("output")) == 1, "nothing streamed after the stop"
+    finally:
+        more.set()
+        done.set()
+    await until(lambda: not rt(w).held, "the attempt to end")
+    if how == "fence_self":
+        assert (await s.report("r1")).outcome == pb.OUTCOME_LOST

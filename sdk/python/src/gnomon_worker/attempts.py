@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
-import threading
 import time
 import traceback
 from typing import Any, Callable, Deque, Dict, NamedTuple, Optional, Tuple
 
 from ._pb import worker_pb2 as pb
+from .assignment import read_assignment, refusal, result_text
 from .config import Config
-from .context import AttemptLog, Context
-from .errors import NonRetryable, RetryAfter
+from .context import Context
+from .errors import MAX_RETRY_AFTER_MS, NonRetryable, RetryAfter
 from .live import FLUSH_INTERVAL, OutputBuffer
 from .spool import Spool
 from .threads import ThreadPool
@@ -42,50 +41,6 @@ def is_async_handler(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
-def parse_executor(text: str, worker_id: str) -> Tuple[str, Any]:
-    """The handler name and payload of an Assign's executor_json, or
-    ValueError saying why this worker cannot run it."""
-    try:
-        spec = json.loads(text)
-    except ValueError as e:
-        raise ValueError(f"worker cannot read the executor spec: {e}") from None
-    if not isinstance(spec, dict) or len(spec) != 1:
-        raise ValueError(f"worker cannot read the executor spec: expected one executor kind, got {text[:200]!r}")
-    kind, body = next(iter(spec.items()))
-    if kind != "handler":
-        raise ValueError(f"worker {worker_id} does not run {kind} jobs (it runs only handler jobs)")
-    if not isinstance(body, dict) or not isinstance(body.get("name"), str) or not body["name"]:
-        raise ValueError("worker cannot read the executor spec: a handler needs a name")
-    return body["name"], body.get("payload")
-
-
-def parse_params(text: str) -> Dict[str, Any]:
-    """The run's params from params_json ({} when empty), or ValueError."""
-    if not text:
-        return {}
-    try:
-        params = json.loads(text)
-    except ValueError as e:
-        raise ValueError(f"worker cannot read the run's params: {e}") from None
-    if not isinstance(params, dict):
-        raise ValueError("worker cannot read the run's params: not a JSON object")
-    return params
-
-
-def result_text(value: Any) -> str:
-    """What a handler's return value adds to its output."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", "replace")
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
 class Ending(NamedTuple):
     """How a handler call ended, before cancellation causes are applied."""
 
@@ -93,6 +48,21 @@ class Ending(NamedTuple):
     text: str
     no_retry: bool = False
     retry_after_ms: int = 0
+
+
+def _retry_ending(e: RetryAfter) -> Ending:
+    """How a handler that raised RetryAfter ends; a plain FAILED when its
+    delay is not valid (its seconds changed after it was made)."""
+    try:
+        ms = e.retry_after_ms
+        if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
+            raise ValueError(f"invalid RetryAfter delay: {ms!r} ms")
+        return Ending(pb.OUTCOME_FAILED, f"RetryAfter: {e}\n", retry_after_ms=min(ms, MAX_RETRY_AFTER_MS))
+    except Exception as bad:  # noqa: BLE001
+        why = str(bad)
+        if not why.startswith("invalid RetryAfter delay"):
+            why = f"invalid RetryAfter delay ({type(bad).__name__}: {why})"
+        return Ending(pb.OUTCOME_FAILED, f"{why}\n")
 
 
 class Held:
@@ -153,26 +123,14 @@ class Attempts:
             log.info("duplicate assignment of %s/%d ignored", a.run_id, a.attempt)
             return
         try:
-            name, payload = parse_executor(a.executor_json, self.config.worker_id)
-            params = parse_params(a.params_json)
-            handler = self.handlers.get(name)
-            if handler is None:
-                raise ValueError(f"no handler named {name!r} on worker {self.config.worker_id} "
-                                 f"(it has: {', '.join(sorted(self.handlers)) or 'none'})")
-        except ValueError as e:
+            handler, ctx, output = read_assignment(a, self.handlers, self.config.worker_id)
+        except Exception as e:  # noqa: BLE001 (whatever the input, the attempt is reported)
+            text = refusal(e)
             now = _now_ms()
-            log.warning("attempt %s/%d refused: %s", a.run_id, a.attempt, e)
+            log.warning("attempt %s/%d refused: %s", a.run_id, a.attempt, text)
             self.spool_report(pb.Report(run_id=a.run_id, attempt=a.attempt, outcome=pb.OUTCOME_FAILED,
-                                        output=str(e), started_at_ms=now, ended_at_ms=now, token=a.token))
+                                        output=text, started_at_ms=now, ended_at_ms=now, token=a.token))
             return
-        output = OutputBuffer()
-        ctx = Context(
-            run_id=a.run_id, attempt=a.attempt, job=a.job, namespace=a.namespace,
-            worker_id=self.config.worker_id, scheduled_at_ms=a.scheduled_at_ms, params=params,
-            payload=payload, run_payload=a.payload or None, token=a.token,
-            idempotency_key=a.idempotency_key, cancelled=threading.Event(),
-            log=AttemptLog(output.write, f"{a.run_id}/{a.attempt}"),
-        )
         self.held[key] = Held(a, handler, ctx, output)
         self.queue.append(key)
         if self.executing >= self.config.capacity and len(self.queue) > self.config.prefetch:
@@ -212,6 +170,8 @@ class Attempts:
             await asyncio.wait(list(self.tasks), timeout=1.0)
 
     async def _execute(self, held: Held) -> None:
+        if self._stopped_before_start(held):
+            return
         loop = asyncio.get_running_loop()
         held.started_ms = _now_ms()
         timers = [loop.call_later(STARTED_AFTER, self._send_started, held)]
@@ -219,10 +179,37 @@ class Attempts:
             timers.append(loop.call_later(held.timeout_ms / 1000.0, self._time_out, held))
         try:
             ending = await self._call(held)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 (a bug here must still end the attempt)
+            log.error("internal error in attempt %s/%d", *held.key, exc_info=True)
+            ending = Ending(pb.OUTCOME_FAILED, f"worker error while ending the attempt: {type(e).__name__}\n")
         finally:
             for t in timers:
                 t.cancel()
         self._finish(held, ending)
+
+    def _stopped_before_start(self, held: Held) -> bool:
+        """Whether the attempt was stopped (Cancel, Abort, self-fencing) or
+        its fence lapsed after pump() gave it a slot but before its task
+        first ran. Then its handler is never called: it ends as if stopped
+        while queued, and gives its slot back."""
+        if self.held.get(held.key) is held:
+            lapsed = self.fence_lapsed()
+            if not (held.ctx.cancelled.is_set() or lapsed):
+                return False
+            if lapsed and not (held.lost or held.aborted):
+                held.lost = True
+                held.why = "no heartbeat acknowledged within the fence before it started"
+        if held.executing:
+            held.executing = False
+            self.executing -= 1
+        try:
+            if self.held.get(held.key) is held:
+                self._end_unstarted(held)
+        finally:
+            self.pump()
+        return True
 
     async def _call(self, held: Held) -> Ending:
         try:
@@ -251,7 +238,7 @@ class Attempts:
         except NonRetryable as e:
             return Ending(pb.OUTCOME_FAILED, f"NonRetryable: {e}\n", no_retry=True)
         except RetryAfter as e:
-            return Ending(pb.OUTCOME_FAILED, f"RetryAfter: {e}\n", retry_after_ms=e.retry_after_ms)
+            return _retry_ending(e)
         except BaseException as e:  # noqa: BLE001 (any handler error fails the attempt)
             return Ending(pb.OUTCOME_FAILED, "".join(traceback.format_exception(type(e), e, e.__traceback__)))
 
@@ -260,28 +247,42 @@ class Attempts:
         if held.executing:
             held.executing = False
             self.executing -= 1
-        if self.held.get(held.key) is held:
-            del self.held[held.key]
+        try:
+            if self.held.get(held.key) is not held:
+                return
             if held.aborted:
+                del self.held[held.key]
                 log.info("superseded attempt %s/%d stopped; not reported", *held.key)
-            else:
-                if held.lost:
-                    ending = Ending(pb.OUTCOME_LOST, f"lost: {held.why}\n")
-                elif held.cause == "timeout":
-                    ending = Ending(pb.OUTCOME_TIMED_OUT, f"timed out after {held.timeout_ms / 1000:g} s\n")
-                elif held.cause == "cancel":
-                    ending = Ending(pb.OUTCOME_CANCELLED, "cancelled\n")
-                # The last words (result, or why it stopped) end the live
-                # stream too; what is pending goes out whole, before the report.
-                held.output.write(ending.text)
-                if held.started_sent:
-                    self._flush(held, time.monotonic(), everything=True)
-                self.spool_report(pb.Report(
-                    run_id=held.key[0], attempt=held.key[1], outcome=ending.outcome,
-                    output=held.output.text(), started_at_ms=held.started_ms, ended_at_ms=ended,
-                    token=held.token, no_retry=ending.no_retry, retry_after_ms=ending.retry_after_ms,
-                ))
-        self.pump()
+                return
+            if held.lost:
+                ending = Ending(pb.OUTCOME_LOST, f"lost: {held.why}\n")
+            elif held.cause == "timeout":
+                ending = Ending(pb.OUTCOME_TIMED_OUT, f"timed out after {held.timeout_ms / 1000:g} s\n")
+            elif held.cause == "cancel":
+                ending = Ending(pb.OUTCOME_CANCELLED, "cancelled\n")
+            # The last words (result, or why it stopped) end the live stream
+            # too; what is pending goes out whole, before the report, whether
+            # or not the attempt ran long enough to send its Started.
+            held.output.write(ending.text)
+            self._flush(held, time.monotonic(), everything=True)
+            report = self._report(held, ending, ended)
+            del self.held[held.key]
+            self.spool_report(report)
+        finally:
+            # One attempt that fails to end cleanly never stalls the queue.
+            self.pump()
+
+    def _report(self, held: Held, ending: Ending, ended: int) -> pb.Report:
+        """The attempt's Report; a plain FAILED one if ``ending`` cannot be sent."""
+        fields: Dict[str, Any] = dict(run_id=held.key[0], attempt=held.key[1], token=held.token,
+                                      started_at_ms=held.started_ms, ended_at_ms=ended)
+        try:
+            return pb.Report(outcome=ending.outcome, output=held.output.text(), no_retry=ending.no_retry,
+                             retry_after_ms=ending.retry_after_ms, **fields)
+        except Exception as e:  # noqa: BLE001 (e.g. a field out of range)
+            log.error("attempt %s/%d: cannot report its ending (%s); reporting it failed", *held.key, e)
+            held.output.write(f"worker could not report this attempt's ending: {type(e).__name__}\n")
+            return pb.Report(outcome=pb.OUTCOME_FAILED, output=held.output.text(), **fields)
 
     def _end_unstarted(self, held: Held) -> None:
         """Ends an attempt that never got a slot."""
@@ -343,12 +344,13 @@ class Attempts:
 
     async def live_flusher(self) -> None:
         """Sends live output every 250 ms, for attempts past their Started
-        (a short attempt's output travels in its Report alone)."""
+        (a short attempt's output is sent whole as it ends), but not for
+        those superseded or self-fenced."""
         while True:
             await asyncio.sleep(FLUSH_INTERVAL)
             now = time.monotonic()
             for held in list(self.held.values()):
-                if held.executing and held.started_sent:
+                if held.executing and held.started_sent and not (held.aborted or held.lost):
                     self._flush(held, now)
 
     def abandon_stuck(self) -> None:
