@@ -87,7 +87,22 @@ impl Ha {
         let downs: BTreeMap<i64, gnomon_backend::RunRecord> = self.runs("after-second").into_iter().map(|r| (r.scheduled_at, r)).collect();
         for up in self.runs("every-second").into_iter().filter(|r| r.fired_at < end) {
             let Some(down) = downs.get(&up.scheduled_at) else {
-                panic!("run {} ({}) has no after-second run of its instant", up.id, up.state.as_str());
+                let near: Vec<String> = downs
+                    .range(up.scheduled_at - 3_000..up.scheduled_at + 3_000)
+                    .map(|(t, r)| format!("{t} {} fired {} {}", r.id, r.fired_at, r.state.as_str()))
+                    .collect();
+                let ups: Vec<String> = self
+                    .runs("every-second")
+                    .into_iter()
+                    .filter(|r| (r.scheduled_at - up.scheduled_at).abs() <= 3_000)
+                    .map(|r| format!("{} {} fired {} {:?}", r.scheduled_at, r.id, r.fired_at, r.reason))
+                    .collect();
+                panic!(
+                    "run {} ({}, fired {}) has no after-second run of its instant; after-second near it: {near:#?}; every-second near it: {ups:#?}",
+                    up.id,
+                    up.state.as_str(),
+                    up.fired_at
+                );
             };
             assert_eq!(down.id, gnomon_backend::dep_run_id(&down.job_uid, up.scheduled_at));
             let ran = up.state != gnomon_core::RunState::Skipped;
