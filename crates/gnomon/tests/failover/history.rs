@@ -82,10 +82,15 @@ impl Ha {
 
     /// Every run of every-second that ended has its one after-second run of
     /// the same instant, decided by its outcome (`any`: it ran unless the
-    /// instant was skipped), and started only after it ended.
+    /// instant was skipped), and started only after it ended. after-second
+    /// is created after every-second, so the check starts at its first
+    /// run's instant (the fires before the leader knew it make none); that
+    /// instant must come within seconds of the start.
     fn check_dependency_runs(&self, end: i64) {
         let downs: BTreeMap<i64, gnomon_backend::RunRecord> = self.runs("after-second").into_iter().map(|r| (r.scheduled_at, r)).collect();
-        for up in self.runs("every-second").into_iter().filter(|r| r.fired_at < end) {
+        let first = *downs.keys().next().expect("after-second ran");
+        assert!(first <= self.started + 10_000, "after-second's first run is at {first}, every-second started at {}", self.started);
+        for up in self.runs("every-second").into_iter().filter(|r| r.fired_at < end && r.scheduled_at >= first) {
             let Some(down) = downs.get(&up.scheduled_at) else {
                 let near: Vec<String> = downs
                     .range(up.scheduled_at - 3_000..up.scheduled_at + 3_000)
