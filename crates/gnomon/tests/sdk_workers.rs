@@ -100,3 +100,18 @@ fn a_python_worker_needs_its_credential() {
 fn a_typescript_worker_needs_its_credential() {
     faults::credentials(Sdk::TypeScript);
 }
+
+#[test]
+fn a_rust_worker_speaks_tls() {
+    faults::tls(Sdk::Rust);
+}
+
+#[test]
+fn a_python_worker_speaks_tls() {
+    faults::tls(Sdk::Python);
+}
+
+#[test]
+fn a_typescript_worker_speaks_tls() {
+    faults::tls(Sdk::TypeScript);
+}

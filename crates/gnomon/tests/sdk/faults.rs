@@ -216,3 +216,80 @@ pub fn fenced_write(sdk: Sdk, fenced: bool) {
     assert_eq!(c.run(&id)["state"], "succeeded", "the late attempt changed nothing in gnomon either");
     rt.block_on(db.drop_database());
 }
+
+/// A server on TLS (a private CA): an SDK worker trusting the CA, with a
+/// worker credential, runs its jobs; one that does not trust it never
+/// becomes a session. The API is driven through the CLI (over TLS).
+pub fn tls(sdk: Sdk) {
+    use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // A name of its own: a leaf whose issuer reads like its subject looks
+    // self-signed to OpenSSL-based clients.
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "sdk test CA");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_pem = d.join("ca.pem");
+    std::fs::write(&ca_pem, ca_params.self_signed(&ca_key).unwrap().pem()).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let mut leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    leaf.distinguished_name.push(rcgen::DnType::CommonName, "localhost");
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let leaf_key = KeyPair::generate().unwrap();
+    let (cert, key) = (d.join("server.crt"), d.join("server.key"));
+    std::fs::write(&cert, leaf.signed_by(&leaf_key, &issuer).unwrap().pem()).unwrap();
+    std::fs::write(&key, leaf_key.serialize_pem()).unwrap();
+    let (admin, admin_entry) = new_credential("admin-1", &["--role", "admin"]);
+    let (worker, worker_entry) = new_credential("worker-1", &["--role", "worker"]);
+    let auth = d.join("auth.toml");
+    std::fs::write(&auth, format!("{admin_entry}\n\n{worker_entry}")).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let store = format!("sqlite://{}/db.sqlite", d.display());
+    let (cert_s, key_s, auth_s, ca_s) =
+        (cert.display().to_string(), key.display().to_string(), auth.display().to_string(), ca_pem.display().to_string());
+    let args = ["server", "--store", &store, "--listen", &addr, "--auth-file", &auth_s, "--tls-cert", &cert_s, "--tls-key", &key_s]
+        .map(String::from);
+    let _server = Proc::spawn(d, "server", &args);
+    let url = format!("https://{addr}");
+    let cli = |args: &[&str]| -> (bool, Value) {
+        let out = std::process::Command::new(BIN)
+            .args(["--server", &url, "--token", &admin, "--ca", &ca_s, "-o", "json"])
+            .args(args)
+            .env_remove("GNOMON_TOKEN")
+            .output()
+            .unwrap();
+        (out.status.success(), serde_json::from_slice(&out.stdout).unwrap_or(Value::Null))
+    };
+    wait_until("the TLS server", WITHIN, || cli(&["leader"]).0);
+    let (good, untrusting) = (format!("{}-tls", sdk.label()), format!("{}-untrusting", sdk.label()));
+    let servers = std::slice::from_ref(&addr);
+    let _good = sdk.spawn_with(d, &good, servers, &[], &["--token".into(), worker.clone(), "--ca".into(), ca_s.clone()]);
+    // Trusting another CA (the server's leaf as if it were one) is not trusting this one.
+    let other = d.join("other-ca.pem");
+    let mut other_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    other_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    other_params.distinguished_name.push(rcgen::DnType::CommonName, "another CA");
+    std::fs::write(&other, other_params.self_signed(&KeyPair::generate().unwrap()).unwrap().pem()).unwrap();
+    let _untrusting =
+        sdk.spawn_with(d, &untrusting, servers, &[], &["--token".into(), worker.clone(), "--ca".into(), other.display().to_string()]);
+    let listed = |id: &str| {
+        cli(&["worker", "list"]).1["workers"].as_array().is_some_and(|ws| ws.iter().any(|w| w["id"] == id && w["state"] == "live"))
+    };
+    wait_until("the TLS worker to be live", WITHIN, || listed(&good));
+    let job = d.join("job.json");
+    let spec = json!({"name": "over-tls", "executor": {"handler": {"name": "echo", "payload": {"tls": true}}},
+                      "route": {"labels": {"sdk": sdk.label()}}});
+    std::fs::write(&job, spec.to_string()).unwrap();
+    assert!(cli(&["job", "apply", "-f", job.to_str().unwrap()]).0, "creating the job over TLS");
+    let (ok, run) = cli(&["job", "trigger", "over-tls"]);
+    assert!(ok, "{run}");
+    let id = run["id"].as_str().unwrap_or_else(|| panic!("{run}")).to_string();
+    let mut got = Value::Null;
+    wait_until("the run to succeed over TLS", WITHIN, || {
+        got = cli(&["run", "get", &id]).1;
+        got["state"] == "succeeded"
+    });
+    assert_eq!(attempt(&got, 1)["worker"], good.as_str(), "{got}");
+    assert!(!listed(&untrusting), "a worker that does not trust the server's CA is never a session");
+}
