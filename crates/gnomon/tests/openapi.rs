@@ -239,6 +239,15 @@ fn every_answer_matches_the_published_document() {
     });
     let (status, waiting) = c.call("GET", "/v1/runs", "/v1/runs?state=waiting", None);
     assert_eq!(status, 200, "{waiting}");
+    // Its output while it runs, and an ended run's kept output.
+    let (status, live) = c.call("GET", "/v1/runs/{id}/output", &format!("/v1/runs/{slow_id}/output?from=0"), None);
+    assert_eq!((status, live["live"].clone()), (200, json!(true)), "{live}");
+    let (status, kept) = c.call("GET", "/v1/runs/{id}/output", &format!("/v1/runs/{id}/output?attempt=1"), None);
+    assert_eq!((status, kept["live"].clone()), (200, json!(false)), "{kept}");
+    assert!(kept["text"].as_str().unwrap_or("").contains("hello"), "{kept}");
+    assert_eq!(c.call("GET", "/v1/runs/{id}/output", &format!("/v1/runs/{id}/output?attempt=0"), None).0, 400);
+    assert_eq!(c.call("GET", "/v1/runs/{id}/output", &format!("/v1/runs/{id}/output?attempt=9"), None).0, 404);
+    assert_eq!(c.call("GET", "/v1/runs/{id}/output", "/v1/runs/nope/output", None).0, 404);
     let (status, _) = c.call("POST", "/v1/runs/{id}/cancel", &format!("/v1/runs/{slow_id}/cancel"), None);
     assert!(status == 200 || status == 202, "cancel answered {status}");
     assert_eq!(c.call("POST", "/v1/runs/{id}/cancel", &format!("/v1/runs/{id}/cancel"), None).0, 409);
