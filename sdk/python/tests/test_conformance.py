@@ -28,7 +28,7 @@ def test_flags() -> None:
     assert c.servers == ["a:1", "b:2", "c:3"] and c.worker_id == "x" and c.capacity == 7 and c.prefetch == 2
     assert str(c.spool_dir) == "/tmp/s" and c.token == "t" and c.labels == {"k": "v", "z": "1=2"}
     assert c.tls is not None and c.tls.ca == "ca.pem" and c.tls.cert is None
-    assert w.handlers == ["echo", "fail", "fenced_write", "log", "no_retry", "retry_after", "sleep"]
+    assert w.handlers == ["echo", "fail", "fenced_step", "log", "no_retry", "retry_after", "sleep"]
     defaults = conformance.build(conformance.parse_args(["--server", "a:1"])).config
     assert (defaults.capacity, defaults.prefetch, defaults.spool_dir, defaults.tls) == (4, 0, None, None)
 

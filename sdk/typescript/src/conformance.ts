@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 /**
  * The conformance worker: the standard handlers (`echo`, `fail`,
- * `no_retry`, `retry_after`, `sleep`, `log`) on a worker configured from
- * the command line. Logs go to stderr.
+ * `no_retry`, `retry_after`, `sleep`, `log`, `fenced_step`) on a worker
+ * configured from the command line. Logs go to stderr.
  *
  * ```
  * node dist/conformance.js --server HOST:PORT [--server …] [--id ID] [--capacity N]
@@ -15,6 +15,7 @@ import * as fs from "node:fs";
 import { parseArgs } from "node:util";
 import type { Context } from "./context";
 import { NonRetryable, RetryAfter } from "./errors";
+import { beginAttempt, runStep, type QueryClient } from "./guard";
 import { Worker } from "./worker";
 
 function payloadNumber(ctx: Context, field: string, dflt: number): number {
@@ -83,7 +84,96 @@ export function registerConformanceHandlers(worker: Worker): Worker {
     for (let i = 0; i < lines; i++) ctx.log.info(line);
     return "logged";
   });
+  worker.handler("fenced_step", fencedStep);
   return worker;
+}
+
+function note(line: string): void {
+  const file = process.env["GNOMON_CONFORMANCE_LOG"];
+  if (file) fs.appendFileSync(file, `${line}\n`);
+}
+
+type Closable = QueryClient & { end(): Promise<void> };
+
+/** A `pg` client for `postgres://`, a `mysql2` connection for `mysql://` (both loaded when first used). */
+async function connect(dsn: string): Promise<Closable> {
+  // The drivers are the application's: required here, not dependencies of the SDK.
+  const load = (name: string): any => require(name);
+  if (/^postgres(ql)?:\/\//.test(dsn)) {
+    const { Client } = load("pg");
+    const c = new Client({ connectionString: dsn });
+    // A connection the server ends (the idle timeout) fails its queries; it must not crash the worker.
+    c.on("error", () => undefined);
+    await c.connect();
+    return c;
+  }
+  if (dsn.startsWith("mysql://")) {
+    const c = await load("mysql2/promise").createConnection(dsn);
+    c.on("error", () => undefined);
+    return c;
+  }
+  throw new NonRetryable(`not a postgres:// or mysql:// URL: ${JSON.stringify(dsn)}`);
+}
+
+/**
+ * Pays once per run: inserts `(run_id, attempt, amount)` into `payments` of
+ * the database `payload.dsn` (`postgres://` or `mysql://`) in the
+ * exactly-once step `payment` (`beginAttempt` first, then `runStep`), and
+ * returns the step's result as JSON.
+ *
+ * `payload.pause` (`before_guard`, `in_tx`, `after_commit`) makes attempt 1
+ * note `"<run> 1 <worker> paused <where>"` and wait `payload.pause_seconds`
+ * (3) there, not looking at its signal — a job that does not cooperate — so
+ * that it can be frozen there. `payload.lock_wait` and `payload.idle`
+ * (seconds) go to the guard; `payload.guarded` false makes the same insert
+ * in a plain transaction. Notes `"<run> <attempt> committed|recorded
+ * paid_by=<n>"`, or `"<run> <attempt> failed: <error>"`, in
+ * GNOMON_CONFORMANCE_LOG.
+ */
+async function fencedStep(ctx: Context): Promise<string> {
+  const p = (ctx.payload && typeof ctx.payload === "object" ? ctx.payload : {}) as Record<string, unknown>;
+  const options = { lockWaitMs: payloadNumber(ctx, "lock_wait", 5) * 1000, idleMs: payloadNumber(ctx, "idle", 10) * 1000 };
+  const amount = payloadNumber(ctx, "amount", 10);
+  const pauseAt = ctx.attempt === 1 ? p["pause"] : undefined;
+  const me = `${ctx.runId} ${ctx.attempt}`;
+  const pause = async (where: string) => {
+    if (pauseAt !== where) return;
+    note(`${me} ${ctx.workerId} paused ${where}`);
+    await new Promise((r) => setTimeout(r, payloadNumber(ctx, "pause_seconds", 3) * 1000));
+  };
+  const dsn = String(p["dsn"] ?? "");
+  const pg = /^postgres/.test(dsn);
+  let ran = false;
+  const pay = async (c: QueryClient) => {
+    ran = true;
+    await c.query(`INSERT INTO payments (run_id, attempt, amount) VALUES (${pg ? "$1, $2, $3" : "?, ?, ?"})`, [ctx.runId, ctx.attempt, amount]);
+    await pause("in_tx");
+    return { paid_by: ctx.attempt, amount };
+  };
+  let result: { paid_by: number; amount: number };
+  try {
+    const c = await connect(dsn);
+    try {
+      if (p["guarded"] !== false) {
+        await beginAttempt(c, ctx.fence, options);
+        await pause("before_guard");
+        result = await runStep(c, ctx.fence, "payment", pay, options);
+      } else {
+        await pause("before_guard");
+        await c.query("BEGIN");
+        result = await pay(c);
+        await c.query("COMMIT");
+      }
+      await pause("after_commit");
+    } finally {
+      await c.end().catch(() => undefined);
+    }
+  } catch (e) {
+    note(`${me} failed: ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}`.replace(/\n/g, " "));
+    throw e;
+  }
+  note(`${me} ${ran ? "committed" : "recorded"} paid_by=${result.paid_by}`);
+  return JSON.stringify(result);
 }
 
 const USAGE = `usage: conformance --server HOST:PORT [--server ...] [--id ID] [--capacity N] [--prefetch N]

@@ -14,7 +14,28 @@
 export { Worker, type RunOptions } from "./worker";
 export { NonRetryable, RetryAfter } from "./errors";
 export { Fence } from "./fence";
-export { guard, createFenceTable, fenceFromHeaders, fenceFromEnv, FenceRejected, DEFAULT_FENCE_TABLE, type Dialect, type GuardOptions, type QueryClient } from "./guard";
+export {
+  guard,
+  runStep,
+  beginAttempt,
+  createTables,
+  createFenceTable,
+  fenceFromHeaders,
+  fenceFromEnv,
+  Step,
+  Superseded,
+  FenceRejected,
+  NotInTransaction,
+  LockTimeout,
+  DEFAULT_PREFIX,
+  DEFAULT_STEP,
+  DEFAULT_FENCE_TABLE,
+  DEFAULT_LOCK_WAIT_MS,
+  DEFAULT_IDLE_MS,
+  type Dialect,
+  type GuardOptions,
+  type QueryClient,
+} from "./guard";
 export type { Context, AttemptLogger, Handler } from "./context";
 export { MAX_CAPACITY, MAX_PREFETCH, type WorkerOptions, type TlsOptions } from "./options";
 export { consoleLogger, silentLogger, type Logger, type LogFields } from "./logger";

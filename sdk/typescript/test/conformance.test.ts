@@ -30,7 +30,7 @@ test("conformance worker: flags, the standard handlers, SIGTERM drain", async ()
       labels: { lang: "ts", k: "v=w" },
       capacity: 3,
       executors: ["handler"],
-      handlers: ["echo", "fail", "log", "no_retry", "retry_after", "sleep"],
+      handlers: ["echo", "fail", "fenced_step", "log", "no_retry", "retry_after", "sleep"],
       running: [],
       protocol_version: 1,
       prefetch: 2,

@@ -12,7 +12,7 @@
 from .config import Tls
 from .context import AttemptLog, Context
 from .errors import NonRetryable, RetryAfter
-from .fence import Fence, FenceRejected
+from .fence import Fence, FenceRejected, LockTimeout, NotInTransaction, Step, Superseded
 from .worker import Worker
 
 __version__ = "0.1.0"
@@ -22,8 +22,12 @@ __all__ = [
     "Context",
     "Fence",
     "FenceRejected",
+    "LockTimeout",
     "NonRetryable",
+    "NotInTransaction",
     "RetryAfter",
+    "Step",
+    "Superseded",
     "Tls",
     "Worker",
     "__version__",

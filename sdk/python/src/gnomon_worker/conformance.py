@@ -18,7 +18,6 @@ from typing import Any, Dict, List, Optional, Sequence
 from .config import Tls
 from .context import Context
 from .errors import NonRetryable, RetryAfter
-from .fence import FenceRejected, guard
 from .worker import Worker
 
 
@@ -93,31 +92,86 @@ def _note(line: str) -> None:
             f.write(line + "\n")
 
 
-def fenced_write(ctx: Context) -> str:
-    """Sleeps payload.seconds (3) without looking at ``ctx.cancelled`` -- as
-    a job that does not cooperate -- then inserts ``(run_id, attempt)`` into
-    payload.table of the PostgreSQL database payload.dsn, through the
-    fenced-write guard when payload.fenced. Notes ``"<run> <attempt> write
-    committed|refused"`` in GNOMON_CONFORMANCE_LOG."""
+def _connect(dsn: str) -> Any:
+    """A psycopg connection for ``postgres://``, a PyMySQL one for ``mysql://``."""
+    from urllib.parse import unquote, urlsplit
+
+    u = urlsplit(dsn)
+    if u.scheme in ("postgres", "postgresql"):
+        import psycopg
+
+        return psycopg.connect(dsn)
+    if u.scheme == "mysql":
+        import pymysql
+
+        return pymysql.connect(host=u.hostname or "127.0.0.1", port=u.port or 3306, user=unquote(u.username or "root"),
+                               password=unquote(u.password or ""), database=u.path.lstrip("/"))
+    raise NonRetryable(f"not a postgres:// or mysql:// URL: {dsn!r}")
+
+
+def fenced_step(ctx: Context) -> str:
+    """Pays once per run: inserts ``(run_id, attempt, amount)`` into
+    ``payments`` of the database payload.dsn (``postgres://`` or
+    ``mysql://``) in the exactly-once step ``payment`` (``begin_attempt``
+    first, then ``run_step``), and returns the step's result as JSON.
+
+    payload.pause (``before_guard``, ``in_tx``, ``after_commit``) makes
+    attempt 1 note ``"<run> 1 <worker> paused <where>"`` and sleep
+    payload.pause_seconds (3) there, not looking at ``ctx.cancelled`` -- a
+    job that does not cooperate -- so that it can be frozen there.
+    payload.lock_wait and payload.idle (seconds) go to the guard;
+    payload.guarded false makes the same insert in a plain transaction.
+    Notes ``"<run> <attempt> committed|recorded paid_by=<n>"``, or
+    ``"<run> <attempt> failed: <error>"``, in GNOMON_CONFORMANCE_LOG."""
     import time
 
-    import psycopg
+    from .fence import begin_attempt, run_step
 
     p = _payload(ctx)
-    table = str(p.get("table", ""))
-    if not table.isidentifier():
-        raise NonRetryable(f"not a table name: {table!r}")
-    time.sleep(float(p.get("seconds", 3)))
+    lock_wait, idle = float(p.get("lock_wait", 5)), float(p.get("idle", 10))
+    amount = int(p.get("amount", 10))
+    pause_at = p.get("pause") if ctx.attempt == 1 else None
+    me = f"{ctx.run_id} {ctx.attempt}"
+
+    def pause(where: str) -> None:
+        if pause_at == where:
+            _note(f"{me} {ctx.worker_id} paused {where}")
+            time.sleep(float(p.get("pause_seconds", 3)))
+
+    ran: List[bool] = []
+
+    def pay(cur: Any) -> Dict[str, Any]:
+        ran.append(True)
+        cur.execute("INSERT INTO payments (run_id, attempt, amount) VALUES (%s, %s, %s)",
+                    (ctx.run_id, ctx.attempt, amount))
+        pause("in_tx")
+        return {"paid_by": ctx.attempt, "amount": amount}
+
     try:
-        with psycopg.connect(str(p["dsn"])) as conn, conn.transaction(), conn.cursor() as cur:
-            if p.get("fenced"):
-                guard(cur, ctx.fence)
-            cur.execute(f"INSERT INTO {table} (run_id, attempt) VALUES (%s, %s)", (ctx.run_id, ctx.attempt))
-    except FenceRejected as e:
-        _note(f"{ctx.run_id} {ctx.attempt} write refused")
-        raise NonRetryable(str(e)) from e
-    _note(f"{ctx.run_id} {ctx.attempt} write committed")
-    return "written"
+        conn = _connect(str(p.get("dsn", "")))
+        try:
+            if p.get("guarded", True):
+                begin_attempt(conn, ctx.fence, lock_wait=lock_wait)
+                pause("before_guard")
+                result = run_step(conn, ctx.fence, "payment", pay, lock_wait=lock_wait, idle=idle)
+            else:
+                pause("before_guard")
+                if hasattr(conn, "begin"):
+                    conn.begin()
+                with conn.cursor() as cur:
+                    result = pay(cur)
+                conn.commit()
+            pause("after_commit")
+        finally:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - ended by the server already
+                pass
+    except Exception as e:
+        _note(f"{me} failed: {type(e).__name__}: {e}".replace("\n", " "))
+        raise
+    _note(f"{me} {'committed' if ran else 'recorded'} paid_by={result['paid_by']}")
+    return json.dumps(result)
 
 
 #: The standard handlers, by name.
@@ -128,7 +182,7 @@ HANDLERS = {
     "retry_after": retry_after,
     "sleep": sleep,
     "log": log_lines,
-    "fenced_write": fenced_write,
+    "fenced_step": fenced_step,
 }
 
 
