@@ -201,6 +201,10 @@ pub struct LiveAttempt {
     pub run_id: String,
     pub attempt: u32,
     pub worker: String,
+    /// When the leader assigned it (the leader's clock).
+    pub assigned_at: Millis,
+    /// When its worker reported it started (the worker's clock), once it has.
+    pub started_at: Option<Millis>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -94,6 +94,8 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
     ("gnomon_worker_leases_expired_total", Kind::Counter, "Worker sessions whose lease expired: their attempts were declared lost"),
     ("gnomon_worker_lease_deletions_total", Kind::Counter, "Store-side worker leases the leader deleted after their TTL"),
     ("gnomon_attempts_unheld_total", Kind::Counter, "Attempts a live worker's heartbeats left out twice in a row, declared lost"),
+    ("gnomon_asks_withdrawn_total", Kind::Counter, "Trigger asks withdrawn by their caller (it stopped waiting) before the leader planned them; nothing of them is written"),
+    ("gnomon_reclaims_refused_total", Kind::Counter, "Attempts a worker session listed but may not reclaim (its credential does not cover their namespace); left alone"),
     (
         "gnomon_attempts_overrun_total",
         Kind::Counter,

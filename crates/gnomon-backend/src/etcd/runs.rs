@@ -136,7 +136,7 @@ impl EtcdStore {
         for ((run_id, attempt), kv) in live.into_iter().zip(self.get_many(&keys).await?) {
             if let Some(kv) = kv {
                 let e: EAttempt = parse("attempt", kv.value())?;
-                out.push(LiveAttempt { run_id, attempt, worker: e.worker });
+                out.push(LiveAttempt { run_id, attempt, worker: e.worker, assigned_at: e.assigned_at, started_at: e.started_at });
             }
         }
         Ok(out)

@@ -306,17 +306,25 @@ impl From<HeadRow> for crate::JobHead {
     }
 }
 
-/// A run's live attempt (`run_id, attempt, worker`).
+/// A run's live attempt (`run_id, attempt, worker, assigned_at, started_at`).
 #[derive(Debug, sqlx::FromRow)]
 pub struct LiveAttemptRow {
     run_id: Text,
     attempt: i64,
     worker: Text,
+    assigned_at: i64,
+    started_at: Option<i64>,
 }
 
 impl From<LiveAttemptRow> for crate::LiveAttempt {
     fn from(r: LiveAttemptRow) -> Self {
-        crate::LiveAttempt { run_id: r.run_id.0, attempt: small(r.attempt), worker: r.worker.0 }
+        crate::LiveAttempt {
+            run_id: r.run_id.0,
+            attempt: small(r.attempt),
+            worker: r.worker.0,
+            assigned_at: r.assigned_at,
+            started_at: r.started_at,
+        }
     }
 }
 

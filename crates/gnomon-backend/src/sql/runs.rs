@@ -80,7 +80,8 @@ impl<B: Backend> RunStore for SqlStore<B> {
 
     async fn live_attempts(&self) -> Result<Vec<LiveAttempt>, StoreError> {
         let q = Self::q(
-            "SELECT r.id AS run_id, a.attempt AS attempt, a.worker AS worker FROM runs r \
+            "SELECT r.id AS run_id, a.attempt AS attempt, a.worker AS worker, a.assigned_at AS assigned_at, \
+             a.started_at AS started_at FROM runs r \
              JOIN attempts a ON a.run_id = r.id AND a.attempt = r.attempt \
              WHERE r.state IN ('assigned', 'running')",
         );

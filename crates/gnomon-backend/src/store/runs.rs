@@ -38,7 +38,13 @@ pub trait RunStore: Send + Sync {
             }
             let Some(detail) = self.get_run(&run.id).await? else { continue };
             if let Some(a) = detail.attempts.iter().find(|a| a.attempt == detail.run.attempt) {
-                out.push(LiveAttempt { run_id: run.id.clone(), attempt: a.attempt, worker: a.worker.clone() });
+                out.push(LiveAttempt {
+                    run_id: run.id.clone(),
+                    attempt: a.attempt,
+                    worker: a.worker.clone(),
+                    assigned_at: a.assigned_at,
+                    started_at: a.started_at,
+                });
             }
         }
         Ok(out)

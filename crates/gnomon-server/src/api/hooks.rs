@@ -188,7 +188,7 @@ async fn answer(state: &ApiState, ns: &str, name: &str, parts: &axum::http::requ
     let replay_guard = key.is_none();
     let key = key.unwrap_or_else(|| delivery_key(&verified.signature));
     let payload = (!payload.is_empty()).then_some(payload);
-    let request = TriggerRequest { count: 1, key: Some(key), params, payload, origin: Origin::Webhook };
+    let request = TriggerRequest { count: 1, key: Some(key), params, payload, origin: Origin::Webhook, ..Default::default() };
     let triggered = match ask_leader(state, ns.to_string(), name.to_string(), request).await {
         Ok(t) => t,
         // The job stopped taking calls, or was deleted, since it was read.

@@ -16,7 +16,7 @@ use super::extract::{check_ns, json_body, read_body, Caller, Query};
 use super::forward::not_leader;
 use super::jobs::load_job;
 use super::state::ApiState;
-use crate::leader::{LeaderCommand, TriggerError, TriggerRequest};
+use crate::leader::{AskClaim, LeaderCommand, TriggerError, TriggerRequest, Withdrawal};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -118,19 +118,66 @@ pub(super) async fn ask_leader(
 ) -> ApiResult<crate::leader::Triggered> {
     let ended = || not_leader(state, "its leader term ended during the call");
     let tx = state.node.leader_commands().ok_or_else(ended)?;
-    let (reply_tx, reply_rx) = oneshot::channel();
+    let (reply_tx, mut reply_rx) = oneshot::channel();
+    // Should this call stop waiting (an error answered below, or its client
+    // gone), its ask is withdrawn: the leader never writes it later.
+    let claim = WithdrawOnDrop(request.claim.clone());
     tx.send(LeaderCommand::Trigger { namespace, name, request, reply: reply_tx }).await.map_err(|_| ended())?;
-    tokio::time::timeout(std::time::Duration::from_secs(30), reply_rx)
-        .await
-        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", "the leader did not answer in 30s"))?
-        .map_err(|_| ended())?
+    let answer = match tokio::time::timeout(std::time::Duration::from_secs(30), &mut reply_rx).await {
+        Ok(answer) => answer,
+        Err(_) => match claim.0.withdraw() {
+            Withdrawal::Withdrawn => {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "timeout",
+                    "the leader did not answer in 30s; the trigger was withdrawn and creates nothing",
+                ))
+            }
+            // Planned already: its write is on its way; wait for it a
+            // little longer, and name its runs if it does not come.
+            Withdrawal::Planned(ids) => match tokio::time::timeout(std::time::Duration::from_secs(10), &mut reply_rx).await {
+                Ok(answer) => answer,
+                Err(_) => return Err(planned_unconfirmed(&ids)),
+            },
+        },
+    };
+    answer
+        .map_err(|_| match claim.0.withdraw() {
+            Withdrawal::Planned(ids) if !ids.is_empty() => planned_unconfirmed(&ids),
+            _ => ended(),
+        })?
         .map_err(|e| match e {
+            // A write whose outcome is unknown: its runs may exist.
+            TriggerError::Store(_) if !claim.0.planned().is_empty() => planned_unconfirmed(&claim.0.planned()),
             TriggerError::Store(e) => ApiError::from(e),
             TriggerError::Params(e) => ApiError::from(e),
             TriggerError::KeyReused { .. } => ApiError::new(StatusCode::CONFLICT, "idempotency_key_reused", e.to_string()),
             TriggerError::NoWebhook => ApiError::new(StatusCode::NOT_FOUND, "no_webhook", e.to_string()),
             TriggerError::Quota(q) => ApiError::from(q),
         })
+}
+
+/// Withdraws an ask when its caller stops waiting (a no-op once the
+/// leader planned it).
+struct WithdrawOnDrop(AskClaim);
+
+impl Drop for WithdrawOnDrop {
+    fn drop(&mut self) {
+        self.0.withdraw();
+    }
+}
+
+/// The leader planned the runs `ids`, and their write was not confirmed:
+/// they may exist; the caller reads them before asking again.
+fn planned_unconfirmed(ids: &[String]) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "trigger_unconfirmed",
+        format!(
+            "the leader planned run(s) {} but did not confirm their write; read them (GET /v1/runs/ID) before triggering again",
+            ids.join(", ")
+        ),
+    )
 }
 
 /// The answer naming one run, as the store has it now.

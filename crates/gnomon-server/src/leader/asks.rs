@@ -109,6 +109,15 @@ impl LeaderRuntime {
                 }
                 Ask::Trigger(pending) => pending,
             };
+            // A caller that stopped waiting (it answered an error, or went
+            // away) takes its ask back: nothing of it is written.
+            if pending.reply.is_closed() {
+                pending.request.claim.withdraw();
+            }
+            if pending.request.claim.is_withdrawn() {
+                metrics::counter!("gnomon_asks_withdrawn_total").increment(1);
+                continue;
+            }
             match self.read_trigger(&pending).await {
                 Ok(Read::Answer(answer)) => {
                     let _ = pending.reply.send(answer);
@@ -240,6 +249,15 @@ impl LeaderRuntime {
             .inspect_err(admission::count_refusal);
         if let Err(e) = refused {
             let _ = pending.reply.send(Err(e.into()));
+            return;
+        }
+        // The leader claims the ask before planning it; one its caller
+        // withdrew meanwhile is dropped.
+        if pending.reply.is_closed() {
+            pending.request.claim.withdraw();
+        }
+        if !pending.request.claim.plan(roots.iter().map(NewRun::id)) {
+            metrics::counter!("gnomon_asks_withdrawn_total").increment(1);
             return;
         }
         // Taken now, so a later ask of this turn starts past them.

@@ -72,6 +72,7 @@ mod admission;
 mod asks;
 mod backfills;
 mod cadence;
+mod claim;
 mod dispatch;
 mod fair;
 mod graph;
@@ -89,6 +90,7 @@ mod turn;
 mod view;
 mod workers;
 
+pub use claim::{AskClaim, Withdrawal};
 pub use fair::NsCounts;
 pub use view::{NamespaceUsage, PressureInfo, Snapshot, WorkerInfo};
 
@@ -163,6 +165,9 @@ pub struct TriggerRequest {
     pub payload: Option<String>,
     /// Who asks: an API caller or a webhook.
     pub origin: Origin,
+    /// Whether the leader or the caller decides its fate: a caller that
+    /// stops waiting withdraws it, unless the leader planned it first.
+    pub claim: AskClaim,
 }
 
 /// Where a trigger comes from, as its runs' reason says.

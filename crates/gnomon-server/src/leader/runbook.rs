@@ -32,8 +32,13 @@ pub(super) struct OpenRun {
     pub(super) state: RunState,
     pub(super) attempt: u32,
     pub(super) ready_since: Millis,
-    /// When its live attempt was assigned (0: unknown, recovered).
+    /// When its live attempt was assigned, as the store has it (heartbeat
+    /// reconciliation and prefetch count from here).
     pub(super) assigned_at: Millis,
+    /// When its live attempt's timeout began: the later of its assignment
+    /// and its start as its worker reported it. Restored from the store on
+    /// a rebuild, never taken from the new term.
+    pub(super) began_at: Millis,
     /// The values of its params (a JSON object), as every attempt gets them.
     pub(super) params: Option<Arc<str>>,
     /// The payload of the webhook call that started it.
@@ -359,6 +364,9 @@ impl RunBook {
         self.tally.add(&run.key.namespace, t.to);
         run.state = t.to;
         run.attempt = t.to_attempt;
+        if let Some(AttemptChange::Start { .. }) = t.attempt {
+            run.began_at = run.began_at.max(t.at);
+        }
         match t.to {
             RunState::Pending => {
                 run.ready_since = t.at;
@@ -382,14 +390,25 @@ impl RunBook {
         run.state = RunState::Assigned;
         run.attempt = attempt;
         run.assigned_at = at;
+        run.began_at = at;
         Some(run)
     }
 
-    /// Counts the run's attempt as assigned at `at` (heartbeat
-    /// reconciliation judges it only a heartbeat after).
+    /// Counts the run's attempt as assigned at `at` for heartbeat
+    /// reconciliation (which judges it only a heartbeat after); its timeout
+    /// still counts from when it began.
     pub(super) fn restamp_assignment(&mut self, id: &str, at: Millis) {
         if let Some(r) = self.runs.get_mut(id) {
-            r.assigned_at = at;
+            r.assigned_at = r.assigned_at.max(at);
+        }
+    }
+
+    /// Restores when the run's live attempt was assigned and began, as the
+    /// store has them.
+    pub(super) fn restore_attempt_times(&mut self, id: &str, assigned_at: Millis, began_at: Millis) {
+        if let Some(r) = self.runs.get_mut(id) {
+            r.assigned_at = assigned_at;
+            r.began_at = began_at;
         }
     }
 

@@ -7,7 +7,18 @@ fn key(uid: &str) -> Arc<JobKey> {
 }
 
 pub(in crate::leader) fn open(job: &str, state: RunState, attempt: u32) -> OpenRun {
-    OpenRun { key: key(job), scheduled_at: 0, state, attempt, ready_since: 0, assigned_at: 0, params: None, payload: None, after: None }
+    OpenRun {
+        key: key(job),
+        scheduled_at: 0,
+        state,
+        attempt,
+        ready_since: 0,
+        assigned_at: 0,
+        began_at: 0,
+        params: None,
+        payload: None,
+        after: None,
+    }
 }
 
 fn to(id: &str, from: RunState, to: RunState, attempt: u32, at: Millis, next: Option<Millis>) -> Transition {

@@ -25,7 +25,7 @@ impl LeaderRuntime {
         let started = self.cadence.term_started(now);
         let mut live = Vec::new();
         for run in self.store.open_runs().await? {
-            let id = self.track_stored(&run, 0, now);
+            let id = self.track_stored(&run, now, now);
             if matches!(run.state, RunState::Assigned | RunState::Running) {
                 live.push(id);
             }
@@ -40,8 +40,8 @@ impl LeaderRuntime {
             self.cadence.polled(now);
             return Ok(());
         }
-        let workers: HashMap<String, (u32, String)> =
-            self.store.live_attempts().await?.into_iter().map(|a| (a.run_id, (a.attempt, a.worker))).collect();
+        let stored: HashMap<String, gnomon_backend::LiveAttempt> =
+            self.store.live_attempts().await?.into_iter().map(|a| (a.run_id.clone(), a)).collect();
         // Store-kept session leases (etcd): adopt the live ones.
         let leased: HashMap<String, (i64, i64)> = match self.leases.clone() {
             Some(leases) => leases.live().await?.into_iter().map(|l| (l.worker, (l.lease, l.remaining_ms))).collect(),
@@ -50,7 +50,13 @@ impl LeaderRuntime {
         let ttl = self.config.lease_ttl_ms;
         for id in live {
             let Some(run) = self.cache.runs.get(&id) else { continue };
-            let worker = workers.get(&*id).filter(|(attempt, _)| *attempt == run.attempt).map(|(_, w)| w.clone());
+            let attempt = stored.get(&*id).filter(|a| a.attempt == run.attempt);
+            // The attempt as it was: its timeout counts from when it began,
+            // never from this term.
+            if let Some(a) = attempt {
+                self.cache.runs.restore_attempt_times(&id, a.assigned_at, a.assigned_at.max(a.started_at.unwrap_or(0)));
+            }
+            let worker = attempt.map(|a| a.worker.clone());
             let held_here = worker.as_ref().is_some_and(|w| self.sessions.contains(w));
             match worker {
                 Some(w) if held_here => {
@@ -109,6 +115,7 @@ impl LeaderRuntime {
             attempt: 0,
             ready_since: now,
             assigned_at: 0,
+            began_at: 0,
             params: run.params.map(Arc::from),
             payload: run.payload.map(Arc::from),
             after: run.upstream,
@@ -176,6 +183,7 @@ impl LeaderRuntime {
             attempt: run.attempt,
             ready_since: run.next_attempt_at.unwrap_or(run.fired_at),
             assigned_at,
+            began_at: assigned_at,
             params: run.params.as_deref().map(Arc::from),
             payload: run.payload.as_deref().map(Arc::from),
             after: run.upstream.clone(),
@@ -203,7 +211,12 @@ impl LeaderRuntime {
         let rid = self.track_stored(run, now, now);
         match run.state {
             RunState::Assigned | RunState::Running => {
-                let worker = detail.attempts.iter().find(|a| a.attempt == run.attempt).map(|a| a.worker.clone());
+                let attempt = detail.attempts.iter().find(|a| a.attempt == run.attempt);
+                if let Some(a) = attempt {
+                    self.cache.runs.restore_attempt_times(&rid, a.assigned_at, a.assigned_at.max(a.started_at.unwrap_or(0)));
+                    self.cache.runs.restamp_assignment(&rid, now);
+                }
+                let worker = attempt.map(|a| a.worker.clone());
                 match worker {
                     Some(w) if self.sessions.contains(&w) => {
                         self.cache.runs.hold(rid, &w);

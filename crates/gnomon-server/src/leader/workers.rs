@@ -52,6 +52,17 @@ impl LeaderRuntime {
         let mut reclaimed = Vec::new();
         let mut superseded = Vec::new();
         for r in &hello.running {
+            // Only attempts of namespaces its credential covers: another's
+            // attempt is left alone, for its own worker to reclaim.
+            let namespace = self.cache.runs.get(r.run_id.as_str()).map(|run| run.key.namespace.clone());
+            if let (Some(ns), Some(allowed)) = (&namespace, &namespaces) {
+                if !allowed.iter().any(|a| a == ns) {
+                    tracing::warn!(target: "gnomon::audit", worker = %worker, run = %r.run_id, attempt = r.attempt, namespace = %ns,
+                        "reclaim refused: the session's credential does not cover the attempt's namespace; the attempt is left alone");
+                    metrics::counter!("gnomon_reclaims_refused_total").increment(1);
+                    continue;
+                }
+            }
             let current = self.cache.runs.get(r.run_id.as_str()).is_some_and(|run| run.state.is_active() && run.attempt == r.attempt);
             let ours = self.cache.runs.may_report(&r.run_id, &worker);
             if current && ours {
@@ -258,7 +269,8 @@ impl LeaderRuntime {
     }
 
     /// Attempts that ran past their job's timeout by more than the grace
-    /// (from their assignment) with no result: ended `timed_out` by the
+    /// (from when they began: their start, or their assignment if later,
+    /// as the store has them) with no result: ended `timed_out` by the
     /// leader, and the worker is told to stop them. Checked once a second.
     fn expire_overruns(&mut self, now: Millis, batch: &mut Vec<Transition>, aborts: &mut Vec<(String, String, u32, String)>) {
         if !self.cadence.overrun_scan(now) {
@@ -273,7 +285,7 @@ impl LeaderRuntime {
                 let run = self.cache.runs.get(id)?;
                 let timeout = self.cache.jobs.get(&run.key.uid)?.timeout?;
                 let timeout = Millis::try_from(timeout.as_millis()).unwrap_or(Millis::MAX / 4);
-                (now > run.assigned_at + timeout + grace).then(|| (id.clone(), worker.clone(), run.attempt, timeout))
+                (now > run.began_at + timeout + grace).then(|| (id.clone(), worker.clone(), run.attempt, timeout))
             })
             .collect();
         for (id, worker, attempt, timeout) in overran {

@@ -328,8 +328,14 @@ async fn a_webhook_run_carries_its_payload_to_its_worker() {
     let payload = r#"{"ref":"release-7","n":1}"#;
     let call = |name: &str, payload: &str| {
         let params = [("branch".to_string(), serde_json::json!("release-7"))].into_iter().collect();
-        let request =
-            TriggerRequest { count: 1, key: Some("delivery-1".into()), params, payload: Some(payload.into()), origin: Origin::Webhook };
+        let request = TriggerRequest {
+            count: 1,
+            key: Some("delivery-1".into()),
+            params,
+            payload: Some(payload.into()),
+            origin: Origin::Webhook,
+            ..Default::default()
+        };
         let (commands, name) = (commands.clone(), name.to_string());
         async move {
             let (reply, answer) = oneshot::channel();

@@ -243,6 +243,7 @@ pub async fn check(
     check_params(&runs, &by_id, jobs, h, v);
     check_dependencies(&runs, &by_id, deps, v);
     check_hints(&by_id, h, v);
+    crate::check_attempts::check_attempts(&runs, jobs, deps, h, v);
     // 9. Every backfill ended: done (its cursor at its end) or cancelled.
     for b in &backfills {
         if b.state == gnomon_backend::BackfillState::Running || (b.state == gnomon_backend::BackfillState::Done && b.cursor != b.to) {

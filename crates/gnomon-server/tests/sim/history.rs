@@ -37,6 +37,18 @@ pub struct History {
     pub hints: Vec<(String, u32, bool, u64)>,
     /// What the simulation did, for a replayed seed's report.
     pub log: Vec<(Millis, String)>,
+    /// When each worker was crashed, paused or cut off from the leader:
+    /// (worker, from, until).
+    pub disruptions: Vec<(String, Millis, Millis)>,
+    /// When a worker fenced itself (no heartbeat acked within 0.7 × the
+    /// lease): (worker, when).
+    pub self_fences: Vec<(String, Millis)>,
+    /// The tiers (params values) of the triggers their callers withdrew
+    /// before the leader planned them: no run may carry one.
+    pub withdrawn: Vec<String>,
+    /// The outcome each worker decided for an attempt it ran, as first
+    /// reported (before any ack): (run, attempt, outcome).
+    pub decided: Vec<(String, u32, i32)>,
 }
 
 impl History {
@@ -53,6 +65,18 @@ impl History {
 
     pub fn resume_live(&mut self, run: &str, attempt: u32, now: Millis) {
         self.open.insert((run.to_string(), attempt), now);
+    }
+
+    /// The worker was crashed, paused or cut off from `from` to `until`.
+    pub fn disrupted(&mut self, worker: &str, from: Millis, until: Millis) {
+        self.disruptions.push((worker.to_string(), from, until));
+    }
+
+    /// Whether `worker` was crashed, paused, cut off or fenced itself at
+    /// some time in `from..=to`.
+    pub fn was_disrupted(&self, worker: &str, from: Millis, to: Millis) -> bool {
+        self.disruptions.iter().any(|(w, a, b)| w == worker && *a <= to && *b >= from)
+            || self.self_fences.iter().any(|(w, t)| w == worker && (from..=to).contains(t))
     }
 
     pub fn note(&mut self, now: Millis, what: String) {

@@ -14,6 +14,7 @@
 //! fixed keys, so a seed replays the same history.
 
 mod check;
+mod check_attempts;
 mod history;
 mod store;
 mod worker;
@@ -24,7 +25,9 @@ use gnomon_backend::sqlite::SqliteStore;
 use gnomon_backend::{Fence, LeaderInfo, Precondition, Store};
 use gnomon_core::spec::parse_job_json;
 use gnomon_core::{Clock, ManualClock, Millis};
-use gnomon_server::leader::{LeaderCommand, LeaderConfig, LeaderParts, LeaderRuntime, Origin, Step, TriggerError, TriggerRequest};
+use gnomon_server::leader::{
+    AskClaim, LeaderCommand, LeaderConfig, LeaderParts, LeaderRuntime, Origin, Step, TriggerError, TriggerRequest, Withdrawal,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -89,6 +92,8 @@ pub struct SimJob {
     pub jitter_ms: Millis,
     /// Its compiled schedule (for the fire times of its jitter).
     pub schedule: gnomon_core::Schedule,
+    /// Its timeout.
+    pub timeout_ms: Millis,
     spec_json: String,
 }
 
@@ -124,17 +129,20 @@ pub const SIM_PARAMS: &str = r#"{"tier":{"default":"std"}}"#;
 /// A simulated job with params also takes webhook calls.
 const SIM_TRIGGERS: &str = r#""triggers":{"webhook":{"secret":"sim"}}"#;
 
-fn job_json(name: &str, schedule: &str, params: bool, rng: &mut StdRng) -> String {
+fn job_json(name: &str, schedule: &str, params: bool, timeout_ms: Millis, rng: &mut StdRng) -> String {
     let overlap = ["allow", "allow", "forbid", "buffer_one", "replace"][rng.gen_range(0..5)];
     let misfire = ["fire_once", "fire_all", "skip"][rng.gen_range(0..3)];
     let params = if params { format!(r#""params":{SIM_PARAMS},{SIM_TRIGGERS},"#) } else { String::new() };
     format!(
         r#"{{"name":"{name}","schedule":{schedule},"executor":{{"handler":{{"name":"noop"}}}},{params}
             "retry":{{"max_attempts":ATTEMPTS,"backoff":{{"initial":"300ms","max":"1s","jitter":0.2}}}},
-            "overlap":"{overlap}","misfire":"{misfire}",
+            "overlap":"{overlap}","misfire":"{misfire}","timeout":"{timeout_ms}ms",
             "notify":[{{"on":["failed","succeeded","recovered"],"webhook":{{"url":"http://127.0.0.1:9/sim"}}}}]}}"#
     )
 }
+
+/// The timeout of the simulation's dependency jobs.
+pub const DEP_TIMEOUT_MS: Millis = 4_000;
 
 /// A dependency job of the simulation: no schedule, runs after `after`
 /// (upstream name, `on`).
@@ -148,6 +156,7 @@ fn dep_json(dep: &SimDep) -> String {
     format!(
         r#"{{"name":"{}","after":[{}],"executor":{{"handler":{{"name":"noop"}}}},
             "retry":{{"max_attempts":3,"backoff":{{"initial":"300ms","max":"1s","jitter":0.2}}}},
+            "timeout":"{DEP_TIMEOUT_MS}ms",
             "notify":[{{"on":["failed","succeeded","recovered"],"webhook":{{"url":"http://127.0.0.1:9/sim"}}}}]}}"#,
         dep.name,
         after.join(",")
@@ -188,12 +197,24 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
         let name = format!("j{i}");
         let params = i == slowest_i || rng.gen_bool(0.5);
         let (schedule, start_at, end_at, jitter_ms) = schedule_json(every_ms, &mut rng);
-        let spec_json = job_json(&name, &schedule, params, &mut rng);
+        let timeout_ms = rng.gen_range(2..=6) * 1_000;
+        let spec_json = job_json(&name, &schedule, params, timeout_ms, &mut rng);
         let json = spec_json.replace("ATTEMPTS", &rng.gen_range(2..=5).to_string());
         let compiled = parse_job_json(json.as_bytes()).map_err(|e| e.to_string())?.compile().map_err(|e| e.to_string())?;
         let rec = sqlite.put_job(&compiled.spec, Precondition::DoesNotExist, clock.now_millis()).await.map_err(|e| e.to_string())?;
         let schedule = compiled.schedule;
-        jobs.push(SimJob { name, every_ms, created_at: rec.created_at, params, start_at, end_at, jitter_ms, schedule, spec_json });
+        jobs.push(SimJob {
+            name,
+            every_ms,
+            created_at: rec.created_at,
+            params,
+            start_at,
+            end_at,
+            jitter_ms,
+            schedule,
+            timeout_ms,
+            spec_json,
+        });
     }
     // Dependency jobs: one after the slowest job (on a random outcome:
     // fan-out with the next), and one after the two slowest (a fan-in over
@@ -259,7 +280,7 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
                 } else if roll < 0.004 {
                     w.pause(now, now + rng.gen_range(500..=LEASE_TTL_MS * 5 / 2), &mut h);
                 } else if roll < 0.006 {
-                    w.cut(now, &term.commands);
+                    w.cut(now, &term.commands, &mut h);
                 }
             }
             w.tick(now, &mut rng, &term.commands, &mut h);
@@ -283,8 +304,19 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
         if let Step::Exit(exit) = term.rt.step().await {
             return Err(format!("the current leader stopped: {exit:?}"));
         }
-        triggers.retain_mut(|(keyed, expected, rx)| match rx.try_recv() {
-            Err(oneshot::error::TryRecvError::Empty) => true,
+        triggers.retain_mut(|(keyed, expected, rx, withdraw)| match rx.try_recv() {
+            Err(oneshot::error::TryRecvError::Empty) => match withdraw.take_if(|w| w.at <= now) {
+                Some(w) => match w.claim.withdraw() {
+                    Withdrawal::Withdrawn => {
+                        h.note(now, format!("trigger {} withdrawn", w.tier));
+                        h.withdrawn.push(w.tier);
+                        false
+                    }
+                    // Planned first: its answer comes.
+                    Withdrawal::Planned(_) => true,
+                },
+                None => true,
+            },
             Ok(Ok(t)) => {
                 if let (Some((job, key)), Some(id)) = (keyed.take(), t.ids.first()) {
                     h.keyed.push((job, key, id.clone(), t.existed));
@@ -333,8 +365,21 @@ pub async fn run_seed(seed: u64) -> Result<Outcome, String> {
 /// A trigger sent to the leader: its job and idempotency key, if it has
 /// one, the params and the payload its runs must record, and where its
 /// answer comes.
-type Trigger =
-    (Option<(String, String)>, (Option<String>, Option<String>), oneshot::Receiver<Result<gnomon_server::leader::Triggered, TriggerError>>);
+type Trigger = (
+    Option<(String, String)>,
+    (Option<String>, Option<String>),
+    oneshot::Receiver<Result<gnomon_server::leader::Triggered, TriggerError>>,
+    Option<Withdraw>,
+);
+
+/// A trigger whose caller stops waiting at `at` (as an API call that timed
+/// out, or whose client went away): withdrawn unless the leader planned it
+/// first. Its runs carry the params value `tier`.
+pub struct Withdraw {
+    at: Millis,
+    claim: AskClaim,
+    tier: String,
+}
 
 /// What the API does during the faulty phase: re-apply a job (a new
 /// version, same schedule), pause or resume one, trigger manual runs,
@@ -377,7 +422,16 @@ async fn api_actions(
         // calls, some are unkeyed calls replayed (named by their
         // signature, here `call-N`).
         let replay = job.params && rng.gen_bool(0.2);
-        let key = if replay {
+        // Some callers stop waiting before the answer (a few ticks, or at
+        // once): their asks carry a tier of their own.
+        let withdraw = (job.params && !replay && rng.gen_bool(0.2)).then(|| Withdraw {
+            at: now + rng.gen_range(0..4) * crate::TICK,
+            claim: AskClaim::default(),
+            tier: format!("w-{}", h.log.len()),
+        });
+        let key = if let Some(w) = &withdraw {
+            rng.gen_bool(0.5).then(|| format!("key-{}", w.tier))
+        } else if replay {
             Some(format!(" call {}", rng.gen_range(0..3)))
         } else {
             rng.gen_bool(0.5).then(|| format!("key-{}", rng.gen_range(0..4)))
@@ -391,7 +445,9 @@ async fn api_actions(
             Some(k) => k == "key-0" || k == "key-1",
             None => rng.gen_bool(0.5),
         };
-        if job.params && sets {
+        if let Some(w) = &withdraw {
+            params.insert("tier".into(), serde_json::Value::String(w.tier.clone()));
+        } else if job.params && sets {
             let tier = key.as_deref().map_or_else(|| format!("gold-{}", rng.gen_range(0..3)), |k| format!("gold-{k}"));
             params.insert("tier".into(), serde_json::Value::String(tier));
         }
@@ -414,10 +470,20 @@ async fn api_actions(
         let _ = term.commands.try_send(LeaderCommand::Trigger {
             namespace: "default".into(),
             name: name.clone(),
-            request: TriggerRequest { count, key: key.clone(), params, payload: payload.clone(), origin },
+            request: TriggerRequest {
+                count,
+                key: key.clone(),
+                params,
+                payload: payload.clone(),
+                origin,
+                claim: withdraw.as_ref().map(|w| w.claim.clone()).unwrap_or_default(),
+            },
             reply,
         });
-        triggers.push((stored.map(|k| (name, k)), (expected, payload), rx));
+        if let Some(w) = &withdraw {
+            h.note(now, format!("trigger {} of {} asked (to be withdrawn at +{})", w.tier, job.name, w.at - crate::T0));
+        }
+        triggers.push((stored.map(|k| (name, k)), (expected, payload), rx, withdraw));
     } else if roll < 0.027 {
         // A backfill, as the API asks the leader for it: a range of the job's instants
         // before and after its creation (those after have records, kept),

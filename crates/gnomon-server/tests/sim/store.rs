@@ -339,6 +339,21 @@ impl BackfillStore for FaultyStore {
 }
 
 #[async_trait]
+impl WorkerStore for FaultyStore {
+    async fn bind_worker(&self, worker: &str, credential: &str, now: Millis) -> Result<String, StoreError> {
+        self.inner.bind_worker(worker, credential, now).await
+    }
+
+    async fn unbind_worker(&self, worker: &str) -> Result<bool, StoreError> {
+        self.inner.unbind_worker(worker).await
+    }
+
+    async fn worker_owner(&self, worker: &str) -> Result<Option<String>, StoreError> {
+        self.inner.worker_owner(worker).await
+    }
+}
+
+#[async_trait]
 impl StoreProbes for FaultyStore {
     fn backend(&self) -> &'static str {
         self.inner.backend()

@@ -36,6 +36,8 @@ struct Attempt {
     hint: (bool, u64),
     /// Output bytes streamed so far.
     written: u64,
+    /// It runs past its job's timeout: it ends `timed_out` at the timeout.
+    times_out: bool,
 }
 
 pub struct SimWorker {
@@ -101,6 +103,7 @@ impl SimWorker {
     /// Kills the process: attempts die with it; the spool is on disk.
     pub fn crash(&mut self, now: Millis, until: Millis, commands: &mpsc::Sender<LeaderCommand>, h: &mut History) {
         h.note(now, format!("worker {} crashed until {}", self.id, until - crate::T0));
+        h.disrupted(&self.id, now, until);
         for (key, _) in std::mem::take(&mut self.running) {
             h.end_live(&key.0, key.1, now);
         }
@@ -111,6 +114,7 @@ impl SimWorker {
     /// Freezes the process (SIGSTOP): nothing it runs makes progress.
     pub fn pause(&mut self, now: Millis, until: Millis, h: &mut History) {
         h.note(now, format!("worker {} paused until {}", self.id, until - crate::T0));
+        h.disrupted(&self.id, now, until);
         for key in self.running.keys() {
             h.end_live(&key.0, key.1, now);
         }
@@ -118,7 +122,9 @@ impl SimWorker {
     }
 
     /// The connection breaks; the process and its attempts go on.
-    pub fn cut(&mut self, now: Millis, commands: &mpsc::Sender<LeaderCommand>) {
+    pub fn cut(&mut self, now: Millis, commands: &mpsc::Sender<LeaderCommand>, h: &mut History) {
+        h.note(now, format!("worker {} cut off", self.id));
+        h.disrupted(&self.id, now, now + 500);
         self.drop_session(commands);
         self.reconnect_at = now + 500;
     }
@@ -139,6 +145,7 @@ impl SimWorker {
         h: &mut History,
     ) {
         let failed = outcome == v1::Outcome::Failed;
+        h.decided.push((key.0.clone(), key.1, outcome as i32));
         if failed && (a.hint.0 || a.hint.1 > 0) {
             h.hints.push((key.0.clone(), key.1, a.hint.0, a.hint.1));
         }
@@ -211,7 +218,11 @@ impl SimWorker {
         for key in done {
             if let Some(a) = self.running.remove(&key) {
                 h.end_live(&key.0, key.1, now);
-                let outcome = if a.succeeds { v1::Outcome::Succeeded } else { v1::Outcome::Failed };
+                let outcome = match (a.times_out, a.succeeds) {
+                    (true, _) => v1::Outcome::TimedOut,
+                    (false, true) => v1::Outcome::Succeeded,
+                    (false, false) => v1::Outcome::Failed,
+                };
                 self.report(key, &a, outcome, now, commands, h);
             }
         }
@@ -226,6 +237,10 @@ impl SimWorker {
     }
 
     fn fence_all(&mut self, now: Millis, commands: &mpsc::Sender<LeaderCommand>, h: &mut History) {
+        if !self.running.is_empty() {
+            h.note(now, format!("worker {} fenced itself", self.id));
+            h.self_fences.push((self.id.clone(), now));
+        }
         for (key, a) in std::mem::take(&mut self.running) {
             h.end_live(&key.0, key.1, now);
             self.report(key, &a, v1::Outcome::Lost, now, commands, h);
@@ -321,7 +336,13 @@ impl SimWorker {
                 h.start(&a.run_id, a.attempt, &self.id, now);
                 h.assigned_params.push((a.run_id.clone(), a.attempt, a.params_json.clone()));
                 h.assigned_payloads.push((a.run_id.clone(), a.attempt, a.payload.clone()));
-                let ends_at = now + rng.gen_range(20..=400);
+                // Most attempts are short; some run for seconds, through
+                // failovers, and some of those past their job's timeout
+                // (the worker then ends them `timed_out` at the timeout).
+                let runs_for = if rng.gen_bool(0.15) { rng.gen_range(1_000..=7_000) } else { rng.gen_range(20..=400) };
+                let timeout = Millis::try_from(a.timeout_ms).unwrap_or(Millis::MAX);
+                let times_out = a.timeout_ms > 0 && runs_for > timeout;
+                let ends_at = now + if times_out { timeout } else { runs_for };
                 let succeeds = rng.gen_bool(0.8);
                 // A failure may ask not to be retried, or to be retried
                 // later than its backoff (an SDK handler's NonRetryable,
@@ -331,7 +352,13 @@ impl SimWorker {
                     1 => (false, rng.gen_range(100..=3_000)),
                     _ => (false, 0),
                 };
-                self.running.insert(key, Attempt { ends_at, succeeds, started_at: now, token: a.token, hint, written: 0 });
+                self.running.insert(key, Attempt { ends_at, succeeds, started_at: now, token: a.token, hint, written: 0, times_out });
+                // Its start, as a worker reports it (the leader measures
+                // the timeout from here).
+                self.send(
+                    commands,
+                    worker_message::Msg::Started(v1::Started { run_id: a.run_id.clone(), attempt: a.attempt, started_at_ms: now }),
+                );
             }
             server_message::Msg::Cancel(c) => {
                 if c.token < self.max_token {

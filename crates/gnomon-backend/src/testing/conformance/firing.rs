@@ -299,11 +299,17 @@ pub(super) async fn cas_transitions_and_terminal_finality(s: &dyn Store) {
     );
     // Recovery reads the worker of every live attempt.
     let live = s.live_attempts().await.expect("live attempts");
-    assert!(live.contains(&LiveAttempt { run_id: rid.clone(), attempt: 1, worker: "w1".into() }), "{live:?}");
+    let expected = LiveAttempt { run_id: rid.clone(), attempt: 1, worker: "w1".into(), assigned_at: 5, started_at: None };
+    assert!(live.contains(&expected), "{live:?}");
     let wrong_attempt = tr(&rid, RunState::Assigned, 7, RunState::Running, 7, Some(AttemptChange::Start { attempt: 7 }));
     assert_eq!(s.transition(&fence, &[wrong_attempt]).await.expect("t"), vec![false], "a wrong attempt fails");
+    // …with when it was assigned and when its worker started it, so a new
+    // leader measures its timeout from its start, never from its own term.
+    let start = Transition { at: 77, ..tr(&rid, RunState::Assigned, 1, RunState::Running, 1, Some(AttemptChange::Start { attempt: 1 })) };
+    assert_eq!(s.transition(&fence, &[start]).await.expect("start"), vec![true]);
+    let live = s.live_attempts().await.expect("live attempts");
+    assert!(live.contains(&LiveAttempt { started_at: Some(77), ..expected }), "{live:?}");
     let batch = [
-        tr(&rid, RunState::Assigned, 1, RunState::Running, 1, Some(AttemptChange::Start { attempt: 1 })),
         tr(
             &rid,
             RunState::Running,
