@@ -7,7 +7,7 @@ use std::process::Stdio;
 use tokio::io::AsyncReadExt;
 
 use super::*;
-use crate::isolation::{apply_in_child, rlimits, JobUser, Owner, PrivateDir};
+use crate::isolation::{rlimits, ChildNote, FailedStep, InChild, JobUser, Owner, PrivateDir};
 use crate::tail::OutputTail;
 
 /// Kills what is left in an attempt's cgroup and removes it (it waits for
@@ -124,12 +124,20 @@ async fn spawn_shell(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // A job's own `cwd` is a path; the directory gnomon made is entered by
-    // its open descriptor in the child (`apply_in_child`).
-    if let Some(cwd) = &spec.cwd {
-        cmd.current_dir(cwd);
-    }
-    let cwd_fd = workdir.map(PrivateDir::raw_fd);
+    // A job's own `cwd` is a path, entered in the child after the switch
+    // to the job's user (never with `current_dir`, which std enters before
+    // `pre_exec`, as the worker); the directory gnomon made is entered by
+    // its open descriptor (`InChild`).
+    let cwd = match spec.cwd.as_deref().map(std::ffi::CString::new).transpose() {
+        Ok(c) => c,
+        Err(_) => {
+            return ExecOutcome::failed(format!("the job's working directory {:?} holds a NUL byte", spec.cwd.as_deref().unwrap_or("")))
+        }
+    };
+    let note = match ChildNote::new() {
+        Ok(n) => Arc::new(n),
+        Err(e) => return ExecOutcome::failed(format!("cannot prepare the attempt's process: {e}")),
+    };
     // The attempt's own cgroup, when the worker has them: made before the
     // fork, entered by the child before exec.
     let cgroup = match &iso.cgroups {
@@ -145,21 +153,28 @@ async fn spawn_shell(
         }
     };
     let by_cgroup = iso.cgroups.as_ref().map_or((false, false), |c| (c.memory, c.pids));
-    let limits = rlimits(spec.limits.as_ref(), by_cgroup);
     let cgroup_fd = cgroup.as_ref().map(|c| c.procs_fd());
     let run_as = user.map(|u| (u.uid, u.gid));
-    // Limits, then the user switch, then: if the worker dies (SIGKILL,
-    // OOM), its job's top process dies with it instead of running on beside
-    // the retry the leader will dispatch (set last: a credential change
-    // clears it).
-    // SAFETY: setrlimit, fchdir, setgroups, setgid, setuid and prctl are
-    // async-signal-safe; nothing else runs between fork and exec.
+    let in_child = InChild {
+        limits: rlimits(spec.limits.as_ref(), by_cgroup),
+        workdir: workdir.map(PrivateDir::raw_fd),
+        run_as,
+        cwd,
+        note: note.clone(),
+    };
+    // Limits, then the user switch, then the job's `cwd`, then: if the
+    // worker dies (SIGKILL, OOM), its job's top process dies with it
+    // instead of running on beside the retry the leader will dispatch (set
+    // last: a credential change clears it).
+    // SAFETY: setrlimit, fchdir, setgroups, setgid, setuid, chdir, a store
+    // to a shared page and prctl are async-signal-safe; nothing else runs
+    // between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
             if let Some(fd) = cgroup_fd {
                 crate::cgroup::enter_in_child(fd)?;
             }
-            apply_in_child(&limits, cwd_fd, run_as)?;
+            in_child.apply()?;
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -170,7 +185,13 @@ async fn spawn_shell(
         Ok(c) => c,
         Err(e) => {
             end_cgroup(cgroup).await;
-            return ExecOutcome::failed(format!("cannot start {:?}: {e}", spec.command));
+            return ExecOutcome::failed(match note.failed_step() {
+                FailedStep::Cwd => {
+                    let who = run_as.map(|(uid, _)| format!(" as uid {uid}")).unwrap_or_default();
+                    format!("cannot enter the job's working directory {:?}{who}: {e}; nothing ran", spec.cwd.as_deref().unwrap_or(""))
+                }
+                FailedStep::Other => format!("cannot start {:?}: {e}", spec.command),
+            });
         }
     };
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0);

@@ -452,3 +452,88 @@ async fn a_shell_jobs_output_is_streamed_while_it_runs() {
     assert_eq!(out.output, "one\ntwo\n");
     assert_eq!(live.take_piece(), Some((4, b"two\n".to_vec())));
 }
+
+/// A job's own `cwd`: one directory only root can enter (0700, root's),
+/// one its user can, and a world-writable one for the markers its command
+/// leaves. The parent is 0755 so any user reaches the two.
+fn cwd_dirs(owner: (u32, u32)) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let base = tempfile::tempdir().unwrap();
+    let mode = |p: &std::path::Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    mode(base.path(), 0o755);
+    let (closed, open, marks) = (base.path().join("closed"), base.path().join("open"), base.path().join("marks"));
+    for (d, m) in [(&closed, 0o700), (&open, 0o700), (&marks, 0o1777)] {
+        std::fs::create_dir(d).unwrap();
+        mode(d, m);
+    }
+    std::os::unix::fs::chown(&open, Some(owner.0), Some(owner.1)).unwrap();
+    (base, closed, open, marks)
+}
+
+/// Runs `sh -c "touch MARK; pwd"` with `cwd` as a job of `namespace` on
+/// `iso`, with params (so the attempt also has a file directory beside).
+async fn in_cwd(iso: &Arc<Isolation>, namespace: &str, cwd: &std::path::Path, mark: &std::path::Path) -> ExecOutcome {
+    let script = format!("touch {}; echo PWD=$(pwd)", mark.display());
+    let Executor::Shell(mut spec) = shell("sh", &["-c", &script]) else { unreachable!() };
+    spec.cwd = Some(cwd.display().to_string());
+    let mut r = with_params(req(Executor::Shell(spec), None));
+    r.namespace = namespace.into();
+    r.isolation = iso.clone();
+    execute(&r, &reqwest::Client::new(), &HandlerRegistry::default(), never()).await
+}
+
+/// The attempt in a `cwd` its user cannot enter failed, saying so, and
+/// its command never ran.
+fn assert_refused(out: &ExecOutcome, cwd: &std::path::Path, uid: u32, mark: &std::path::Path) {
+    assert_eq!(out.state, AttemptState::Failed, "{}", out.output);
+    assert!(!mark.exists(), "the command never ran: {}", out.output);
+    assert!(
+        out.output.contains(&format!("cannot enter the job's working directory {:?} as uid {uid}", cwd.display().to_string()))
+            && out.output.contains("Permission denied"),
+        "{}",
+        out.output
+    );
+}
+
+#[tokio::test]
+async fn a_jobs_cwd_is_entered_as_its_user_never_as_root() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test switches users: it needs root (run the tests as root)");
+    let user = crate::isolation::RunAs::lookup("nobody").unwrap();
+    let (base, closed, open, marks) = cwd_dirs((user.uid, user.gid));
+    let iso = Arc::new(Isolation::new(Some(base.path().join("work")), JobUsers::One(user.clone()), None).unwrap());
+    let mark = marks.join("closed");
+    let out = in_cwd(&iso, "default", &closed, &mark).await;
+    assert_refused(&out, &closed, user.uid, &mark);
+    // One its user can enter: its own, and one anyone can.
+    let mark = marks.join("open");
+    let out = in_cwd(&iso, "default", &open, &mark).await;
+    assert_eq!(out.state, AttemptState::Succeeded, "{}", out.output);
+    assert!(mark.exists() && out.output.contains(&format!("PWD={}", open.display())), "{}", out.output);
+    let out = in_cwd(&iso, "default", base.path(), &marks.join("base")).await;
+    assert_eq!(out.state, AttemptState::Succeeded, "{}", out.output);
+    // Without a user switch, the worker's own user enters what it can.
+    let own = Arc::new(Isolation::new(Some(base.path().join("work-own")), JobUsers::Own, None).unwrap());
+    let out = in_cwd(&own, "default", &closed, &marks.join("own")).await;
+    assert_eq!(out.state, AttemptState::Succeeded, "{}", out.output);
+    assert!(out.output.contains(&format!("PWD={}", closed.display())), "{}", out.output);
+}
+
+#[tokio::test]
+async fn a_namespaces_uid_enters_a_jobs_cwd_as_itself() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test switches users: it needs root (run the tests as root)");
+    let data = tempfile::tempdir().unwrap();
+    let alloc = crate::isolation::UidAllocator::open(data.path(), crate::isolation::UidRange::parse("920000-920001").unwrap()).unwrap();
+    let (base, closed, open, marks) = cwd_dirs((920000, 920000));
+    let iso = Arc::new(Isolation::new(Some(base.path().join("work")), JobUsers::PerNamespace(Arc::new(alloc)), None).unwrap());
+    let mark = marks.join("a-closed");
+    assert_refused(&in_cwd(&iso, "a", &closed, &mark).await, &closed, 920000, &mark);
+    let mark = marks.join("a-open");
+    let out = in_cwd(&iso, "a", &open, &mark).await;
+    assert_eq!(out.state, AttemptState::Succeeded, "{}", out.output);
+    assert!(mark.exists() && out.output.contains(&format!("PWD={}", open.display())), "{}", out.output);
+    // Namespace b's uid cannot enter a's directory.
+    let mark = marks.join("b-open");
+    assert_refused(&in_cwd(&iso, "b", &open, &mark).await, &open, 920001, &mark);
+}

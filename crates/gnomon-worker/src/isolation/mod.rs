@@ -9,7 +9,8 @@
 //!   limits from the job's `limits` (by cgroup, or setrlimit);
 //! - optionally another user, when the worker runs as root: one for every
 //!   job (`--run-as`), or a uid of its own per namespace (`--run-as-range`,
-//!   see `uids`); either way with no supplementary groups.
+//!   see `uids`); either way with no supplementary groups, and a job's own
+//!   `cwd` entered only after the switch, with that user's rights.
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -242,42 +243,120 @@ pub fn rlimits(limits: Option<&Limits>, by_cgroup: (bool, bool)) -> Vec<(libc::_
     v
 }
 
-/// In the forked child, before exec: limits, the attempt's own directory
-/// (`cwd`, an open descriptor: never a path that could have changed), then
-/// the user switch with no supplementary groups. Only async-signal-safe
-/// calls.
-pub fn apply_in_child(
-    limits: &[(libc::__rlimit_resource_t, u64)],
-    cwd: Option<std::os::fd::RawFd>,
-    run_as: Option<(u32, u32)>,
-) -> std::io::Result<()> {
-    // SAFETY: umask is async-signal-safe; the atomic load is a plain read.
-    unsafe {
-        libc::umask(JOB_UMASK.load(std::sync::atomic::Ordering::Relaxed) as libc::mode_t);
-    }
-    for (resource, value) in limits {
-        let lim = libc::rlimit { rlim_cur: *value as libc::rlim_t, rlim_max: *value as libc::rlim_t };
-        // SAFETY: setrlimit with a valid struct; async-signal-safe.
-        if unsafe { libc::setrlimit(*resource, &lim) } != 0 {
+/// What the forked child does before exec, in this order: limits, the
+/// attempt's own directory (`workdir`, an open descriptor: never a path
+/// that could have changed), the user switch with no supplementary groups,
+/// and only then the job's own `cwd`, so that it is entered with the job
+/// user's rights and never the worker's. (std's `Command::current_dir`
+/// would enter it before `pre_exec`, so as the worker: it is never used
+/// for a job's directory.)
+pub struct InChild {
+    pub limits: Vec<(libc::__rlimit_resource_t, u64)>,
+    pub workdir: Option<std::os::fd::RawFd>,
+    pub run_as: Option<(u32, u32)>,
+    pub cwd: Option<CString>,
+    /// Where the child says which step failed (see [`ChildNote`]).
+    pub note: Arc<ChildNote>,
+}
+
+/// The step of [`InChild`] that failed, as its child noted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailedStep {
+    /// Anything before entering the job's `cwd`, or exec itself.
+    Other,
+    /// Entering the job's `cwd` as its user.
+    Cwd,
+}
+
+/// One byte shared with a forked child (an anonymous shared mapping): std
+/// hands back only the errno of a failed `pre_exec`, so the child writes
+/// here which of its steps failed.
+#[derive(Debug)]
+pub struct ChildNote {
+    addr: usize,
+}
+
+const NOTE_CWD: u8 = 1;
+
+impl ChildNote {
+    pub fn new() -> std::io::Result<ChildNote> {
+        // SAFETY: a fresh anonymous mapping of one page, ours alone until
+        // munmap in drop.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
+        Ok(ChildNote { addr: p as usize })
     }
-    if let Some(fd) = cwd {
-        // SAFETY: fchdir on a descriptor the parent holds open; async-signal-safe.
-        if unsafe { libc::fchdir(fd) } != 0 {
-            return Err(std::io::Error::last_os_error());
+
+    /// In the child: a plain store to the shared page (async-signal-safe).
+    fn set(&self, v: u8) {
+        // SAFETY: the page is mapped and writable while `self` lives.
+        unsafe { std::ptr::write_volatile(self.addr as *mut u8, v) }
+    }
+
+    /// In the parent, once spawn has returned: which step failed.
+    pub fn failed_step(&self) -> FailedStep {
+        // SAFETY: the page is mapped and readable while `self` lives.
+        match unsafe { std::ptr::read_volatile(self.addr as *const u8) } {
+            NOTE_CWD => FailedStep::Cwd,
+            _ => FailedStep::Other,
         }
     }
-    if let Some((uid, gid)) = run_as {
-        // SAFETY: setgroups/setgid/setuid are async-signal-safe; the order
-        // (groups, group, then user) is the one that can drop root.
+}
+
+impl Drop for ChildNote {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the page mapped in `new`, used by no one after.
         unsafe {
-            if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+            libc::munmap(self.addr as *mut libc::c_void, 4096);
+        }
+    }
+}
+
+impl InChild {
+    /// In the forked child, before exec (see [`InChild`]). Only
+    /// async-signal-safe calls.
+    pub fn apply(&self) -> std::io::Result<()> {
+        // SAFETY: umask is async-signal-safe; the atomic load is a plain read.
+        unsafe {
+            libc::umask(JOB_UMASK.load(std::sync::atomic::Ordering::Relaxed) as libc::mode_t);
+        }
+        for (resource, value) in &self.limits {
+            let lim = libc::rlimit { rlim_cur: *value as libc::rlim_t, rlim_max: *value as libc::rlim_t };
+            // SAFETY: setrlimit with a valid struct; async-signal-safe.
+            if unsafe { libc::setrlimit(*resource, &lim) } != 0 {
                 return Err(std::io::Error::last_os_error());
             }
         }
+        if let Some(fd) = self.workdir {
+            // SAFETY: fchdir on a descriptor the parent holds open; async-signal-safe.
+            if unsafe { libc::fchdir(fd) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        if let Some((uid, gid)) = self.run_as {
+            // SAFETY: setgroups/setgid/setuid are async-signal-safe; the order
+            // (groups, group, then user) is the one that can drop root.
+            unsafe {
+                if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+        }
+        if let Some(cwd) = &self.cwd {
+            // SAFETY: chdir on a NUL-terminated path made before the fork;
+            // async-signal-safe. After the user switch: the job user's rights.
+            if unsafe { libc::chdir(cwd.as_ptr()) } != 0 {
+                let e = std::io::Error::last_os_error();
+                self.note.set(NOTE_CWD);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]
