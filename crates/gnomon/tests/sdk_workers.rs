@@ -1,6 +1,7 @@
 //! Every worker implementation — the Rust runtime and the Python and
 //! TypeScript SDKs — against a real server: the same protocol cases
-//! (`sdk/cases.rs`), a server failover and a frozen worker (`sdk/faults.rs`).
+//! (`sdk/cases.rs`), a server failover, a frozen worker, and exactly-once
+//! steps under frozen workers on PostgreSQL and MariaDB (`sdk/faults.rs`).
 //! The SDKs' conformance programs carry the same standard handlers; the
 //! Python venv and the TypeScript build come from `scripts/sdk.sh`.
 
@@ -13,6 +14,7 @@ mod faults;
 mod workers;
 
 use common::*;
+use gnomon_backend::testing::testdb::Server as TestServer;
 use workers::Sdk;
 
 /// One server, one worker of `sdk`, every case in turn.
@@ -77,13 +79,23 @@ fn a_typescript_worker_follows_a_failover() {
 }
 
 #[test]
-fn a_frozen_attempts_late_write_is_refused_by_the_fence() {
-    faults::fenced_write(Sdk::Python, true);
+fn exactly_once_steps_hold_for_a_frozen_python_worker_on_postgres() {
+    faults::exactly_once_steps(Sdk::Python, TestServer::Postgres, true);
 }
 
 #[test]
-fn without_the_fence_a_frozen_attempts_late_write_lands() {
-    faults::fenced_write(Sdk::Python, false);
+fn exactly_once_steps_hold_for_a_frozen_python_worker_on_mariadb() {
+    faults::exactly_once_steps(Sdk::Python, TestServer::MySql, false);
+}
+
+#[test]
+fn exactly_once_steps_hold_for_a_frozen_typescript_worker_on_postgres() {
+    faults::exactly_once_steps(Sdk::TypeScript, TestServer::Postgres, false);
+}
+
+#[test]
+fn exactly_once_steps_hold_for_a_frozen_typescript_worker_on_mariadb() {
+    faults::exactly_once_steps(Sdk::TypeScript, TestServer::MySql, false);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The worker implementations under faults, on real processes: a server
-//! failover (the worker follows the new leader) and a frozen worker (it
+//! failover (the worker follows the new leader), a frozen worker (it
 //! starts nothing stale when it wakes, and its late report changes
-//! nothing).
+//! nothing), and exactly-once steps of a job frozen at each point of its
+//! step (one payment, on PostgreSQL and MariaDB).
 
 use std::time::Duration;
 
@@ -156,64 +157,160 @@ pub fn failover(sdk: Sdk) {
     rt.block_on(db.drop_database());
 }
 
-/// A job whose write goes to PostgreSQL: its worker is frozen mid-attempt
-/// past its lease, the retry commits its write, and the frozen attempt
-/// wakes and writes too. Through the fenced-write guard the late write is
-/// refused; without it, both land.
-pub fn fenced_write(sdk: Sdk, fenced: bool) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let db = rt.block_on(TestDb::create(Db::Postgres)).unwrap_or_else(|e| panic!("{e}"));
-    let effects = |sql: &str, select: bool| {
-        let url = db.url.clone();
-        rt.block_on(async move {
-            use sqlx::Connection;
-            let mut c = sqlx::PgConnection::connect(&url).await.expect("postgres");
-            if !select {
-                sqlx::raw_sql(sql).execute(&mut c).await.expect(sql);
-                return Vec::new();
+/// Where the first attempt's worker is frozen: before the step's guard,
+/// inside the step's transaction after the guard, and after the commit
+/// but before the report.
+pub const FREEZES: [&str; 3] = ["before_guard", "in_tx", "after_commit"];
+
+/// The tables of exactly-once steps, as the SDKs' `create_tables` make
+/// them, and the job's own `payments`.
+fn step_tables(server: Db) -> [&'static str; 3] {
+    match server {
+        Db::Postgres => [
+            "CREATE TABLE gnomon_fence (run_id TEXT PRIMARY KEY, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
+             written_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+            "CREATE TABLE gnomon_steps (run_id TEXT NOT NULL, step TEXT NOT NULL, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
+             result TEXT, committed_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (run_id, step))",
+            "CREATE TABLE payments (run_id TEXT NOT NULL, attempt BIGINT NOT NULL, amount BIGINT NOT NULL)",
+        ],
+        Db::MySql => [
+            "CREATE TABLE gnomon_fence (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL PRIMARY KEY, attempt BIGINT NOT NULL, \
+             token BIGINT NOT NULL, written_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)) ENGINE=InnoDB",
+            "CREATE TABLE gnomon_steps (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL, \
+             step VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
+             result TEXT, committed_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), PRIMARY KEY (run_id, step)) ENGINE=InnoDB",
+            "CREATE TABLE payments (run_id VARCHAR(255) NOT NULL, attempt BIGINT NOT NULL, amount BIGINT NOT NULL) ENGINE=InnoDB",
+        ],
+    }
+}
+
+/// Runs `sql` on the test database; a query's rows of one integer column.
+fn on_db(rt: &tokio::runtime::Runtime, db: &TestDb, sql: &str, select: bool) -> Vec<i64> {
+    use sqlx::Connection;
+    rt.block_on(async {
+        match db.server {
+            Db::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&db.url).await.expect("postgres");
+                if !select {
+                    sqlx::raw_sql(sql).execute(&mut c).await.expect(sql);
+                    return Vec::new();
+                }
+                let rows: Vec<(i64,)> = sqlx::query_as(sql).fetch_all(&mut c).await.expect(sql);
+                rows.into_iter().map(|r| r.0).collect()
             }
-            let rows: Vec<(i64,)> = sqlx::query_as(sql).fetch_all(&mut c).await.expect(sql);
-            rows.into_iter().map(|r| r.0).collect::<Vec<i64>>()
-        })
-    };
-    effects("CREATE TABLE effects (run_id TEXT NOT NULL, attempt BIGINT NOT NULL)", false);
-    effects(
-        "CREATE TABLE gnomon_fence (run_id TEXT PRIMARY KEY, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
-         written_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-        false,
-    );
+            Db::MySql => {
+                let mut c = sqlx::MySqlConnection::connect(&db.url).await.expect("mysql");
+                if !select {
+                    sqlx::raw_sql(sql).execute(&mut c).await.expect(sql);
+                    return Vec::new();
+                }
+                let rows: Vec<(i64,)> = sqlx::query_as(sql).fetch_all(&mut c).await.expect(sql);
+                rows.into_iter().map(|r| r.0).collect()
+            }
+        }
+    })
+}
+
+/// Exactly-once steps on real processes and a real database: a job pays
+/// once per run in a step (`fenced_step`: `begin_attempt`, then
+/// `run_step` inserting into `payments`), and the worker running its first
+/// attempt is frozen (SIGSTOP) at each of [`FREEZES`] in turn, on a
+/// shared server and two workers. The run is retried on the other worker
+/// and succeeds while the frozen one is still stopped — inside the step's
+/// transaction, once the database has ended the frozen transaction for
+/// idling (`idle` 5 s; the retries meanwhile wait 1 s for the lock and are
+/// retried). When the frozen attempt wakes it pays nothing: it reads the
+/// retry's record, or finds its connection ended, or had paid first and
+/// the retry read its record. Exactly one payment each time. With
+/// `control`, a last run without the step (the same freeze inside its
+/// transaction) pays twice.
+pub fn exactly_once_steps(sdk: Sdk, server: Db, control: bool) {
+    let began = std::time::Instant::now();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let db = rt.block_on(TestDb::create(server)).unwrap_or_else(|e| panic!("{e}"));
+    for ddl in step_tables(server) {
+        on_db(&rt, &db, ddl, false);
+    }
     let dir = tempfile::tempdir().unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
-    let _server = server(dir.path(), "server", &format!("sqlite://{}/db.sqlite", dir.path().display()), &addr);
+    let _server = self::server(dir.path(), "server", &format!("sqlite://{}/db.sqlite", dir.path().display()), &addr);
     wait_until("the server to lead", WITHIN, || leads(&addr));
     let notes = dir.path().join("notes.log");
     let env = [("GNOMON_CONFORMANCE_LOG", notes.display().to_string())];
-    let (a_id, b_id) = (format!("{}-a", sdk.label()), format!("{}-b", sdk.label()));
-    let a = sdk.spawn(dir.path(), &a_id, std::slice::from_ref(&addr), &env);
-    wait_worker(&addr, &a_id);
-    let c = Ctx { sdk, addr: addr.clone(), token: None };
-    let retry = json!({"retry": {"max_attempts": 3, "backoff": {"initial": "100ms", "max": "100ms"}}});
-    let payload = json!({"dsn": db.url, "table": "effects", "fenced": fenced, "seconds": 4});
-    let job = c.job(if fenced { "fenced" } else { "unfenced" }, "fenced_write", payload, retry);
-    let id = c.trigger(&job, json!({}));
-    c.wait_run(&id, "running on a", |r| r["state"] == "running" && attempt(r, 1)["worker"] == a_id.as_str());
-    a.signal(SIGSTOP);
-    let _b = sdk.spawn(dir.path(), &b_id, std::slice::from_ref(&addr), &env);
-    let run = c.wait_run(&id, "succeeded on b", |r| r["state"] == "succeeded" && attempt(r, 2)["worker"] == b_id.as_str());
-    assert_eq!(attempt(&run, 1)["state"], "lost", "{run}");
-    a.signal(SIGCONT);
-    let late = format!("{id} 1 write");
-    wait_until("the frozen attempt to write", WITHIN, || std::fs::read_to_string(&notes).unwrap_or_default().contains(&late));
-    let noted = std::fs::read_to_string(&notes).unwrap();
-    let rows = effects(&format!("SELECT attempt FROM effects WHERE run_id = '{id}' ORDER BY attempt"), true);
-    if fenced {
-        assert!(noted.contains(&format!("{id} 1 write refused")), "{noted}");
-        assert_eq!(rows, [2], "only the retry's write landed");
-    } else {
-        assert!(noted.contains(&format!("{id} 1 write committed")), "{noted}");
-        assert_eq!(rows, [1, 2], "without the guard both writes land");
+    let ids = [format!("{}-a", sdk.label()), format!("{}-b", sdk.label())];
+    let workers: Vec<Proc> = ids.iter().map(|id| sdk.spawn(dir.path(), id, std::slice::from_ref(&addr), &env)).collect();
+    for id in &ids {
+        wait_worker(&addr, id);
     }
-    assert_eq!(c.run(&id)["state"], "succeeded", "the late attempt changed nothing in gnomon either");
+    let c = Ctx { sdk, addr: addr.clone(), token: None };
+    let retry = json!({"retry": {"max_attempts": 10, "backoff": {"initial": "200ms", "max": "200ms"}}});
+    let noted = || std::fs::read_to_string(&notes).unwrap_or_default();
+    let paid = |id: &str| on_db(&rt, &db, &format!("SELECT attempt FROM payments WHERE run_id = '{id}' ORDER BY attempt"), true);
+    let label = match server {
+        Db::Postgres => "postgres",
+        Db::MySql => "mariadb",
+    };
+    let mut cases: Vec<(&str, bool)> = FREEZES.iter().map(|f| (*f, true)).collect();
+    if control {
+        cases.push(("in_tx", false));
+    }
+    for (freeze, guarded) in cases {
+        let case = std::time::Instant::now();
+        let payload = json!({"dsn": db.url, "pause": freeze, "pause_seconds": 3, "lock_wait": 1, "idle": 5, "guarded": guarded});
+        let name = format!("steps-{label}-{freeze}{}", if guarded { "" } else { "-unguarded" });
+        let job = c.job(&name, "fenced_step", payload, retry.clone());
+        let id = c.trigger(&job, json!({}));
+        // The first attempt says where it stopped, and on which worker.
+        let (head, tail) = (format!("{id} 1 "), format!(" paused {freeze}"));
+        let mut at = String::new();
+        wait_until(&format!("attempt 1 of {id} to reach {freeze}"), WITHIN, || {
+            at = noted().lines().find(|l| l.starts_with(&head) && l.ends_with(&tail)).unwrap_or_default().to_string();
+            !at.is_empty()
+        });
+        let frozen_id = &at[head.len()..at.len() - tail.len()];
+        let k = ids.iter().position(|i| i == frozen_id).unwrap_or_else(|| panic!("no worker {frozen_id}: {at}"));
+        let (frozen, other) = (&workers[k], &ids[1 - k]);
+        frozen.signal(SIGSTOP);
+        let stopped = std::time::Instant::now();
+        let run = c.wait_run(&id, "succeeded while attempt 1's worker is frozen", |r| r["state"] == "succeeded");
+        let to_success = stopped.elapsed();
+        let n = run["attempt"].as_u64().unwrap_or(0);
+        assert_eq!(attempt(&run, 1)["state"], "lost", "{run}");
+        assert_eq!(attempt(&run, n as usize)["worker"], other.as_str(), "{run}");
+        // Attempts between were told the frozen one holds the step's lock.
+        for k in 2..n as usize {
+            let a = attempt(&run, k);
+            assert!(a["state"] == "failed" && a["output"].as_str().unwrap_or("").contains("waited too long for a lock"), "{run}");
+        }
+        let won_by = if freeze == "after_commit" && guarded { 1 } else { n as i64 };
+        let winner = if freeze == "after_commit" && guarded { "recorded" } else { "committed" };
+        assert!(noted().contains(&format!("{id} {n} {winner} paid_by={won_by}\n")), "{sdk:?} {label} {freeze}: {}", noted());
+        let one = if guarded { vec![won_by] } else { vec![n as i64] };
+        assert_eq!(paid(&id), one, "{sdk:?} {label} {freeze}: paid while the first attempt is frozen");
+        frozen.signal(SIGCONT);
+        let end = match (freeze, guarded) {
+            ("before_guard", _) => format!("{id} 1 recorded paid_by={n}\n"),
+            ("in_tx", true) => format!("{id} 1 failed: "),
+            _ => format!("{id} 1 committed paid_by=1\n"),
+        };
+        wait_until(&format!("the frozen attempt of {id} to end ({end:?})"), WITHIN, || noted().contains(&end));
+        wait_worker(&addr, frozen_id);
+        let after = c.run(&id);
+        assert_eq!((after["state"].clone(), attempt(&after, 1)["state"].clone()), (json!("succeeded"), json!("lost")), "{after}");
+        if guarded {
+            assert_eq!(paid(&id), one, "{sdk:?} {label} {freeze}: exactly one payment once the frozen attempt woke");
+        } else {
+            assert_eq!(paid(&id), [1, n as i64], "{sdk:?} {label}: without the step the frozen attempt pays too");
+        }
+        eprintln!(
+            "{sdk:?} on {label}, frozen {freeze}{}: succeeded on attempt {n} {:.1} s after the freeze; case {:.1} s",
+            if guarded { "" } else { " (no step)" },
+            to_success.as_secs_f64(),
+            case.elapsed().as_secs_f64()
+        );
+    }
+    eprintln!("{sdk:?} on {label}: all cases in {:.1} s", began.elapsed().as_secs_f64());
+    drop(workers);
     rt.block_on(db.drop_database());
 }
 
