@@ -12,7 +12,9 @@
  * by (token, attempt), as {@link Fence.supersedes} does. Store both next to
  * the side effects an attempt makes and refuse a write whose (token,
  * attempt) is lower than the one stored, and two attempts of a run that
- * overlap (a paused worker that wakes up) cannot both win.
+ * overlap (a paused worker that wakes up) cannot both win. For writes to
+ * PostgreSQL or MySQL/MariaDB, the exactly-once steps (`runStep`, `guard`)
+ * do this, and record the step's result.
  */
 export class Fence {
   /** The run. */
