@@ -11,7 +11,7 @@ import os
 import secrets
 import threading
 import time
-from typing import Any, Callable, Iterator, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional
 
 import pytest
 
@@ -134,13 +134,13 @@ def test_the_first_commit_wins_newer_first(db: Db) -> None:
 
 def test_racing_attempts_wait_for_the_first_then_read_its_record(db: Db) -> None:
     hold = threading.Event()
-    got: List[Any] = []
+    got: Dict[int, Any] = {}
 
     def run(f: Fence, h: Optional[threading.Event]) -> None:
         try:
-            got.append(pay(db, f, hold=h))
+            got[f.attempt] = pay(db, f, hold=h)
         except BaseException as e:  # noqa: BLE001 - collected for the assertion
-            got.append(e)
+            got[f.attempt] = e
 
     newer = threading.Thread(target=run, args=(Fence("r3", 2, 5), hold))
     newer.start()
@@ -152,8 +152,8 @@ def test_racing_attempts_wait_for_the_first_then_read_its_record(db: Db) -> None
     hold.set()
     newer.join(10)
     older.join(10)
-    assert [type(g) for g in got] == [Step, Step], got
-    assert got[0].fresh and got[1].recorded and got[1].result == {"paid_by": 2, "step": "run"}
+    assert [type(got.get(a)) for a in (1, 2)] == [Step, Step], got
+    assert got[2].fresh and got[1].recorded and got[1].result == {"paid_by": 2, "step": "run"}
     assert effects(db, "r3") == [2]
 
 
