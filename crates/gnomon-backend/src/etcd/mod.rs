@@ -26,9 +26,12 @@
 //! | `P/notify_due/<notification id>` | the due time of a pending notification |
 //! | `P/clock/<scope>` | the committed leader time (milliseconds; only ever raised, fenced) |
 //! | `P/election/<scope>/…` | etcd's election keys (the etcd elector) |
+//! | `P/worker_owners/<worker id>` | the credential the id is bound to, and since when (`workers`; never leased, never pruned) |
 //!
 //! # Invariants
 //! - **Fire uniqueness**: a run key is created only under `version == 0`.
+//! - **Worker bindings**: a worker id's owner key is put only under
+//!   `version == 0`, by a txn that reads the key otherwise (`workers`).
 //! - **Fencing**: every leader write is one `Txn` whose compares include
 //!   `value(P/fence/<scope>) == token` and, when the term came from the etcd
 //!   election, `create_revision(<leader key>) == token` — so a deposed
@@ -90,6 +93,7 @@ mod url;
 #[cfg(test)]
 mod watch_tests;
 mod watching;
+mod workers;
 mod writes;
 
 pub use election::*;

@@ -591,3 +591,33 @@ impl BackfillStore for RaftStore {
         .await
     }
 }
+
+/// A bind reads first (a read barrier, no log entry): a bound id, the
+/// usual case, costs nothing in the log. An unbound one is one entry, which
+/// binds it as it is applied only if it is still unbound then.
+#[async_trait]
+impl WorkerStore for RaftStore {
+    async fn bind_worker(&self, worker: &str, credential: &str, now: Millis) -> Result<String, StoreError> {
+        if let Some(owner) = self.worker_owner(worker).await? {
+            return Ok(owner);
+        }
+        let command = Command::BindWorker { worker: worker.into(), credential: credential.into(), now };
+        self.ask(command, |r| match r {
+            Reply::Owner(o) => Ok(o),
+            r => Err(r),
+        })
+        .await
+    }
+
+    async fn unbind_worker(&self, worker: &str) -> Result<bool, StoreError> {
+        self.ask(Command::UnbindWorker { worker: worker.into() }, |r| match r {
+            Reply::Settled(b) => Ok(b),
+            r => Err(r),
+        })
+        .await
+    }
+
+    async fn worker_owner(&self, worker: &str) -> Result<Option<String>, StoreError> {
+        self.read().await?.worker_owner(worker).await
+    }
+}

@@ -1,13 +1,13 @@
 //! The replicated state machine: the embedded SQLite store, written only by
 //! applying committed log entries, in log order, on every member.
 //!
-//! Every write the store has (job writes, fences, fires, transitions) is a
-//! [`Command`] in the log; applying it calls the same SQLite store method a
-//! single server would call, with the times and the new job's uid the
-//! proposer put in the command, so every member computes the same state and
-//! the same [`Applied`] answer. The SQLite semantics — fencing by token,
-//! fire uniqueness, CAS transitions — are those of the `sqlite` store,
-//! tested by the same suites.
+//! Every write the store has (job writes, fences, fires, transitions,
+//! worker bindings) is a [`Command`] in the log; applying it calls the same
+//! SQLite store method a single server would call, with the times and the
+//! new job's uid the proposer put in the command, so every member computes
+//! the same state and the same [`Applied`] answer. The SQLite semantics —
+//! fencing by token, fire uniqueness, CAS transitions — are those of the
+//! `sqlite` store, tested by the same suites.
 //!
 //! The database is a cache of the log: a member starts from its latest
 //! snapshot (a copy of the database made with `VACUUM INTO`, kept on disk
@@ -201,6 +201,8 @@ impl StateMachine {
             Command::CreateBackfill { backfill, now } => Reply::Backfill(Box::new(store.create_backfill(&backfill, now).await?)),
             Command::CancelBackfill { id, now } => Reply::Backfill(Box::new(store.cancel_backfill(&id, now).await?)),
             Command::AdvanceBackfill { fence, progress } => Reply::Settled(store.advance_backfill(&fence, &progress).await?),
+            Command::BindWorker { worker, credential, now } => Reply::Owner(store.bind_worker(&worker, &credential, now).await?),
+            Command::UnbindWorker { worker } => Reply::Settled(store.unbind_worker(&worker).await?),
         })
     }
 

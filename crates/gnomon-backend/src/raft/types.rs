@@ -190,6 +190,18 @@ pub enum Command {
         #[serde(with = "json_batch")]
         batch: Box<crate::TurnBatch>,
     },
+    /// A worker id bound to the credential that opened a session with it,
+    /// if the id has no owner yet (the worker service's write, made after
+    /// it authenticated the session): answered with the owner.
+    BindWorker {
+        worker: String,
+        credential: String,
+        now: Millis,
+    },
+    /// A worker id released (a client write).
+    UnbindWorker {
+        worker: String,
+    },
 }
 
 /// The batch of a `TurnBatch` entry, as JSON text.
@@ -328,6 +340,13 @@ impl Command {
             Command::CancelBackfill { .. } => {
                 Some(Need { what: "cancelling a backfill", role: "operator", namespace: None, unrestricted: false })
             }
+            // A worker id's binding spans namespaces: only an admin limited
+            // to none releases one.
+            Command::UnbindWorker { .. } => {
+                Some(Need { what: "releasing a worker id", role: "admin", namespace: None, unrestricted: true })
+            }
+            // `BindWorker` is made for a worker the sending member
+            // authenticated (no client's write), as the scheduler's are.
             _ => None,
         }
     }
@@ -351,6 +370,8 @@ pub enum Reply {
     LeaderTime(Millis),
     Settled(bool),
     Backfill(Box<crate::BackfillRecord>),
+    /// A worker id's owner (`BindWorker`). New replies go last, as commands.
+    Owner(String),
 }
 
 impl Reply {
@@ -542,6 +563,37 @@ mod tests {
         // Text that is not a record is an error, not a run without one.
         let corrupt = hex::encode(&old).replace(&hex::encode(br#"{\"of\""#), &hex::encode(br#"{\"xx\""#));
         assert!(from_bytes::<Entry>(&hex::decode(corrupt).unwrap()).is_err(), "a corrupt record does not read");
+    }
+
+    /// The worker binding entries read back, say what they need of a
+    /// caller, and keep the binary form they were released with: their
+    /// variants come after every earlier one (an entry's variant is its
+    /// index), so entries of the earlier variants read as before.
+    #[test]
+    fn worker_binding_entries_round_trip_and_keep_their_encoding() {
+        let bind = Command::BindWorker { worker: "pool-b-1".into(), credential: "worker-b".into(), now: 7 };
+        let unbind = Command::UnbindWorker { worker: "pool-b-1".into() };
+        assert!(bind.need().is_none(), "a bind is the worker service's own write");
+        let need = unbind.need().expect("a release is a client's write");
+        assert_eq!((need.role, need.namespace.as_deref(), need.unrestricted), ("admin", None, true));
+        for cmd in [bind.clone(), unbind.clone()] {
+            let back: Entry = from_bytes(&to_binary(&entry(cmd.clone())).unwrap()).unwrap();
+            assert_eq!(serde_json::to_value(&back).unwrap(), serde_json::to_value(entry(cmd)).unwrap());
+        }
+        // [binary marker, variant, fields]: strings as length and bytes, the
+        // time as a zigzag varint.
+        let mut want = vec![0u8, 20, 8];
+        want.extend(b"pool-b-1");
+        want.push(8);
+        want.extend(b"worker-b");
+        want.push(14);
+        assert_eq!(to_binary(&bind).unwrap(), want, "BindWorker is variant 20");
+        let mut want = vec![0u8, 21, 8];
+        want.extend(b"pool-b-1");
+        assert_eq!(to_binary(&unbind).unwrap(), want, "UnbindWorker is variant 21");
+        let owner: Applied =
+            serde_json::from_slice(&serde_json::to_vec(&Ok::<_, StoreError>(Reply::Owner("worker-b".into()))).unwrap()).unwrap();
+        assert!(matches!(owner, Ok(Reply::Owner(o)) if o == "worker-b"));
     }
 
     const HEX: &str = concat!(

@@ -30,6 +30,7 @@
 //! | 10   | run_upstream         | 10         | 9                      |
 //! | 11   | backfills            | 11         | 10                     |
 //! | 12   | job_edges            | —          | —                      |
+//! | 13   | worker_bindings      | —          | —                      |
 //!
 //! # Running them once
 //! Each step is applied with its `gnomon_schema` row under the database's
@@ -136,6 +137,7 @@ pub const SQLITE: &[Migration] = &[
     file(10, "run_upstream", include_str!("../../migrations/sqlite/010_run_upstream.sql")),
     file(11, "backfills", include_str!("../../migrations/sqlite/011_backfills.sql")),
     file(12, "job_edges", include_str!("../../migrations/sqlite/012_job_edges.sql")),
+    file(13, "worker_bindings", include_str!("../../migrations/sqlite/013_worker_bindings.sql")),
 ];
 
 #[cfg(feature = "mysql")]
@@ -152,6 +154,7 @@ pub const MYSQL: &[Migration] = &[
     file(10, "run_upstream", include_str!("../../migrations/mysql/010_run_upstream.sql")),
     file(11, "backfills", include_str!("../../migrations/mysql/011_backfills.sql")),
     file(12, "job_edges", include_str!("../../migrations/mysql/012_job_edges.sql")),
+    file(13, "worker_bindings", include_str!("../../migrations/mysql/013_worker_bindings.sql")),
 ];
 
 #[cfg(feature = "postgres")]
@@ -168,6 +171,7 @@ pub const POSTGRES: &[Migration] = &[
     file(10, "run_upstream", include_str!("../../migrations/postgres/010_run_upstream.sql")),
     file(11, "backfills", include_str!("../../migrations/postgres/011_backfills.sql")),
     file(12, "job_edges", include_str!("../../migrations/postgres/012_job_edges.sql")),
+    file(13, "worker_bindings", include_str!("../../migrations/postgres/013_worker_bindings.sql")),
 ];
 
 /// The table of applied steps (the shared numbering).

@@ -18,7 +18,7 @@ use crate::testing::testdb::{Server, TestDb};
 use crate::{Store, StoreError, StoreOptions};
 use gnomon_core::RunState;
 
-const LATEST: i64 = 12;
+const LATEST: i64 = 13;
 
 /// Old SQLite versions 1–11, by the step each added.
 const OLD_SQLITE_STEPS: [&str; 11] = [
@@ -194,6 +194,10 @@ async fn upgrades_from(db: Db, url: &str, old: i64) {
         assert_eq!(after, ["report"], "{db:?} {old}: the jobs after {upstream}");
     }
     assert!(store.dependents("default", "report").await.unwrap().is_empty());
+    // The worker bindings table (step 13) is there, empty, and written.
+    assert_eq!(store.worker_owner("w1").await.unwrap(), None, "{db:?} {old}: no binding yet");
+    assert_eq!(store.bind_worker("w1", "pool", 9).await.unwrap(), "pool", "{db:?} {old}");
+    assert!(store.unbind_worker("w1").await.unwrap(), "{db:?} {old}");
     drop(store);
     let steps = scalar(db, url, "SELECT COUNT(*) FROM gnomon_schema").await;
     let max = scalar(db, url, "SELECT MAX(version) FROM gnomon_schema").await;
@@ -373,10 +377,10 @@ async fn concurrent_migrations_apply_each_step_once_on_postgres() {
 /// versions; so is an old record no build had.
 async fn a_newer_schema_is_refused(db: Db, url: &str) {
     open(db, url).await.expect("a fresh database");
-    exec(db, url, "INSERT INTO gnomon_schema (version, name, applied_at) VALUES (13, 'from_a_newer_build', 0)").await;
+    exec(db, url, "INSERT INTO gnomon_schema (version, name, applied_at) VALUES (14, 'from_a_newer_build', 0)").await;
     let Err(e) = open(db, url).await else { panic!("{db:?}: a newer schema is refused") };
-    assert!(matches!(&e, StoreError::SchemaTooNew { found: 13, known: LATEST, .. }), "{db:?}: {e:?}");
-    assert!(e.to_string().contains("version 13") && e.to_string().contains("12"), "{e}");
+    assert!(matches!(&e, StoreError::SchemaTooNew { found: 14, known: LATEST, .. }), "{db:?}: {e:?}");
+    assert!(e.to_string().contains("version 14") && e.to_string().contains("13"), "{e}");
 }
 
 #[tokio::test]
@@ -419,4 +423,51 @@ async fn a_corrupt_upstream_record_is_an_error_on_every_sql_database() {
     }
     mysql.drop_database().await;
     postgres.drop_database().await;
+}
+
+/// A database the files left at step 12 (`job_edges`), with a job in it:
+/// the next open applies step 13 alone, the job is kept, and the worker
+/// bindings it writes are there at the open after (and none was lost to a
+/// second migration).
+async fn step_12_gains_the_worker_bindings(db: Db, url: &str) {
+    let mut sql = String::new();
+    for m in db.migrations().iter().take_while(|m| m.version <= 12) {
+        for stmt in m.statements() {
+            sql += &stmt;
+            sql += ";\n";
+        }
+    }
+    sql +=
+        "CREATE TABLE IF NOT EXISTS gnomon_schema (version BIGINT PRIMARY KEY, name VARCHAR(255) NOT NULL, applied_at BIGINT NOT NULL);\n";
+    for m in db.migrations().iter().take_while(|m| m.version <= 12) {
+        sql += &format!("INSERT INTO gnomon_schema (version, name, applied_at) VALUES ({}, '{}', 1);\n", m.version, m.name);
+    }
+    let spec = serde_json::to_string(&job_spec("nightly")).unwrap().replace('\'', "''");
+    sql += &format!(
+        "INSERT INTO jobs (uid, namespace, name, spec, version, paused, created_at, updated_at, last_scheduled_at, change_seq) \
+           VALUES ('u1', 'default', 'nightly', '{spec}', 1, 0, 1000, 1000, 5000, 1);
+         UPDATE counters SET value = 1 WHERE name = 'job_change_seq';\n"
+    );
+    exec(db, url, &sql).await;
+    let store = open(db, url).await.unwrap_or_else(|e| panic!("{db:?}: {e}"));
+    assert_eq!(scalar(db, url, "SELECT MAX(version) FROM gnomon_schema").await, 13, "{db:?}: step 13 applied");
+    assert!(store.get_job("default", "nightly").await.unwrap().is_some(), "{db:?}: the job is kept");
+    assert_eq!(store.bind_worker("pool-b-1", "worker-b", 2000).await.unwrap(), "worker-b", "{db:?}");
+    assert_eq!(store.bind_worker("pool-b-1", "worker-a", 3000).await.unwrap(), "worker-b", "{db:?}: the first owner keeps it");
+    drop(store);
+    let store = open(db, url).await.expect("reopen");
+    assert_eq!(store.worker_owner("pool-b-1").await.unwrap().as_deref(), Some("worker-b"), "{db:?}: the binding outlives the open");
+    assert_eq!(scalar(db, url, "SELECT COUNT(*) FROM worker_bindings").await, 1, "{db:?}");
+    assert_eq!(scalar(db, url, "SELECT COUNT(*) FROM gnomon_schema").await, LATEST, "{db:?}: every step recorded once");
+}
+
+#[tokio::test]
+async fn a_database_at_step_12_gains_the_worker_bindings_on_every_sql_database() {
+    let dir = tempfile::tempdir().unwrap();
+    step_12_gains_the_worker_bindings(Db::Sqlite, &format!("sqlite://{}", dir.path().join("w.db").display())).await;
+    for (db, server) in [(Db::MySql, Server::MySql), (Db::Postgres, Server::Postgres)] {
+        let t = TestDb::create(server).await.unwrap_or_else(|e| panic!("{e}"));
+        step_12_gains_the_worker_bindings(db, &t.url).await;
+        t.drop_database().await;
+    }
 }

@@ -11,7 +11,8 @@
 //!   [`decode`]: rows into records.
 //! - One file per role: [`jobs`], [`leadership`], [`writes`] (the leader's
 //!   fenced writes, with [`attempts`] and [`plan`]), [`runs`],
-//!   [`notifications`], [`retention`] (with the probes).
+//!   [`notifications`], [`retention`] (with the probes), [`workers`] (the
+//!   worker bindings).
 //!
 //! # Concurrency model (both databases, default isolation levels)
 //! PostgreSQL runs at READ COMMITTED, InnoDB at REPEATABLE READ. Neither
@@ -58,6 +59,7 @@ pub(crate) mod plan;
 pub(crate) mod query;
 pub(crate) mod retention;
 pub(crate) mod runs;
+pub(crate) mod workers;
 pub(crate) mod writes;
 
 pub(crate) use backend::TurnResult;

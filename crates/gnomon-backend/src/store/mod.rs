@@ -12,6 +12,7 @@
 //! | [`NotificationStore`] | the leader's deliverer (the outbox) |
 //! | [`RetentionStore`] | the leader (pruning, fenced), metrics (size) |
 //! | [`BackfillStore`] | the API (backfill requests, cancels), the leader (their progress, fenced) |
+//! | [`WorkerStore`] | the worker service (each worker id's credential), the API (releasing an id) |
 //! | [`StoreProbes`] | the node at start: what the backend can do besides |
 //!
 //! The conformance suite (`testing::conformance`) checks every role on
@@ -25,6 +26,7 @@ mod notifications;
 mod probes;
 mod retention;
 mod runs;
+mod workers;
 
 pub use backfills::BackfillStore;
 pub use jobs::JobStore;
@@ -34,12 +36,14 @@ pub use notifications::NotificationStore;
 pub use probes::StoreProbes;
 pub use retention::RetentionStore;
 pub use runs::RunStore;
+pub use workers::WorkerStore;
 
 /// Every role trait, for `use gnomon_backend::roles::*` where a concrete
 /// store's methods are called (a `dyn Store` needs no import).
 pub mod roles {
     pub use super::{
         BackfillStore, JobStore, LeaderWrites, LeadershipStore, NotificationStore, RetentionStore, RunStore, Store, StoreProbes,
+        WorkerStore,
     };
 }
 
@@ -53,6 +57,7 @@ pub trait Store:
     + NotificationStore
     + RetentionStore
     + BackfillStore
+    + WorkerStore
     + StoreProbes
     + Send
     + Sync
@@ -68,6 +73,7 @@ impl<T> Store for T where
         + NotificationStore
         + RetentionStore
         + BackfillStore
+        + WorkerStore
         + StoreProbes
         + Send
         + Sync

@@ -19,6 +19,7 @@ mod graph;
 mod jobs;
 mod notifications;
 mod runs;
+mod workers;
 
 pub use election::{contested_elector_suite, elector_suite, ElectorFixture};
 pub use firing::a_turn_of_the_largest_runs_is_written;
@@ -63,4 +64,6 @@ where
     retention_deletes_only_old_terminal_runs(a.as_ref()).await;
     backfills::backfills_advance_by_fenced_cas_and_stop_when_cancelled(a.as_ref(), b.as_ref()).await;
     backfills::a_turn_carries_backfill_progress_and_new_backfills(a.as_ref(), b.as_ref()).await;
+    workers::the_first_credential_to_bind_a_worker_id_keeps_it(a.as_ref(), b.as_ref()).await;
+    workers::racing_binds_leave_one_owner(a.clone(), b.clone()).await;
 }
