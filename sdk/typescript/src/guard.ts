@@ -495,11 +495,35 @@ export async function guard(client: QueryClient, fence: Fence, step?: string | G
   return new Step(store, sql.dialect, fence, name, false, null, fence.attempt, fence.token);
 }
 
-async function ownTransaction<T>(client: QueryClient, sql: Sql, what: string, body: () => Promise<T>): Promise<T> {
-  if (await inTransaction(client, sql, false)) {
-    throw new Error(`${what} commits its own transaction: call it outside the client's open transaction`);
+/**
+ * Sends `BEGIN`, refusing a client already in a transaction. On a `pg`
+ * client that is told by the warning PostgreSQL answers a second `BEGIN`
+ * with (SQLSTATE 25001), so no statement fails in the database's log.
+ */
+async function begin(client: QueryClient, sql: Sql, what: string): Promise<void> {
+  const refuse = () => new Error(`${what} commits its own transaction: call it outside the client's open transaction`);
+  type Emitter = { on(e: string, f: (m: { code?: string }) => void): unknown; removeListener(e: string, f: (m: { code?: string }) => void): unknown };
+  const c = client as unknown as Partial<Emitter>;
+  if (!sql.pg || typeof c.on !== "function" || typeof c.removeListener !== "function") {
+    if (await inTransaction(client, sql, false)) throw refuse();
+    await q(client, "BEGIN");
+    return;
   }
-  await q(client, "BEGIN");
+  let already = false;
+  const notice = (m: { code?: string }) => {
+    if (m?.code === "25001") already = true;
+  };
+  c.on("notice", notice);
+  try {
+    await q(client, "BEGIN");
+  } finally {
+    c.removeListener("notice", notice);
+  }
+  if (already) throw refuse();
+}
+
+async function ownTransaction<T>(client: QueryClient, sql: Sql, what: string, body: () => Promise<T>): Promise<T> {
+  await begin(client, sql, what);
   try {
     const out = await body();
     await q(client, "COMMIT");
