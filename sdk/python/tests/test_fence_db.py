@@ -346,16 +346,14 @@ def test_the_async_forms_on_postgres() -> None:
 
     import psycopg
 
-    from gnomon_worker.fence import begin_attempt_async, guard_async, run_step_async
+    from gnomon_worker.fence import begin_attempt_async, create_tables_async, guard_async, run_step_async
 
     prefix = f"gnomon_a{secrets.token_hex(4)}"
 
     async def main() -> None:
         conn = await psycopg.AsyncConnection.connect(PG, autocommit=True)
         try:
-            async with conn.cursor() as cur:
-                for statement in create_tables_sql(prefix):
-                    await cur.execute(statement)
+            await create_tables_async(conn, prefix)
 
             async def fn(cur: Any) -> Any:
                 await cur.execute("SELECT 41 + 1")
@@ -381,12 +379,6 @@ def test_the_async_forms_on_postgres() -> None:
             await conn.close()
 
     asyncio.run(main())
-
-
-def create_tables_sql(prefix: str) -> List[str]:
-    from gnomon_worker.fence import _Sql
-
-    return _Sql("postgres", prefix).create
 
 
 def test_fences_from_the_environment_and_headers() -> None:

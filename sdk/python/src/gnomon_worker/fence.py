@@ -647,6 +647,15 @@ def _in_transaction(conn: Any, dialect: str, body: Callable[[Any], T], sql: _Sql
 # psycopg 3's async connections.
 
 
+async def create_tables_async(conn: Any, prefix: str = DEFAULT_PREFIX, dialect: Optional[str] = None) -> None:
+    """:func:`create_tables` on a psycopg ``AsyncConnection`` (committed here)."""
+    sql = _Sql(_dialect(conn, dialect), prefix)
+    async with conn.transaction():
+        async with conn.cursor() as cur:
+            for statement in sql.create:
+                await cur.execute(statement)
+
+
 async def guard_async(cursor: Any, fence: Fence, step: str = DEFAULT_STEP, *, lock_wait: float = DEFAULT_LOCK_WAIT,
                       idle: float = DEFAULT_IDLE, prefix: str = DEFAULT_PREFIX,
                       dialect: Optional[str] = None) -> AsyncStep:
