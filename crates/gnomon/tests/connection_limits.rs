@@ -308,3 +308,147 @@ fn deadlines_are_flags_and_closes_are_counted() {
         text.lines().any(|l| l.starts_with("gnomon_connections_closed_total{reason=\"idle\"}"))
     });
 }
+
+/// The most streams a client may have open at once on one HTTP/2
+/// connection, as the server announces it.
+const MAX_STREAMS: u32 = 32;
+
+/// One HTTP/2 frame: (type, flags, stream, payload).
+type Frame = (u8, u8, u32, Vec<u8>);
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let n = payload.len() as u32;
+    let mut f = vec![(n >> 16) as u8, (n >> 8) as u8, n as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A header field as an HPACK literal without indexing, named by its
+/// index in the static table.
+fn literal(out: &mut Vec<u8>, index: u8, value: &str) {
+    if index < 15 {
+        out.push(index);
+    } else {
+        out.extend_from_slice(&[15, index - 15]);
+    }
+    out.push(value.len() as u8);
+    out.extend_from_slice(value.as_bytes());
+}
+
+/// The frames read so far from one connection, whole frames only.
+#[derive(Default)]
+struct Frames {
+    buf: Vec<u8>,
+}
+
+impl Frames {
+    /// The next whole frame, or `None` when none came in time (what was
+    /// read of one is kept for the next call) or the connection ended.
+    fn next(&mut self, s: &mut impl Read) -> Option<Frame> {
+        loop {
+            if self.buf.len() >= 9 {
+                let len = (usize::from(self.buf[0]) << 16) | (usize::from(self.buf[1]) << 8) | usize::from(self.buf[2]);
+                if self.buf.len() >= 9 + len {
+                    let f: Vec<u8> = self.buf.drain(..9 + len).collect();
+                    return Some((f[3], f[4], u32::from_be_bytes([f[5], f[6], f[7], f[8]]) & 0x7fff_ffff, f[9..].to_vec()));
+                }
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            match s.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+}
+
+/// Opens `n` streams at once on a fresh HTTP/2 connection (a webhook call
+/// each, whose body never comes, so every stream stays open), without
+/// waiting for the server's settings, as a client that ignores them
+/// would: the server's announced stream limit, the streams it refused
+/// (`RST_STREAM` `REFUSED_STREAM`) and the ones it answered.
+fn open_streams(s: &mut (impl Read + Write), addr: &str, scheme: &str, n: u32) -> (Option<u32>, Vec<u32>, Vec<u32>) {
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(4, 0, 0, &[]));
+    for i in 0..n {
+        let mut block = vec![0x83, if scheme == "https" { 0x87 } else { 0x86 }];
+        literal(&mut block, 4, &format!("/v1/hooks/default/nosuchjob-{i}"));
+        literal(&mut block, 1, addr);
+        literal(&mut block, 28, "10");
+        out.extend(frame(1, 0x4, 2 * i + 1, &block));
+    }
+    s.write_all(&out).unwrap();
+    s.flush().unwrap();
+    let (mut announced, mut refused, mut answered) = (None, Vec::new(), Vec::new());
+    let mut frames = Frames::default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline && (refused.len() + answered.len()) < n as usize {
+        let Some((kind, flags, stream, payload)) = frames.next(s) else { continue };
+        match kind {
+            // SETTINGS: MAX_CONCURRENT_STREAMS is setting 3; acknowledged.
+            4 if flags & 1 == 0 => {
+                for set in payload.chunks(6) {
+                    if set.len() == 6 && u16::from_be_bytes([set[0], set[1]]) == 3 {
+                        announced = Some(u32::from_be_bytes([set[2], set[3], set[4], set[5]]));
+                    }
+                }
+                s.write_all(&frame(4, 1, 0, &[])).unwrap();
+            }
+            // RST_STREAM REFUSED_STREAM (7).
+            3 if payload == [0, 0, 0, 7] => refused.push(stream),
+            // HEADERS: an answer.
+            1 if !answered.contains(&stream) => answered.push(stream),
+            // GOAWAY ends the connection.
+            7 => break,
+            _ => {}
+        }
+    }
+    (announced, refused, answered)
+}
+
+/// HTTP/2 connections, cleartext (h2c) and TLS alike, announce a small
+/// limit of concurrent streams and refuse the streams past it: one client
+/// cannot hold more than that many requests open on one connection.
+#[test]
+fn http2_streams_past_the_limit_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let check = |(announced, mut refused, mut answered): (Option<u32>, Vec<u32>, Vec<u32>), how: &str| {
+        refused.sort();
+        answered.sort();
+        assert_eq!(announced, Some(MAX_STREAMS), "{how}: the announced limit");
+        assert_eq!(refused, (MAX_STREAMS..40).map(|i| 2 * i + 1).collect::<Vec<_>>(), "{how}: the streams past the limit are refused");
+        assert_eq!(answered, (0..MAX_STREAMS).map(|i| 2 * i + 1).collect::<Vec<_>>(), "{how}: the others are answered");
+    };
+    // h2c: HTTP/2 with prior knowledge on the plain port.
+    let plain = d.join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let (_dev, addr) = dev(&plain, &[], leading);
+    let mut tcp = TcpStream::connect(&addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    check(open_streams(&mut tcp, &addr, "http", 40), "h2c");
+    assert_eq!(get_within(&addr, "/healthz", Duration::from_secs(5)), 200);
+    // h2 over TLS (ALPN).
+    let tls_dir = d.join("tls");
+    std::fs::create_dir(&tls_dir).unwrap();
+    let (ca, cert, key) = certificates(&tls_dir);
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&std::fs::read(&ca).unwrap()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let plain_config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut h2 = plain_config.clone();
+    h2.alpn_protocols = vec![b"h2".to_vec()];
+    let (plain_config, h2) = (Arc::new(plain_config), Arc::new(h2));
+    let ready = move |addr: &str| healthz_over_tls(addr, &plain_config, Duration::from_secs(5)) == 200;
+    let (_tls_dev, addr) = dev(&tls_dir, &["--tls-cert", &cert, "--tls-key", &key], ready);
+    let mut tls = tls_connect(&addr, &h2);
+    assert_eq!(tls.conn.alpn_protocol(), Some(&b"h2"[..]), "the server speaks h2 over TLS");
+    check(open_streams(&mut tls, &addr, "https", 40), "h2 over TLS");
+}

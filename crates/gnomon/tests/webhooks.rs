@@ -282,28 +282,115 @@ fn webhook_keys_have_their_own_space_and_a_repeat_makes_nothing_downstream() {
     assert_eq!(run_ids(&addr, "default", "notify").len(), 4, "the CLI's run made one more, nothing else did");
 }
 
-/// A caller that sends its headers and then part of its body, and stalls:
-/// the call is cut at the body's deadline, whatever the job, and holds
-/// nothing after it.
+/// Headers of a webhook call (a timestamp of now, a signature that does not
+/// hold) declaring `length` bytes, then `first` of its body.
+fn unproven(addr: &str, path: &str, length: usize, first: &[u8]) -> std::net::TcpStream {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let ts = now_ms();
+    write!(s, "POST {path} HTTP/1.1\r\nHost: {addr}\r\nGnomon-Timestamp: {ts}\r\nGnomon-Signature: v2={}\r\n", "0".repeat(64)).unwrap();
+    write!(s, "Content-Length: {length}\r\n\r\n").unwrap();
+    s.write_all(first).unwrap();
+    s
+}
+
+/// The answer on `s` once the server ends it: its status line and body,
+/// and whether the connection was closed after it.
+fn answer_of(s: &mut std::net::TcpStream) -> (String, String) {
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).to_string();
+    (text.lines().next().unwrap_or("").to_string(), text)
+}
+
+/// A caller that sends its headers and then part of its body, and stalls
+/// or trickles: the call is cut within about a second, before its
+/// signature is ever checked, whatever the job (the same answer for one
+/// that takes calls and one that does not exist), and its connection is
+/// closed.
 #[test]
 fn a_slow_body_is_cut_at_its_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let (_dev, addr) = leading_dev_env(dir.path(), &[("GNOMON_HOOK_SECRET_DEPLOY", SECRET)]);
     assert_eq!(post(&addr, "/v1/jobs", &job("deploy", "default", json!({"secret": "deploy"}))).0, 201);
-    let slow = |path: &str| {
-        let mut s = std::net::TcpStream::connect(&addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let ts = now_ms();
-        write!(s, "POST {path} HTTP/1.1\r\nHost: {addr}\r\nGnomon-Timestamp: {ts}\r\nGnomon-Signature: v2={}\r\n", "0".repeat(64)).unwrap();
-        write!(s, "Content-Length: 100\r\nConnection: close\r\n\r\n0123456789").unwrap();
-        let t0 = std::time::Instant::now();
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        (out.lines().next().unwrap_or("").to_string(), t0.elapsed())
-    };
     for path in ["/v1/hooks/default/deploy", "/v1/hooks/default/nosuchjob"] {
-        let (status, took) = slow(path);
-        assert!(status.starts_with("HTTP/1.1 408"), "{path}: {status}");
-        assert!(took >= Duration::from_secs(9) && took < Duration::from_secs(50), "{path}: cut after {took:?}");
+        // Stalled after ten bytes.
+        let t0 = std::time::Instant::now();
+        let mut s = unproven(&addr, path, 100, b"0123456789");
+        let (status, text) = answer_of(&mut s);
+        let took = t0.elapsed();
+        assert!(status.starts_with("HTTP/1.1 408"), "{path}: {text}");
+        assert!(text.contains("\"body_timeout\""), "{path}: {text}");
+        assert!(took < Duration::from_secs(5), "{path}: cut after {took:?}, not about a second");
+        // A byte every 100 ms: a trickle is no longer than a stall.
+        let t0 = std::time::Instant::now();
+        let mut s = unproven(&addr, path, 100, b"0");
+        let mut reader = s.try_clone().unwrap();
+        let trickle = std::thread::spawn(move || {
+            for _ in 0..99 {
+                std::thread::sleep(Duration::from_millis(100));
+                if s.write_all(b"x").is_err() {
+                    return;
+                }
+            }
+        });
+        let (status, text) = answer_of(&mut reader);
+        let took = t0.elapsed();
+        assert!(status.starts_with("HTTP/1.1 408"), "{path}: {text}");
+        assert!(took < Duration::from_secs(5), "{path}: a trickle was cut after {took:?}");
+        trickle.join().unwrap();
     }
+    // The server is still there for a call that holds.
+    let (code, run) = call(&addr, "default", "deploy", SECRET, ("default", "deploy"), None, b"{}");
+    assert_eq!(code, 201, "{run}");
+}
+
+/// The bodies of calls whose signatures are not yet checked share one
+/// bound of memory (`--webhook-body-memory`): past it a call is answered
+/// 503 `webhooks_busy` with `Retry-After`, before its body is read; once
+/// the slow ones are cut, calls are read again.
+#[test]
+fn unproven_bodies_share_one_bound_of_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let args: Vec<String> =
+        ["dev", "--listen", &addr, "--data-dir", dir.path().join("data").to_str().unwrap(), "--webhook-body-memory", "128KiB"]
+            .map(String::from)
+            .to_vec();
+    let env = vec![("GNOMON_HOOK_SECRET_DEPLOY".to_string(), SECRET.to_string())];
+    let _dev = Proc::spawn_env(dir.path(), "dev", &args, &env);
+    wait_until("the server to lead", Duration::from_secs(60), || {
+        http(&addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == json!(true)).unwrap_or(false)
+    });
+    assert_eq!(post(&addr, "/v1/jobs", &job("deploy", "default", json!({"secret": "deploy"}))).0, 201);
+    // Two callers that declare 64 KiB each and send none of it hold the
+    // whole bound (a few rounds: each holds it for about a second only).
+    let mut busy = None;
+    for _ in 0..5 {
+        let holders: Vec<std::net::TcpStream> =
+            ["/v1/hooks/default/deploy", "/v1/hooks/default/nosuchjob"].iter().map(|p| unproven(&addr, p, 64 * 1024, b"")).collect();
+        std::thread::sleep(Duration::from_millis(250));
+        let (code, head, body) = http_head(None, &addr, "POST", "/v1/hooks/default/deploy", &[], Some(b"{}")).unwrap();
+        drop(holders);
+        if code == 503 {
+            busy = Some((head, body));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    let (head, body) = busy.expect("a call past the bound was never refused");
+    assert_eq!(body["error"]["code"], "webhooks_busy", "{body}");
+    assert!(head.to_ascii_lowercase().contains("retry-after:"), "{head}");
+    // The bound is free again: a good call is read and starts a run.
+    wait_until("a call read again", Duration::from_secs(10), || {
+        call(&addr, "default", "deploy", SECRET, ("default", "deploy"), None, b"{}").0 == 201
+    });
+    // The flag is checked at start.
+    let out = Command::new(BIN)
+        .args(["dev", "--listen", "127.0.0.1:1", "--data-dir", dir.path().join("bad").to_str().unwrap(), "--webhook-body-memory", "1KiB"])
+        .env("GNOMON_ALLOW_ROOT_JOBS", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--webhook-body-memory"), "{err}");
 }

@@ -7,12 +7,19 @@
 //! timestamp must be within the job's tolerance of this server's clock.
 //!
 //! Every server, a follower included, checks what is cheap before it reads
-//! a body: the path, the timestamp, that the job takes calls and that this
-//! server holds a secret of it. It then reads at most
-//! [`MAX_PAYLOAD_BYTES`] under [`BODY_DEADLINE`]. A refusal of the
-//! caller's proof (no such job, no webhook, no secret held here, a bad or
-//! stale signature) is one answer, the same 401 after draining the same
-//! bounded body, so that no answer tells which jobs exist.
+//! a body: the declared length, the path, the timestamp, that the job
+//! takes calls and that this server holds a secret of it. The body of a
+//! caller not yet proven holds a connection and memory, so it is bounded
+//! three ways: at most [`MAX_PAYLOAD_BYTES`] of it is kept, taken first
+//! from the listener's one budget for unproven bodies
+//! ([`crate::listener::UnprovenBodies`]; a call that finds it spent is
+//! answered 503 `webhooks_busy` at once, unread), and it must arrive whole
+//! within [`BODY_DEADLINE`] (408 `body_timeout`, and an HTTP/1 connection
+//! is closed). A refusal of the caller's proof (no such job, no webhook,
+//! no secret held here, a bad or stale signature) is one answer, the same
+//! 401 after draining the same bounded body, and a slow or busy call gets
+//! the same answer whatever its job, so that no answer tells which jobs
+//! exist.
 //!
 //! A call creates at most one run, whichever server answers it and however
 //! often it is sent. With an `Idempotency-Key` (signed) the run's id comes
@@ -39,8 +46,17 @@ use super::trigger::{ask_leader, idempotency_key};
 use crate::leader::{Origin, TriggerRequest};
 use crate::signing::{check_timestamp, verify, Refusal, Signed, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
-/// How long a caller has to send its body.
-pub const BODY_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a caller has to send its body once the cheap checks are done
+/// and the server reads it: a caller not yet proven holds its connection
+/// no longer than this (and the time those checks take).
+pub const BODY_DEADLINE: Duration = Duration::from_secs(1);
+
+/// The budget for unproven bodies when a request comes with none (a router
+/// served without the listener, as in tests).
+fn fallback_budget() -> crate::listener::UnprovenBodies {
+    static BUDGET: std::sync::OnceLock<crate::listener::UnprovenBodies> = std::sync::OnceLock::new();
+    BUDGET.get_or_init(|| crate::listener::UnprovenBodies::new(crate::listener::DEFAULT_UNPROVEN_BODY_MEMORY)).clone()
+}
 
 /// The idempotency key of a call sent without one: its signature. It starts
 /// with a space, which an `Idempotency-Key` header may not, so no caller's
@@ -56,6 +72,18 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
 /// The one answer to a call whose proof does not hold, whatever the reason.
 fn unauthorized() -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "the webhook call is not authorized")
+}
+
+fn slow() -> ApiError {
+    ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", format!("the body did not arrive within {} s", BODY_DEADLINE.as_secs()))
+}
+
+fn busy() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "webhooks_busy",
+        "the server is reading as many webhook bodies as it has room for; try again shortly",
+    )
 }
 
 fn too_large() -> ApiError {
@@ -90,7 +118,7 @@ impl From<Refusal> for Refused {
     description = "For a job with `triggers.webhook`. No credential: the call carries `Gnomon-Timestamp` (Unix milliseconds, \
         within the job's tolerance of the server's clock, default 300 s) and `Gnomon-Signature: v2=<hex HMAC-SHA256>` of \
         `v2\\n{namespace}\\n{job}\\n{timestamp}\\n{key}\\n{body}` under one of the job's secrets (`key`: the `Idempotency-Key`, \
-        empty without one). The body (UTF-8, at most 64 KiB, sent within 10 s) is the run's payload; the job's \
+        empty without one). The body (UTF-8, at most 64 KiB, sent whole within 1 s) is the run's payload; the job's \
         `triggers.webhook.params` take params from it. With an `Idempotency-Key`, a repeat answers 200 with the run the key \
         names; without one, a replay of the same call is refused with 409. Every refusal of the call's proof (no such job, \
         no webhook, a bad or stale signature) is the same 401.",
@@ -108,10 +136,10 @@ impl From<Refusal> for Refused {
         (status = 429, body = gnomon_api::ErrorBody, description = "over a quota of the namespace: nothing was written; `Retry-After` says when to ask again", headers(("Retry-After" = u64, description = "seconds to wait before asking again"))),
         (status = 413, body = gnomon_api::ErrorBody, description = "the payload is larger than 64 KiB"),
         (status = 400, body = gnomon_api::ErrorBody, description = "malformed: a path, query, header or body value breaks its rule"),
-        (status = 408, body = gnomon_api::ErrorBody, description = "the body did not arrive within 10 s"),
+        (status = 408, body = gnomon_api::ErrorBody, description = "`body_timeout`: the body did not arrive whole within 1 s (an HTTP/1 connection is then closed)"),
         (status = 500, body = gnomon_api::ErrorBody, description = "a bug in the server"),
         (status = 502, body = gnomon_api::ErrorBody, description = "the leader could not be reached"),
-        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable"),
+        (status = 503, body = gnomon_api::ErrorBody, description = "the store or the leader is unavailable, or `webhooks_busy`: the server holds as many webhook bodies not yet checked as its memory for them allows (`--webhook-body-memory`); nothing was read, `Retry-After` says when to ask again", headers(("Retry-After" = u64, description = "seconds to wait before asking again"))),
         (status = 403, body = gnomon_api::ErrorBody, description = "the Host or Origin is refused (a defence against DNS rebinding and cross-site requests)")))]
 
 pub(crate) async fn hook(State(state): State<ApiState>, Path((ns, name)): Path<(String, String)>, req: Request) -> Response {
@@ -122,7 +150,19 @@ pub(crate) async fn hook(State(state): State<ApiState>, Path((ns, name)): Path<(
         Ok(r) => (r, None),
         Err(Refused::Answer(e)) => {
             let why = e.message.clone();
-            (e.into_response(), Some(why))
+            let unread = matches!(e.code, "body_timeout" | "webhooks_busy");
+            let mut answer = e.into_response();
+            if unread {
+                // The rest of the body is not read: an HTTP/1 connection
+                // cannot carry another request (HTTP/2 resets the stream).
+                if parts.version <= axum::http::Version::HTTP_11 {
+                    answer.headers_mut().insert(header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+                }
+                if answer.status() == StatusCode::SERVICE_UNAVAILABLE {
+                    answer.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+                }
+            }
+            (answer, Some(why))
         }
         Err(Refused::Proof(why)) => (unauthorized().into_response(), Some(why)),
     };
@@ -135,11 +175,12 @@ pub(crate) async fn hook(State(state): State<ApiState>, Path((ns, name)): Path<(
     answer
 }
 
-/// The body, read to its end but never past [`MAX_PAYLOAD_BYTES`] nor past
+/// The body, read to its end but never past `keep` bytes (what the call
+/// took of the budget, at most [`MAX_PAYLOAD_BYTES`]) nor past
 /// [`BODY_DEADLINE`]: `Ok(None)` when it is larger (the rest is then read
 /// and dropped up to the API's bound, so the caller gets the answer rather
 /// than a reset connection).
-async fn bounded(body: Body) -> Result<Option<Vec<u8>>, ApiError> {
+async fn bounded(body: Body, keep: usize) -> Result<Option<Vec<u8>>, ApiError> {
     let read = async {
         let mut body = body;
         let mut out = Vec::new();
@@ -151,16 +192,14 @@ async fn bounded(body: Body) -> Result<Option<Vec<u8>>, ApiError> {
                 if seen > MAX_BODY_BYTES {
                     break;
                 }
-                if seen <= MAX_PAYLOAD_BYTES {
+                if seen <= keep {
                     out.extend_from_slice(&data);
                 }
             }
         }
-        Ok((seen <= MAX_PAYLOAD_BYTES).then_some(out))
+        Ok((seen <= keep).then_some(out))
     };
-    tokio::time::timeout(BODY_DEADLINE, read)
-        .await
-        .map_err(|_| ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", "the body did not arrive in time"))?
+    tokio::time::timeout(BODY_DEADLINE, read).await.map_err(|_| slow())?
 }
 
 async fn answer(state: &ApiState, ns: &str, name: &str, parts: &axum::http::request::Parts, body: Body) -> Result<Response, Refused> {
@@ -170,14 +209,22 @@ async fn answer(state: &ApiState, ns: &str, name: &str, parts: &axum::http::requ
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return Err(too_large().into());
     }
+    // What may be kept of the body comes out of the one budget for unproven
+    // bodies before anything is read, for every path alike; it is given
+    // back once the signature holds (or the call is answered).
+    let keep = declared.map_or(MAX_PAYLOAD_BYTES, |n| (n as usize).min(MAX_PAYLOAD_BYTES));
+    let budget = parts.extensions.get::<crate::listener::UnprovenBodies>().cloned().unwrap_or_else(fallback_budget);
+    let Some(held) = budget.take(keep) else { return Err(busy().into()) };
     let checked = before_body(state, ns, name, &parts.headers).await;
-    let body = bounded(body).await?.ok_or_else(too_large)?;
+    let body = bounded(body, keep).await?.ok_or_else(too_large)?;
     let (hook, secrets, key) = checked?;
     let key_text = key.clone().unwrap_or_default();
     let signed = Signed { namespace: ns, job: name, key: &key_text, body: &body };
     let now = state.node.clock.now_millis();
     let (timestamp, signature) = (header(&parts.headers, TIMESTAMP_HEADER), header(&parts.headers, SIGNATURE_HEADER));
     let verified = verify(&secrets, timestamp.as_deref(), signature.as_deref(), &signed, now, hook.tolerance_millis())?;
+    // Proven: the body is the caller's, no longer the budget's.
+    drop(held);
     if state.node.leader_commands().is_none() {
         // Only the leader creates runs: a follower hands on a call that
         // holds (the leader checks it again).
@@ -268,7 +315,8 @@ mod tests {
     #[tokio::test]
     async fn a_body_is_read_within_its_bound() {
         let exact = vec![b'x'; MAX_PAYLOAD_BYTES];
-        assert_eq!(bounded(Body::from(exact.clone())).await.unwrap(), Some(exact));
-        assert_eq!(bounded(Body::from(vec![b'x'; MAX_PAYLOAD_BYTES + 1])).await.unwrap(), None);
+        assert_eq!(bounded(Body::from(exact.clone()), MAX_PAYLOAD_BYTES).await.unwrap(), Some(exact));
+        assert_eq!(bounded(Body::from(vec![b'x'; MAX_PAYLOAD_BYTES + 1]), MAX_PAYLOAD_BYTES).await.unwrap(), None);
+        assert_eq!(bounded(Body::from(vec![b'x'; 11]), 10).await.unwrap(), None, "never more than was taken");
     }
 }

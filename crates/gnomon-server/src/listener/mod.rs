@@ -21,7 +21,15 @@
 //! - a request body (every route but the worker and raft protocols, whose
 //!   streams are long-lived) must arrive whole within `body_timeout` of the
 //!   request's start (408 otherwise; a trickle does not reset it);
-//! - HTTP/2 connections are pinged and closed when the peer stops answering.
+//! - HTTP/2 connections are pinged and closed when the peer stops answering,
+//!   and a client may have at most [`MAX_CONCURRENT_STREAMS`] requests open
+//!   at once on one (cleartext h2c and TLS alike): a stream past it is
+//!   refused (`REFUSED_STREAM`), so one connection holds no more than a
+//!   few requests' worth of the server;
+//! - the bodies of requests whose caller is not proven yet (webhook calls,
+//!   before their signature is checked) share one budget of memory,
+//!   `unproven_body_memory` ([`UnprovenBodies`], an extension on every
+//!   request): a call that finds it spent is answered at once, unread.
 //!
 //! The certificate and key are re-read when their files change, so a
 //! renewed certificate needs no restart. With `client_ca`, clients may
@@ -58,6 +66,43 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+/// The most requests (streams) a client may have open at once on one
+/// HTTP/2 connection; past it a new stream is refused (`REFUSED_STREAM`)
+/// and a client that keeps to the announced setting waits instead. Enough
+/// for a worker's session, a raft peer's calls, a browser's console and a
+/// follower's forwarded calls.
+pub const MAX_CONCURRENT_STREAMS: u32 = 32;
+
+/// The memory, in bytes, the bodies of unproven requests (webhook calls
+/// before their signature is checked) may take together by default.
+pub const DEFAULT_UNPROVEN_BODY_MEMORY: usize = 16 * 1024 * 1024;
+
+/// One budget of bytes for the bodies of requests whose caller is not
+/// proven yet, shared by every connection of a listener (an extension on
+/// every request it serves): a handler takes what it may keep of a body
+/// before reading it, and gives it back when its caller is proven or
+/// answered.
+#[derive(Debug, Clone)]
+pub struct UnprovenBodies(Arc<tokio::sync::Semaphore>);
+
+impl UnprovenBodies {
+    pub fn new(bytes: usize) -> Self {
+        Self(Arc::new(tokio::sync::Semaphore::new(bytes.min(tokio::sync::Semaphore::MAX_PERMITS))))
+    }
+
+    /// Takes `bytes` of the budget, or `None` when they are not free now
+    /// (never waits).
+    pub fn take(&self, bytes: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let n = u32::try_from(bytes).ok()?;
+        self.0.clone().try_acquire_many_owned(n).ok()
+    }
+
+    /// The bytes free now.
+    pub fn free(&self) -> usize {
+        self.0.available_permits()
+    }
+}
+
 /// TLS settings of the listener.
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
@@ -82,6 +127,9 @@ pub struct ListenConfig {
     /// A request body (but the worker and raft protocols') must arrive
     /// whole within this of the request's start.
     pub body_timeout: Duration,
+    /// The memory the bodies of unproven requests (webhook calls before
+    /// their signature is checked) may take together.
+    pub unproven_body_memory: usize,
     pub tls: Option<TlsFiles>,
 }
 
@@ -93,6 +141,7 @@ impl Default for ListenConfig {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
+            unproven_body_memory: DEFAULT_UNPROVEN_BODY_MEMORY,
             tls: None,
         }
     }
@@ -152,6 +201,7 @@ struct ConnCtx {
     cert: ClientCert,
     mutual: MutualTls,
     body_timeout: Duration,
+    unproven: UnprovenBodies,
 }
 
 /// Counts the request in flight until its answer's body ends, puts the
@@ -162,6 +212,7 @@ async fn track(ctx: Arc<ConnCtx>, mut request: Request, next: Next) -> Response 
     request.extensions_mut().insert(ctx.cert);
     request.extensions_mut().insert(ctx.mutual);
     request.extensions_mut().insert(ClientAddr(ctx.conn.client));
+    request.extensions_mut().insert(ctx.unproven.clone());
     let version = request.version();
     let stalled = if is_stream_path(request.uri().path()) {
         None
@@ -267,6 +318,7 @@ pub async fn serve(
     };
     let mutual = MutualTls(config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()));
     let table = Arc::new(Table::new(config.max_connections, config.per_client()));
+    let unproven = UnprovenBodies::new(config.unproven_body_memory);
     let mut builder = Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(Some(config.header_read_timeout));
     builder
@@ -274,7 +326,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(Duration::from_secs(20)))
         .keep_alive_timeout(Duration::from_secs(20))
-        .max_concurrent_streams(Some(1024));
+        .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS));
     let builder = Arc::new(builder);
     let mut accept_stop = shutdown.clone();
     loop {
@@ -306,12 +358,13 @@ pub async fn serve(
         let builder = builder.clone();
         let tls = tls.clone();
         let config = config.clone();
+        let unproven = unproven.clone();
         let mut shutdown = shutdown.clone();
         tokio::spawn(async move {
             let _leave = leave;
             let first_deadline = conn.opened + config.header_read_timeout;
             match tls {
-                None => drive(&builder, tcp, app, ctx(&conn, false, mutual, &config), &config, shutdown).await,
+                None => drive(&builder, tcp, app, ctx(&conn, false, mutual, &config, unproven), &config, shutdown).await,
                 Some(acceptor) => {
                     let stream = tokio::select! {
                         r = tokio::time::timeout_at(first_deadline, acceptor.accept(tcp)) => match r {
@@ -326,7 +379,7 @@ pub async fn serve(
                         _ = stopped(&mut shutdown) => return,
                     };
                     let has_cert = stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
-                    drive(&builder, stream, app, ctx(&conn, has_cert, mutual, &config), &config, shutdown).await
+                    drive(&builder, stream, app, ctx(&conn, has_cert, mutual, &config, unproven), &config, shutdown).await
                 }
             }
         });
@@ -336,8 +389,8 @@ pub async fn serve(
     Ok(())
 }
 
-fn ctx(conn: &Arc<Conn>, cert: bool, mutual: MutualTls, config: &ListenConfig) -> Arc<ConnCtx> {
-    Arc::new(ConnCtx { conn: conn.clone(), cert: ClientCert(cert), mutual, body_timeout: config.body_timeout })
+fn ctx(conn: &Arc<Conn>, cert: bool, mutual: MutualTls, config: &ListenConfig, unproven: UnprovenBodies) -> Arc<ConnCtx> {
+    Arc::new(ConnCtx { conn: conn.clone(), cert: ClientCert(cert), mutual, body_timeout: config.body_timeout, unproven })
 }
 
 /// Serves one connection until it ends, is idle past its allowance, is

@@ -66,6 +66,11 @@ pub struct AccessArgs {
     #[arg(long, default_value = "30s", value_name = "DURATION", env = "GNOMON_BODY_TIMEOUT",
           value_parser = crate::leader_args::duration_arg)]
     body_timeout: String,
+    /// Most memory the bodies of webhook calls whose signature is not yet
+    /// checked may take together (each call counts its declared length, at
+    /// most 64 KiB). Past it a call is answered 503 `webhooks_busy`, unread.
+    #[arg(long, default_value = "16MiB", value_name = "BYTES", env = "GNOMON_WEBHOOK_BODY_MEMORY")]
+    webhook_body_memory: String,
 }
 
 impl AccessArgs {
@@ -135,8 +140,21 @@ impl AccessArgs {
             header_read_timeout: deadline("header-read-timeout", &self.header_read_timeout)?,
             idle_timeout: deadline("idle-timeout", &self.idle_timeout)?,
             body_timeout: deadline("body-timeout", &self.body_timeout)?,
+            unproven_body_memory: self.unproven_body_memory()?,
             tls,
         })
+    }
+
+    /// `--webhook-body-memory`: room for at least one whole webhook body,
+    /// at most 1 GiB.
+    fn unproven_body_memory(&self) -> anyhow::Result<usize> {
+        let text = &self.webhook_body_memory;
+        let bytes = gnomon_core::spec::parse_bytes(text).map_err(|e| anyhow!("--webhook-body-memory: {e}"))?;
+        let (least, most) = (gnomon_core::triggers::MAX_PAYLOAD_BYTES as u64, 1u64 << 30);
+        if !(least..=most).contains(&bytes) {
+            bail!("--webhook-body-memory must be between 64KiB (one whole webhook body) and 1GiB, not {text}");
+        }
+        Ok(bytes as usize)
     }
 
     /// With TLS on, the embedded worker dials its own listener over
