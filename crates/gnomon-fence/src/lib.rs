@@ -125,8 +125,8 @@
 //!   recorded).
 //! - **Step names are the caller's.** The same name must mean the same
 //!   work in every attempt (no attempt numbers, times or random parts in
-//!   it). On MySQL/MariaDB names compare by the column's collation, which
-//!   is case-insensitive by default: do not tell steps apart by case.
+//!   it). Names compare byte for byte on both databases (`utf8mb4_bin` on
+//!   MySQL/MariaDB): `Charge` and `charge` are two steps.
 //!
 //! # Databases
 //!
@@ -415,8 +415,8 @@ impl<D: sealed::Dialect> Backend for D {}
 ///   attempt BIGINT NOT NULL, token BIGINT NOT NULL,
 ///   written_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)) ENGINE=InnoDB;
 /// CREATE TABLE IF NOT EXISTS gnomon_steps (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL,
-///   step VARCHAR(255) NOT NULL, attempt BIGINT NOT NULL, token BIGINT NOT NULL, result TEXT NULL,
-///   committed_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+///   step VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, attempt BIGINT NOT NULL,
+///   token BIGINT NOT NULL, result TEXT, committed_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
 ///   PRIMARY KEY (run_id, step)) ENGINE=InnoDB;
 /// ```
 pub async fn create_tables<'a, A, DB>(conn: A, prefix: &str) -> Result<(), FenceError>

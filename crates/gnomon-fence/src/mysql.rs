@@ -20,9 +20,9 @@ pub(crate) fn create_sql(t: &Tables) -> [String; 2] {
             t.fence
         ),
         format!(
-            "CREATE TABLE IF NOT EXISTS {} (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL, step VARCHAR(255) NOT NULL, \
-             attempt BIGINT NOT NULL, token BIGINT NOT NULL, result TEXT NULL, \
-             committed_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), PRIMARY KEY (run_id, step)) ENGINE=InnoDB",
+            "CREATE TABLE IF NOT EXISTS {} (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL, \
+             step VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
+             result TEXT, committed_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), PRIMARY KEY (run_id, step)) ENGINE=InnoDB",
             t.steps
         ),
     ]
@@ -164,9 +164,9 @@ mod tests {
             [
                 "CREATE TABLE IF NOT EXISTS gnomon_fence (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL PRIMARY KEY, \
                  attempt BIGINT NOT NULL, token BIGINT NOT NULL, written_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)) ENGINE=InnoDB",
-                "CREATE TABLE IF NOT EXISTS gnomon_steps (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL, step VARCHAR(255) NOT NULL, \
-                 attempt BIGINT NOT NULL, token BIGINT NOT NULL, result TEXT NULL, \
-                 committed_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), PRIMARY KEY (run_id, step)) ENGINE=InnoDB",
+                "CREATE TABLE IF NOT EXISTS gnomon_steps (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL, \
+                 step VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
+                 result TEXT, committed_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), PRIMARY KEY (run_id, step)) ENGINE=InnoDB",
             ]
         );
         let o = Options::default();

@@ -17,6 +17,8 @@ trait Db: Backend + Sized {
     const SERVER: Server;
     /// Today's fence table as the earlier version of the crate made it.
     const OLD_TABLE: &'static str;
+    /// A column type for names compared byte for byte.
+    const NAME_TYPE: &'static str;
     fn exec<'a>(conn: &'a mut Self::Connection, sql: String) -> BoxFuture<'a, Result<(), sqlx::Error>>;
     fn ints<'a>(conn: &'a mut Self::Connection, sql: String) -> BoxFuture<'a, Vec<i64>>;
     /// A connection of its own, outside the pool.
@@ -36,6 +38,7 @@ trait Db: Backend + Sized {
 
 impl Db for Postgres {
     const SERVER: Server = Server::Postgres;
+    const NAME_TYPE: &'static str = "VARCHAR(255)";
     const OLD_TABLE: &'static str =
         "CREATE TABLE IF NOT EXISTS {table} (run_id TEXT PRIMARY KEY, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
          written_at TIMESTAMPTZ NOT NULL DEFAULT now())";
@@ -64,6 +67,7 @@ impl Db for Postgres {
 
 impl Db for MySql {
     const SERVER: Server = Server::MySql;
+    const NAME_TYPE: &'static str = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin";
     const OLD_TABLE: &'static str = "CREATE TABLE IF NOT EXISTS {table} (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL PRIMARY KEY, \
          attempt BIGINT NOT NULL, token BIGINT NOT NULL, written_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)) ENGINE=InnoDB";
     fn exec<'a>(conn: &'a mut sqlx::MySqlConnection, sql: String) -> BoxFuture<'a, Result<(), sqlx::Error>> {
@@ -109,7 +113,7 @@ impl<D: Db> Env<D> {
         let mut c = pool.acquire().await.unwrap();
         D::exec(
             &mut c,
-            format!("CREATE TABLE {effects} (run_id VARCHAR(255) NOT NULL, step VARCHAR(255) NOT NULL, attempt BIGINT NOT NULL)"),
+            format!("CREATE TABLE {effects} (run_id VARCHAR(255) NOT NULL, step {} NOT NULL, attempt BIGINT NOT NULL)", D::NAME_TYPE),
         )
         .await
         .unwrap();
@@ -501,6 +505,10 @@ async fn steps_of_a_run_are_independent<D: Db>() {
     assert_eq!(e.step(&fence(r, 1, 1), "charge", json!("c1")).await.unwrap(), None);
     // A step of another run with the same name is its own.
     assert_eq!(e.step(&fence("run-9b", 1, 1), "charge", json!("other")).await.unwrap(), None);
+    // Names are compared byte for byte, on both databases.
+    assert_eq!(e.step(&fence(r, 1, 1), "Charge", json!("C1")).await.unwrap(), None);
+    assert_eq!(e.step(&fence(r, 2, 1), "Charge", json!(null)).await.unwrap(), Some((1, 1, json!("C1"))));
+    assert_eq!(e.step(&fence(r, 1, 1), "chargé", json!("é")).await.unwrap(), None);
     // The retry gets each recorded step's own result, and does the rest.
     assert_eq!(e.step(&fence(r, 2, 1), "reserve", json!("r2")).await.unwrap(), Some((1, 1, json!("r1"))));
     assert_eq!(e.step(&fence(r, 2, 1), "charge", json!("c2")).await.unwrap(), Some((1, 1, json!("c1"))));
