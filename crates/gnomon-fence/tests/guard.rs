@@ -295,7 +295,7 @@ async fn a_frozen_holder_is_ended_and_the_newer_attempt_commits<D: Db>() {
     let r = "run-5";
     let (a1, a2) = (fence(r, 1, 5), fence(r, 2, 5));
     // Attempt 1, on a connection of its own: guards, writes, then freezes
-    // with its transaction open (it issues nothing more).
+    // with its transaction open (it sends nothing more).
     let mut c1 = D::connect(&e.db.url).await;
     let mut tx1 = c1.begin().await.unwrap();
     let Step::Fresh(step1) = gnomon_fence::guard_with(&mut tx1, &a1, "run", &opts).await.unwrap() else { panic!("fresh") };
