@@ -319,3 +319,51 @@ fn embedded_workers_run_each_namespace_as_its_uid() {
         assert_eq!(stored["namespaces"], json!({"alpha": seen[0], "beta": seen[1]}), "{args:?}");
     }
 }
+
+/// A job's own `cwd` is entered as the job's user, never with the
+/// worker's (root's) rights: with `--run-as` and with `--run-as-range`, a
+/// directory only root may enter fails the attempt, saying so, and its
+/// command never runs; one the job's user may enter is its working
+/// directory.
+#[test]
+fn a_jobs_cwd_is_entered_as_its_user() {
+    must_be_root();
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path();
+    std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (closed, open, marks) = (base.join("closed"), base.join("open"), base.join("marks"));
+    for (d, mode) in [(&closed, 0o700), (&open, 0o755), (&marks, 0o1777)] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let range = format!("{}-{}", RANGE.0, RANGE.1);
+    for (i, users) in [vec!["--run-as", "nobody"], vec!["--run-as-range", &range]].into_iter().enumerate() {
+        let data = base.join(format!("d{i}"));
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut args: Vec<String> =
+            ["dev", "--listen", &addr, "--data-dir", data.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
+        args.extend(users.iter().map(|s| s.to_string()));
+        let _dev = Proc::spawn_with(base, &format!("dev-{i}"), &args, &[], |c| {
+            c.env_remove("GNOMON_ALLOW_ROOT_JOBS");
+        });
+        ready(&addr);
+        for (name, cwd) in [("closed", &closed), ("open", &open)] {
+            let mark = marks.join(format!("{i}-{name}"));
+            let script = format!("touch {}; echo UID=$(id -u) PWD=$(pwd)", mark.display());
+            let job = json!({"name": name, "retry": {"max_attempts": 1},
+                             "executor": {"shell": {"command": "sh", "args": ["-c", script], "cwd": cwd.display().to_string()}}});
+            post(&addr, "/v1/jobs", &job);
+            let run = post(&addr, &format!("/v1/jobs/{name}/trigger"), &json!({}));
+            let (state, out) = finish(&addr, run["id"].as_str().unwrap());
+            if name == "closed" {
+                assert_eq!(state, "failed", "{users:?}: {out}");
+                assert!(out.contains("cannot enter the job's working directory") && out.contains("Permission denied"), "{users:?}: {out}");
+                assert!(!mark.exists(), "{users:?}: the command never ran: {out}");
+            } else {
+                assert_eq!(state, "succeeded", "{users:?}: {out}");
+                assert!(mark.exists() && out.contains(&format!("PWD={}", open.display())), "{users:?}: {out}");
+                assert!(!out.contains("UID=0 "), "{users:?}: {out}");
+            }
+        }
+    }
+}
