@@ -26,9 +26,13 @@ use common::*;
 
 #[path = "failover/history.rs"]
 mod history;
+#[path = "failover/long.rs"]
+mod long;
 
 const ELECTION_TTL: &str = "3s";
-const LEASE_TTL: &str = "4s";
+/// Well above the longest failover (an election TTL, a campaign and a
+/// worker's reconnect): workers keep their attempts through every one.
+const LEASE_TTL: &str = "10s";
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Backend {
@@ -67,6 +71,8 @@ struct Ha {
     backfill: Option<(String, i64, i64)>,
     /// This test's keys in the shared etcd cluster, removed at the end.
     etcd_prefix: Option<String>,
+    /// The long runs started before the faults.
+    long_runs: Vec<String>,
 }
 
 /// `url` with its host:port replaced by `addr`.
@@ -147,7 +153,8 @@ impl Ha {
             replicas.push(Replica { id: format!("s{i}"), port, proxies, args, proc: None });
         }
         let etcd_prefix = matches!(backend, Backend::Etcd | Backend::EtcdStore).then(|| format!("/gnomon/{cluster}/"));
-        let mut ha = Ha { dir, rt, db, store, replicas, _workers: Vec::new(), started: 0, backfill: None, etcd_prefix };
+        let mut ha =
+            Ha { dir, rt, db, store, replicas, _workers: Vec::new(), started: 0, backfill: None, etcd_prefix, long_runs: Vec::new() };
         for i in 0..3 {
             ha.start_replica(i);
         }
@@ -155,7 +162,8 @@ impl Ha {
         for w in ["wa", "wb"] {
             let data = ha.dir.path().join(w);
             let args: Vec<String> =
-                ["--server", &servers.join(","), "worker", "--id", w, "--capacity", "16", "--data-dir", data.to_str().unwrap()]
+                // The long job is a shell job; the tests run as root.
+                ["--server", &servers.join(","), "worker", "--id", w, "--capacity", "16", "--data-dir", data.to_str().unwrap(), "--allow-root-jobs"]
                     .iter()
                     .map(|s| s.to_string())
                     .collect();
@@ -517,17 +525,27 @@ impl Drop for Ha {
 fn failover_suite(backend: Backend) {
     let mut ha = Ha::start(backend);
     ha.create_jobs();
+    ha.create_long_job();
+    // Each fault starts with long attempts running: none may end early.
+    ha.start_long(2);
     ha.sigkill();
+    ha.start_long(2);
     ha.sigstop();
     if matches!(backend, Backend::MySql | Backend::Postgres) {
+        ha.start_long(2);
         ha.fence_out();
+        ha.start_long(2);
         ha.kill_db_connections();
     }
+    ha.start_long(2);
     ha.sigterm();
+    ha.start_long(2);
     ha.partition();
+    ha.pause_workers();
     // Let the last catch-up land, then check everything that happened.
     std::thread::sleep(Duration::from_secs(16));
     ha.check_history();
+    ha.check_long_runs();
 }
 
 /// The secret of the `burst` job's webhook, in every replica's environment.

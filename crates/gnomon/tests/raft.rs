@@ -401,3 +401,95 @@ fn a_cut_off_member_refuses_writes_while_the_majority_goes_on() {
         mine == all
     });
 }
+
+/// A long attempt on a worker of its own survives a SIGKILL of the Raft
+/// leader and a pause of its worker shorter than its fence: the new leader
+/// restores the attempt (its start, its timeout), the worker reclaims it,
+/// and the run succeeds on attempt 1.
+#[test]
+fn a_long_attempt_survives_a_leader_kill_and_a_worker_pause_on_raft() {
+    // A worker credential, beside the members' admin token.
+    let auth = tempfile::tempdir().unwrap();
+    let (worker_token, entry) = new_credential("ext", &["--role", "worker"]);
+    let auth_file = auth.path().join("auth.toml");
+    std::fs::write(&auth_file, entry).unwrap();
+    let env = (0..3).map(|i| (i, "GNOMON_AUTH_FILE".to_string(), auth_file.display().to_string())).collect();
+    let ports = vec![free_port(), free_port(), free_port()];
+    let mut c = Cluster::launch_with(ports, None, env);
+    let servers: Vec<String> = (0..3).map(|i| c.addr(i)).collect();
+    let data = c.dir.path().join("ext");
+    let args: Vec<String> = [
+        "--server",
+        &servers.join(","),
+        "worker",
+        "--id",
+        "ext",
+        "--label",
+        "pool=ext",
+        "--capacity",
+        "4",
+        "--allow-root-jobs",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let worker = Proc::spawn_env(c.dir.path(), "ext", &args, &[("GNOMON_TOKEN".to_string(), worker_token)]);
+    let job = json!({"name": "long", "executor": {"shell": {"command": "sleep", "args": ["8"]}}, "timeout": "40s",
+                     "route": {"labels": {"pool": "ext"}},
+                     "retry": {"max_attempts": 3, "backoff": {"initial": "100ms", "max": "1s"}}})
+    .to_string();
+    let leader = c.leader().expect("a leader");
+    let (status, body) = http(&c.addr(leader), "POST", "/v1/jobs", Some(job.as_bytes())).unwrap();
+    assert_eq!(status, 201, "{body}");
+    let mut ids = Vec::new();
+    for fault in ["leader kill", "worker pause"] {
+        let at = c.leader().expect("a leader");
+        // A cluster just started may answer 503 (its first writes); a
+        // client asks again (the runs of an unconfirmed ask are not ours
+        // to count).
+        let mut tries = 0;
+        let body = loop {
+            let (status, body) = http(&c.addr(at), "POST", "/v1/jobs/long/trigger?count=2", None)
+                .unwrap_or_else(|e| panic!("{e}: {}", c.procs[at].as_ref().map(|p| p.log()).unwrap_or_default()));
+            tries += 1;
+            if status < 300 {
+                break body;
+            }
+            assert!(status == 503 && tries < 10, "{status} {body}");
+            std::thread::sleep(Duration::from_secs(1));
+        };
+        let these: Vec<String> = body["ids"].as_array().expect("ids").iter().map(|v| v.as_str().unwrap().to_string()).collect();
+        let running = || {
+            these.iter().all(
+                |id| matches!(http(&c.addr(at), "GET", &format!("/v1/runs/{id}"), None), Ok((200, v)) if v["state"] == json!("running")),
+            )
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !running() {
+            assert!(std::time::Instant::now() < deadline, "the long runs never ran; worker log:\n{}", worker.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if fault == "leader kill" {
+            let first = c.leader().expect("a leader");
+            c.procs[first].take().unwrap().signal(SIGKILL);
+            wait_until("a new leader after SIGKILL", Duration::from_secs(30), || c.leader().is_some_and(|l| l != first));
+            c.start(first);
+        } else {
+            worker.signal(SIGSTOP);
+            std::thread::sleep(Duration::from_secs(3));
+            worker.signal(SIGCONT);
+        }
+        ids.extend(these);
+    }
+    wait_until("the long runs to end", Duration::from_secs(90), || {
+        ids.iter().all(|id| {
+            matches!(http(&c.addr(c.any_live()), "GET", &format!("/v1/runs/{id}"), None), Ok((200, v)) if v["state"] != json!("running") && v["state"] != json!("assigned") && v["state"] != json!("retrying") && v["state"] != json!("pending"))
+        })
+    });
+    for id in &ids {
+        let (_, v) = http(&c.addr(c.any_live()), "GET", &format!("/v1/runs/{id}"), None).unwrap();
+        assert_eq!(v["state"], json!("succeeded"), "{v:#}\nworker log:\n{}", worker.log());
+        assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1), "ended early and ran again: {v:#}");
+    }
+}

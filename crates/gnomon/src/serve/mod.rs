@@ -261,7 +261,24 @@ pub async fn server(args: ServerArgs, token: Option<String>, ca: Option<PathBuf>
         _ => None,
     };
     let advertise = args.advertise.clone().or(raft_addr).unwrap_or_else(|| addr.to_string());
-    let config = args.leader.node_config(node_id.clone(), advertise.clone(), if store_kind == StoreKind::Etcd { "15s" } else { "10s" })?;
+    let election_ttl = gnomon_core::duration::parse_duration(&args.election_ttl).map_err(|e| anyhow!("--election-ttl: {e}"))?;
+    let outlasting = lease_outlasting_failover(election_ttl);
+    let default_lease = match store_kind {
+        StoreKind::Etcd => outlasting.max(Duration::from_secs(15)),
+        StoreKind::Raft => Duration::from_secs(10),
+        _ => outlasting,
+    };
+    let config = args.leader.node_config(node_id.clone(), advertise.clone(), &gnomon_core::duration::format_duration(default_lease))?;
+    let lease = Duration::from_millis(u64::try_from(config.leader.lease_ttl_ms).unwrap_or(0));
+    if store_kind != StoreKind::Raft && lease < outlasting {
+        tracing::warn!(
+            lease = %gnomon_core::duration::format_duration(lease),
+            election_ttl = %args.election_ttl,
+            "--lease-ttl is short for --election-ttl: workers fence themselves after 0.7 x the lease without a leader, \
+             so a failover that takes the whole election TTL may end running attempts; a lease of {} or more outlasts one",
+            gnomon_core::duration::format_duration(outlasting)
+        );
+    }
     let hosts = args.access.hosts(&advertise, auth.enabled())?;
     if let Some(w) = worker.as_mut() {
         w.tls = args.access.embedded_worker_tls(ca.as_deref());
@@ -457,4 +474,27 @@ async fn run_node(
         })
         .await;
     Ok(())
+}
+
+/// The shortest worker lease that outlasts a failover: a silent leader
+/// keeps its lock or lease for the election TTL, a follower takes it within
+/// about a second more, and a worker reconnects within its 2 s backoff;
+/// workers fence themselves at 0.7 × the lease. At least 10 s.
+fn lease_outlasting_failover(election_ttl: Duration) -> Duration {
+    let needed = (election_ttl + Duration::from_secs(4)).mul_f64(1.0 / 0.7);
+    Duration::from_secs(needed.as_secs() + u64::from(needed.subsec_nanos() > 0)).max(Duration::from_secs(10))
+}
+
+#[cfg(test)]
+mod lease_tests {
+    use super::*;
+
+    #[test]
+    fn the_default_lease_outlasts_a_failover() {
+        // 5 s election TTL: 9 s / 0.7 = 12.9 s.
+        assert_eq!(lease_outlasting_failover(Duration::from_secs(5)), Duration::from_secs(13));
+        assert_eq!(lease_outlasting_failover(Duration::from_secs(1)), Duration::from_secs(10));
+        assert_eq!(lease_outlasting_failover(Duration::from_secs(3)), Duration::from_secs(10));
+        assert_eq!(lease_outlasting_failover(Duration::from_secs(30)), Duration::from_secs(49));
+    }
 }
