@@ -5,7 +5,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{backfills, hooks, jobs, output, runs, status, trigger, usage};
+use crate::api::{backfills, hooks, jobs, output, runs, status, trigger, usage, workers};
 use crate::cluster_api;
 
 #[derive(OpenApi)]
@@ -14,7 +14,7 @@ use crate::cluster_api;
         title = "gnomon",
         description = "Distributed job scheduler: exactly-once firing per (job, scheduled time), at-least-once execution. \
             Every error is {\"error\": {\"code\", \"message\"}}. Calls need a bearer credential when the server has any \
-            (viewer: reads; operator: triggers, pause, resume, cancel; admin: jobs and the cluster)."
+            (viewer: reads; operator: triggers, pause, resume, cancel; admin: jobs, the cluster and worker ids)."
     ),
     paths(
         jobs::create_job, jobs::list_jobs, jobs::get_job, jobs::put_job,
@@ -22,7 +22,8 @@ use crate::cluster_api;
         jobs::preview_schedule, hooks::hook,
         backfills::create_backfill, backfills::list_backfills, backfills::get_backfill, backfills::cancel_backfill,
         runs::list_runs, runs::get_run, output::run_output, runs::cancel_run,
-        status::list_workers, usage::list_usage, usage::get_usage, status::whoami, status::leader, status::healthz, status::readyz,
+        status::list_workers, workers::release_worker,
+        usage::list_usage, usage::get_usage, status::whoami, status::leader, status::healthz, status::readyz,
         cluster_api::status, cluster_api::add_learner, cluster_api::promote, cluster_api::remove,
     ),
     components(schemas(gnomon_api::ErrorBody, gnomon_api::TriggerAnswer, gnomon_core::schema::JobUpdate)),

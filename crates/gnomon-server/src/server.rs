@@ -81,6 +81,7 @@ impl Server {
             ready: Arc::default(),
             raft,
             forward: Some(forward),
+            worker_owners: Arc::default(),
         };
         let scheme = if listen.tls.is_some() { "https" } else { "http" };
         tracing::info!("gnomon listening on {scheme}://{local} (console at {scheme}://{local}/, workers connect here too)");

@@ -8,6 +8,25 @@
 //! Worker messages are forwarded to the actor in order; when the stream ends
 //! the actor is told, and the session's lease keeps running until the worker
 //! reconnects or it expires.
+//!
+//! # Worker ids belong to credentials
+//! The first credential to open a session with a worker id owns it, as the
+//! store records it ([`gnomon_backend::WorkerStore`]): every server, after a
+//! restart or a failover too, refuses that id to any other credential
+//! (`permission_denied`, audited) before anything else happens — no
+//! session, no attempt reclaimed. An admin releases an id
+//! (`DELETE /v1/workers/{id}/binding`, `gnomon worker forget`). A server
+//! keeps the bindings it confirmed for a lease ([`WorkerService::owners`]),
+//! so a reconnect asks nothing of the store; a binding it has not confirmed
+//! lately is asked of the store (a read where the id is bound, a write where
+//! it is new), and a store that does not answer refuses the session as
+//! `unavailable` (the worker retries).
+//!
+//! A server with no credentials binds nothing: every worker is the same
+//! anonymous caller, so there is nothing to tell apart, and binding ids to
+//! `anonymous` would lock every existing worker out the day credentials
+//! are turned on. Then the first credential to open a session with an id
+//! binds it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,49 +49,60 @@ pub use crate::outbound::{bounded_stream, Outbound, SessionStream, MAX_QUEUED};
 pub struct WorkerService {
     pub node: NodeHandle,
     pub auth: crate::auth::Authenticator,
-    /// Which credential holds each worker id, and when its session last
-    /// spoke: another credential cannot take the id over while the lease
-    /// could still be running.
+    /// The worker bindings this server confirmed in the store, and when: a
+    /// cache (the store is the record), trusted for a lease, shared with
+    /// the API that releases ids.
     pub owners: Arc<Mutex<Owners>>,
 }
 
-/// Worker id -> (credential name, when its session last spoke).
+/// Worker id -> (the credential the store bound it to, when the store said so).
 pub type Owners = HashMap<String, (Arc<str>, Instant)>;
 
 impl WorkerService {
-    pub fn new(node: NodeHandle, auth: crate::auth::Authenticator) -> Self {
-        Self { node, auth, owners: Arc::default() }
+    pub fn new(node: NodeHandle, auth: crate::auth::Authenticator, owners: Arc<Mutex<Owners>>) -> Self {
+        Self { node, auth, owners }
     }
 
+    /// How long a confirmed binding is trusted without asking the store: an
+    /// id released on another server reaches this one within it.
     fn lease(&self) -> Duration {
         Duration::from_millis(u64::try_from(self.node.config.leader.lease_ttl_ms).unwrap_or(10_000))
     }
 
-    /// Binds `worker` to `credential`, unless another credential's session
-    /// with that id spoke within a lease.
-    #[allow(clippy::result_large_err)] // tonic::Status is what the service returns
-    fn claim(&self, worker: &str, credential: &Arc<str>) -> Result<(), Status> {
+    fn cached(&self) -> std::sync::MutexGuard<'_, Owners> {
+        self.owners.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lets `p` use `worker` if the id is its credential's, or no
+    /// credential's yet (then it becomes its credential's, in the store).
+    /// Another credential's id is refused, and nothing else happens.
+    async fn claim(&self, worker: &str, p: &crate::auth::Principal) -> Result<(), Status> {
+        if !self.auth.enabled() {
+            // No credentials: nothing to tell apart (see the module docs).
+            return Ok(());
+        }
         let lease = self.lease();
-        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((owner, seen)) = owners.get(worker) {
-            if owner != credential && seen.elapsed() < lease {
-                return Err(Status::permission_denied(format!(
-                    "worker id {worker:?} belongs to credential {owner:?} while its lease may still run; \
-                     a worker of credential {credential:?} needs an id of its own"
-                )));
-            }
+        let credential = &p.name;
+        if self.cached().get(worker).is_some_and(|(owner, at)| owner == credential && at.elapsed() < lease) {
+            return Ok(());
+        }
+        let now = self.node.clock.now_millis();
+        let owner = self.node.store.bind_worker(worker, credential, now).await.map_err(|e| {
+            Status::unavailable(format!("the store could not tell which credential worker id {worker:?} belongs to ({e}); retry"))
+        })?;
+        let mut owners = self.cached();
+        if owner != **credential {
+            owners.remove(worker);
+            return Err(Status::permission_denied(format!(
+                "worker id {worker:?} belongs to credential {owner:?}; a worker of credential {credential:?} needs an id of its own \
+                 (an admin releases the id with `gnomon worker forget {worker}`)"
+            )));
         }
         if owners.len() > 100_000 {
-            owners.retain(|_, (_, seen)| seen.elapsed() < lease);
+            owners.retain(|_, (_, at)| at.elapsed() < lease);
         }
         owners.insert(worker.to_string(), (credential.clone(), Instant::now()));
         Ok(())
-    }
-
-    fn seen(&self, worker: &str) {
-        if let Some(entry) = self.owners.lock().unwrap_or_else(|p| p.into_inner()).get_mut(worker) {
-            entry.1 = Instant::now();
-        }
     }
 }
 
@@ -92,6 +122,12 @@ pub fn authorize_worker(p: &crate::auth::Principal, worker_id: Option<&str>) -> 
         }
     }
     Ok(())
+}
+
+/// Whether `id` may be a worker id: 1-[`MAX_WORKER_ID_LEN`] letters,
+/// digits, `-`, `_`, `.`, `:`.
+pub fn valid_worker_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_WORKER_ID_LEN && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
 }
 
 /// Checks a Hello before any state is touched.
@@ -120,10 +156,7 @@ pub fn validate_hello(h: &v1::Hello) -> Result<(), Status> {
             gnomon_proto::limits::MAX_PREFETCH
         )));
     }
-    if h.worker_id.is_empty()
-        || h.worker_id.len() > MAX_WORKER_ID_LEN
-        || !h.worker_id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
-    {
+    if !valid_worker_id(&h.worker_id) {
         return Err(Status::invalid_argument(format!(
             "worker id {:?} must be 1-{MAX_WORKER_ID_LEN} characters of letters, digits, '-', '_', '.', ':'",
             h.worker_id
@@ -178,7 +211,7 @@ impl WorkerService {
         seen.worker.clone_from(&hello.worker_id);
         validate_hello(&hello)?;
         authorize_worker(&principal, Some(&hello.worker_id))?;
-        self.claim(&hello.worker_id, &principal.name)?;
+        self.claim(&hello.worker_id, &principal).await?;
         tracing::info!(target: "gnomon::audit", credential = %principal.name, worker = %hello.worker_id, namespaces = ?principal.namespaces, "worker session opened");
         let (tx, rx) = mpsc::unbounded_channel();
         let Some(commands) = self.node.leader_commands() else {
@@ -198,15 +231,10 @@ impl WorkerService {
             .await
             .map_err(|_| Status::unavailable("leadership changed; reconnect"))?;
         let session = reply_rx.await.map_err(|_| Status::unavailable("leadership changed; reconnect"))??;
-        let me = self.clone();
-        let id = worker.clone();
         tokio::spawn(async move {
             loop {
                 match inbound.message().await {
                     Ok(Some(v1::WorkerMessage { msg: Some(msg) })) => {
-                        if matches!(msg, worker_message::Msg::Heartbeat(_)) {
-                            me.seen(&id);
-                        }
                         if commands.send(LeaderCommand::FromWorker { session: session.clone(), msg }).await.is_err() {
                             return;
                         }

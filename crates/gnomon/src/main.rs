@@ -400,6 +400,14 @@ struct WorkerCommand {
 enum WorkerCmd {
     /// The leader's worker sessions.
     List,
+    /// Release a worker id from the credential it belongs to (the first
+    /// one that opened a session with it), so that the next credential to
+    /// open a session with it takes it. Needs an admin credential not
+    /// limited to namespaces; stop the id's worker first.
+    Forget {
+        /// The worker id.
+        id: String,
+    },
 }
 
 /// `NAME=VALUE` of `--param`: the value as JSON when it is JSON, else as text.
@@ -506,6 +514,7 @@ async fn run(cli: Cli, loaded: config::Loaded) -> anyhow::Result<()> {
                 Command::Run(cmd) => commands::runs(&c, cmd, out).await,
                 Command::Backfill(cmd) => backfill::run(&c, cmd, out).await,
                 Command::Worker(WorkerCommand { cmd: Some(WorkerCmd::List), .. }) => table::workers(&c.get("/v1/workers", &[]).await?, out),
+                Command::Worker(WorkerCommand { cmd: Some(WorkerCmd::Forget { id }), .. }) => commands::forget_worker(&c, &id, out).await,
                 Command::Leader => table::leader(&c.get("/v1/leader", &[]).await?, out),
                 Command::Cluster(cmd) => commands::cluster(&c, cmd, out).await,
                 Command::Dev(_)

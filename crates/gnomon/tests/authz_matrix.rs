@@ -61,6 +61,7 @@ const TABLE: &[(&str, &str, Need, Scope)] = &[
     ("post", "/v1/runs/{id}/cancel", Need::Operator, Scope::Hidden),
     ("post", "/v1/hooks/{namespace}/{job}", Need::Signed, Scope::None),
     ("get", "/v1/workers", Need::Viewer, Scope::None),
+    ("delete", "/v1/workers/{id}/binding", Need::Unrestricted, Scope::None),
     ("get", "/v1/namespaces", Need::Viewer, Scope::None),
     ("get", "/v1/namespaces/{namespace}", Need::Viewer, Scope::Refused),
     ("get", "/v1/whoami", Need::Viewer, Scope::None),

@@ -278,6 +278,12 @@ fn every_answer_matches_the_published_document() {
 
     // Cluster and operations.
     assert_eq!(c.call("GET", "/v1/workers", "/v1/workers", None).0, 200);
+    // A server without credentials binds no worker id to one: the embedded
+    // worker's id has no binding to release.
+    let (status, err) = c.call("DELETE", "/v1/workers/{id}/binding", "/v1/workers/dev-worker/binding", None);
+    assert_eq!((status, err["error"]["code"].as_str()), (404, Some("no_binding")), "{err}");
+    let (status, err) = c.call("DELETE", "/v1/workers/{id}/binding", "/v1/workers/a%20b/binding", None);
+    assert_eq!((status, err["error"]["code"].as_str()), (400, Some("invalid_worker_id")), "{err}");
     assert_eq!(c.call("GET", "/v1/namespaces", "/v1/namespaces", None).0, 200);
     assert_eq!(c.call("GET", "/v1/namespaces/{namespace}", "/v1/namespaces/default", None).0, 200);
     assert_eq!(c.call("GET", "/v1/namespaces/{namespace}", "/v1/namespaces/-bad", None).0, 400);

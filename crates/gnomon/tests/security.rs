@@ -332,9 +332,10 @@ fn worker_credentials_open_only_worker_sessions_under_their_prefix() {
     let (outside, outside_log) = spawn_worker("outside", "pool-b-1", &worker);
     let (wrong_role, wrong_log) = spawn_worker("wrong-role", "pool-a-2", &viewer);
     wait_until("pool-a-1 to connect", Duration::from_secs(30), || workers().contains(&"pool-a-1".to_string()));
-    // Another credential cannot take a worker's id while its lease may
-    // run, even once its heartbeats are late (frozen for 5 s: more than two
-    // heartbeat intervals, less than the 10 s lease).
+    // Another credential cannot take a worker's id (it belongs to the
+    // credential that first opened a session with it), not even while its
+    // heartbeats are late (frozen for 5 s: more than two heartbeat
+    // intervals).
     good.signal(SIGSTOP);
     std::thread::sleep(Duration::from_secs(5));
     let (thief, thief_log) = spawn_worker("thief", "pool-a-1", &other);

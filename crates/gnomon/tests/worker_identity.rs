@@ -118,3 +118,131 @@ fn an_empty_token_is_refused() {
     }
     assert!(!dir.path().join("data").join("gnomon.db").exists(), "nothing was created");
 }
+
+/// `gnomon dev` with the auth file on `addr` (the same address and data
+/// across a restart), once it leads.
+fn dev_at(dir: &std::path::Path, name: &str, addr: &str, auth: &std::path::Path) -> Proc {
+    let args: Vec<String> = [
+        "dev",
+        "--listen",
+        addr,
+        "--data-dir",
+        &dir.join("data").display().to_string(),
+        "--auth-file",
+        &auth.display().to_string(),
+        "--lease-ttl",
+        "30s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let dev = Proc::spawn(dir, name, &args);
+    wait_until("the server to lead", Duration::from_secs(60), || {
+        http(addr, "GET", "/readyz", None).map(|(s, v)| s == 200 && v["leading"] == json!(true)).unwrap_or(false)
+    });
+    dev
+}
+
+/// A worker id belongs to the credential that first opened a session with
+/// it, as the store records it: after the server restarts (its memory
+/// gone), a credential of another namespace is still refused that id, the
+/// refusal is audited, and the id's own worker reconnects and finishes its
+/// attempt. An admin releases the id (`gnomon worker forget`); then another
+/// credential may take it.
+#[test]
+fn a_worker_id_stays_its_first_credentials_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (admin, e1) = new_credential("admin", &["--role", "admin"]);
+    let (worker_a, e2) = new_credential("worker-a", &["--role", "worker", "--namespace", "teama"]);
+    let (worker_b, e3) = new_credential("worker-b", &["--role", "worker", "--namespace", "teamb"]);
+    let file = dir.path().join("auth.toml");
+    std::fs::write(&file, [e1, e2, e3].join("\n\n")).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut server = dev_at(dir.path(), "dev", &addr, &file);
+    let worker = |log: &str, id: &str, token: &str| {
+        let args: Vec<String> = ["worker", "--server", &addr, "--id", id, "--label", "pool=ext", "--data-dir"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([dir.path().join(log).display().to_string()])
+            .collect();
+        Proc::spawn_env(dir.path(), log, &args, &[("GNOMON_TOKEN".into(), token.into())])
+    };
+    let workers = || -> Vec<Value> {
+        http_as(Some(&admin), &addr, "GET", "/v1/workers", None).unwrap().1["workers"].as_array().cloned().unwrap_or_default()
+    };
+    // The teamb worker registers its id and runs a long attempt.
+    let owner = worker("owner", "pool-b-1", &worker_b);
+    wait_until("the teamb worker", Duration::from_secs(30), || workers().iter().any(|w| w["id"] == "pool-b-1"));
+    let long = json!({"name": "long", "namespace": "teamb",
+        "executor": {"shell": {"command": "sh", "args": ["-c", "sleep 6; echo done"]}}, "route": {"labels": {"pool": "ext"}}});
+    let (s, v) = http_as(Some(&admin), &addr, "PUT", "/v1/jobs/long?namespace=teamb", Some(long.to_string().as_bytes())).unwrap();
+    assert_eq!(s, 201, "{v}");
+    let (s, run) = http_as(Some(&admin), &addr, "POST", "/v1/jobs/long/trigger?namespace=teamb", None).unwrap();
+    assert_eq!(s, 201, "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    let run = |id: &str| http_as(Some(&admin), &addr, "GET", &format!("/v1/runs/{id}"), None).unwrap().1;
+    wait_until("the long attempt to run", Duration::from_secs(30), || run(&id)["state"] == "running");
+
+    // The worker holds still (its attempt goes on) while the server restarts.
+    owner.signal(SIGSTOP);
+    server.signal(SIGKILL);
+    server.wait_exit(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(1));
+    let server = dev_at(dir.path(), "dev-2", &addr, &file);
+
+    // The teama credential asks for the teamb worker's id: refused.
+    let intruder = worker("intruder", "pool-b-1", &worker_a);
+    wait_until("the teama credential to be refused the id", Duration::from_secs(30), || {
+        let log = server.log();
+        assert!(
+            !log.lines().any(|l| l.contains("worker session opened") && l.contains("credential=worker-a")),
+            "the teama credential opened a session as pool-b-1 after the restart:\n{log}"
+        );
+        // (The worker logs the reason with its quotes escaped.)
+        intruder.log().contains(r#"worker id \"pool-b-1\" belongs to credential \"worker-b\""#)
+    });
+    wait_until("the refusal to be audited", Duration::from_secs(10), || {
+        server.log().lines().any(|l| l.contains("worker session refused") && l.contains("credential=worker-a") && l.contains("pool-b-1"))
+    });
+    drop(intruder);
+
+    // The id's own worker comes back: its attempt finishes, once.
+    owner.signal(SIGCONT);
+    wait_until("the long run to succeed", Duration::from_secs(60), || run(&id)["state"] == "succeeded");
+    let done = run(&id);
+    let attempts = done["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{done}");
+    assert_eq!((attempts[0]["worker"].as_str(), attempts[0]["state"].as_str()), (Some("pool-b-1"), Some("succeeded")), "{done}");
+    assert!(attempts[0]["output"].as_str().unwrap_or("").contains("done"), "{done}");
+    assert!(
+        !server.log().lines().any(|l| l.contains("worker session opened") && l.contains("credential=worker-a")),
+        "the teama credential never had a session"
+    );
+
+    // An admin releases the id once its worker is gone; then the teama
+    // credential may take it.
+    drop(owner);
+    let cli = |args: &[&str], token: &str| {
+        std::process::Command::new(BIN)
+            .args(["--server", &format!("http://{addr}")])
+            .args(args)
+            .env("GNOMON_TOKEN", token)
+            .output()
+            .unwrap()
+    };
+    let out = cli(&["worker", "forget", "pool-b-1"], &worker_a);
+    assert!(!out.status.success(), "a worker credential releases nothing");
+    let out = cli(&["worker", "forget", "pool-b-1"], &admin);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("pool-b-1"), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = cli(&["worker", "forget", "pool-b-1"], &admin);
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no_binding"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _taken = worker("taken", "pool-b-1", &worker_a);
+    wait_until("the released id to open a teama session", Duration::from_secs(30), || {
+        server.log().lines().any(|l| l.contains("worker session opened") && l.contains("credential=worker-a") && l.contains("pool-b-1"))
+    });
+}

@@ -27,6 +27,7 @@ pub mod state;
 pub(crate) mod status;
 pub(crate) mod trigger;
 pub(crate) mod usage;
+pub(crate) mod workers;
 
 use error::json_errors;
 pub use error::ApiError;
@@ -63,6 +64,7 @@ fn v1_routes() -> Router<ApiState> {
         .route("/runs/{id}/output", get(READ, output::run_output))
         .route("/runs/{id}/cancel", post(Policy::operator("cancelling a run"), runs::cancel_run))
         .route("/workers", get(READ, status::list_workers))
+        .route("/workers/{id}/binding", delete(Policy::UnrestrictedAdmin("releasing a worker id"), workers::release_worker))
         .route("/namespaces", get(READ, usage::list_usage))
         .route("/namespaces/{namespace}", get(READ, usage::get_usage))
         .route("/whoami", get(READ, status::whoami))
@@ -75,9 +77,8 @@ pub fn router(state: ApiState) -> Router {
         .merge(crate::cluster_api::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .layer(axum::middleware::from_fn_with_state(state.clone(), authz::authenticate));
-    let grpc =
-        gnomon_proto::v1::worker_server::WorkerServer::new(crate::sessions::WorkerService::new(state.node.clone(), state.auth.clone()))
-            .max_decoding_message_size(8 << 20);
+    let sessions = crate::sessions::WorkerService::new(state.node.clone(), state.auth.clone(), state.worker_owners.clone());
+    let grpc = gnomon_proto::v1::worker_server::WorkerServer::new(sessions).max_decoding_message_size(8 << 20);
     let mut app = Router::new()
         .nest("/v1", v1)
         // The worker protocol (gRPC over HTTP/2) shares the listener.

@@ -1,5 +1,6 @@
 //! What every handler shares: the node, the credentials, the host policy,
-//! the cached readiness answer, the raft service and the forwarder.
+//! the cached readiness answer, the raft service, the forwarder and the
+//! worker bindings' cache.
 
 use std::sync::Arc;
 
@@ -28,6 +29,9 @@ pub struct ApiState {
     /// How leader-only calls made here reach the leader (`None`: answered
     /// `not_leader`).
     pub forward: Option<Forwarder>,
+    /// The worker bindings the worker service confirmed in the store, as it
+    /// caches them (an id released here leaves the cache at once).
+    pub worker_owners: Arc<std::sync::Mutex<crate::sessions::Owners>>,
 }
 
 impl ApiState {
@@ -41,6 +45,7 @@ impl ApiState {
             ready: Arc::default(),
             raft: None,
             forward: Some(Forwarder::plain()),
+            worker_owners: Arc::default(),
         }
     }
 }

@@ -247,3 +247,13 @@ pub async fn cluster(c: &Client, cmd: ClusterCmd, out: Output) -> anyhow::Result
     };
     table::cluster(&status, out)
 }
+
+/// `gnomon worker forget ID`: releases the worker id's binding.
+pub async fn forget_worker(c: &Client, id: &str, out: Output) -> anyhow::Result<()> {
+    c.call_empty(Method::DELETE, &format!("/v1/workers/{}/binding", path_segment(id)), &[]).await?;
+    match out {
+        Output::Table => println!("released worker id {id}: the next credential to open a session with it takes it"),
+        _ => println!("{}", serde_json::json!({"released": id})),
+    }
+    Ok(())
+}
