@@ -205,7 +205,8 @@ class Sql {
   }
 
   get raise(): string {
-    return `UPDATE ${this.fence} SET attempt = ${this.p(1)}, token = ${this.p(2)} WHERE run_id = ${this.p(3)}`;
+    const now = this.pg ? "now()" : "CURRENT_TIMESTAMP(3)";
+    return `UPDATE ${this.fence} SET attempt = ${this.p(1)}, token = ${this.p(2)}, written_at = ${now} WHERE run_id = ${this.p(3)}`;
   }
 
   get insert(): string {

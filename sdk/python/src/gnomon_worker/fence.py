@@ -241,7 +241,8 @@ class _Sql:
             self.mark = f"INSERT IGNORE INTO {fence} (run_id, attempt, token) VALUES (%s, %s, %s)"
             self.lock = f"SELECT attempt, token FROM {fence} WHERE run_id = %s FOR UPDATE"
         self.read = f"SELECT attempt, token, result FROM {steps} WHERE run_id = %s AND step = %s FOR UPDATE"
-        self.raise_ = f"UPDATE {fence} SET attempt = %s, token = %s WHERE run_id = %s"
+        now = "now()" if dialect == "postgres" else "CURRENT_TIMESTAMP(3)"
+        self.raise_ = f"UPDATE {fence} SET attempt = %s, token = %s, written_at = {now} WHERE run_id = %s"
         self.insert = f"INSERT INTO {steps} (run_id, step, attempt, token) VALUES (%s, %s, %s, %s)"
         self.record = f"UPDATE {steps} SET result = %s WHERE run_id = %s AND step = %s"
 
