@@ -357,7 +357,7 @@ pub(super) async fn cas_transitions_and_terminal_finality(s: &dyn Store) {
             }),
         ),
     ];
-    assert_eq!(s.transition(&fence, &batch).await.expect("batch"), vec![true, true, true, true, true, false]);
+    assert_eq!(s.transition(&fence, &batch).await.expect("batch"), vec![true, true, true, true, false]);
     let detail = s.get_run(&rid).await.expect("get").expect("exists");
     assert_eq!((detail.run.state, detail.run.attempt), (RunState::Succeeded, 2));
     let states: Vec<(u32, AttemptState, &str)> = detail.attempts.iter().map(|a| (a.attempt, a.state, a.worker.as_str())).collect();
