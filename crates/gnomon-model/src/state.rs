@@ -283,11 +283,12 @@ pub struct JobDb {
     /// The worker whose attempt's open transaction holds the run's row lock.
     pub lock: [Option<u8>; MAX_RUNS],
     /// The step record of each run: the attempt that committed it (the
-    /// step-record rule).
+    /// step-record rule's `gnomon_steps` row).
     pub record: [Option<u8>; MAX_RUNS],
-    /// The newest attempt of each run that has started, as registered in
-    /// the database (the step-record rule).
-    pub newest: [u8; MAX_RUNS],
+    /// The newest (attempt, token) of each run known to the database to
+    /// have started: raised when an attempt begins and by every step
+    /// commit (the step-record rule's `gnomon_fence` row).
+    pub newest: [(u8, u8); MAX_RUNS],
     /// The fence row of each run: the (attempt, token) that last wrote (the
     /// old rule).
     pub row: [Option<(u8, u8)>; MAX_RUNS],
