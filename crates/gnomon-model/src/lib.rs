@@ -39,7 +39,9 @@
 //!   to stop it), records reports from an attempt's holder only, and moves
 //!   retrying runs back to pending.
 //! - **Workers** (two, each running one attempt at a time): an up worker
-//!   with a stream and a session is heartbeated and acked every tick. An
+//!   with a stream and a session is heartbeated and acked every tick, and
+//!   handles what reached it on its stream (an assignment, an abort)
+//!   before that ack, as the stream is in order. An
 //!   assignment reaching an up worker starts at once (registering the
 //!   attempt's fence in the job's database); a frozen worker takes it when
 //!   it resumes, and drops it if its fence lapsed meanwhile or its token is

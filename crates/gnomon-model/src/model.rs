@@ -442,6 +442,16 @@ impl AttemptModel {
         if s.leader.is_some() && runs(cfg).any(|r| cfg.due[r] <= s.clock && s.store.runs[r].is_none()) {
             return None;
         }
+        // An up worker handles what reached it on its stream (an assignment
+        // it has a slot for, an abort) before time goes on: the stream is in
+        // order, so before the next heartbeat's ack.
+        let unread = s
+            .workers
+            .iter()
+            .any(|wk| wk.status == Status::Up && (wk.slot.is_some_and(|sl| sl.aborted) || (wk.inbox.is_some() && wk.slot.is_none())));
+        if unread {
+            return None;
+        }
         let last_due = cfg.due.iter().copied().max().unwrap_or(0);
         s.clock = (s.clock + 1).min(last_due + 1);
         let overdue = cfg.timeout + 1;
@@ -499,9 +509,6 @@ impl AttemptModel {
                 }
             }
         }
-        if s.leader.is_some() {
-            s.leader_ticked = true;
-        }
         Some(())
     }
 
@@ -519,7 +526,6 @@ impl AttemptModel {
                 }
                 s.store.fence += 1;
                 s.leader = Some(self.rebuild(&s, s.store.fence, 0, [None; WORKERS]));
-                s.leader_ticked = false;
                 for wk in s.workers.iter_mut() {
                     wk.connected = false;
                 }
@@ -838,7 +844,6 @@ impl Model for AttemptModel {
             clock: 0,
             store: Store { fence: 1, runs: [None; MAX_RUNS], created: [0; MAX_RUNS], stale_landed: false, ended_early: false },
             leader: Some(leader),
-            leader_ticked: false,
             deposed: None,
             workers: [worker; WORKERS],
             db: JobDb::default(),

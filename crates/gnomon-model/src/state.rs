@@ -318,8 +318,6 @@ pub struct State {
     pub store: Store,
     /// The current term's leader, while one is up.
     pub leader: Option<Leader>,
-    /// A tick has passed during the current leader's term.
-    pub leader_ticked: bool,
     /// The token of a deposed leader that has not noticed yet (a write of
     /// it may be on its way).
     pub deposed: Option<u8>,
