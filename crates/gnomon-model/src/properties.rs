@@ -105,7 +105,7 @@ fn at_most_one_live_attempt_per_run(m: &AttemptModel, s: &State) -> bool {
 fn every_due_instant_gets_exactly_one_run(m: &AttemptModel, s: &State) -> bool {
     let once = s.store.created.iter().all(|c| *c <= 1);
     // A leader that has led across a tick has fired what was due before it.
-    let fired =
-        !s.leader.is_some_and(|l| l.age >= 1) || m.cfg.due.iter().enumerate().all(|(r, due)| *due >= s.clock || s.store.runs[r].is_some());
+    let led_across_a_tick = s.leader.is_some_and(|l| l.age >= 1);
+    let fired = !led_across_a_tick || m.cfg.due.iter().enumerate().all(|(r, due)| *due >= s.clock || s.store.runs[r].is_some());
     once && fired
 }
