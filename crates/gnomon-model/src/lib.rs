@@ -3,7 +3,7 @@
 //!
 //! This is not gnomon's code: it is a small, abstract copy of the protocol
 //! that decides who runs a run's attempts — leader terms and the store's
-//! fencing token, assignments, worker sessions and their leases, worker
+//! fencing token, assignments, each worker's session and its lease, worker
 //! self-fencing, the leader's overrun backstop, retries, the rebuild of
 //! the leader's cache and the reclaim of running attempts after a
 //! failover — and of the fenced step a job commits in its own database
@@ -28,22 +28,22 @@
 //!   it may still have one write on its way ([`Action::StaleFire`],
 //!   [`Action::StaleEnd`]), acks nothing, and stops at its first refusal
 //!   (invariant 5). The leader's cache ([`state::Leader`]) holds its
-//!   sessions (a lease each) and, per run, the live attempt's holder or
+//!   workers' session leases and, per run, the live attempt's holder or
 //!   the orphan deadline of an attempt waiting for its worker to reclaim
 //!   it. [`Action::Rebuild`] rebuilds it within a term (a store error,
-//!   invariant 22), keeping the sessions. A leader fires what is due before
-//!   time moves on; it assigns a pending run to a worker with a session
-//!   and a free slot, ends a session whose lease ran out (its attempts
-//!   `lost`), an orphan past its deadline (`lost`) and an attempt past its
-//!   timeout counted from when it began (`timed_out`, and tells its worker
-//!   to stop it), records reports from an attempt's holder only, and moves
-//!   retrying runs back to pending.
+//!   invariant 22), keeping the workers' session leases. A leader fires
+//!   what is due before time moves on; it assigns a pending run to a
+//!   worker with a session and a free slot, ends a session whose lease ran
+//!   out (its attempts `lost`), an orphan past its deadline (`lost`) and
+//!   an attempt past its timeout counted from when it began (`timed_out`,
+//!   and tells its worker to stop it), records reports from an attempt's
+//!   holder only, and moves retrying runs back to pending.
 //! - **Workers** (two, each running one attempt at a time): an up worker
 //!   with a stream and a session is heartbeated and acked every tick, and
 //!   handles what reached it on its stream (an assignment, an abort)
-//!   before that ack, as the stream is in order. An
-//!   assignment reaching an up worker starts at once (registering the
-//!   attempt's fence in the job's database); a frozen worker takes it when
+//!   before that ack, as the stream is in order. An assignment reaching an
+//!   up worker starts at once (registering the attempt's fence in the
+//!   job's database with `begin_attempt`); a frozen worker takes it when
 //!   it resumes, and drops it if its fence lapsed meanwhile or its token is
 //!   below the highest it has seen. A worker whose fence lapsed (no ack for
 //!   `self_fence_after` ticks) kills its attempt and spools it `lost`: an
@@ -87,9 +87,14 @@
 //! The exhaustive check (`tests/check.rs`) runs the fixed protocol with one
 //! scheduled instant, two workers (states that differ only by the
 //! workers' names are explored once), two leader terms, `max_attempts` 2,
-//! and at most one fault per behaviour besides the failover.
-//! `GNOMON_MODEL_FAULTS`, `GNOMON_MODEL_INSTANTS` (2: a second instant due
-//! a tick later) and `GNOMON_MODEL_TIMEOUT` raise it.
+//! and at most one fault per behaviour besides the failover: 874,831
+//! states, about 12 s in a debug build. `GNOMON_MODEL_FAULTS=2` checks
+//! two faults (10,092,704 states, about 3 minutes) and
+//! `GNOMON_MODEL_TIMEOUT` a longer timeout. Two instants (the second due a
+//! tick after the first) are checked for every behaviour of up to 12
+//! steps (`GNOMON_MODEL_DEPTH`), about 1.5 million states. A state where
+//! every run has ended, no worker holds or is sent anything and no deposed
+//! leader has a write on its way has no successor.
 //!
 //! # Properties
 //!
@@ -97,7 +102,7 @@
 //!
 //! | property | holds because (in gnomon) |
 //! | --- | --- |
-//! | `at_most_one_live_attempt_per_run`: in the store only the run's current attempt is assigned or running; of the workers, at most one runs an attempt of the run that it would keep running (up, fence not lapsed, within its timeout) | CAS transitions in the store (invariant 3); one holder per attempt (`RunBook`, invariant 24); leases end a session only a full lease after its last heartbeat (`leader/sessions.rs`, `leader/workers.rs` `plan_expiries`, invariant 25), and orphans wait a lease from the term's start (`leader/runs.rs` `recover`) while the worker fences itself within 0.7 × the lease (`gnomon-worker/src/session/mod.rs` `fence_lapsed`, `fence_self`, the watchdog in `connect.rs`, invariant 32); a `Hello` reclaims only the current attempt (`leader/workers.rs` `open_session`) |
+//! | `at_most_one_live_attempt_per_run`: in the store only the run's current attempt is assigned or running; of the workers, at most one runs an attempt of the run that it would keep running (up, fence not lapsed, within its timeout) | CAS transitions in the store (invariant 3); one holder per attempt (`RunBook`, invariant 24); leases end a session only a full lease after its last heartbeat (`leader/workers.rs` `plan_expiries`, invariant 25), and orphans wait a lease from the term's start (`leader/runs.rs` `recover`) while the worker fences itself within 0.7 × the lease (`gnomon-worker/src/session/mod.rs` `fence_lapsed`, `fence_self`, the watchdog in `connect.rs`, invariant 32); a `Hello` reclaims only the current attempt (`leader/workers.rs` `open_session`) |
 //! | `no_stale_token_write_lands`: no write lands with a token below the fence | every leader write is fenced in its transaction (`gnomon-backend` `LeaderWrites`, invariant 2); tokens only grow and are fenced before a term starts (invariant 5) |
 //! | `live_worker_attempt_never_ended_early`: an attempt whose worker, since it started, was never paused, killed or cut off and kept its acks is never ended `lost` or `timed_out` by the leader before its timeout counted from its start | the overrun backstop counts from `OpenRun::began_at` (`leader/workers.rs` `expire_overruns`), which `recover` restores from the store (`RunBook::restore_attempt_times`, invariant 24); leases and orphan deadlines as above |
 //! | `step_commits_at_most_once`: each run's step commits its effect at most once | `gnomon-fence`'s step record, `begin_attempt` and the row lock (invariant 47) |

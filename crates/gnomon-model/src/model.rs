@@ -37,7 +37,8 @@ pub struct Config {
     /// The job's timeout, in ticks, counted from an attempt's start.
     pub timeout: u8,
     /// The leader may rebuild its cache from the store within a term (a
-    /// store error), keeping its sessions; each rebuild spends a fault.
+    /// store error), keeping each worker's session; each rebuild spends a
+    /// fault.
     pub rebuilds: bool,
     /// The defect: a rebuild forgets when live attempts began (an orphan
     /// counts from the epoch, so it is overdue at once; an attempt whose
@@ -99,7 +100,7 @@ pub enum Action {
     /// The leader's process dies (a new term follows).
     Crash,
     /// The leader rebuilds its cache from the store (a store error),
-    /// keeping its sessions.
+    /// keeping each worker's session.
     Rebuild,
     /// The leader fires an instant: creates its run, keyed by the instant
     /// (a second fire is refused).
@@ -330,7 +331,7 @@ impl AttemptModel {
     /// The leader's cache rebuilt from the store (`recover`): a live
     /// attempt whose worker has a session here is held by it; any other
     /// waits for its worker until a lease after the term began.
-    fn rebuild(&self, s: &State, token: u8, age: u8, sessions: [Option<u8>; WORKERS]) -> Leader {
+    fn rebuild(&self, s: &State, token: u8, age: u8, leases: [Option<u8>; WORKERS]) -> Leader {
         let mut cache = [LeaderRun::default(); MAX_RUNS];
         for r in runs(&self.cfg) {
             let Some(run) = s.store.runs[r] else { continue };
@@ -338,14 +339,14 @@ impl AttemptModel {
                 continue;
             }
             let a = run.current().expect("a live attempt");
-            let held_here = sessions[usize::from(a.worker)].is_some();
+            let held_here = leases[usize::from(a.worker)].is_some();
             let holder = if held_here { Holder::Held(a.worker) } else { Holder::Orphan { left: (self.cfg.lease + 1).saturating_sub(age) } };
             // The defect: the start is forgotten. An orphan counts from the
             // epoch (overdue), one held here from the rebuild.
             let began_age = self.cfg.rebuild_forgets_start.then_some(if held_here { 0 } else { self.cfg.timeout + 1 });
             cache[r] = LeaderRun { holder, began_age };
         }
-        Leader { token, age, sessions, runs: cache }
+        Leader { token, age, leases, runs: cache }
     }
 
     /// The worker takes the assignment sent to it and starts it, or drops it.
@@ -472,7 +473,7 @@ impl AttemptModel {
                     *b = (*b + 1).min(overdue);
                 }
             }
-            for left in l.sessions.iter_mut().flatten() {
+            for left in l.leases.iter_mut().flatten() {
                 *left = left.saturating_sub(1);
             }
         }
@@ -489,8 +490,8 @@ impl AttemptModel {
             // Heartbeats are periodic: an up worker with a stream and a
             // session to the leader is acked every tick.
             if let Some(l) = s.leader.as_mut() {
-                if wk.status == Status::Up && wk.connected && l.sessions[w].is_some() {
-                    l.sessions[w] = Some(cfg.lease + 1);
+                if wk.status == Status::Up && wk.connected && l.leases[w].is_some() {
+                    l.leases[w] = Some(cfg.lease + 1);
                     wk.ack_age = 0;
                 }
             }
@@ -544,7 +545,7 @@ impl AttemptModel {
                 if !cfg.rebuilds || !self.fault(&mut s) {
                     return None;
                 }
-                s.leader = Some(self.rebuild(&s, l.token, l.age, l.sessions));
+                s.leader = Some(self.rebuild(&s, l.token, l.age, l.leases));
             }
             Action::Fire(i) => {
                 let i = usize::from(i);
@@ -568,7 +569,7 @@ impl AttemptModel {
                 let st = s.store.runs[r]?;
                 let busy = l.runs.iter().any(|lr| lr.holder == Holder::Held(worker));
                 if st.state != RunState::Pending
-                    || l.sessions[w].is_none()
+                    || l.leases[w].is_none()
                     || !s.workers[w].connected
                     || busy
                     || s.workers[w].inbox.is_some()
@@ -600,10 +601,10 @@ impl AttemptModel {
             Action::ExpireLease(worker) => {
                 let w = usize::from(worker);
                 let l = s.leader?;
-                if l.sessions[w] != Some(0) {
+                if l.leases[w] != Some(0) {
                     return None;
                 }
-                s.leader.as_mut().expect("the leader").sessions[w] = None;
+                s.leader.as_mut().expect("the leader").leases[w] = None;
                 s.workers[w].connected = false;
                 for r in runs(cfg) {
                     if l.runs[r].holder == Holder::Held(worker) {
@@ -697,7 +698,7 @@ impl AttemptModel {
                         Self::drop_slot(&mut s, w);
                     }
                 }
-                s.leader.as_mut().expect("the leader").sessions[w] = Some(cfg.lease + 1);
+                s.leader.as_mut().expect("the leader").leases[w] = Some(cfg.lease + 1);
                 let wk = &mut s.workers[w];
                 wk.connected = true;
                 wk.ack_age = 0;
@@ -839,7 +840,7 @@ impl Model for AttemptModel {
     fn init_states(&self) -> Vec<State> {
         let lease_left = Some(self.cfg.lease + 1);
         let worker = Worker { status: Status::Up, connected: true, ack_age: 0, max_token: 1, inbox: None, slot: None };
-        let leader = Leader { token: 1, age: 0, sessions: [lease_left; WORKERS], runs: [LeaderRun::default(); MAX_RUNS] };
+        let leader = Leader { token: 1, age: 0, leases: [lease_left; WORKERS], runs: [LeaderRun::default(); MAX_RUNS] };
         vec![State {
             clock: 0,
             store: Store { fence: 1, runs: [None; MAX_RUNS], created: [0; MAX_RUNS], stale_landed: false, ended_early: false },

@@ -189,8 +189,9 @@ pub struct Leader {
     pub token: u8,
     /// Ticks since its term began (capped at the lease + 1).
     pub age: u8,
-    /// Its worker sessions: ticks until each lease has run out (0: run out).
-    pub sessions: [Option<u8>; WORKERS],
+    /// Each worker's session, by its lease: ticks until the lease has run
+    /// out (0: run out; `None`: no session).
+    pub leases: [Option<u8>; WORKERS],
     /// Its cache of each run.
     pub runs: [LeaderRun; MAX_RUNS],
 }
@@ -350,7 +351,7 @@ impl State {
             }
         }
         if let Some(l) = s.leader.as_mut() {
-            l.sessions.swap(0, 1);
+            l.leases.swap(0, 1);
             for r in l.runs.iter_mut() {
                 r.holder = match r.holder {
                     Holder::Held(w) => Holder::Held(sw(w)),
