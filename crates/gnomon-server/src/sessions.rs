@@ -211,14 +211,18 @@ impl WorkerService {
         seen.worker.clone_from(&hello.worker_id);
         validate_hello(&hello)?;
         authorize_worker(&principal, Some(&hello.worker_id))?;
-        self.claim(&hello.worker_id, &principal).await?;
-        tracing::info!(target: "gnomon::audit", credential = %principal.name, worker = %hello.worker_id, namespaces = ?principal.namespaces, "worker session opened");
         let (tx, rx) = mpsc::unbounded_channel();
+        // A follower redirects at once, before the store is asked whose the
+        // id is: during a failover the store may be slow to answer, and a
+        // worker must reach the new leader well within its fence to keep its
+        // attempts. The leader binds the id before the session opens.
         let Some(commands) = self.node.leader_commands() else {
             let address = self.node.leader_address().await.unwrap_or_default();
             let _ = tx.send(Ok(v1::ServerMessage { msg: Some(server_message::Msg::NotLeader(v1::NotLeader { leader_address: address })) }));
             return Ok(Response::new(bounded_stream(rx, hello.worker_id.clone())));
         };
+        self.claim(&hello.worker_id, &principal).await?;
+        tracing::info!(target: "gnomon::audit", credential = %principal.name, worker = %hello.worker_id, namespaces = ?principal.namespaces, "worker session opened");
         let worker = hello.worker_id.clone();
         let (reply_tx, reply_rx) = oneshot::channel();
         commands

@@ -467,7 +467,10 @@ fn a_long_attempt_survives_a_leader_kill_and_a_worker_pause_on_raft() {
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while !running() {
-            assert!(std::time::Instant::now() < deadline, "the long runs never ran; worker log:\n{}", worker.log());
+            if std::time::Instant::now() >= deadline {
+                let members: Vec<String> = c.procs.iter().flatten().map(|p| p.log()).collect();
+                panic!("the long runs never ran; worker log:\n{}\nmembers:\n{}", worker.log(), members.join("\n-----\n"));
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
         if fault == "leader kill" {
@@ -490,6 +493,6 @@ fn a_long_attempt_survives_a_leader_kill_and_a_worker_pause_on_raft() {
     for id in &ids {
         let (_, v) = http(&c.addr(c.any_live()), "GET", &format!("/v1/runs/{id}"), None).unwrap();
         assert_eq!(v["state"], json!("succeeded"), "{v:#}\nworker log:\n{}", worker.log());
-        assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1), "ended early and ran again: {v:#}");
+        assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1), "ended early and ran again: {v:#}\nworker log:\n{}", worker.log());
     }
 }
