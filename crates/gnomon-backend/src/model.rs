@@ -145,6 +145,28 @@ pub fn is_keyed_run_id(id: &str) -> bool {
 /// widest tolerance.
 pub const KEYED_RUN_HOLD_MS: Millis = 2 * 3_600_000;
 
+/// A keyed run that has ended and is still held ([`KEYED_RUN_HOLD_MS`]):
+/// retention keeps it, so the leader counts it in its namespace's
+/// `open_runs` and `open_bytes` until its hold ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptRun {
+    pub namespace: String,
+    pub fired_at: Millis,
+    /// Its params' and payload's bytes.
+    pub bytes: u64,
+}
+
+impl KeptRun {
+    /// The kept record of run `id`, if it is a keyed run held at `since`.
+    pub fn of(id: &str, namespace: &str, fired_at: Millis, params: Option<&str>, payload: Option<&str>, since: Millis) -> Option<KeptRun> {
+        (is_keyed_run_id(id) && fired_at >= since).then(|| KeptRun {
+            namespace: namespace.to_string(),
+            fired_at,
+            bytes: (params.map_or(0, str::len) + payload.map_or(0, str::len)) as u64,
+        })
+    }
+}
+
 /// The id of the dependency run of `job_uid` at the upstream instant
 /// `scheduled_at`: one per (job, instant), however many upstream runs of
 /// that instant make it, and apart from the job's scheduled and manual ids

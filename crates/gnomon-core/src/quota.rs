@@ -5,12 +5,15 @@
 //! | quota | counts | default |
 //! | --- | --- | --- |
 //! | `request_bytes` | params and payload of every run one request creates, its downstream runs included | 8 MiB |
-//! | `open_runs` | open runs (pending, waiting, retrying, running) plus the instants running backfills have still to create | 100,000 |
+//! | `open_runs` | open runs (pending, waiting, retrying, running), keyed runs still held after they ended, plus the instants running backfills have still to create | 100,000 |
+//! | `open_bytes` | params and payload bytes of the open runs and of the keyed runs still held | 256 MiB |
 //! | `backfills` | backfills running at once | 4 |
 //! | `downstream_runs` | dependency runs one run makes (the jobs that run after its job, at any depth) | 100 |
 //!
 //! A request over a quota is refused whole ([`QuotaExceeded`]) and writes
-//! nothing. Quotas are set with `--quota [NAMESPACE:]NAME=VALUE`: without a
+//! nothing. A trigger is also refused (as [`QuotaName::Backlog`]) while its
+//! namespace's backlog is past backpressure's red line, which is no quota
+//! of its own: `--max-pending` sets it for every namespace. Quotas are set with `--quota [NAMESPACE:]NAME=VALUE`: without a
 //! namespace a value is the default of every namespace, with one it is that
 //! namespace's own. Pure: the leader counts, this decides.
 
@@ -26,8 +29,11 @@ pub struct Quota {
     /// The params and payload bytes of every run one request creates
     /// (its downstream runs included).
     pub request_bytes: u64,
-    /// Open runs, plus the instants running backfills have still to create.
+    /// Open runs and held keyed runs, plus the instants running backfills
+    /// have still to create.
     pub open_runs: u64,
+    /// The params and payload bytes of the open runs and held keyed runs.
+    pub open_bytes: u64,
     /// Backfills running at once.
     pub backfills: u64,
     /// Dependency runs one run makes, at any depth.
@@ -36,7 +42,7 @@ pub struct Quota {
 
 impl Default for Quota {
     fn default() -> Self {
-        Self { request_bytes: 8 << 20, open_runs: 100_000, backfills: 4, downstream_runs: 100 }
+        Self { request_bytes: 8 << 20, open_runs: 100_000, open_bytes: 256 << 20, backfills: 4, downstream_runs: 100 }
     }
 }
 
@@ -49,23 +55,32 @@ pub enum QuotaName {
     RequestBytes,
     /// [`Quota::open_runs`].
     OpenRuns,
+    /// [`Quota::open_bytes`].
+    OpenBytes,
     /// [`Quota::backfills`].
     Backfills,
     /// [`Quota::downstream_runs`].
     DownstreamRuns,
+    /// A namespace's backlog (pending and waiting runs) past backpressure's
+    /// red line: not set with `--quota` (`--max-pending` sets the line),
+    /// and not in [`QuotaName::ALL`].
+    Backlog,
 }
 
 impl QuotaName {
-    /// Every quota, in the order the API lists them.
-    pub const ALL: [QuotaName; 4] = [QuotaName::RequestBytes, QuotaName::OpenRuns, QuotaName::Backfills, QuotaName::DownstreamRuns];
+    /// Every quota set with `--quota`, in the order the API lists them.
+    pub const ALL: [QuotaName; 5] =
+        [QuotaName::RequestBytes, QuotaName::OpenRuns, QuotaName::OpenBytes, QuotaName::Backfills, QuotaName::DownstreamRuns];
 
     /// The name as flags, the API and metrics write it.
     pub fn as_str(self) -> &'static str {
         match self {
             QuotaName::RequestBytes => "request_bytes",
             QuotaName::OpenRuns => "open_runs",
+            QuotaName::OpenBytes => "open_bytes",
             QuotaName::Backfills => "backfills",
             QuotaName::DownstreamRuns => "downstream_runs",
+            QuotaName::Backlog => "backlog",
         }
     }
 
@@ -79,7 +94,7 @@ impl QuotaName {
     /// to wait a minute (and to ask for less).
     pub fn retry_after_secs(self) -> u64 {
         match self {
-            QuotaName::OpenRuns | QuotaName::Backfills => 5,
+            QuotaName::OpenRuns | QuotaName::OpenBytes | QuotaName::Backfills | QuotaName::Backlog => 5,
             QuotaName::RequestBytes | QuotaName::DownstreamRuns => 60,
         }
     }
@@ -92,13 +107,16 @@ impl fmt::Display for QuotaName {
 }
 
 impl Quota {
-    /// The limit of quota `name`.
+    /// The limit of quota `name` ([`QuotaName::Backlog`] has none here:
+    /// no limit).
     pub fn limit(&self, name: QuotaName) -> u64 {
         match name {
             QuotaName::RequestBytes => self.request_bytes,
             QuotaName::OpenRuns => self.open_runs,
+            QuotaName::OpenBytes => self.open_bytes,
             QuotaName::Backfills => self.backfills,
             QuotaName::DownstreamRuns => self.downstream_runs,
+            QuotaName::Backlog => u64::MAX,
         }
     }
 
@@ -106,8 +124,10 @@ impl Quota {
         match name {
             QuotaName::RequestBytes => self.request_bytes = value,
             QuotaName::OpenRuns => self.open_runs = value,
+            QuotaName::OpenBytes => self.open_bytes = value,
             QuotaName::Backfills => self.backfills = value,
             QuotaName::DownstreamRuns => self.downstream_runs = value,
+            QuotaName::Backlog => {}
         }
     }
 
@@ -181,7 +201,7 @@ impl Quotas {
             })?;
             let value = value.trim();
             let value = match name {
-                QuotaName::RequestBytes => crate::spec::parse_bytes(value),
+                QuotaName::RequestBytes | QuotaName::OpenBytes => crate::spec::parse_bytes(value),
                 _ => value.replace('_', "").parse::<u64>().map_err(|_| format!("{value:?} is not a whole number")),
             }
             .map_err(|e| format!("quota {spec:?}: {e}"))?;
@@ -213,8 +233,10 @@ mod tests {
     fn a_namespace_value_overrides_the_default_in_any_order() {
         let q = Quotas::parse(&["team-a:open_runs=500", "open_runs=20_000", "backfills=2", "request_bytes=1MiB", "team-a:backfills=9"])
             .unwrap();
-        assert_eq!(q.of("team-a"), Quota { request_bytes: 1 << 20, open_runs: 500, backfills: 9, downstream_runs: 100 });
-        assert_eq!(q.of("other"), Quota { request_bytes: 1 << 20, open_runs: 20_000, backfills: 2, downstream_runs: 100 });
+        let d = Quota::default();
+        assert_eq!(q.of("team-a"), Quota { request_bytes: 1 << 20, open_runs: 500, backfills: 9, ..d });
+        assert_eq!(q.of("other"), Quota { request_bytes: 1 << 20, open_runs: 20_000, backfills: 2, ..d });
+        assert_eq!(Quotas::parse(&["team-b:open_bytes=1GiB"]).unwrap().of("team-b").open_bytes, 1 << 30);
         assert_eq!(q.namespaces().collect::<Vec<_>>(), ["team-a"]);
         assert_eq!(Quotas::parse::<&str>(&[]).unwrap().of("x"), Quota::default());
     }
@@ -228,6 +250,7 @@ mod tests {
             ("open_runs=0", "at least 1"),
             ("request_bytes=lots", "request_bytes"),
             ("Bad Name:open_runs=5", "namespace"),
+            ("backlog=5", "unknown quota"),
         ] {
             let e = Quotas::parse(&[spec]).unwrap_err();
             assert!(e.contains(says), "{spec}: {e}");

@@ -212,3 +212,105 @@ fn a_flooded_namespace_neither_defers_another_namespaces_fires_nor_takes_its_slo
         ticks.iter().filter(|(at, _, _)| *at < created + 16_000).all(|(_, _, state)| state == "succeeded")
     });
 }
+
+/// Sends a signed webhook call of `body` to job `job` of namespace `small`.
+fn hook_call(addr: &str, job: &str, body: &str) -> (u16, String, Value) {
+    let ts = now_ms();
+    let sig = sign(SECRET, "small", job, ts, "", body.as_bytes());
+    let ts_text = ts.to_string();
+    let headers = [("Gnomon-Timestamp", ts_text.as_str()), ("Gnomon-Signature", sig.as_str())];
+    http_head(None, addr, "POST", &format!("/v1/hooks/small/{job}"), &headers, Some(body.as_bytes())).unwrap()
+}
+
+fn keyed(addr: &str, job: &str, key: &str) -> (u16, Value) {
+    let (status, _, v) =
+        http_head(None, addr, "POST", &format!("/v1/jobs/{job}/trigger?namespace=small"), &[("Idempotency-Key", key)], Some(b"{}"))
+            .unwrap();
+    (status, v)
+}
+
+#[test]
+fn held_keyed_runs_and_open_bytes_count_against_the_quotas_through_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = [("GNOMON_HOOK_SECRET_small__HOOK", SECRET)];
+    let quotas = ["--quota", "small:open_runs=4,small:open_bytes=2KiB"];
+    let (mut server, addr) = dev(dir.path(), &quotas, &hook);
+    let (s, v) = post(&addr, "/v1/jobs", json!({"name": "quick", "namespace": "small", "executor": {"handler": {"name": "noop"}}}));
+    assert_eq!(s, 201, "{v}");
+    let absent = json!({"handler": {"name": "no-worker-has-this"}});
+    let (s, v) = post(
+        &addr,
+        "/v1/jobs",
+        json!({"name": "stuck", "namespace": "small", "executor": absent, "triggers": {"webhook": {"secret": "hook"}}}),
+    );
+    assert_eq!(s, 201, "{v}");
+
+    // open_bytes: a webhook call's payload stays counted while its run is
+    // open; a second that would pass 2 KiB is refused and writes nothing.
+    let blob = |c: char| format!(r#"{{"blob":"{}"}}"#, c.to_string().repeat(1200));
+    let (s, _, v) = hook_call(&addr, "stuck", &blob('a'));
+    assert!(s == 200 || s == 201, "{s} {v}");
+    let before = held(&addr, "small");
+    let (s, head, v) = hook_call(&addr, "stuck", &blob('b'));
+    assert_eq!((s, v["error"]["quota"]["quota"].as_str()), (429, Some("open_bytes")), "{v}");
+    assert!(head.to_ascii_lowercase().contains("retry-after: 5"), "{head}");
+    assert_eq!(held(&addr, "small"), before, "a refused call wrote");
+
+    // Keyed runs that ended are held, and count: three succeed, and with
+    // the open webhook run the namespace is at its 4 open runs.
+    for key in ["k1", "k2", "k3"] {
+        let (s, v) = keyed(&addr, "quick", key);
+        assert_eq!(s, 201, "{key}: {v}");
+    }
+    let usage = |addr: &str| http(addr, "GET", "/v1/namespaces/small", None).unwrap().1;
+    wait_until("the keyed runs to end and be counted as kept", Duration::from_secs(30), || usage(&addr)["runs"]["kept"] == 3);
+    let check_held = |addr: &str| {
+        let u = usage(addr);
+        assert_eq!(
+            (u["open_runs"].as_u64(), u["runs"]["pending"].as_u64(), u["runs"]["active"].as_u64()),
+            (Some(4), Some(1), Some(0)),
+            "{u}"
+        );
+        assert!(u["runs"]["bytes"].as_u64().unwrap() > 1200, "the open webhook run's payload counts: {u}");
+        refused_by(addr, "open_runs", "/v1/jobs/quick/trigger?namespace=small", &[("Idempotency-Key", "k4")], b"{}");
+        refused_by(addr, "open_runs", "/v1/jobs/quick/trigger?namespace=small", &[], b"{}");
+        // A repeat of a held key is answered with its run, not refused.
+        let (s, v) = keyed(addr, "quick", "k1");
+        assert_eq!((s, v["state"].as_str()), (200, Some("succeeded")), "{v}");
+    };
+    check_held(&addr);
+    // A new term rebuilds the same counts from the store.
+    server.signal(SIGTERM);
+    server.wait_exit(Duration::from_secs(30));
+    let (_server, addr) = dev(dir.path(), &quotas, &hook);
+    wait_until("the rebuilt leader to count the kept runs", Duration::from_secs(30), || usage(&addr)["runs"]["kept"] == 3);
+    check_held(&addr);
+}
+
+#[test]
+fn a_namespace_past_its_backlog_line_refuses_triggers_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = [("GNOMON_HOOK_SECRET_small__HOOK", SECRET)];
+    let (_server, addr) = dev(dir.path(), &["--max-pending", "10"], &hook);
+    let absent = json!({"handler": {"name": "no-worker-has-this"}});
+    for ns in ["small", "calm"] {
+        let (s, v) = post(
+            &addr,
+            "/v1/jobs",
+            json!({"name": "stuck", "namespace": ns, "executor": absent, "triggers": {"webhook": {"secret": "hook"}}}),
+        );
+        assert_eq!(s, 201, "{v}");
+    }
+    // 9 pending runs: the red line (90 % of 10).
+    let (s, v) = post(&addr, "/v1/jobs/stuck/trigger?namespace=small&count=9", json!({}));
+    assert_eq!(s, 201, "{v}");
+    wait_until("namespace small to turn red", Duration::from_secs(30), || {
+        http(&addr, "GET", "/v1/namespaces/small", None).unwrap().1["pressure"] == "red"
+    });
+    refused_by(&addr, "backlog", "/v1/jobs/stuck/trigger?namespace=small", &[], b"{}");
+    refused_by(&addr, "backlog", "/v1/jobs/stuck/trigger?namespace=small", &[("Idempotency-Key", "later")], b"{}");
+    let (s, _, v) = hook_call(&addr, "stuck", "{}");
+    assert_eq!((s, v["error"]["quota"]["quota"].as_str()), (429, Some("backlog")), "{v}");
+    let (s, v) = post(&addr, "/v1/jobs/stuck/trigger?namespace=calm", json!({}));
+    assert_eq!(s, 201, "another namespace is let in: {v}");
+}

@@ -397,6 +397,10 @@ impl RunStore for EtcdStore {
         self.attempts_live().await
     }
 
+    async fn kept_keyed_runs(&self, since: Millis) -> Result<Vec<KeptRun>, StoreError> {
+        self.kept_runs(since).await
+    }
+
     async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError> {
         self.cancelling().await
     }

@@ -122,6 +122,39 @@ impl EtcdStore {
         Ok(runs)
     }
 
+    /// The ended keyed runs fired at or after `since`: the run index walked
+    /// newest first a page at a time, reading the keyed runs and each
+    /// page's oldest run (whose fire time says whether to go on).
+    pub(super) async fn kept_runs(&self, since: Millis) -> Result<Vec<KeptRun>, StoreError> {
+        const PAGE: i64 = 500;
+        let mut out = Vec::new();
+        let mut end = self.k("idx/seq0");
+        loop {
+            let page = self
+                .get(
+                    self.k("idx/seq/"),
+                    Some(GetOptions::new().with_range(end.clone()).with_sort(SortTarget::Key, SortOrder::Descend).with_limit(PAGE)),
+                )
+                .await?;
+            let entries: Vec<(String, String)> =
+                page.kvs().iter().filter_map(|kv| Some((kv.key_str().ok()?.to_string(), kv.value_str().ok()?.to_string()))).collect();
+            let Some((oldest_key, oldest)) = entries.last().cloned() else { return Ok(out) };
+            let mut ids: Vec<String> = entries.into_iter().map(|(_, id)| id).filter(|id| crate::is_keyed_run_id(id)).collect();
+            ids.push(oldest.clone());
+            let runs = self.read_runs(&ids).await?;
+            for id in ids.iter().filter(|id| crate::is_keyed_run_id(id)) {
+                if let Some((run, _)) = runs.get(id).filter(|(run, _)| run.state.is_terminal()) {
+                    out.extend(KeptRun::of(id, &run.namespace, run.fired_at, run.params.as_deref(), run.payload.as_deref(), since));
+                }
+            }
+            let done = runs.get(&oldest).is_some_and(|(run, _)| run.fired_at < since);
+            if done || (page.kvs().len() as i64) < PAGE {
+                return Ok(out);
+            }
+            end = oldest_key;
+        }
+    }
+
     pub(super) async fn attempts_live(&self) -> Result<Vec<LiveAttempt>, StoreError> {
         // The live runs' current attempts, read in batches (not a get per run).
         let live: Vec<(String, u32)> = self

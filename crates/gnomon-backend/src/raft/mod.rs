@@ -491,6 +491,10 @@ impl RunStore for RaftStore {
     async fn live_attempts(&self) -> Result<Vec<LiveAttempt>, StoreError> {
         self.read().await?.live_attempts().await
     }
+
+    async fn kept_keyed_runs(&self, since: Millis) -> Result<Vec<KeptRun>, StoreError> {
+        self.read().await?.kept_keyed_runs(since).await
+    }
 }
 
 #[async_trait]

@@ -328,6 +328,38 @@ impl From<LiveAttemptRow> for crate::LiveAttempt {
     }
 }
 
+/// A run as the walk for kept keyed runs reads it (`id, namespace,
+/// state, fired_at`, and a keyed run's `params, payload`).
+#[derive(Debug, sqlx::FromRow)]
+pub struct KeptRow {
+    pub seq: i64,
+    id: Text,
+    namespace: Text,
+    state: Text,
+    fired_at: i64,
+    params: Option<Text>,
+    payload: Option<Text>,
+}
+
+impl KeptRow {
+    /// When the run was fired.
+    pub fn fired_at(&self) -> gnomon_core::Millis {
+        self.fired_at
+    }
+
+    /// The run's kept record, if it is a keyed run that has ended and was
+    /// fired at or after `since`.
+    pub fn kept(&self, since: gnomon_core::Millis) -> Result<Option<crate::KeptRun>, StoreError> {
+        if !parsed("run state", &self.state.0, RunState::parse)?.is_terminal() {
+            return Ok(None);
+        }
+        fn text(t: &Option<Text>) -> Option<&str> {
+            t.as_ref().map(|t| t.0.as_str())
+        }
+        Ok(crate::KeptRun::of(&self.id.0, &self.namespace.0, self.fired_at, text(&self.params), text(&self.payload), since))
+    }
+}
+
 /// A job's name and its spec when the spec may have edges (`name, edges`).
 #[derive(Debug, sqlx::FromRow)]
 pub struct EdgesRow {

@@ -135,6 +135,7 @@ pub trait TableRows:
     + Decodes<decode::BackfillsRow>
     + Decodes<decode::HeadRow>
     + Decodes<decode::LiveAttemptRow>
+    + Decodes<decode::KeptRow>
     + Decodes<decode::EdgesRow>
 {
 }
@@ -149,6 +150,7 @@ impl<R> TableRows for R where
         + Decodes<decode::BackfillsRow>
         + Decodes<decode::HeadRow>
         + Decodes<decode::LiveAttemptRow>
+        + Decodes<decode::KeptRow>
         + Decodes<decode::EdgesRow>
 {
 }

@@ -5,9 +5,9 @@ use async_trait::async_trait;
 use gnomon_core::Millis;
 
 use super::backend::{Backend, SqlStore};
-use super::decode::{attempt_from_row, run_from_row, LiveAttemptRow};
+use super::decode::{attempt_from_row, run_from_row, KeptRow, LiveAttemptRow};
 use super::driver::Decodes;
-use crate::{CancelOutcome, LiveAttempt, RunDetail, RunFilter, RunPage, RunRecord, RunStore, StoreError};
+use crate::{CancelOutcome, KeptRun, LiveAttempt, RunDetail, RunFilter, RunPage, RunRecord, RunStore, StoreError};
 
 #[async_trait]
 impl<B: Backend> RunStore for SqlStore<B> {
@@ -86,6 +86,36 @@ impl<B: Backend> RunStore for SqlStore<B> {
              WHERE r.state IN ('assigned', 'running')",
         );
         self.read_all(q).await?.iter().map(|r| Ok(Decodes::<LiveAttemptRow>::decode(r)?.into())).collect()
+    }
+
+    async fn kept_keyed_runs(&self, since: Millis) -> Result<Vec<KeptRun>, StoreError> {
+        // Newest first by seq (the primary key), a page at a time; a keyed
+        // run's params and payload only (the others are not read).
+        const PAGE: i64 = 500;
+        let mut out = Vec::new();
+        let mut cursor: Option<i64> = None;
+        loop {
+            let mut q = Self::q(
+                "SELECT seq, id, namespace, state, fired_at, \
+                 CASE WHEN id LIKE '%-k%' THEN params END AS params, \
+                 CASE WHEN id LIKE '%-k%' THEN payload END AS payload FROM runs",
+            );
+            if let Some(c) = cursor {
+                q = q.push(" WHERE seq < ?").bind(c);
+            }
+            let rows = self.read_all(q.push(" ORDER BY seq DESC LIMIT ?").bind(PAGE).once()).await?;
+            for r in &rows {
+                let row: KeptRow = r.decode()?;
+                if row.fired_at() < since {
+                    return Ok(out);
+                }
+                out.extend(row.kept(since)?);
+                cursor = Some(row.seq);
+            }
+            if rows.len() < PAGE as usize {
+                return Ok(out);
+            }
+        }
     }
 
     async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError> {

@@ -13,7 +13,9 @@ use crate::*;
 ///   never yields a run twice or skips an older one;
 /// - answer `open_runs` with every run that is not terminal (a leader's
 ///   recovery depends on it: a run missing here would stay open forever);
-/// - never cancel a terminal run (`request_cancel` fails on one).
+/// - never cancel a terminal run (`request_cancel` fails on one);
+/// - answer `kept_keyed_runs` with every ended keyed run fired since the
+///   cut (a missing one lets a namespace pass its quotas after a rebuild).
 #[async_trait]
 pub trait RunStore: Send + Sync {
     /// Cancels a run that has not started (directly) or asks the leader to
@@ -25,6 +27,12 @@ pub trait RunStore: Send + Sync {
     async fn list_runs(&self, filter: &RunFilter, limit: u32, cursor: Option<i64>) -> Result<RunPage, StoreError>;
     /// Every run that is not terminal (for leader recovery).
     async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError>;
+    /// The keyed runs ([`crate::is_keyed_run_id`]) that have ended and were
+    /// fired at or after `since`: the records retention holds, which a
+    /// rebuilding leader counts in their namespaces' quotas. Read newest
+    /// first, stopping at the first run fired before `since` (fire times
+    /// follow insertion).
+    async fn kept_keyed_runs(&self, since: Millis) -> Result<Vec<KeptRun>, StoreError>;
     /// Live attempts of runs whose cancellation was requested.
     async fn cancel_requests(&self) -> Result<Vec<RunRecord>, StoreError>;
     /// The worker of every live attempt (runs `assigned` or `running`), for

@@ -5,8 +5,12 @@
 //!
 //! - **Quotas** refuse a request that creates runs (trigger, webhook call,
 //!   backfill) whole, before anything is written: its bytes, the open runs
-//!   it would bring its namespace to, its downstream runs per run, and the
+//!   and open bytes it would bring its namespace to (keyed runs still held
+//!   after they ended count in both), its downstream runs per run, and the
 //!   namespace's running backfills.
+//! - **A red namespace refuses triggers** (and webhook calls): while its
+//!   backlog is past the red line, a new run would only wait, so its
+//!   caller is told to come back (429, `backlog`).
 //! - **Backpressure per namespace**: a namespace whose backlog (pending and
 //!   waiting runs) reaches red has its own fires deferred, and its
 //!   backfills pause; no other namespace's. The leader-wide state is the
@@ -16,7 +20,7 @@
 //! Invariants (checked by the tests below):
 //! - a namespace's fires are deferred only by its own backlog;
 //! - a request is refused exactly when one of its quotas would be passed,
-//!   and the refusal names that quota.
+//!   or (a trigger) while its namespace is red, and the refusal names why.
 
 use std::collections::BTreeMap;
 
@@ -103,15 +107,27 @@ impl Admission {
         (before, after)
     }
 
-    /// Refuses creating what `ask` asks for in `ns`, which holds `counts`
-    /// open and has `reserved` backfill instants still to come.
+    /// Refuses a trigger creating what `ask` asks for in `ns`, which holds
+    /// `counts` and has `reserved` backfill instants still to come.
     pub(super) fn admit(&self, ns: &str, counts: NsCounts, reserved: u64, ask: Ask) -> std::result::Result<(), QuotaExceeded> {
         let q = self.quota(ns);
         q.check(ns, QuotaName::RequestBytes, 0, ask.bytes)?;
         if ask.roots > 0 {
             q.check(ns, QuotaName::DownstreamRuns, 0, (ask.runs - ask.roots.min(ask.runs)).div_ceil(ask.roots))?;
         }
-        q.check(ns, QuotaName::OpenRuns, counts.open() + reserved, ask.runs)
+        if self.defers(ns) {
+            let c = self.pressure.config;
+            let limit = (c.max_pending as f64 * c.red) as u64;
+            return Err(QuotaExceeded {
+                namespace: ns.to_string(),
+                quota: QuotaName::Backlog,
+                limit,
+                usage: counts.backlog(),
+                asked: ask.runs,
+            });
+        }
+        q.check(ns, QuotaName::OpenRuns, counts.counted() + reserved, ask.runs)?;
+        q.check(ns, QuotaName::OpenBytes, counts.bytes, ask.bytes)
     }
 
     /// Refuses a backfill of `instants` instants in `ns`, which holds
@@ -127,14 +143,18 @@ impl Admission {
     ) -> std::result::Result<(), QuotaExceeded> {
         let q = self.quota(ns);
         q.check(ns, QuotaName::Backfills, running, 1)?;
-        q.check(ns, QuotaName::OpenRuns, counts.open() + reserved, instants)
+        q.check(ns, QuotaName::OpenRuns, counts.counted() + reserved, instants)?;
+        // Its runs' bytes count as they are created (each chunk waits
+        // while the namespace is at the quota).
+        q.check(ns, QuotaName::OpenBytes, counts.bytes, 0)
     }
 
     /// Whether a running backfill of `ns` takes its next chunk now: not
     /// while its namespace's fires are deferred, nor while its open runs
-    /// are at the quota.
+    /// or their bytes are at the quota.
     pub(super) fn backfill_may_run(&self, ns: &str, counts: NsCounts) -> bool {
-        !self.defers(ns) && counts.open() < self.quota(ns).open_runs
+        let q = self.quota(ns);
+        !self.defers(ns) && counts.counted() < q.open_runs && counts.bytes < q.open_bytes
     }
 }
 
@@ -184,6 +204,30 @@ mod tests {
         assert_eq!(a.admit_backfill("n", counts(0), 0, 1, 1).unwrap_err().quota, QuotaName::Backfills);
         assert_eq!(a.admit_backfill("n", counts(1), 0, 0, 10).unwrap_err().quota, QuotaName::OpenRuns);
         assert!(a.backfill_may_run("n", counts(9)) && !a.backfill_may_run("n", counts(10)));
+    }
+
+    #[test]
+    fn kept_keyed_runs_and_open_bytes_count_and_a_red_namespace_refuses_triggers() {
+        let quotas = Quotas::parse(&["open_runs=10", "open_bytes=100"]).unwrap();
+        let mut a = Admission::new(BackpressureConfig { max_pending: 100, ..Default::default() }, quotas);
+        let one = Ask { roots: 1, runs: 1, bytes: 10 };
+        let kept = NsCounts { kept: 9, ..NsCounts::default() };
+        assert!(a.admit("n", kept, 0, one).is_ok(), "9 kept + 1 = 10");
+        assert_eq!(a.admit("n", NsCounts { kept: 10, ..NsCounts::default() }, 0, one).unwrap_err().quota, QuotaName::OpenRuns);
+        assert!(!a.backfill_may_run("n", NsCounts { kept: 10, ..NsCounts::default() }), "kept runs hold a backfill back");
+        let full = NsCounts { active: 1, bytes: 91, ..NsCounts::default() };
+        let e = a.admit("n", full, 0, one).unwrap_err();
+        assert_eq!((e.quota, e.usage, e.asked, e.limit), (QuotaName::OpenBytes, 91, 10, 100));
+        assert!(a.admit("n", NsCounts { bytes: 90, ..full }, 0, one).is_ok(), "up to the byte quota fits");
+        assert!(!a.backfill_may_run("n", NsCounts { bytes: 100, ..NsCounts::default() }));
+        assert_eq!(a.admit_backfill("n", NsCounts { bytes: 101, ..NsCounts::default() }, 0, 0, 1).unwrap_err().quota, QuotaName::OpenBytes);
+        // Red: triggers are refused, and only that namespace's.
+        let flooded = counts(95);
+        a.update([("n", &flooded)].into_iter(), 4, 4);
+        let e = a.admit("n", flooded, 0, Ask { bytes: 0, ..one }).unwrap_err();
+        assert_eq!((e.quota, e.usage, e.limit), (QuotaName::Backlog, 95, 90));
+        assert!(a.admit("m", counts(0), 0, Ask { bytes: 0, ..one }).is_ok(), "another namespace is let in");
+        assert_eq!(QuotaName::Backlog.retry_after_secs(), 5);
     }
 
     #[test]

@@ -238,14 +238,12 @@ impl LeaderRuntime {
         // Refused whole, before anything of it is written; what this turn
         // planned already counts.
         let (_, reserved) = self.cache.backfills.of_namespace(&job.namespace);
+        let mut counts = self.cache.runs.ns_counts(&job.namespace);
+        counts.bytes += plan.bytes_planned(&job.namespace);
+        let asked = Quantity::of(&all, roots.len());
         let refused = self
             .admission
-            .admit(
-                &job.namespace,
-                self.cache.runs.ns_counts(&job.namespace),
-                reserved + plan.runs_planned(&job.namespace),
-                Quantity::of(&all, roots.len()),
-            )
+            .admit(&job.namespace, counts, reserved + plan.runs_planned(&job.namespace), asked)
             .inspect_err(admission::count_refusal);
         if let Err(e) = refused {
             let _ = pending.reply.send(Err(e.into()));
@@ -263,6 +261,7 @@ impl LeaderRuntime {
         // Taken now, so a later ask of this turn starts past them.
         self.cache.jobs.manual_taken(&job.uid, at + roots.len() as Millis);
         plan.count_runs(&job.namespace, all.len());
+        plan.count_bytes(&job.namespace, asked.bytes);
         plan.ask(PlannedAsk::Trigger { pending, keyed, roots: roots.len(), runs: all });
     }
 

@@ -103,12 +103,23 @@ pub struct NsCounts {
     pub retrying: u64,
     /// Assigned to a worker or running.
     pub active: u64,
+    /// Keyed runs that have ended and are still held (they refuse a
+    /// repeated key or a replayed webhook call until their hold ends).
+    pub kept: u64,
+    /// The params and payload bytes of the open and kept runs.
+    pub bytes: u64,
 }
 
 impl NsCounts {
     /// Every open run.
     pub fn open(&self) -> u64 {
         self.pending + self.waiting + self.retrying + self.active
+    }
+
+    /// What the `open_runs` quota counts: every open run and every kept
+    /// keyed run.
+    pub fn counted(&self) -> u64 {
+        self.open() + self.kept
     }
 
     /// The runs that wait to be placed: what defers the namespace's fires.
@@ -127,21 +138,33 @@ impl NsCounts {
     }
 }
 
-/// The open runs of every namespace, counted by state.
+/// The open and kept runs of every namespace, counted by state, and
+/// their bytes.
 #[derive(Default)]
 pub(super) struct NsTally {
     counts: BTreeMap<String, NsCounts>,
 }
 
 impl NsTally {
+    fn entry(&mut self, namespace: &str) -> &mut NsCounts {
+        if !self.counts.contains_key(namespace) {
+            self.counts.insert(namespace.to_string(), NsCounts::default());
+        }
+        self.counts.get_mut(namespace).expect("inserted above")
+    }
+
+    /// Drops a namespace that counts nothing any more.
+    fn tidy(&mut self, namespace: &str) {
+        if self.counts.get(namespace).is_some_and(|c| *c == NsCounts::default()) {
+            self.counts.remove(namespace);
+        }
+    }
+
     pub(super) fn add(&mut self, namespace: &str, state: RunState) {
         if state.is_terminal() {
             return;
         }
-        if !self.counts.contains_key(namespace) {
-            self.counts.insert(namespace.to_string(), NsCounts::default());
-        }
-        if let Some(n) = self.counts.get_mut(namespace).and_then(|c| c.slot(state)) {
+        if let Some(n) = self.entry(namespace).slot(state) {
             *n += 1;
         }
     }
@@ -151,9 +174,25 @@ impl NsTally {
         if let Some(n) = c.slot(state) {
             *n = n.saturating_sub(1);
         }
-        if c.open() == 0 {
-            self.counts.remove(namespace);
+        self.tidy(namespace);
+    }
+
+    /// An open run's bytes came (`grow`) or went.
+    pub(super) fn bytes(&mut self, namespace: &str, bytes: u64, grow: bool) {
+        if bytes == 0 {
+            return;
         }
+        let c = self.entry(namespace);
+        c.bytes = if grow { c.bytes.saturating_add(bytes) } else { c.bytes.saturating_sub(bytes) };
+        self.tidy(namespace);
+    }
+
+    /// A keyed run of `bytes` is held (`hold`) or its hold ended.
+    pub(super) fn kept(&mut self, namespace: &str, bytes: u64, hold: bool) {
+        let c = self.entry(namespace);
+        c.kept = if hold { c.kept + 1 } else { c.kept.saturating_sub(1) };
+        self.bytes(namespace, bytes, hold);
+        self.tidy(namespace);
     }
 
     pub(super) fn of(&self, namespace: &str) -> NsCounts {
@@ -296,7 +335,7 @@ mod tests {
         t.add("a", RunState::Waiting);
         t.add("a", RunState::Running);
         t.add("a", RunState::Succeeded);
-        assert_eq!(t.of("a"), NsCounts { pending: 1, waiting: 1, retrying: 0, active: 1 });
+        assert_eq!(t.of("a"), NsCounts { pending: 1, waiting: 1, retrying: 0, active: 1, ..NsCounts::default() });
         assert_eq!((t.of("a").open(), t.of("a").backlog()), (3, 2));
         t.remove("a", RunState::Pending);
         t.add("a", RunState::Assigned);
@@ -305,6 +344,15 @@ mod tests {
             t.remove("a", s);
         }
         assert_eq!(t.iter().count(), 0, "an empty namespace leaves the tally");
+        t.add("b", RunState::Pending);
+        t.bytes("b", 10, true);
+        t.remove("b", RunState::Pending);
+        assert_eq!(t.of("b").bytes, 10, "a namespace holding bytes stays");
+        t.bytes("b", 10, false);
+        t.kept("b", 7, true);
+        assert_eq!((t.of("b").kept, t.of("b").bytes, t.of("b").counted(), t.of("b").open()), (1, 7, 1, 0));
+        t.kept("b", 7, false);
+        assert_eq!(t.iter().count(), 0, "a hold that ended leaves nothing");
     }
 
     #[test]

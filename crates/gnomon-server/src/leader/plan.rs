@@ -59,6 +59,8 @@ pub(super) struct TurnPlan {
     keys: HashSet<String>,
     /// Open runs planned per namespace, counted by admission.
     runs_by_ns: HashMap<String, u64>,
+    /// The params and payload bytes of the runs asks planned, per namespace.
+    bytes_by_ns: HashMap<String, u64>,
     /// Backfills planned per namespace, and their instants.
     backfills_by_ns: HashMap<String, (u64, u64)>,
 }
@@ -80,6 +82,14 @@ impl TurnPlan {
 
     pub(super) fn runs_planned(&self, ns: &str) -> u64 {
         self.runs_by_ns.get(ns).copied().unwrap_or(0)
+    }
+
+    pub(super) fn count_bytes(&mut self, ns: &str, bytes: u64) {
+        *self.bytes_by_ns.entry(ns.to_string()).or_default() += bytes;
+    }
+
+    pub(super) fn bytes_planned(&self, ns: &str) -> u64 {
+        self.bytes_by_ns.get(ns).copied().unwrap_or(0)
     }
 
     pub(super) fn count_backfill(&mut self, ns: &str, instants: u64) {

@@ -13,7 +13,9 @@
 //!   entry of another worker's: reclaiming it makes the reclaimer the holder;
 //! - a waiting run is named under each of its upstream candidates in the
 //!   waiters index exactly while it waits, and it is marked to be decided
-//!   again whenever one of them is created ended or ends.
+//!   again whenever one of them is created ended or ends;
+//! - a namespace's tally counts the bytes of its open runs, and a keyed run
+//!   that ended counts as kept (run and bytes) until its hold ends.
 //!
 //! The ready queue and the retry heap may name runs that have moved on
 //! since; their readers skip those.
@@ -87,6 +89,16 @@ pub(super) struct RunBook {
     /// `replace` fires written whose older runs are still to be cancelled:
     /// (job uid, the new run's instant).
     replace_due: Vec<(String, Millis)>,
+    /// Keyed runs that ended and are still held: (hold's end, namespace,
+    /// bytes), the soonest first.
+    kept: BinaryHeap<Reverse<(Millis, String, u64)>>,
+}
+
+impl OpenRun {
+    /// Its params' and payload's bytes.
+    pub(super) fn bytes(&self) -> u64 {
+        (self.params.as_ref().map_or(0, |p| p.len()) + self.payload.as_ref().map_or(0, |p| p.len())) as u64
+    }
 }
 
 pub(super) use gnomon_backend::upstream_candidates;
@@ -116,8 +128,10 @@ impl RunBook {
     pub(super) fn track(&mut self, id: RunId, run: OpenRun) {
         if let Some(old) = self.runs.get(&id) {
             self.tally.remove(&old.key.namespace, old.state);
+            self.tally.bytes(&old.key.namespace, old.bytes(), false);
         }
         self.tally.add(&run.key.namespace, run.state);
+        self.tally.bytes(&run.key.namespace, run.bytes(), true);
         self.by_job.entry(run.key.uid.clone()).or_default().insert(id.clone());
         if run.state == RunState::Waiting {
             if let Some(after) = &run.after {
@@ -227,6 +241,12 @@ impl RunBook {
         self.upstream_ended(id, None);
         if let Some(run) = self.runs.remove(id) {
             self.tally.remove(&run.key.namespace, run.state);
+            self.tally.bytes(&run.key.namespace, run.bytes(), false);
+            if gnomon_backend::is_keyed_run_id(id) {
+                // Held from its instant (at or after its fire), as long as
+                // retention keeps it.
+                self.keep(&run.key.namespace, run.scheduled_at, run.bytes());
+            }
             self.stop_waiting(id, &run);
             if let Some(set) = self.by_job.get_mut(run.key.uid.as_str()) {
                 set.remove(id);
@@ -236,6 +256,24 @@ impl RunBook {
             }
         }
         self.release(id)
+    }
+
+    /// Counts a keyed run fired at `fired_at` that has ended as kept until
+    /// its hold ends.
+    pub(super) fn keep(&mut self, namespace: &str, fired_at: Millis, bytes: u64) {
+        self.tally.kept(namespace, bytes, true);
+        self.kept.push(Reverse((fired_at.saturating_add(gnomon_backend::KEYED_RUN_HOLD_MS), namespace.to_string(), bytes)));
+    }
+
+    /// Ends the holds that have run out by `now`; whether any did.
+    pub(super) fn release_kept(&mut self, now: Millis) -> bool {
+        let mut any = false;
+        while self.kept.peek().is_some_and(|Reverse((until, _, _))| *until <= now) {
+            let Some(Reverse((_, ns, bytes))) = self.kept.pop() else { break };
+            self.tally.kept(&ns, bytes, false);
+            any = true;
+        }
+        any
     }
 
     /// Forgets which worker holds the run's attempt (and that it waited

@@ -23,6 +23,12 @@ impl LeaderRuntime {
         }
         let now = self.clock.now_millis();
         let started = self.cadence.term_started(now);
+        // Keyed runs that ended and are still held count in their
+        // namespace's quotas (read before the open runs: a run that ends in
+        // between is counted at most once).
+        for kept in self.store.kept_keyed_runs(now.saturating_sub(gnomon_backend::KEYED_RUN_HOLD_MS)).await? {
+            self.cache.runs.keep(&kept.namespace, kept.fired_at, kept.bytes);
+        }
         let mut live = Vec::new();
         for run in self.store.open_runs().await? {
             let id = self.track_stored(&run, now, now);

@@ -18,8 +18,9 @@ pub struct NamespaceUsage {
     pub pressure: Pressure,
     /// Its open runs, by state.
     pub runs: NsCounts,
-    /// What counts against `open_runs`: its open runs plus the instants its
-    /// running backfills have still to create.
+    /// What counts against `open_runs`: its open runs, its keyed runs still
+    /// held after they ended, and the instants its running backfills have
+    /// still to create.
     pub open_runs: u64,
     /// Backfills running.
     pub backfills: u64,
@@ -104,6 +105,7 @@ impl Notes {
 
 impl LeaderRuntime {
     pub(super) fn update_pressure(&mut self) {
+        self.cache.runs.release_kept(self.clock.now_millis());
         let capacity = self.sessions.capacity();
         let pending = self.cache.runs.ready_len();
         let (before, after) = self.admission.update(self.cache.runs.ns_tally(), self.free_slots(), capacity);
@@ -141,7 +143,7 @@ impl LeaderRuntime {
                 namespace: ns.to_string(),
                 pressure: self.admission.state_of(ns),
                 runs,
-                open_runs: runs.open() + reserved,
+                open_runs: runs.counted() + reserved,
                 backfills,
                 quota: self.admission.quota(ns),
             };
@@ -178,6 +180,7 @@ impl NamespaceUsage {
 fn usage_metrics(u: &NamespaceUsage) {
     let ns = u.namespace.clone();
     metrics::gauge!("gnomon_namespace_open_runs", "namespace" => ns.clone()).set(u.open_runs as f64);
+    metrics::gauge!("gnomon_namespace_open_bytes", "namespace" => ns.clone()).set(u.runs.bytes as f64);
     metrics::gauge!("gnomon_namespace_backlog", "namespace" => ns.clone()).set(u.runs.backlog() as f64);
     metrics::gauge!("gnomon_namespace_backfills", "namespace" => ns.clone()).set(u.backfills as f64);
     metrics::gauge!("gnomon_namespace_backpressure_state", "namespace" => ns.clone()).set(u.pressure.level());

@@ -288,6 +288,11 @@ impl RunStore for FaultyStore {
         self.read_fault()?;
         self.inner.live_attempts().await
     }
+
+    async fn kept_keyed_runs(&self, since: Millis) -> Result<Vec<KeptRun>, StoreError> {
+        self.read_fault()?;
+        self.inner.kept_keyed_runs(since).await
+    }
 }
 
 #[async_trait]

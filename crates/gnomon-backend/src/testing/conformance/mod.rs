@@ -62,6 +62,7 @@ where
     leader_time_only_moves_forward(a.as_ref(), b.as_ref()).await;
     notifications_ride_with_their_transition(a.as_ref(), b.as_ref()).await;
     retention_deletes_only_old_terminal_runs(a.as_ref()).await;
+    kept_keyed_runs_are_the_ended_keyed_runs_since_the_cut(a.as_ref()).await;
     backfills::backfills_advance_by_fenced_cas_and_stop_when_cancelled(a.as_ref(), b.as_ref()).await;
     backfills::a_turn_carries_backfill_progress_and_new_backfills(a.as_ref(), b.as_ref()).await;
     workers::the_first_credential_to_bind_a_worker_id_keeps_it(a.as_ref(), b.as_ref()).await;

@@ -139,3 +139,40 @@ pub(super) async fn retention_deletes_only_old_terminal_runs(s: &dyn Store) {
     s.fence(&newer, &LeaderInfo::default(), 2).await.expect("newer term");
     assert!(matches!(s.prune(&fence, 0, i64::MAX, i64::MAX, 10).await, Err(StoreError::Fenced { .. })), "a stale term's prune is fenced");
 }
+
+/// The keyed runs that ended and were fired since a cut, newest first: an
+/// open keyed run, a run without a key, and a keyed run fired before the
+/// cut are not among them, and each carries its params' and payload's bytes.
+pub(super) async fn kept_keyed_runs_are_the_ended_keyed_runs_since_the_cut(s: &dyn Store) {
+    let mut spec = job_spec(&unique("kept"));
+    spec.namespace = Some(unique("keptns"));
+    let job = s.put_job(&spec, Precondition::DoesNotExist, 1).await.expect("put");
+    let fence = lead(s, &unique("kept-keyed")).await;
+    // Later than any other run the suite fires, so the walk reaches these.
+    let f: i64 = 5_000_000_000_000;
+    let keyed =
+        |t: i64, key: &str, state: RunState| NewRun { state, manual: true, key: Some(key.to_string()), fired_at: t, ..new_run(&job, t) };
+    let runs = [
+        keyed(f, "ended", RunState::Skipped),
+        keyed(f + 1, "open", RunState::Pending),
+        NewRun { state: RunState::Skipped, fired_at: f + 2, ..new_run(&job, f + 2) },
+        NewRun { params: Some(r#"{"a":1}"#.into()), payload: Some("xyz".into()), ..keyed(f + 3, "later", RunState::Skipped) },
+    ];
+    s.fire(&fence, &runs, &[]).await.expect("fire");
+    let ns = &job.namespace;
+    let mine = |since: i64| async move {
+        let mut kept: Vec<(i64, u64)> = s
+            .kept_keyed_runs(since)
+            .await
+            .expect("kept keyed runs")
+            .into_iter()
+            .filter(|k| &k.namespace == ns)
+            .map(|k| (k.fired_at, k.bytes))
+            .collect();
+        kept.sort();
+        kept
+    };
+    assert_eq!(mine(f).await, vec![(f, 0), (f + 3, 10)], "{}: the ended keyed runs, with their bytes", s.backend());
+    assert_eq!(mine(f + 1).await, vec![(f + 3, 10)], "{}: none fired before the cut", s.backend());
+    assert_eq!(mine(f + 4).await, vec![], "{}", s.backend());
+}
