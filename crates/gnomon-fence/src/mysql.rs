@@ -4,29 +4,12 @@
 //! at InnoDB's default `REPEATABLE READ` a plain read could come from a
 //! snapshot taken before another attempt's step commit.
 
-use sqlx::{Executor, MySql, MySqlConnection};
-
-use super::sealed::{Dialect, StepRow, Tables};
 use std::time::Duration;
 
-use super::{token, BoxFuture, Fence, FenceError, Options};
+use sqlx::{Executor, MySql, MySqlConnection};
 
-/// The statements, by table names.
-pub(crate) fn create_sql(t: &Tables) -> [String; 2] {
-    [
-        format!(
-            "CREATE TABLE IF NOT EXISTS {} (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL PRIMARY KEY, \
-             attempt BIGINT NOT NULL, token BIGINT NOT NULL, written_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)) ENGINE=InnoDB",
-            t.fence
-        ),
-        format!(
-            "CREATE TABLE IF NOT EXISTS {} (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL, \
-             step VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
-             result TEXT, committed_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), PRIMARY KEY (run_id, step)) ENGINE=InnoDB",
-            t.steps
-        ),
-    ]
-}
+use crate::dialect::{Dialect, Tables};
+use crate::{BoxFuture, FenceError, Options};
 
 /// Seconds for MySQL/MariaDB's session limits: rounded up, 1 to a year.
 fn whole_seconds(d: Duration) -> u64 {
@@ -42,13 +25,20 @@ pub(crate) fn limit_sql(o: &Options, mariadb: bool) -> String {
 }
 
 impl Dialect for MySql {
-    fn create_tables<'a>(conn: &'a mut MySqlConnection, t: &'a Tables) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(async move {
-            for sql in create_sql(t) {
-                conn.execute(sqlx::raw_sql(&sql)).await?;
-            }
-            Ok(())
-        })
+    fn create_sql(t: &Tables) -> [String; 2] {
+        [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL PRIMARY KEY, \
+                 attempt BIGINT NOT NULL, token BIGINT NOT NULL, written_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)) ENGINE=InnoDB",
+                t.fence
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL, \
+                 step VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
+                 result TEXT, committed_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), PRIMARY KEY (run_id, step)) ENGINE=InnoDB",
+                t.steps
+            ),
+        ]
     }
 
     fn limit<'a>(conn: &'a mut MySqlConnection, o: &'a Options) -> BoxFuture<'a, Result<(), FenceError>> {
@@ -59,96 +49,32 @@ impl Dialect for MySql {
         })
     }
 
-    fn lock_run<'a>(conn: &'a mut MySqlConnection, t: &'a Tables, f: &'a Fence) -> BoxFuture<'a, Result<(i64, i64), FenceError>> {
-        Box::pin(async move {
-            sqlx::query(&format!(
-                "INSERT INTO {} (run_id, attempt, token) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE run_id = run_id",
-                t.fence
-            ))
-            .bind(&f.run_id)
-            .bind(i64::from(f.attempt))
-            .bind(token(f))
-            .execute(&mut *conn)
-            .await?;
-            Ok(sqlx::query_as(&format!("SELECT attempt, token FROM {} WHERE run_id = ? FOR UPDATE", t.fence))
-                .bind(&f.run_id)
-                .fetch_one(&mut *conn)
-                .await?)
-        })
+    fn insert_run_sql(fence: &str) -> String {
+        format!("INSERT INTO {fence} (run_id, attempt, token) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE run_id = run_id")
     }
 
-    fn find_step<'a>(
-        conn: &'a mut MySqlConnection,
-        t: &'a Tables,
-        run_id: &'a str,
-        step: &'a str,
-    ) -> BoxFuture<'a, Result<Option<StepRow>, FenceError>> {
-        Box::pin(async move {
-            Ok(sqlx::query_as(&format!("SELECT attempt, token, result FROM {} WHERE run_id = ? AND step = ? LOCK IN SHARE MODE", t.steps))
-                .bind(run_id)
-                .bind(step)
-                .fetch_optional(conn)
-                .await?)
-        })
+    fn lock_run_sql(fence: &str) -> String {
+        format!("SELECT attempt, token FROM {fence} WHERE run_id = ? FOR UPDATE")
     }
 
-    fn insert_step<'a>(
-        conn: &'a mut MySqlConnection,
-        t: &'a Tables,
-        f: &'a Fence,
-        step: &'a str,
-    ) -> BoxFuture<'a, Result<bool, FenceError>> {
-        Box::pin(async move {
-            // A plain INSERT: a duplicate is the step's record (and fails
-            // only this statement); INSERT IGNORE would also let a value
-            // the column cannot hold through, altered.
-            let insert = sqlx::query(&format!("INSERT INTO {} (run_id, step, attempt, token) VALUES (?, ?, ?, ?)", t.steps))
-                .bind(&f.run_id)
-                .bind(step)
-                .bind(i64::from(f.attempt))
-                .bind(token(f))
-                .execute(conn)
-                .await;
-            match insert {
-                Ok(_) => Ok(true),
-                Err(e) if e.as_database_error().is_some_and(|d| d.is_unique_violation()) => Ok(false),
-                Err(e) => Err(e.into()),
-            }
-        })
+    fn find_step_sql(steps: &str) -> String {
+        format!("SELECT attempt, token, result FROM {steps} WHERE run_id = ? AND step = ? LOCK IN SHARE MODE")
     }
 
-    fn raise_run<'a>(conn: &'a mut MySqlConnection, t: &'a Tables, f: &'a Fence) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(async move {
-            sqlx::query(&format!("UPDATE {} SET attempt = ?, token = ?, written_at = CURRENT_TIMESTAMP(3) WHERE run_id = ?", t.fence))
-                .bind(i64::from(f.attempt))
-                .bind(token(f))
-                .bind(&f.run_id)
-                .execute(conn)
-                .await?;
-            Ok(())
-        })
+    fn insert_step_sql(steps: &str) -> String {
+        // A plain INSERT: a duplicate is the step's record (and fails
+        // only this statement); INSERT IGNORE would also let a value
+        // the column cannot hold through, altered.
+        format!("INSERT INTO {steps} (run_id, step, attempt, token) VALUES (?, ?, ?, ?)")
     }
 
-    fn record<'a>(
-        conn: &'a mut MySqlConnection,
-        steps: &'a str,
-        run_id: &'a str,
-        step: &'a str,
-        json: &'a str,
-    ) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(async move {
-            // Rows matched, not changed: sqlx asks for found rows.
-            let done = sqlx::query(&format!("UPDATE {steps} SET result = ? WHERE run_id = ? AND step = ?"))
-                .bind(json)
-                .bind(run_id)
-                .bind(step)
-                .execute(conn)
-                .await?;
-            if done.rows_affected() != 1 {
-                return Err(FenceError::Database(sqlx::Error::RowNotFound));
-            }
-            Ok(())
-        })
+    fn raise_run_sql(fence: &str) -> String {
+        format!("UPDATE {fence} SET attempt = ?, token = ?, written_at = CURRENT_TIMESTAMP(3) WHERE run_id = ?")
+    }
+
+    fn record_sql(steps: &str) -> String {
+        // Rows matched, not changed: sqlx asks for found rows.
+        format!("UPDATE {steps} SET result = ? WHERE run_id = ? AND step = ?")
     }
 }
 
@@ -160,7 +86,7 @@ mod tests {
     fn the_statements() {
         let t = Tables::new("gnomon").unwrap();
         assert_eq!(
-            create_sql(&t),
+            MySql::create_sql(&t),
             [
                 "CREATE TABLE IF NOT EXISTS gnomon_fence (run_id VARCHAR(255) CHARACTER SET ascii NOT NULL PRIMARY KEY, \
                  attempt BIGINT NOT NULL, token BIGINT NOT NULL, written_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)) ENGINE=InnoDB",

@@ -1,27 +1,11 @@
 //! The steps on PostgreSQL.
 
-use sqlx::{Executor, PgConnection, Postgres};
-
-use super::sealed::{Dialect, StepRow, Tables};
 use std::time::Duration;
 
-use super::{token, BoxFuture, Fence, FenceError, Options};
+use sqlx::{Executor, PgConnection, Postgres};
 
-/// The statements, by table names.
-pub(crate) fn create_sql(t: &Tables) -> [String; 2] {
-    [
-        format!(
-            "CREATE TABLE IF NOT EXISTS {} (run_id TEXT PRIMARY KEY, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
-             written_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-            t.fence
-        ),
-        format!(
-            "CREATE TABLE IF NOT EXISTS {} (run_id TEXT NOT NULL, step TEXT NOT NULL, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
-             result TEXT, committed_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (run_id, step))",
-            t.steps
-        ),
-    ]
-}
+use crate::dialect::{Dialect, Tables};
+use crate::{BoxFuture, FenceError, Options};
 
 /// Milliseconds for PostgreSQL's limits: rounded up, 1 to `i32::MAX`.
 fn whole_millis(d: Duration) -> u64 {
@@ -38,13 +22,19 @@ pub(crate) fn limit_sql(o: &Options) -> String {
 }
 
 impl Dialect for Postgres {
-    fn create_tables<'a>(conn: &'a mut PgConnection, t: &'a Tables) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(async move {
-            for sql in create_sql(t) {
-                conn.execute(sqlx::raw_sql(&sql)).await?;
-            }
-            Ok(())
-        })
+    fn create_sql(t: &Tables) -> [String; 2] {
+        [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (run_id TEXT PRIMARY KEY, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
+                 written_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+                t.fence
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (run_id TEXT NOT NULL, step TEXT NOT NULL, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
+                 result TEXT, committed_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (run_id, step))",
+                t.steps
+            ),
+        ]
     }
 
     fn limit<'a>(conn: &'a mut PgConnection, o: &'a Options) -> BoxFuture<'a, Result<(), FenceError>> {
@@ -54,83 +44,28 @@ impl Dialect for Postgres {
         })
     }
 
-    fn lock_run<'a>(conn: &'a mut PgConnection, t: &'a Tables, f: &'a Fence) -> BoxFuture<'a, Result<(i64, i64), FenceError>> {
-        Box::pin(async move {
-            sqlx::query(&format!("INSERT INTO {} (run_id, attempt, token) VALUES ($1, $2, $3) ON CONFLICT (run_id) DO NOTHING", t.fence))
-                .bind(&f.run_id)
-                .bind(i64::from(f.attempt))
-                .bind(token(f))
-                .execute(&mut *conn)
-                .await?;
-            Ok(sqlx::query_as(&format!("SELECT attempt, token FROM {} WHERE run_id = $1 FOR UPDATE", t.fence))
-                .bind(&f.run_id)
-                .fetch_one(&mut *conn)
-                .await?)
-        })
+    fn insert_run_sql(fence: &str) -> String {
+        format!("INSERT INTO {fence} (run_id, attempt, token) VALUES ($1, $2, $3) ON CONFLICT (run_id) DO NOTHING")
     }
 
-    fn find_step<'a>(
-        conn: &'a mut PgConnection,
-        t: &'a Tables,
-        run_id: &'a str,
-        step: &'a str,
-    ) -> BoxFuture<'a, Result<Option<StepRow>, FenceError>> {
-        Box::pin(async move {
-            Ok(sqlx::query_as(&format!("SELECT attempt, token, result FROM {} WHERE run_id = $1 AND step = $2", t.steps))
-                .bind(run_id)
-                .bind(step)
-                .fetch_optional(conn)
-                .await?)
-        })
+    fn lock_run_sql(fence: &str) -> String {
+        format!("SELECT attempt, token FROM {fence} WHERE run_id = $1 FOR UPDATE")
     }
 
-    fn insert_step<'a>(conn: &'a mut PgConnection, t: &'a Tables, f: &'a Fence, step: &'a str) -> BoxFuture<'a, Result<bool, FenceError>> {
-        Box::pin(async move {
-            let done = sqlx::query(&format!(
-                "INSERT INTO {} (run_id, step, attempt, token) VALUES ($1, $2, $3, $4) ON CONFLICT (run_id, step) DO NOTHING",
-                t.steps
-            ))
-            .bind(&f.run_id)
-            .bind(step)
-            .bind(i64::from(f.attempt))
-            .bind(token(f))
-            .execute(conn)
-            .await?;
-            Ok(done.rows_affected() == 1)
-        })
+    fn find_step_sql(steps: &str) -> String {
+        format!("SELECT attempt, token, result FROM {steps} WHERE run_id = $1 AND step = $2")
     }
 
-    fn raise_run<'a>(conn: &'a mut PgConnection, t: &'a Tables, f: &'a Fence) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(async move {
-            sqlx::query(&format!("UPDATE {} SET attempt = $2, token = $3, written_at = now() WHERE run_id = $1", t.fence))
-                .bind(&f.run_id)
-                .bind(i64::from(f.attempt))
-                .bind(token(f))
-                .execute(conn)
-                .await?;
-            Ok(())
-        })
+    fn insert_step_sql(steps: &str) -> String {
+        format!("INSERT INTO {steps} (run_id, step, attempt, token) VALUES ($1, $2, $3, $4) ON CONFLICT (run_id, step) DO NOTHING")
     }
 
-    fn record<'a>(
-        conn: &'a mut PgConnection,
-        steps: &'a str,
-        run_id: &'a str,
-        step: &'a str,
-        json: &'a str,
-    ) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(async move {
-            let done = sqlx::query(&format!("UPDATE {steps} SET result = $3 WHERE run_id = $1 AND step = $2"))
-                .bind(run_id)
-                .bind(step)
-                .bind(json)
-                .execute(conn)
-                .await?;
-            if done.rows_affected() != 1 {
-                return Err(FenceError::Database(sqlx::Error::RowNotFound));
-            }
-            Ok(())
-        })
+    fn raise_run_sql(fence: &str) -> String {
+        format!("UPDATE {fence} SET attempt = $1, token = $2, written_at = now() WHERE run_id = $3")
+    }
+
+    fn record_sql(steps: &str) -> String {
+        format!("UPDATE {steps} SET result = $1 WHERE run_id = $2 AND step = $3")
     }
 }
 
@@ -142,7 +77,7 @@ mod tests {
     fn the_statements() {
         let t = Tables::new("gnomon").unwrap();
         assert_eq!(
-            create_sql(&t),
+            Postgres::create_sql(&t),
             [
                 "CREATE TABLE IF NOT EXISTS gnomon_fence (run_id TEXT PRIMARY KEY, attempt BIGINT NOT NULL, token BIGINT NOT NULL, \
                  written_at TIMESTAMPTZ NOT NULL DEFAULT now())",
