@@ -16,7 +16,7 @@ pub enum FenceError {
     /// A lock was not had within [`Options::lock_wait`](crate::Options::lock_wait) (PostgreSQL
     /// SQLSTATE 55P03, MySQL/MariaDB error 1205): roll back, and retry the
     /// transaction.
-    #[error("a lock wait timed out: {0}")]
+    #[error("waited too long for a lock held by another transaction (another attempt holds the step): {0}")]
     LockTimeout(#[source] sqlx::Error),
     #[error(transparent)]
     Parse(#[from] FenceParseError),

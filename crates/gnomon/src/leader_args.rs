@@ -20,7 +20,7 @@ pub struct LeaderArgs {
     #[arg(long, default_value_t = 10_000, env = "GNOMON_MAX_PENDING")]
     max_pending: usize,
     /// A quota, `[NAMESPACE:]NAME=VALUE` (repeat it, or separate with
-    /// commas): `request_bytes`, `open_runs`, `backfills` or
+    /// commas): `request_bytes`, `open_runs`, `open_bytes`, `backfills` or
     /// `downstream_runs`; without a namespace, every namespace's default.
     #[arg(long = "quota", env = "GNOMON_QUOTA", value_delimiter = ',', value_parser = quota_arg)]
     quotas: Vec<String>,

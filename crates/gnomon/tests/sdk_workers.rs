@@ -79,6 +79,16 @@ fn a_typescript_worker_follows_a_failover() {
 }
 
 #[test]
+fn exactly_once_steps_hold_for_a_frozen_rust_worker_on_postgres() {
+    faults::exactly_once_steps(Sdk::Rust, TestServer::Postgres, false);
+}
+
+#[test]
+fn exactly_once_steps_hold_for_a_frozen_rust_worker_on_mariadb() {
+    faults::exactly_once_steps(Sdk::Rust, TestServer::MySql, true);
+}
+
+#[test]
 fn exactly_once_steps_hold_for_a_frozen_python_worker_on_postgres() {
     faults::exactly_once_steps(Sdk::Python, TestServer::Postgres, true);
 }

@@ -293,7 +293,18 @@ pub fn exactly_once_steps(sdk: Sdk, server: Db, control: bool) {
             ("in_tx", true) => format!("{id} 1 failed: "),
             _ => format!("{id} 1 committed paid_by=1\n"),
         };
-        wait_until(&format!("the frozen attempt of {id} to end ({end:?})"), WITHIN, || noted().contains(&end));
+        if sdk == Sdk::Rust {
+            // The Rust worker drops a stopped attempt's future (its
+            // transaction rolls back with its connection) when it learns
+            // on waking that the attempt is lost; a timer that fires first
+            // lets it end as in the other languages.
+            let woke = std::time::Instant::now();
+            wait_until(&format!("the frozen attempt of {id} to end or be dropped"), WITHIN, || {
+                noted().contains(&end) || (woke.elapsed() > Duration::from_secs(5) && worker_live(None, &addr, frozen_id))
+            });
+        } else {
+            wait_until(&format!("the frozen attempt of {id} to end ({end:?})"), WITHIN, || noted().contains(&end));
+        }
         wait_worker(&addr, frozen_id);
         let after = c.run(&id);
         assert_eq!((after["state"].clone(), attempt(&after, 1)["state"].clone()), (json!("succeeded"), json!("lost")), "{after}");
