@@ -122,36 +122,67 @@ impl EtcdStore {
         Ok(runs)
     }
 
-    /// The ended keyed runs fired at or after `since`: the run index walked
-    /// newest first a page at a time, reading the keyed runs and each
-    /// page's oldest run (whose fire time says whether to go on).
+    /// The first entry of the run index at or after seq `from`: its key
+    /// and run id.
+    async fn seq_entry_from(&self, from: i64) -> Result<Option<(String, String)>, StoreError> {
+        let page = self
+            .get(
+                self.k(&format!("idx/seq/{}", seq_key(from))),
+                Some(GetOptions::new().with_range(self.k("idx/seq0")).with_sort(SortTarget::Key, SortOrder::Ascend).with_limit(1)),
+            )
+            .await?;
+        Ok(page.kvs().first().and_then(|kv| Some((kv.key_str().ok()?.to_string(), kv.value_str().ok()?.to_string()))))
+    }
+
+    /// The ended keyed runs fired at or after `since`. Fire times follow
+    /// the run index's order, so the first run fired at or after `since`
+    /// is found by a binary search over seqs (a lookup of one entry each:
+    /// etcd reads a whole range to sort it newest first, but not oldest
+    /// first), and the index is walked from there oldest first a page at a
+    /// time, reading only the keyed runs.
     pub(super) async fn kept_runs(&self, since: Millis) -> Result<Vec<KeptRun>, StoreError> {
         const PAGE: i64 = 500;
+        // The smallest seq whose next entry's run was fired at or after
+        // `since` lies in lo..=hi.
+        let (mut lo, mut hi) = (0_i64, i64::MAX);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let recent = match self.seq_entry_from(mid).await? {
+                None => true,
+                Some((_, id)) => match self.read_runs(std::slice::from_ref(&id)).await?.remove(&id) {
+                    Some((run, _)) => run.fired_at >= since,
+                    // Deleted since the lookup (retention, in a txn with
+                    // its index entry): look at what follows.
+                    None => false,
+                },
+            };
+            if recent {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
         let mut out = Vec::new();
-        let mut end = self.k("idx/seq0");
+        let mut from = self.k(&format!("idx/seq/{}", seq_key(lo)));
         loop {
             let page = self
                 .get(
-                    self.k("idx/seq/"),
-                    Some(GetOptions::new().with_range(end.clone()).with_sort(SortTarget::Key, SortOrder::Descend).with_limit(PAGE)),
+                    from.clone(),
+                    Some(GetOptions::new().with_range(self.k("idx/seq0")).with_sort(SortTarget::Key, SortOrder::Ascend).with_limit(PAGE)),
                 )
                 .await?;
             let entries: Vec<(String, String)> =
                 page.kvs().iter().filter_map(|kv| Some((kv.key_str().ok()?.to_string(), kv.value_str().ok()?.to_string()))).collect();
-            let Some((oldest_key, oldest)) = entries.last().cloned() else { return Ok(out) };
-            let mut ids: Vec<String> = entries.into_iter().map(|(_, id)| id).filter(|id| crate::is_keyed_run_id(id)).collect();
-            ids.push(oldest.clone());
-            let runs = self.read_runs(&ids).await?;
-            for id in ids.iter().filter(|id| crate::is_keyed_run_id(id)) {
-                if let Some((run, _)) = runs.get(id).filter(|(run, _)| run.state.is_terminal()) {
-                    out.extend(KeptRun::of(id, &run.namespace, run.fired_at, run.params.as_deref(), run.payload.as_deref(), since));
+            let ids: Vec<String> = entries.iter().map(|(_, id)| id.clone()).filter(|id| crate::is_keyed_run_id(id)).collect();
+            for (id, (run, _)) in self.read_runs(&ids).await? {
+                if run.state.is_terminal() {
+                    out.extend(KeptRun::of(&id, &run.namespace, run.fired_at, run.params.as_deref(), run.payload.as_deref(), since));
                 }
             }
-            let done = runs.get(&oldest).is_some_and(|(run, _)| run.fired_at < since);
-            if done || (page.kvs().len() as i64) < PAGE {
-                return Ok(out);
+            match entries.last() {
+                Some((key, _)) if entries.len() as i64 == PAGE => from = format!("{key}\0"),
+                _ => return Ok(out),
             }
-            end = oldest_key;
         }
     }
 
