@@ -242,11 +242,6 @@ impl RunBook {
         if let Some(run) = self.runs.remove(id) {
             self.tally.remove(&run.key.namespace, run.state);
             self.tally.bytes(&run.key.namespace, run.bytes(), false);
-            if gnomon_backend::is_keyed_run_id(id) {
-                // Held from its instant (at or after its fire), as long as
-                // retention keeps it.
-                self.keep(&run.key.namespace, run.scheduled_at, run.bytes());
-            }
             self.stop_waiting(id, &run);
             if let Some(set) = self.by_job.get_mut(run.key.uid.as_str()) {
                 set.remove(id);
@@ -256,6 +251,17 @@ impl RunBook {
             }
         }
         self.release(id)
+    }
+
+    /// Removes a run that ended (see [`Self::untrack`]): a keyed one is
+    /// counted as kept, from its instant (at or after its fire), for as
+    /// long as retention holds it.
+    pub(super) fn ended(&mut self, id: &str) -> Option<String> {
+        if let Some(run) = self.runs.get(id).filter(|_| gnomon_backend::is_keyed_run_id(id)) {
+            let (ns, at, bytes) = (run.key.namespace.clone(), run.scheduled_at, run.bytes());
+            self.keep(&ns, at, bytes);
+        }
+        self.untrack(id)
     }
 
     /// Counts a keyed run fired at `fired_at` that has ended as kept until
@@ -391,7 +397,7 @@ impl RunBook {
     pub(super) fn mirror(&mut self, t: &Transition) -> Option<String> {
         if t.to.is_terminal() {
             self.upstream_ended(&t.run_id, Some(t.to));
-            return self.untrack(&t.run_id);
+            return self.ended(&t.run_id);
         }
         let id = self.rid(&t.run_id);
         if let Some(run) = self.runs.get(&id).filter(|r| r.state == RunState::Waiting).cloned() {
@@ -430,15 +436,6 @@ impl RunBook {
         run.assigned_at = at;
         run.began_at = at;
         Some(run)
-    }
-
-    /// Counts the run's attempt as assigned at `at` for heartbeat
-    /// reconciliation (which judges it only a heartbeat after); its timeout
-    /// still counts from when it began.
-    pub(super) fn restamp_assignment(&mut self, id: &str, at: Millis) {
-        if let Some(r) = self.runs.get_mut(id) {
-            r.assigned_at = r.assigned_at.max(at);
-        }
     }
 
     /// Restores when the run's live attempt was assigned and began, as the

@@ -173,3 +173,34 @@ fn cancels_are_remembered_per_attempt_until_it_ends() {
     b.forget_cancels("r1");
     assert!(!b.cancel_sent("r1", 1));
 }
+
+#[test]
+fn a_keyed_run_that_ends_is_kept_with_its_bytes_until_its_hold_ends() {
+    let mut b = RunBook::default();
+    let keyed = |at: Millis| OpenRun {
+        scheduled_at: at,
+        params: Some(Arc::from("{\"a\":1}")),
+        payload: Some(Arc::from("xyz")),
+        ..open("j", RunState::Pending, 0)
+    };
+    b.track(Arc::from("j-kone"), keyed(1_000));
+    b.track(Arc::from("j-ktwo"), keyed(2_000));
+    b.track(Arc::from("j-100"), open("j", RunState::Pending, 0));
+    assert_eq!((b.ns_counts("default").open(), b.ns_counts("default").bytes), (3, 20));
+    // Reloaded while open: dropped and tracked again, never kept.
+    b.untrack("j-ktwo");
+    b.track(Arc::from("j-ktwo"), keyed(2_000));
+    assert_eq!(b.ns_counts("default").kept, 0);
+    // Ended: the keyed run is kept with its bytes; the other is gone.
+    b.mirror(&to("j-kone", RunState::Pending, RunState::Cancelled, 0, 5_000, None));
+    b.mirror(&to("j-100", RunState::Pending, RunState::Cancelled, 0, 5_000, None));
+    let c = b.ns_counts("default");
+    assert_eq!((c.open(), c.kept, c.counted(), c.bytes), (1, 1, 2, 20));
+    b.ended("j-ktwo");
+    assert!(!b.release_kept(1_000 + gnomon_backend::KEYED_RUN_HOLD_MS - 1), "held until its instant plus the hold");
+    assert!(b.release_kept(1_000 + gnomon_backend::KEYED_RUN_HOLD_MS));
+    assert_eq!((b.ns_counts("default").kept, b.ns_counts("default").bytes), (1, 10));
+    b.release_kept(Millis::MAX);
+    assert_eq!(b.ns_tally().count(), 0, "nothing is left counted");
+    check(&b);
+}

@@ -66,9 +66,12 @@ impl LeaderRuntime {
             let held_here = worker.as_ref().is_some_and(|w| self.sessions.contains(w));
             match worker {
                 Some(w) if held_here => {
-                    // Heartbeat reconciliation may judge it only after a
-                    // full heartbeat from now.
-                    self.cache.runs.restamp_assignment(&id, now);
+                    // A rebuild under the same sessions: heartbeat
+                    // reconciliation goes on judging from the stored
+                    // assignment (a rebuild that restarted its clock would
+                    // keep an attempt its worker never got from being found
+                    // for as long as rebuilds come faster than heartbeats;
+                    // seed 705).
                     self.cache.runs.hold(id, &w);
                 }
                 worker => {
@@ -140,9 +143,14 @@ impl LeaderRuntime {
         self.track_new(run, now).unwrap_or_else(|| Arc::from(id.as_str()))
     }
 
-    /// Drops a run from the cache, freeing the slot of its attempt.
-    pub(super) fn untrack(&mut self, id: &str) {
-        self.cache.runs.untrack(id);
+    /// Drops a run from the cache, freeing the slot of its attempt; one
+    /// that `ended` is counted as kept if it is keyed.
+    pub(super) fn untrack(&mut self, id: &str, ended: bool) {
+        if ended {
+            self.cache.runs.ended(id);
+        } else {
+            self.cache.runs.untrack(id);
+        }
         self.live.end(id, self.clock.now_millis());
     }
 
@@ -210,7 +218,7 @@ impl LeaderRuntime {
     /// again as recovery would load it.
     pub(super) async fn reload_run(&mut self, id: &str) -> Result<()> {
         let detail = self.store.get_run(id).await?;
-        self.untrack(id);
+        self.untrack(id, detail.as_ref().is_some_and(|d| d.run.state.is_terminal()));
         let Some(detail) = detail.filter(|d| !d.run.state.is_terminal()) else { return Ok(()) };
         let now = self.clock.now_millis();
         let run = &detail.run;
@@ -220,7 +228,6 @@ impl LeaderRuntime {
                 let attempt = detail.attempts.iter().find(|a| a.attempt == run.attempt);
                 if let Some(a) = attempt {
                     self.cache.runs.restore_attempt_times(&rid, a.assigned_at, a.assigned_at.max(a.started_at.unwrap_or(0)));
-                    self.cache.runs.restamp_assignment(&rid, now);
                 }
                 let worker = attempt.map(|a| a.worker.clone());
                 match worker {

@@ -195,7 +195,11 @@ impl SimWorker {
         }
         self.read_messages(now, rng, commands, h);
         if self.fence_lapsed(now) && !self.running.is_empty() {
-            self.fence_all(now, commands, h);
+            // A worker's watchdog stops its attempts at the deadline, not
+            // at the simulation's next look (the clock may have jumped past
+            // it in one slow store call of the leader's; seed 2233).
+            let deadline = (self.last_ack + self.ttl * 7 / 10).min(now);
+            self.fence_all(deadline, commands, h);
         }
         // Running attempts write a line now and then, streamed as it
         // would be.
@@ -236,6 +240,8 @@ impl SimWorker {
         }
     }
 
+    /// Stops every running attempt at `now` (the watchdog's deadline, or
+    /// when a paused worker wakes past it) and reports each lost.
     fn fence_all(&mut self, now: Millis, commands: &mpsc::Sender<LeaderCommand>, h: &mut History) {
         if !self.running.is_empty() {
             h.note(now, format!("worker {} fenced itself", self.id));
