@@ -473,7 +473,8 @@ impl RunBook {
     /// Whether `worker` may report on the run's attempt: it holds it, or the
     /// attempt waits for its worker.
     pub(super) fn may_report(&self, id: &str, worker: &str) -> bool {
-        self.holders.get(id).is_some_and(|w| w == worker) || self.orphans.contains_key(id)
+        self.holders.get(id).is_some_and(|w| w == worker)
+            || self.orphans.get(id).is_some_and(|o| o.worker.as_deref().is_none_or(|w| w == worker))
     }
 
     /// The run's live attempt waits for its worker until `deadline`.
@@ -492,9 +493,20 @@ impl RunBook {
         }
     }
 
-    /// The orphans past their deadline, no longer orphans or held.
-    pub(super) fn take_overdue_orphans(&mut self, now: Millis) -> Vec<(RunId, Option<String>)> {
-        let overdue: Vec<RunId> = self.orphans.iter().filter(|(_, o)| o.deadline < now).map(|(id, _)| id.clone()).collect();
+    /// The orphans past their deadline, no longer orphans or held; but
+    /// those `reported` says a report has come for (from the orphan's
+    /// worker, when known), which stay for that report.
+    pub(super) fn take_overdue_orphans(
+        &mut self,
+        now: Millis,
+        reported: impl Fn(&str, Option<&str>) -> bool,
+    ) -> Vec<(RunId, Option<String>)> {
+        let overdue: Vec<RunId> = self
+            .orphans
+            .iter()
+            .filter(|(id, o)| o.deadline < now && !reported(id, o.worker.as_deref()))
+            .map(|(id, _)| id.clone())
+            .collect();
         overdue
             .into_iter()
             .map(|id| {

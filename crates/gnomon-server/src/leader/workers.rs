@@ -47,7 +47,7 @@ impl LeaderRuntime {
         // Attempts it held but no longer lists: its report may still be
         // spooled; give it one lease to arrive, then they are lost.
         for id in attempts.iter().filter(|id| !listed.contains(&id.as_ref())) {
-            self.cache.runs.orphan(id.clone(), now + self.config.lease_ttl_ms, None);
+            self.cache.runs.orphan(id.clone(), now + self.config.lease_ttl_ms, Some(worker.clone()));
         }
         let mut reclaimed = Vec::new();
         let mut superseded = Vec::new();
@@ -250,7 +250,15 @@ impl LeaderRuntime {
             }
         }
         self.expire_overruns(now, &mut batch, &mut aborts);
-        for (id, _) in self.cache.runs.take_overdue_orphans(now) {
+        // An orphan whose report is in (its worker reconnected with it
+        // spooled, and the turn reads it after this) waits for it.
+        let reports = self.inbox.reports();
+        let reported = |id: &str, worker: Option<&str>| {
+            reports
+                .iter()
+                .any(|e| matches!(e, WorkerEvent::Finished { worker: w, run_id, .. } if **run_id == *id && worker.is_none_or(|k| k == w)))
+        };
+        for (id, _) in self.cache.runs.take_overdue_orphans(now, reported) {
             if let Some(t) = self.end_attempt(
                 &id,
                 AttemptState::Lost,
