@@ -219,6 +219,18 @@ impl LeaderRuntime {
             for id in held {
                 if self.cache.runs.holder(&id) == Some(&worker) {
                     self.cache.runs.release(&id);
+                    // Its report is in (read later this turn): the attempt
+                    // ended on its worker, so it waits for that report as
+                    // an orphan of that worker instead.
+                    if self
+                        .inbox
+                        .reports()
+                        .iter()
+                        .any(|e| matches!(e, WorkerEvent::Finished { worker: w, run_id, .. } if *w == worker && **run_id == *id))
+                    {
+                        self.cache.runs.orphan(id, now, Some(worker.clone()));
+                        continue;
+                    }
                     if let Some(t) =
                         self.end_attempt(&id, AttemptState::Lost, None, format!("worker {worker} lease expired"), RetryHint::Policy, now)
                     {
