@@ -143,8 +143,10 @@ impl EtcdStore {
     pub(super) async fn kept_runs(&self, since: Millis) -> Result<Vec<KeptRun>, StoreError> {
         const PAGE: i64 = 500;
         // The smallest seq whose next entry's run was fired at or after
-        // `since` lies in lo..=hi.
-        let (mut lo, mut hi) = (0_i64, i64::MAX);
+        // `since` lies in lo..=hi (past the last seq handed out there is
+        // no entry): about log2(runs) lookups.
+        let (last, _) = self.next_seq().await?;
+        let (mut lo, mut hi) = (0_i64, last.saturating_add(1));
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             let recent = match self.seq_entry_from(mid).await? {

@@ -84,7 +84,25 @@ impl Ha {
                 bad.push(format!("{id}: {} {:?} {attempts:?}", d.run.state.as_str(), d.run.reason));
             }
         }
-        assert!(bad.is_empty(), "long runs ended early or ran again across the faults:\n{}", bad.join("\n"));
+        if !bad.is_empty() {
+            // What the replicas say of their terms and sessions, to read
+            // when a worker went unacknowledged.
+            let said: Vec<String> = self
+                .replicas
+                .iter()
+                .filter_map(|r| r.proc.as_ref().map(|p| (r.id.clone(), p.log())))
+                .map(|(id, log)| {
+                    let lines: Vec<&str> = log
+                        .lines()
+                        .filter(|l| {
+                            ["state loaded", "stepping down", "leader", "session", "lease", "lost", "resign"].iter().any(|k| l.contains(k))
+                        })
+                        .collect();
+                    format!("--- {id}\n{}", lines.join("\n"))
+                })
+                .collect();
+            panic!("long runs ended early or ran again across the faults:\n{}\n{}", bad.join("\n"), said.join("\n"));
+        }
         eprintln!("{} long runs succeeded on attempt 1 through the faults", self.long_runs.len());
     }
 }
