@@ -85,7 +85,11 @@ fn exactly_once_steps_hold_for_a_frozen_rust_worker_on_postgres() {
 
 #[test]
 fn exactly_once_steps_hold_for_a_frozen_rust_worker_on_mariadb() {
-    faults::exactly_once_steps(Sdk::Rust, TestServer::MySql, true);
+    // No unguarded control here: a Rust worker drops a stopped attempt's
+    // future (its transaction rolls back), so without the step whether the
+    // frozen attempt pays too depends on which wakes first, its timer or
+    // its cancel.
+    faults::exactly_once_steps(Sdk::Rust, TestServer::MySql, false);
 }
 
 #[test]
