@@ -24,6 +24,12 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== the engine plans without I/O (its dependency tree)"
+# No async runtime, store, RPC or HTTP crate may reach gnomon-engine.
+if cargo tree -p gnomon-engine -e normal --prefix none | grep -E '^(tokio|mio|tonic|hyper|axum|reqwest|sqlx|rusqlite|etcd-client|openraft) '; then
+  echo "gnomon-engine depends on the crates above: it must plan without I/O" >&2
+  exit 1
+fi
 echo "== cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 echo "== cargo test"

@@ -46,29 +46,6 @@ pub(crate) fn check_delete(namespace: &str, name: &str, graph: &Graph) -> Result
     Err(StoreError::HasDependents { namespace: namespace.to_string(), name: name.to_string(), dependents: names })
 }
 
-/// A [`gnomon_core::SpecError`] inside a [`StoreError`] as
-/// `(code, field, message)`: a replicated store's refusal travels to the
-/// member that proposed the write. Its code is one of the graph checks'
-/// (a static string on the way back).
-pub(crate) mod spec_error {
-    use gnomon_core::SpecError;
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    /// The codes a graph refusal carries; anything else reads as the
-    /// generic `invalid_after`.
-    const CODES: &[&str] = &["unknown_upstream", "dependency_cycle", "cross_namespace", "invalid_after"];
-
-    pub fn serialize<S: Serializer>(e: &SpecError, s: S) -> Result<S::Ok, S::Error> {
-        (e.code, &e.field, &e.message).serialize(s)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SpecError, D::Error> {
-        let (code, field, message) = <(String, String, String)>::deserialize(d)?;
-        let code = CODES.iter().copied().find(|c| *c == code).unwrap_or("invalid_after");
-        Ok(SpecError::new(code, field, message))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,6 @@
 //! Store and election are separate seams and can be combined; fencing works
 //! across any pair because the *store* checks the token of every leader write.
 
-mod backfill;
 pub mod caller;
 mod chunks;
 pub mod election;
@@ -12,7 +11,6 @@ pub mod electors;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 mod graph;
-pub mod model;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
@@ -29,63 +27,11 @@ mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
-pub use backfill::*;
-pub use model::*;
+pub use gnomon_records::*;
+pub use gnomon_records::{model, spec_error};
 pub use store::*;
 
 use async_trait::async_trait;
-
-/// Errors of the store. Each says whether retrying may help.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
-pub enum StoreError {
-    /// A leader write carried a token that is no longer the scope's current one.
-    #[error("fenced: token {token} is not the current token {current} of scope {scope:?}")]
-    Fenced { scope: String, token: u64, current: u64 },
-    /// `fence` was called with a token not higher than the stored one.
-    #[error("stale token: {token} is not higher than the current token {current} of scope {scope:?}")]
-    StaleToken { scope: String, token: u64, current: u64 },
-    #[error("not found: {0}")]
-    NotFound(String),
-    #[error("already exists: {0}")]
-    AlreadyExists(String),
-    #[error("version conflict on {what}: expected version {expected}, found {actual}")]
-    VersionConflict { what: String, expected: u64, actual: u64 },
-    #[error("invalid transition of run {run}: {from} -> {to}")]
-    InvalidTransition { run: String, from: String, to: String },
-    #[error("run {0} is already in a terminal state")]
-    Terminal(String),
-    /// The backend could not be reached or timed out; retrying may help.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    #[error("store error: {0}")]
-    Backend(String),
-    #[error("corrupt record: {0}")]
-    Corrupt(String),
-    #[error("backend {0:?} is not compiled into this build (enable its cargo feature)")]
-    NotCompiled(String),
-    #[error("invalid store URL: {0}")]
-    InvalidUrl(String),
-    /// A job write's `after` edges do not fit its namespace's stored jobs
-    /// (`unknown_upstream`, `dependency_cycle` with its path), as checked
-    /// in the write's own transaction; nothing was written.
-    #[error("{0}")]
-    Graph(#[serde(with = "graph::spec_error")] gnomon_core::SpecError),
-    /// A delete refused because other jobs of the namespace run after the
-    /// job (`dependents`, by name), as checked in the delete's own
-    /// transaction; nothing was deleted.
-    #[error("{} run after {namespace}/{name}: remove it from their `after` first", .dependents.join(", "))]
-    HasDependents { namespace: String, name: String, dependents: Vec<String> },
-    /// The database's schema is at a version past the last migration this
-    /// build has: a newer gnomon migrated it, and this one would misread it.
-    #[error("the {backend} database's schema is at version {found}, newer than the {known} this build knows: run a gnomon at least as new as the one that migrated it")]
-    SchemaTooNew { backend: String, found: i64, known: i64 },
-}
-
-impl StoreError {
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
-    }
-}
 
 /// The kind of store a URL names, from its scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,103 +83,6 @@ impl std::fmt::Display for StoreKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// Precondition of a job write (in the manner of restate's metadata store).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Precondition {
-    None,
-    DoesNotExist,
-    MatchesVersion(u64),
-}
-
-/// Everything one leader turn writes, made as one fenced write
-/// ([`LeaderWrites::write_turn`]): runs fired (with their jobs' advances),
-/// run transitions (which may move the runs just fired), backfill
-/// progress and backfills started.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct TurnBatch {
-    pub runs: Vec<NewRun>,
-    pub advances: Vec<JobAdvance>,
-    pub transitions: Vec<Transition>,
-    /// Backfill cursors moved, each a compare-and-swap from the cursor read.
-    #[serde(default)]
-    pub backfills: Vec<BackfillProgress>,
-    /// Per backfill progress (when given), the runs of this batch that are
-    /// its chunk's instants: the write adds those it created to the
-    /// progress's `created` and the others to its `kept`
-    /// ([`TurnBatch::counted_progress`]).
-    #[serde(default)]
-    pub backfill_runs: Vec<std::ops::Range<usize>>,
-    /// Backfills started (created if their id is free).
-    #[serde(default)]
-    pub new_backfills: Vec<NewBackfill>,
-    /// When the write is made (the new backfills' creation time).
-    #[serde(default)]
-    pub at: gnomon_core::Millis,
-}
-
-impl TurnBatch {
-    /// Nothing to write.
-    pub fn is_empty(&self) -> bool {
-        self.runs.is_empty()
-            && self.advances.is_empty()
-            && self.transitions.is_empty()
-            && self.backfills.is_empty()
-            && self.new_backfills.is_empty()
-    }
-
-    /// How many rows it writes (for metrics).
-    pub fn rows(&self) -> usize {
-        self.runs.len() + self.advances.len() + self.transitions.len() + self.backfills.len() + self.new_backfills.len()
-    }
-
-    /// The backfills' progress with their chunks' outcomes counted in, as
-    /// the write records it: each run of its chunk `fired` created adds to
-    /// `created`, each that existed to `kept`.
-    pub fn counted_progress(&self, fired: &[FireOutcome]) -> Vec<BackfillProgress> {
-        let mut out = self.backfills.clone();
-        for (p, range) in out.iter_mut().zip(&self.backfill_runs) {
-            for outcome in fired.get(range.clone()).unwrap_or_default() {
-                match outcome {
-                    FireOutcome::Created => p.created += 1,
-                    FireOutcome::Existed => p.kept += 1,
-                }
-            }
-        }
-        out
-    }
-
-    /// Only runs, advances and transitions (what every store's fast path writes).
-    pub fn is_runs_only(&self) -> bool {
-        self.backfills.is_empty() && self.new_backfills.is_empty()
-    }
-}
-
-/// What [`LeaderWrites::write_turn`] wrote.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct TurnWrite {
-    /// Per new run, as [`LeaderWrites::fire`] answers.
-    pub fired: Vec<FireOutcome>,
-    /// Per transition, as [`LeaderWrites::transition`] answers; an error here means
-    /// the fire committed and the transitions did not.
-    pub applied: Result<Vec<bool>, StoreError>,
-    /// Per backfill progress, whether it applied (as
-    /// [`BackfillStore::advance_backfill`] answers).
-    #[serde(default)]
-    pub advanced: Vec<bool>,
-    /// Per new backfill, whether it was created (`false`: its id was taken).
-    #[serde(default)]
-    pub created: Vec<bool>,
-}
-
-/// A worker session's lease as the store keeps it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveSession {
-    pub worker: String,
-    pub lease: i64,
-    /// Milliseconds the lease has left.
-    pub remaining_ms: i64,
 }
 
 /// Worker sessions kept alive in the store: each live session has

@@ -6,12 +6,12 @@
 #![allow(clippy::all, clippy::pedantic)]
 
 pub mod v1 {
-    tonic::include_proto!("gnomon.worker.v1");
+    include!(concat!(env!("OUT_DIR"), "/gnomon.worker.v1.rs"));
 }
 
 /// `gnomon.raft.v1`: what the members of a `raft://` cluster say to each other.
 pub mod raft {
-    tonic::include_proto!("gnomon.raft.v1");
+    include!(concat!(env!("OUT_DIR"), "/gnomon.raft.v1.rs"));
 }
 
 /// The protocol version this build speaks.

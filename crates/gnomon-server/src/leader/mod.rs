@@ -6,25 +6,20 @@
 //! partitioned database may never answer it), and at once when the store
 //! reports it has been fenced out.
 
-use std::cmp::Reverse;
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BinaryHeap};
-use std::hash::BuildHasherDefault;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use gnomon_backend::{AttemptChange, Fence, FireOutcome, JobAdvance, JobRecord, NewRun, SessionLeases, Store, StoreError, Transition};
 use gnomon_core::outcome::{ExecOutcome, RetryHint, MAX_RETRY_AFTER_MS};
 use gnomon_core::policy::{decide_overlap, plan_fires, Decision, OverlapDecision, PlanInput};
-use gnomon_core::retry::BackoffPolicy;
 use gnomon_core::run::run_state_after_attempt;
-use gnomon_core::schedule::Schedule;
-use gnomon_core::spec::{Executor, MisfirePolicy, OverlapPolicy, RouteSpec};
+use gnomon_core::spec::{Executor, OverlapPolicy};
 use gnomon_core::{AttemptState, Clock, Millis, RunState};
 use gnomon_proto::v1::{self, server_message, worker_message};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use gnomon_core::backpressure::{Backpressure, BackpressureConfig, Pressure};
+use gnomon_core::backpressure::{BackpressureConfig, Pressure};
 use gnomon_core::routing::{pick_worker, Candidate};
 
 /// The most ready runs one dispatch pass looks at.
@@ -47,7 +42,6 @@ const STORE_LEASE_SLACK_MS: Millis = 3_000;
 /// The smallest chunk a burst is fired in while it interleaves with
 /// dispatch (smaller chunks would spend more on commits than they save).
 const MIN_INTERLEAVED_FIRE: usize = 256;
-const POLL_EVERY_MS: Millis = 1000;
 /// How far past its job's timeout (counted from its assignment) an attempt
 /// may run before the leader ends it `timed_out` itself, on top of the
 /// lease TTL: the worker kills it at the timeout and reports; this only
@@ -60,51 +54,39 @@ const PREFETCH_SHORT_MS: f64 = 100.0;
 /// …and none of the attempts it holds was assigned longer ago than this
 /// (a slot is not stuck on a slow run).
 const PREFETCH_MAX_AGE_MS: Millis = 1_000;
-/// Weight of the newest duration in the moving averages above.
-const DURATION_EWMA: f64 = 0.2;
 
-/// A moving average of attempt durations with a new one of `ms` in it.
-fn with_duration(average: Option<f64>, ms: f64) -> Option<f64> {
-    Some(average.map_or(ms, |o| o + DURATION_EWMA * (ms - o)))
-}
-
-mod admission;
 mod asks;
 mod backfills;
-mod cadence;
 mod claim;
 mod dispatch;
-mod fair;
-mod graph;
 mod inbox;
 mod jobs;
-mod notify;
 mod plan;
 mod release;
 mod results;
-mod runbook;
 mod runs;
 mod sessions;
-mod timeline;
 mod turn;
 mod view;
 mod workers;
 
 pub use claim::{AskClaim, Withdrawal};
-pub use fair::NsCounts;
+pub use gnomon_engine::fair::NsCounts;
 pub use view::{NamespaceUsage, PressureInfo, Snapshot, WorkerInfo};
 
 use results::*;
-use runbook::*;
 use sessions::*;
-use timeline::*;
+
+// The components the leader plans over live in the engine crate.
+use gnomon_engine::runbook::*;
+use gnomon_engine::timeline::*;
+use gnomon_engine::{admission, cadence, notify, runbook, with_duration};
 
 /// The leader's maps and sets hash with fixed keys, so that the order in
 /// which it walks them, and so everything it does, depends only on its
 /// inputs: a simulation seed replays exactly. (Their keys are run, job and
 /// worker ids the server or an authenticated worker chose.)
-pub type HashMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<DefaultHasher>>;
-pub type HashSet<K> = std::collections::HashSet<K, BuildHasherDefault<DefaultHasher>>;
+pub use gnomon_engine::{HashMap, HashSet};
 
 /// The leader's published worker sessions and backpressure.
 pub type WorkersView = Arc<std::sync::RwLock<Snapshot>>;

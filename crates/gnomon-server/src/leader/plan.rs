@@ -193,7 +193,7 @@ impl LeaderRuntime {
             std::mem::take(&mut plan.dispatch.dropped),
             std::mem::take(&mut plan.dispatch.batch),
         ]);
-        self.attach_notifications(&mut transitions);
+        notify::attach_notifications(&self.cache.runs, &self.cache.jobs, &mut transitions);
         let batch = TurnBatch { runs, advances, transitions, backfills: progress, backfill_runs, new_backfills, at: stamp };
         let began = std::time::Instant::now();
         let result = self.store.write_turn(&self.fence, &batch).await;

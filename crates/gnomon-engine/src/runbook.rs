@@ -20,33 +20,42 @@
 //! The ready queue and the retry heap may name runs that have moved on
 //! since; their readers skip those.
 
-use super::*;
+use crate::timeline::JobKey;
+use crate::HashMap;
+use crate::HashSet;
+use gnomon_core::Millis;
+use gnomon_core::RunState;
+use gnomon_records::AttemptChange;
+use gnomon_records::Transition;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
 
 /// A run id, allocated once and shared by every index that names the run.
-pub(super) type RunId = Arc<str>;
+pub type RunId = Arc<str>;
 
 /// What the leader keeps of an open run. Read anywhere in the leader;
 /// changed only through [`RunBook`].
 #[derive(Debug, Clone)]
-pub(super) struct OpenRun {
-    pub(super) key: Arc<JobKey>,
-    pub(super) scheduled_at: Millis,
-    pub(super) state: RunState,
-    pub(super) attempt: u32,
-    pub(super) ready_since: Millis,
+pub struct OpenRun {
+    pub key: Arc<JobKey>,
+    pub scheduled_at: Millis,
+    pub state: RunState,
+    pub attempt: u32,
+    pub ready_since: Millis,
     /// When its live attempt was assigned, as the store has it (heartbeat
     /// reconciliation and prefetch count from here).
-    pub(super) assigned_at: Millis,
+    pub assigned_at: Millis,
     /// When its live attempt's timeout began: the later of its assignment
     /// and its start as its worker reported it. Restored from the store on
     /// a rebuild, never taken from the new term.
-    pub(super) began_at: Millis,
+    pub began_at: Millis,
     /// The values of its params (a JSON object), as every attempt gets them.
-    pub(super) params: Option<Arc<str>>,
+    pub params: Option<Arc<str>>,
     /// The payload of the webhook call that started it.
-    pub(super) payload: Option<Arc<str>>,
+    pub payload: Option<Arc<str>>,
     /// A dependency run's origin and edges.
-    pub(super) after: Option<Arc<gnomon_core::deps::RunAfter>>,
+    pub after: Option<Arc<gnomon_core::deps::RunAfter>>,
 }
 
 /// A live attempt whose worker has no session here.
@@ -60,7 +69,7 @@ struct Orphan {
 
 /// The open runs and their indexes.
 #[derive(Default)]
-pub(super) struct RunBook {
+pub struct RunBook {
     runs: HashMap<RunId, OpenRun>,
     by_job: HashMap<String, HashSet<RunId>>,
     /// The pending runs, one queue per namespace (see [`FairQueue`]).
@@ -96,36 +105,40 @@ pub(super) struct RunBook {
 
 impl OpenRun {
     /// Its params' and payload's bytes.
-    pub(super) fn bytes(&self) -> u64 {
+    pub fn bytes(&self) -> u64 {
         (self.params.as_ref().map_or(0, |p| p.len()) + self.payload.as_ref().map_or(0, |p| p.len())) as u64
     }
 }
 
-pub(super) use gnomon_backend::upstream_candidates;
+pub use gnomon_records::upstream_candidates;
 
-pub use super::fair::NsCounts;
-use super::fair::{FairQueue, NsTally};
+pub use crate::fair::NsCounts;
+use crate::fair::{FairQueue, NsTally};
 
 impl RunBook {
-    pub(super) fn get(&self, id: &str) -> Option<&OpenRun> {
+    pub fn get(&self, id: &str) -> Option<&OpenRun> {
         self.runs.get(id)
     }
 
-    pub(super) fn contains(&self, id: &str) -> bool {
+    pub fn contains(&self, id: &str) -> bool {
         self.runs.contains_key(id)
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.runs.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The shared id of an open run (a new one if the run is not open).
-    pub(super) fn rid(&self, id: &str) -> RunId {
+    pub fn rid(&self, id: &str) -> RunId {
         self.runs.get_key_value(id).map(|(k, _)| k.clone()).unwrap_or_else(|| Arc::from(id))
     }
 
     /// Adds an open run (replacing one of the same id).
-    pub(super) fn track(&mut self, id: RunId, run: OpenRun) {
+    pub fn track(&mut self, id: RunId, run: OpenRun) {
         if let Some(old) = self.runs.get(&id) {
             self.tally.remove(&old.key.namespace, old.state);
             self.tally.bytes(&old.key.namespace, old.bytes(), false);
@@ -164,7 +177,7 @@ impl RunBook {
 
     /// A run that may decide waiting runs ended (or was created ended, as
     /// a skip record): they are decided again, knowing how it ended.
-    pub(super) fn upstream_ended(&mut self, id: &str, state: Option<RunState>) {
+    pub fn upstream_ended(&mut self, id: &str, state: Option<RunState>) {
         let Some(list) = self.waiters.get(id) else { return };
         self.undecided.extend(list.iter().cloned());
         if let Some(state) = state {
@@ -174,7 +187,7 @@ impl RunBook {
 
     /// Every waiting run is decided again (the whole state was reloaded).
     #[cfg(test)]
-    pub(super) fn reconsider_all_waiting(&mut self) {
+    pub fn reconsider_all_waiting(&mut self) {
         let waiting: Vec<RunId> = self.runs.iter().filter(|(_, r)| r.state == RunState::Waiting).map(|(id, _)| id.clone()).collect();
         self.undecided.extend(waiting);
     }
@@ -183,7 +196,7 @@ impl RunBook {
     /// of them, are decided again (those jobs changed or went, or a
     /// backfill of theirs ended: an upstream may no longer be expected to
     /// run at an instant).
-    pub(super) fn reconsider_waiting_on(&mut self, uids: &HashSet<String>) {
+    pub fn reconsider_waiting_on(&mut self, uids: &HashSet<String>) {
         if uids.is_empty() {
             return;
         }
@@ -197,7 +210,7 @@ impl RunBook {
 
     /// Up to `limit` waiting runs to decide now, taken out (the rest stay
     /// marked for the next turn).
-    pub(super) fn take_undecided(&mut self, limit: usize) -> Vec<RunId> {
+    pub fn take_undecided(&mut self, limit: usize) -> Vec<RunId> {
         let mut out = Vec::new();
         while out.len() < limit {
             let Some(id) = self.undecided.pop_first() else { break };
@@ -210,24 +223,24 @@ impl RunBook {
 
     /// The open runs of these jobs before these instants are to be
     /// cancelled (a `replace` run is fired or released).
-    pub(super) fn replace_later(&mut self, due: impl IntoIterator<Item = (String, Millis)>) {
+    pub fn replace_later(&mut self, due: impl IntoIterator<Item = (String, Millis)>) {
         self.replace_due.extend(due);
     }
 
     /// The `replace` cancellations due, taken out.
-    pub(super) fn take_replace_due(&mut self) -> Vec<(String, Millis)> {
+    pub fn take_replace_due(&mut self) -> Vec<(String, Millis)> {
         std::mem::take(&mut self.replace_due)
     }
 
     /// Whether waiting runs are marked to be decided, or runs a newer
     /// run replaced are to be cancelled: work for the next turn.
-    pub(super) fn has_undecided(&self) -> bool {
+    pub fn has_undecided(&self) -> bool {
         !self.undecided.is_empty() || !self.replace_due.is_empty()
     }
 
     /// What the leader knows of a candidate upstream run without the
     /// store: open here, or ended while a waiting run named it.
-    pub(super) fn known_upstream(&self, id: &str) -> Option<gnomon_core::deps::UpstreamRun> {
+    pub fn known_upstream(&self, id: &str) -> Option<gnomon_core::deps::UpstreamRun> {
         use gnomon_core::deps::UpstreamRun;
         if self.runs.contains_key(id) {
             return Some(UpstreamRun::Open);
@@ -237,7 +250,7 @@ impl RunBook {
 
     /// Removes a run and everything that names it; the worker whose slot
     /// it held, if one did.
-    pub(super) fn untrack(&mut self, id: &str) -> Option<String> {
+    pub fn untrack(&mut self, id: &str) -> Option<String> {
         self.upstream_ended(id, None);
         if let Some(run) = self.runs.remove(id) {
             self.tally.remove(&run.key.namespace, run.state);
@@ -256,8 +269,8 @@ impl RunBook {
     /// Removes a run that ended (see [`Self::untrack`]): a keyed one is
     /// counted as kept, from its instant (at or after its fire), for as
     /// long as retention holds it.
-    pub(super) fn ended(&mut self, id: &str) -> Option<String> {
-        if let Some(run) = self.runs.get(id).filter(|_| gnomon_backend::is_keyed_run_id(id)) {
+    pub fn ended(&mut self, id: &str) -> Option<String> {
+        if let Some(run) = self.runs.get(id).filter(|_| gnomon_records::is_keyed_run_id(id)) {
             let (ns, at, bytes) = (run.key.namespace.clone(), run.scheduled_at, run.bytes());
             self.keep(&ns, at, bytes);
         }
@@ -266,13 +279,13 @@ impl RunBook {
 
     /// Counts a keyed run fired at `fired_at` that has ended as kept until
     /// its hold ends.
-    pub(super) fn keep(&mut self, namespace: &str, fired_at: Millis, bytes: u64) {
+    pub fn keep(&mut self, namespace: &str, fired_at: Millis, bytes: u64) {
         self.tally.kept(namespace, bytes, true);
-        self.kept.push(Reverse((fired_at.saturating_add(gnomon_backend::KEYED_RUN_HOLD_MS), namespace.to_string(), bytes)));
+        self.kept.push(Reverse((fired_at.saturating_add(gnomon_records::KEYED_RUN_HOLD_MS), namespace.to_string(), bytes)));
     }
 
     /// Ends the holds that have run out by `now`; whether any did.
-    pub(super) fn release_kept(&mut self, now: Millis) -> bool {
+    pub fn release_kept(&mut self, now: Millis) -> bool {
         let mut any = false;
         while self.kept.peek().is_some_and(|Reverse((until, _, _))| *until <= now) {
             let Some(Reverse((_, ns, bytes))) = self.kept.pop() else { break };
@@ -284,7 +297,7 @@ impl RunBook {
 
     /// Forgets which worker holds the run's attempt (and that it waited
     /// for one), freeing its slot; that worker, if one did.
-    pub(super) fn release(&mut self, id: &str) -> Option<String> {
+    pub fn release(&mut self, id: &str) -> Option<String> {
         self.orphans.remove(id);
         let worker = self.holders.remove(id)?;
         self.unindex_hold(&worker, id);
@@ -302,22 +315,22 @@ impl RunBook {
     }
 
     /// How many live attempts `worker` holds: the slots they take.
-    pub(super) fn held_by(&self, worker: &str) -> usize {
+    pub fn held_by(&self, worker: &str) -> usize {
         self.held.get(worker).map_or(0, HashSet::len)
     }
 
     /// The runs whose live attempt `worker` holds.
-    pub(super) fn runs_held_by(&self, worker: &str) -> Vec<RunId> {
+    pub fn runs_held_by(&self, worker: &str) -> Vec<RunId> {
         self.held.get(worker).map(|s| s.iter().cloned().collect()).unwrap_or_default()
     }
 
     /// Whether a holding changed since the last call.
-    pub(super) fn take_holds_changed(&mut self) -> bool {
+    pub fn take_holds_changed(&mut self) -> bool {
         std::mem::take(&mut self.holds_changed)
     }
 
     /// Queues an open run for dispatch, behind the others of its namespace.
-    pub(super) fn queue(&mut self, id: RunId) {
+    pub fn queue(&mut self, id: RunId) {
         if let Some(run) = self.runs.get(&id) {
             self.ready.push_back(&run.key.namespace, id);
         }
@@ -326,14 +339,14 @@ impl RunBook {
     /// The next run queued for dispatch: from the namespace with queued
     /// runs that holds the fewest active attempts (see [`FairQueue::pop`]),
     /// passing over the namespaces `skip` names.
-    pub(super) fn pop_ready(&mut self, skip: impl Fn(&str) -> bool) -> Option<RunId> {
+    pub fn pop_ready(&mut self, skip: impl Fn(&str) -> bool) -> Option<RunId> {
         let tally = &self.tally;
         self.ready.pop(|ns| usize::try_from(tally.of(ns).active).unwrap_or(usize::MAX), skip)
     }
 
     /// Puts runs a dispatch pass passed over back at the front of their
     /// namespaces' queues, in order (a run no longer open is dropped).
-    pub(super) fn requeue_front(&mut self, ids: Vec<RunId>) {
+    pub fn requeue_front(&mut self, ids: Vec<RunId>) {
         for id in ids.into_iter().rev() {
             if let Some(run) = self.runs.get(&id) {
                 self.ready.push_front(&run.key.namespace, id);
@@ -342,42 +355,42 @@ impl RunBook {
     }
 
     /// How many namespaces have runs queued for dispatch.
-    pub(super) fn ready_namespaces(&self) -> usize {
+    pub fn ready_namespaces(&self) -> usize {
         self.ready.namespaces()
     }
 
     /// The first queued runs of each namespace (a queue may name runs that
     /// have moved on).
-    pub(super) fn ready(&self) -> impl Iterator<Item = &RunId> {
+    pub fn ready(&self) -> impl Iterator<Item = &RunId> {
         self.ready.fronts(64)
     }
 
     /// What namespace `ns` holds open.
-    pub(super) fn ns_counts(&self, ns: &str) -> NsCounts {
+    pub fn ns_counts(&self, ns: &str) -> NsCounts {
         self.tally.of(ns)
     }
 
     /// Every namespace with open runs, and what it holds.
-    pub(super) fn ns_tally(&self) -> impl Iterator<Item = (&str, &NsCounts)> {
+    pub fn ns_tally(&self) -> impl Iterator<Item = (&str, &NsCounts)> {
         self.tally.iter()
     }
 
-    pub(super) fn ready_len(&self) -> usize {
+    pub fn ready_len(&self) -> usize {
         self.ready.len()
     }
 
     /// Schedules a retrying run's release to pending at `at`.
-    pub(super) fn schedule_retry(&mut self, at: Millis, id: RunId) {
+    pub fn schedule_retry(&mut self, at: Millis, id: RunId) {
         self.retries.push(Reverse((at, id)));
     }
 
     /// When the next retry is due.
-    pub(super) fn next_retry_at(&self) -> Option<Millis> {
+    pub fn next_retry_at(&self) -> Option<Millis> {
         self.retries.peek().map(|Reverse((at, _))| *at)
     }
 
     /// The retrying runs due by `now`, taken off the heap.
-    pub(super) fn take_due_retries(&mut self, now: Millis) -> Vec<RunId> {
+    pub fn take_due_retries(&mut self, now: Millis) -> Vec<RunId> {
         let mut due = Vec::new();
         while let Some(Reverse((at, _))) = self.retries.peek() {
             if *at > now {
@@ -394,7 +407,7 @@ impl RunBook {
     /// Mirrors a transition the store applied. A terminal one removes the
     /// run, a retry releases its holder; either way the worker whose slot
     /// is freed is returned.
-    pub(super) fn mirror(&mut self, t: &Transition) -> Option<String> {
+    pub fn mirror(&mut self, t: &Transition) -> Option<String> {
         if t.to.is_terminal() {
             self.upstream_ended(&t.run_id, Some(t.to));
             return self.ended(&t.run_id);
@@ -427,7 +440,7 @@ impl RunBook {
     }
 
     /// The run's assignment is persisted.
-    pub(super) fn assigned(&mut self, id: &str, attempt: u32, at: Millis) -> Option<&OpenRun> {
+    pub fn assigned(&mut self, id: &str, attempt: u32, at: Millis) -> Option<&OpenRun> {
         let run = self.runs.get_mut(id)?;
         self.tally.remove(&run.key.namespace, run.state);
         self.tally.add(&run.key.namespace, RunState::Assigned);
@@ -440,7 +453,7 @@ impl RunBook {
 
     /// Restores when the run's live attempt was assigned and began, as the
     /// store has them.
-    pub(super) fn restore_attempt_times(&mut self, id: &str, assigned_at: Millis, began_at: Millis) {
+    pub fn restore_attempt_times(&mut self, id: &str, assigned_at: Millis, began_at: Millis) {
         if let Some(r) = self.runs.get_mut(id) {
             r.assigned_at = assigned_at;
             r.began_at = began_at;
@@ -448,13 +461,13 @@ impl RunBook {
     }
 
     /// The worker holding the run's live attempt.
-    pub(super) fn holder(&self, id: &str) -> Option<&String> {
+    pub fn holder(&self, id: &str) -> Option<&String> {
         self.holders.get(id)
     }
 
     /// Makes `worker` the holder of the run's attempt (it is no orphan
     /// then); the previous holder, if another.
-    pub(super) fn hold(&mut self, id: RunId, worker: &str) -> Option<String> {
+    pub fn hold(&mut self, id: RunId, worker: &str) -> Option<String> {
         self.orphans.remove(&id);
         let previous = self.holders.insert(id.clone(), worker.to_string());
         if let Some(p) = previous.as_deref().filter(|p| *p != worker) {
@@ -466,28 +479,28 @@ impl RunBook {
     }
 
     /// The runs with a live attempt, and their holders.
-    pub(super) fn holders(&self) -> impl Iterator<Item = (&RunId, &String)> {
+    pub fn holders(&self) -> impl Iterator<Item = (&RunId, &String)> {
         self.holders.iter()
     }
 
     /// Whether `worker` may report on the run's attempt: it holds it, or the
     /// attempt waits for its worker.
-    pub(super) fn may_report(&self, id: &str, worker: &str) -> bool {
+    pub fn may_report(&self, id: &str, worker: &str) -> bool {
         self.holders.get(id).is_some_and(|w| w == worker)
             || self.orphans.get(id).is_some_and(|o| o.worker.as_deref().is_none_or(|w| w == worker))
     }
 
     /// The run's live attempt waits for its worker until `deadline`.
-    pub(super) fn orphan(&mut self, id: RunId, deadline: Millis, worker: Option<String>) {
+    pub fn orphan(&mut self, id: RunId, deadline: Millis, worker: Option<String>) {
         self.orphans.insert(id, Orphan { deadline, worker });
     }
 
-    pub(super) fn is_orphan(&self, id: &str) -> bool {
+    pub fn is_orphan(&self, id: &str) -> bool {
         self.orphans.contains_key(id)
     }
 
     /// Sets the deadline of every orphan of `worker`.
-    pub(super) fn set_orphan_deadlines(&mut self, worker: &str, deadline: Millis) {
+    pub fn set_orphan_deadlines(&mut self, worker: &str, deadline: Millis) {
         for o in self.orphans.values_mut().filter(|o| o.worker.as_deref() == Some(worker)) {
             o.deadline = deadline;
         }
@@ -496,11 +509,7 @@ impl RunBook {
     /// The orphans past their deadline, no longer orphans or held; but
     /// those `reported` says a report has come for (from the orphan's
     /// worker, when known), which stay for that report.
-    pub(super) fn take_overdue_orphans(
-        &mut self,
-        now: Millis,
-        reported: impl Fn(&str, Option<&str>) -> bool,
-    ) -> Vec<(RunId, Option<String>)> {
+    pub fn take_overdue_orphans(&mut self, now: Millis, reported: impl Fn(&str, Option<&str>) -> bool) -> Vec<(RunId, Option<String>)> {
         let overdue: Vec<RunId> = self
             .orphans
             .iter()
@@ -517,13 +526,13 @@ impl RunBook {
     }
 
     /// The job's open runs.
-    pub(super) fn of_job(&self, job_uid: &str) -> Vec<RunId> {
+    pub fn of_job(&self, job_uid: &str) -> Vec<RunId> {
         self.by_job.get(job_uid).map(|s| s.iter().cloned().collect()).unwrap_or_default()
     }
 
     /// The job's open runs: how many, how many wait (pending or retrying),
     /// how many are active.
-    pub(super) fn job_counts(&self, job_uid: &str) -> (usize, usize, usize) {
+    pub fn job_counts(&self, job_uid: &str) -> (usize, usize, usize) {
         let Some(ids) = self.by_job.get(job_uid) else { return (0, 0, 0) };
         let mut open = 0;
         let mut waiting = 0;
@@ -542,20 +551,20 @@ impl RunBook {
     }
 
     /// Notes a cancel sent for the run's attempt.
-    pub(super) fn note_cancel(&mut self, id: &str, attempt: u32) {
+    pub fn note_cancel(&mut self, id: &str, attempt: u32) {
         self.cancels_sent.insert((id.to_string(), attempt));
     }
 
-    pub(super) fn cancel_sent(&self, id: &str, attempt: u32) -> bool {
+    pub fn cancel_sent(&self, id: &str, attempt: u32) -> bool {
         self.cancels_sent.contains(&(id.to_string(), attempt))
     }
 
     /// Forgets the cancels sent for the run's attempts (its attempt ended).
-    pub(super) fn forget_cancels(&mut self, id: &str) {
+    pub fn forget_cancels(&mut self, id: &str) {
         self.cancels_sent.retain(|(r, _)| r != id);
     }
 }
 
 #[cfg(test)]
 #[path = "runbook_tests.rs"]
-pub(super) mod tests;
+pub mod tests;

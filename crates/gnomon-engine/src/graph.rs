@@ -1,6 +1,6 @@
 //! [`DepGraph`]: the dependency edges of the jobs the leader holds, by
 //! upstream name, and the plan of the dependency runs an upstream run makes.
-//! Owned by [`JobTimeline`], which keeps it in step with its entries (a job
+//! Owned by [`JobTimeline`](crate::timeline::JobTimeline), which keeps it in step with its entries (a job
 //! is in the graph exactly while it has an entry).
 //!
 //! Invariants (checked by the tests below):
@@ -10,12 +10,16 @@
 //!   job along the edges, each once, however the edges fan out and in (and
 //!   even if writes that raced left a cycle).
 
+use crate::HashMap;
+use gnomon_core::Millis;
+use gnomon_core::RunState;
+use gnomon_records::NewRun;
+use std::sync::Arc;
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use gnomon_core::deps::{AfterEdge, RunAfter, StoredEdge};
 use gnomon_core::params::{inherit, ParamSpec, Params};
-
-use super::*;
 
 /// What the graph keeps of a job.
 #[derive(Debug, Clone)]
@@ -28,7 +32,7 @@ struct Node {
 
 /// The edges of the held jobs.
 #[derive(Default)]
-pub(super) struct DepGraph {
+pub struct DepGraph {
     nodes: HashMap<String, Node>,
     /// (namespace, name) → uid of the job held under that name.
     by_name: HashMap<(String, String), String>,
@@ -38,14 +42,7 @@ pub(super) struct DepGraph {
 
 impl DepGraph {
     /// Puts a job's edges in (replacing what it had).
-    pub(super) fn set(
-        &mut self,
-        uid: &str,
-        namespace: &str,
-        name: &str,
-        after: &[AfterEdge],
-        declared: Option<Arc<BTreeMap<String, ParamSpec>>>,
-    ) {
+    pub fn set(&mut self, uid: &str, namespace: &str, name: &str, after: &[AfterEdge], declared: Option<Arc<BTreeMap<String, ParamSpec>>>) {
         self.remove(uid);
         for e in after {
             self.dependents.entry((namespace.to_string(), e.job.clone())).or_default().insert(uid.to_string());
@@ -58,7 +55,7 @@ impl DepGraph {
     }
 
     /// Takes a job out.
-    pub(super) fn remove(&mut self, uid: &str) {
+    pub fn remove(&mut self, uid: &str) {
         let Some(node) = self.nodes.remove(uid) else { return };
         for e in node.after.iter() {
             let key = (node.namespace.clone(), e.job.clone());
@@ -76,18 +73,18 @@ impl DepGraph {
     }
 
     /// The uid of the job held as `namespace/name`.
-    pub(super) fn uid_of(&self, namespace: &str, name: &str) -> Option<&String> {
+    pub fn uid_of(&self, namespace: &str, name: &str) -> Option<&String> {
         self.by_name.get(&(namespace.to_string(), name.to_string()))
     }
 
     /// The uids of the jobs a job runs after (those held).
-    pub(super) fn upstreams_of(&self, uid: &str) -> Vec<String> {
+    pub fn upstreams_of(&self, uid: &str) -> Vec<String> {
         let Some(node) = self.nodes.get(uid) else { return Vec::new() };
         node.after.iter().filter_map(|e| self.uid_of(&node.namespace, &e.job).cloned()).collect()
     }
 
     /// Whether any held job runs after another.
-    pub(super) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.dependents.is_empty()
     }
 
@@ -96,7 +93,7 @@ impl DepGraph {
     /// closure, each job once), each recording the run that made it (the
     /// upstream's run on the first path found, breadth first) and its
     /// edges, with its params inherited from that run.
-    pub(super) fn closure(&self, uid: &str, at: Millis, made_by: &str, params: Option<&str>, now: Millis) -> Vec<NewRun> {
+    pub fn closure(&self, uid: &str, at: Millis, made_by: &str, params: Option<&str>, now: Millis) -> Vec<NewRun> {
         let mut out = Vec::new();
         if self.is_empty() {
             return out;
@@ -173,8 +170,8 @@ mod tests {
         let names: Vec<&str> = runs.iter().map(|r| r.job.as_str()).collect();
         assert_eq!(names, ["clean", "stats", "report", "audit"], "each job once, breadth first");
         assert!(runs.iter().all(|r| r.state == RunState::Waiting && r.scheduled_at == 1000));
-        assert_eq!(runs[0].id(), gnomon_backend::dep_run_id("u-clean", 1000));
-        assert_eq!(made(&runs)[2], ("report".to_string(), gnomon_backend::dep_run_id("u-clean", 1000)));
+        assert_eq!(runs[0].id(), gnomon_records::dep_run_id("u-clean", 1000));
+        assert_eq!(made(&runs)[2], ("report".to_string(), gnomon_records::dep_run_id("u-clean", 1000)));
         assert_eq!(runs[3].params.as_deref(), Some(r#"{"day":"mon"}"#), "inherited down the chain");
         let report = runs[2].upstream.as_deref().unwrap();
         let uids: Vec<&str> = report.edges.iter().map(|e| e.uid.as_str()).collect();

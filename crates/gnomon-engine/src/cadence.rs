@@ -11,13 +11,15 @@
 
 use gnomon_core::Millis;
 
-use super::POLL_EVERY_MS;
+/// How often the store is polled for job writes, backfills and cancel
+/// requests (a push from the store, or a nudge, polls sooner).
+pub const POLL_EVERY_MS: Millis = 1000;
 
 /// How often attempts are checked for overrunning their timeout.
 const OVERRUN_SCAN_EVERY_MS: Millis = 1_000;
 
 #[derive(Default)]
-pub(super) struct Cadence {
+pub struct Cadence {
     /// When this term's leader loops first ran (recovered attempts of
     /// workers it never saw wait one lease from here).
     term_started: Option<Millis>,
@@ -29,32 +31,32 @@ pub(super) struct Cadence {
 
 impl Cadence {
     /// When the term's loops first ran, set to `now` on the first call.
-    pub(super) fn term_started(&mut self, now: Millis) -> Millis {
+    pub fn term_started(&mut self, now: Millis) -> Millis {
         *self.term_started.get_or_insert(now)
     }
 
     /// When the term's loops first ran, if they have.
-    pub(super) fn started(&self) -> Option<Millis> {
+    pub fn started(&self) -> Option<Millis> {
         self.term_started
     }
 
     /// Whether the store is due a poll at `now`.
-    pub(super) fn poll_due(&self, now: Millis) -> bool {
+    pub fn poll_due(&self, now: Millis) -> bool {
         self.last_poll == 0 || now - self.last_poll >= POLL_EVERY_MS
     }
 
     /// The store was polled at `now`.
-    pub(super) fn polled(&mut self, now: Millis) {
+    pub fn polled(&mut self, now: Millis) {
         self.last_poll = now;
     }
 
     /// Poll at the next turn (something changed in the store).
-    pub(super) fn poll_now(&mut self) {
+    pub fn poll_now(&mut self) {
         self.last_poll = 0;
     }
 
     /// Whether attempts are due an overrun check at `now` (marked done).
-    pub(super) fn overrun_scan(&mut self, now: Millis) -> bool {
+    pub fn overrun_scan(&mut self, now: Millis) -> bool {
         if now - self.last_overrun_scan < OVERRUN_SCAN_EVERY_MS {
             return false;
         }
@@ -64,7 +66,7 @@ impl Cadence {
 }
 
 /// Whether the cache may be trusted.
-pub(super) struct Freshness {
+pub struct Freshness {
     /// The cache must be rebuilt from the store before the next turn.
     stale: bool,
     /// How many rebuilds failed in a row (for the back-off).
@@ -79,30 +81,30 @@ impl Default for Freshness {
 }
 
 impl Freshness {
-    pub(super) fn is_stale(&self) -> bool {
+    pub fn is_stale(&self) -> bool {
         self.stale
     }
 
     /// The cache is no longer trusted.
-    pub(super) fn distrust(&mut self) {
+    pub fn distrust(&mut self) {
         self.stale = true;
     }
 
     /// A rebuild failed: how many in a row now.
-    pub(super) fn rebuild_failed(&mut self) -> u32 {
+    pub fn rebuild_failed(&mut self) -> u32 {
         self.failures += 1;
         self.failures
     }
 
     /// The cache was rebuilt.
-    pub(super) fn rebuilt(&mut self) {
+    pub fn rebuilt(&mut self) {
         self.stale = false;
         self.failures = 0;
     }
 
     /// How long to wait after a failed step: 200 ms, doubling with each
     /// failed rebuild, at most 3.2 s.
-    pub(super) fn backoff_ms(&self) -> u64 {
+    pub fn backoff_ms(&self) -> u64 {
         200u64 << self.failures.min(4)
     }
 }

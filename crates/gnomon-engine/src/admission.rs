@@ -1,6 +1,6 @@
 //! [`Admission`]: what the leader lets in, per namespace. It owns the
 //! quotas and the backpressure states, and decides from counts the leader
-//! hands it (the [`RunBook`]'s per-namespace tally and the backfills'
+//! hands it (the [`RunBook`](crate::runbook::RunBook)'s per-namespace tally and the backfills'
 //! instants still to come); it reads nothing itself.
 //!
 //! - **Quotas** refuse a request that creates runs (trigger, webhook call,
@@ -22,35 +22,40 @@
 //! - a request is refused exactly when one of its quotas would be passed,
 //!   or (a trigger) while its namespace is red, and the refusal names why.
 
+use gnomon_core::backpressure::Backpressure;
+
+use gnomon_core::backpressure::BackpressureConfig;
+use gnomon_core::backpressure::Pressure;
+use gnomon_records::NewRun;
+
 use std::collections::BTreeMap;
 
 use gnomon_core::quota::{Quota, QuotaExceeded, QuotaName, Quotas};
 
-use super::fair::NsCounts;
-use super::*;
+use crate::fair::NsCounts;
 
 /// What a request would create in one namespace.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Ask {
+pub struct Ask {
     /// Runs the request names itself (a trigger's `count`, a key's one).
-    pub(super) roots: u64,
+    pub roots: u64,
     /// Every run it creates, its roots and their downstream runs.
-    pub(super) runs: u64,
+    pub runs: u64,
     /// The params and payload bytes of all of them.
-    pub(super) bytes: u64,
+    pub bytes: u64,
 }
 
 impl Ask {
     /// What creating `runs`, of which the first `roots` are the request's
     /// own, asks for.
-    pub(super) fn of(runs: &[NewRun], roots: usize) -> Ask {
+    pub fn of(runs: &[NewRun], roots: usize) -> Ask {
         let bytes =
             runs.iter().map(|r| (r.params.as_ref().map_or(0, String::len) + r.payload.as_ref().map_or(0, String::len)) as u64).sum();
         Ask { roots: roots as u64, runs: runs.len() as u64, bytes }
     }
 }
 
-pub(super) struct Admission {
+pub struct Admission {
     quotas: Quotas,
     /// The leader-wide state (see the module's text).
     pressure: Backpressure,
@@ -59,33 +64,33 @@ pub(super) struct Admission {
 }
 
 impl Admission {
-    pub(super) fn new(config: BackpressureConfig, quotas: Quotas) -> Self {
+    pub fn new(config: BackpressureConfig, quotas: Quotas) -> Self {
         Self { quotas, pressure: Backpressure::new(config), namespaces: BTreeMap::new() }
     }
 
     /// The quotas of `namespace`.
-    pub(super) fn quota(&self, namespace: &str) -> Quota {
+    pub fn quota(&self, namespace: &str) -> Quota {
         self.quotas.of(namespace)
     }
 
     /// The leader-wide state.
-    pub(super) fn pressure(&self) -> &Backpressure {
+    pub fn pressure(&self) -> &Backpressure {
         &self.pressure
     }
 
     /// Namespace `ns`'s own state.
-    pub(super) fn state_of(&self, ns: &str) -> Pressure {
+    pub fn state_of(&self, ns: &str) -> Pressure {
         self.namespaces.get(ns).map_or(Pressure::Green, Backpressure::state)
     }
 
     /// Whether namespace `ns`'s fires (and backfills) wait now.
-    pub(super) fn defers(&self, ns: &str) -> bool {
+    pub fn defers(&self, ns: &str) -> bool {
         self.state_of(ns) == Pressure::Red
     }
 
     /// Moves every state on from the namespaces' counts and the workers'
     /// free slots; the leader-wide state before and after.
-    pub(super) fn update<'a>(
+    pub fn update<'a>(
         &mut self,
         tally: impl Iterator<Item = (&'a str, &'a NsCounts)>,
         free_slots: usize,
@@ -109,7 +114,7 @@ impl Admission {
 
     /// Refuses a trigger creating what `ask` asks for in `ns`, which holds
     /// `counts` and has `reserved` backfill instants still to come.
-    pub(super) fn admit(&self, ns: &str, counts: NsCounts, reserved: u64, ask: Ask) -> std::result::Result<(), QuotaExceeded> {
+    pub fn admit(&self, ns: &str, counts: NsCounts, reserved: u64, ask: Ask) -> std::result::Result<(), QuotaExceeded> {
         let q = self.quota(ns);
         q.check(ns, QuotaName::RequestBytes, 0, ask.bytes)?;
         if ask.roots > 0 {
@@ -133,7 +138,7 @@ impl Admission {
     /// Refuses a backfill of `instants` instants in `ns`, which holds
     /// `counts` open, has `reserved` backfill instants still to come and
     /// `running` backfills running.
-    pub(super) fn admit_backfill(
+    pub fn admit_backfill(
         &self,
         ns: &str,
         counts: NsCounts,
@@ -152,20 +157,21 @@ impl Admission {
     /// Whether a running backfill of `ns` takes its next chunk now: not
     /// while its namespace's fires are deferred, nor while its open runs
     /// or their bytes are at the quota.
-    pub(super) fn backfill_may_run(&self, ns: &str, counts: NsCounts) -> bool {
+    pub fn backfill_may_run(&self, ns: &str, counts: NsCounts) -> bool {
         let q = self.quota(ns);
         !self.defers(ns) && counts.counted() < q.open_runs && counts.bytes < q.open_bytes
     }
 }
 
 /// Counts a refusal in `gnomon_quota_refusals_total`.
-pub(super) fn count_refusal(e: &QuotaExceeded) {
+pub fn count_refusal(e: &QuotaExceeded) {
     metrics::counter!("gnomon_quota_refusals_total", "namespace" => e.namespace.clone(), "quota" => e.quota.as_str()).increment(1);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gnomon_core::RunState;
 
     fn counts(pending: u64) -> NsCounts {
         NsCounts { pending, ..NsCounts::default() }

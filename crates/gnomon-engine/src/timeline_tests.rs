@@ -1,6 +1,10 @@
 //! The tests of the job timeline and its invariants.
 
-use super::*;
+use crate::timeline::JobTimeline;
+use crate::HashMap;
+use gnomon_core::Millis;
+use gnomon_records::JobRecord;
+
 use gnomon_core::spec::parse_job_json;
 
 fn record(uid: &str, every: &str, version: u64, paused: bool) -> JobRecord {

@@ -1,4 +1,4 @@
-//! The per-namespace side of the [`RunBook`]: the ready queue, one queue
+//! The per-namespace side of the [`RunBook`](crate::runbook::RunBook): the ready queue, one queue
 //! per namespace taken in turn, and what each namespace holds open.
 //!
 //! The job timer is kept per namespace too ([`NsTimer`]): due jobs are
@@ -20,11 +20,11 @@ use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 use gnomon_core::{Millis, RunState};
 
-use super::runbook::RunId;
+use crate::runbook::RunId;
 
 /// The ready runs, one queue per namespace.
 #[derive(Default)]
-pub(super) struct FairQueue {
+pub struct FairQueue {
     queues: BTreeMap<String, VecDeque<RunId>>,
     /// When each namespace was last served (a pop counter).
     served: BTreeMap<String, u64>,
@@ -33,7 +33,7 @@ pub(super) struct FairQueue {
 }
 
 impl FairQueue {
-    pub(super) fn push_back(&mut self, namespace: &str, id: RunId) {
+    pub fn push_back(&mut self, namespace: &str, id: RunId) {
         match self.queues.get_mut(namespace) {
             Some(q) => q.push_back(id),
             None => {
@@ -43,7 +43,7 @@ impl FairQueue {
         self.len += 1;
     }
 
-    pub(super) fn push_front(&mut self, namespace: &str, id: RunId) {
+    pub fn push_front(&mut self, namespace: &str, id: RunId) {
         self.queues.entry(namespace.to_string()).or_default().push_front(id);
         self.len += 1;
     }
@@ -51,7 +51,7 @@ impl FairQueue {
     /// The next ready run: from the namespace with ready runs whose
     /// `active` count is lowest, then the one served longest ago; a
     /// namespace `skip` names is passed over.
-    pub(super) fn pop(&mut self, active: impl Fn(&str) -> usize, skip: impl Fn(&str) -> bool) -> Option<RunId> {
+    pub fn pop(&mut self, active: impl Fn(&str) -> usize, skip: impl Fn(&str) -> bool) -> Option<RunId> {
         let ns = self
             .queues
             .keys()
@@ -73,27 +73,32 @@ impl FairQueue {
 
     /// Every queued run, namespace by namespace.
     #[cfg(test)]
-    pub(super) fn iter(&self) -> impl Iterator<Item = &RunId> {
+    pub fn iter(&self) -> impl Iterator<Item = &RunId> {
         self.queues.values().flatten()
     }
 
     /// The first `n` queued runs of each namespace.
-    pub(super) fn fronts(&self, n: usize) -> impl Iterator<Item = &RunId> {
+    pub fn fronts(&self, n: usize) -> impl Iterator<Item = &RunId> {
         self.queues.values().flat_map(move |q| q.iter().take(n))
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// How many namespaces have runs queued.
-    pub(super) fn namespaces(&self) -> usize {
+    pub fn namespaces(&self) -> usize {
         self.queues.len()
     }
 }
 
 /// What one namespace holds open, by state.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NsCounts {
     /// Waiting for a worker.
     pub pending: u64,
@@ -141,7 +146,7 @@ impl NsCounts {
 /// The open and kept runs of every namespace, counted by state, and
 /// their bytes.
 #[derive(Default)]
-pub(super) struct NsTally {
+pub struct NsTally {
     counts: BTreeMap<String, NsCounts>,
 }
 
@@ -160,7 +165,7 @@ impl NsTally {
         }
     }
 
-    pub(super) fn add(&mut self, namespace: &str, state: RunState) {
+    pub fn add(&mut self, namespace: &str, state: RunState) {
         if state.is_terminal() {
             return;
         }
@@ -169,7 +174,7 @@ impl NsTally {
         }
     }
 
-    pub(super) fn remove(&mut self, namespace: &str, state: RunState) {
+    pub fn remove(&mut self, namespace: &str, state: RunState) {
         let Some(c) = self.counts.get_mut(namespace) else { return };
         if let Some(n) = c.slot(state) {
             *n = n.saturating_sub(1);
@@ -178,7 +183,7 @@ impl NsTally {
     }
 
     /// An open run's bytes came (`grow`) or went.
-    pub(super) fn bytes(&mut self, namespace: &str, bytes: u64, grow: bool) {
+    pub fn bytes(&mut self, namespace: &str, bytes: u64, grow: bool) {
         if bytes == 0 {
             return;
         }
@@ -188,35 +193,35 @@ impl NsTally {
     }
 
     /// A keyed run of `bytes` is held (`hold`) or its hold ended.
-    pub(super) fn kept(&mut self, namespace: &str, bytes: u64, hold: bool) {
+    pub fn kept(&mut self, namespace: &str, bytes: u64, hold: bool) {
         let c = self.entry(namespace);
         c.kept = if hold { c.kept + 1 } else { c.kept.saturating_sub(1) };
         self.bytes(namespace, bytes, hold);
         self.tidy(namespace);
     }
 
-    pub(super) fn of(&self, namespace: &str) -> NsCounts {
+    pub fn of(&self, namespace: &str) -> NsCounts {
         self.counts.get(namespace).copied().unwrap_or_default()
     }
 
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&str, &NsCounts)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &NsCounts)> {
         self.counts.iter().map(|(k, v)| (k.as_str(), v))
     }
 }
 
 /// A timer entry: (due, job uid, the job entry's generation when pushed).
-pub(super) type TimerEntry = (Millis, String, u64);
+pub type TimerEntry = (Millis, String, u64);
 
 /// The jobs' next due times, one heap per namespace.
 #[derive(Default)]
-pub(super) struct NsTimer {
+pub struct NsTimer {
     heaps: BTreeMap<String, BinaryHeap<Reverse<TimerEntry>>>,
     /// Which namespace a call of [`Self::take_due`] starts with.
     turn: usize,
 }
 
 impl NsTimer {
-    pub(super) fn push(&mut self, namespace: &str, entry: TimerEntry) {
+    pub fn push(&mut self, namespace: &str, entry: TimerEntry) {
         match self.heaps.get_mut(namespace) {
             Some(h) => h.push(Reverse(entry)),
             None => {
@@ -227,20 +232,14 @@ impl NsTimer {
 
     /// The earliest due time of the namespaces not deferred (an entry may
     /// be stale).
-    pub(super) fn next_due(&self, defers: impl Fn(&str) -> bool) -> Option<Millis> {
+    pub fn next_due(&self, defers: impl Fn(&str) -> bool) -> Option<Millis> {
         self.heaps.iter().filter(|(ns, _)| !defers(ns)).filter_map(|(_, h)| h.peek().map(|Reverse((due, _, _))| *due)).min()
     }
 
     /// Up to `limit` jobs due by `now`, one namespace at a time in turn
     /// (each in due order), from the namespaces not deferred; entries
     /// `valid` refuses (stale) are dropped on the way.
-    pub(super) fn take_due(
-        &mut self,
-        now: Millis,
-        limit: usize,
-        defers: impl Fn(&str) -> bool,
-        valid: impl Fn(&str, u64) -> bool,
-    ) -> Vec<String> {
+    pub fn take_due(&mut self, now: Millis, limit: usize, defers: impl Fn(&str) -> bool, valid: impl Fn(&str, u64) -> bool) -> Vec<String> {
         let mut out = Vec::new();
         let mut open: Vec<&mut BinaryHeap<Reverse<TimerEntry>>> =
             self.heaps.iter_mut().filter(|(ns, _)| !defers(ns)).map(|(_, h)| h).collect();
@@ -280,7 +279,7 @@ impl NsTimer {
 
     /// Every entry.
     #[cfg(test)]
-    pub(super) fn iter(&self) -> impl Iterator<Item = &TimerEntry> {
+    pub fn iter(&self) -> impl Iterator<Item = &TimerEntry> {
         self.heaps.values().flat_map(|h| h.iter().map(|Reverse(e)| e))
     }
 }

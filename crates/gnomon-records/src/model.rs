@@ -31,7 +31,7 @@ pub struct LeadershipRecord {
     pub backend: String,
     pub since: Millis,
     /// The committed leader time: the highest time a leader of the scope
-    /// has written with [`crate::LeadershipStore::advance_leader_time`] (0: none yet).
+    /// has written with `gnomon_backend::LeadershipStore::advance_leader_time` (0: none yet).
     /// A new leader's clock never runs below it.
     pub leader_time: Millis,
 }
@@ -398,7 +398,7 @@ pub struct RunPage {
 
 /// The run fields a [`Transition`] changes, borrowed from a store's own
 /// record type, so every store applies a transition by the same rules.
-pub(crate) struct RunCas<'a> {
+pub struct RunCas<'a> {
     pub state: &'a mut RunState,
     pub attempt: &'a mut u32,
     pub reason: &'a mut Option<String>,
@@ -409,14 +409,14 @@ pub(crate) struct RunCas<'a> {
 
 /// A store's own run record, whose transition fields a [`Transition`]
 /// changes: each store's record type lends them as a [`RunCas`].
-pub(crate) trait RunCasFields {
+pub trait RunCasFields {
     fn cas(&mut self) -> RunCas<'_>;
 }
 
 impl Transition {
     /// Refuses a batch holding a move the run lifecycle does not allow
     /// (every store checks this before writing anything).
-    pub(crate) fn check_lifecycle(batch: &[Transition]) -> Result<(), crate::StoreError> {
+    pub fn check_lifecycle(batch: &[Transition]) -> Result<(), crate::StoreError> {
         match batch.iter().find(|t| !t.from.can_become(t.to)) {
             Some(t) => Err(crate::StoreError::InvalidTransition { run: t.run_id.clone(), from: t.from.to_string(), to: t.to.to_string() }),
             None => Ok(()),
@@ -425,7 +425,7 @@ impl Transition {
 
     /// The compare-and-swap: applies this transition if the run is in
     /// `(from, from_attempt)` and says whether it did.
-    pub(crate) fn apply_to(&self, run: &mut impl RunCasFields) -> bool {
+    pub fn apply_to(&self, run: &mut impl RunCasFields) -> bool {
         let r = run.cas();
         if *r.state != self.from || *r.attempt != self.from_attempt {
             return false;

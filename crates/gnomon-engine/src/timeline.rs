@@ -10,16 +10,29 @@
 //!   at its generation; older entries are skipped when they come due;
 //! - `last_scheduled_at` never goes back.
 
-use super::*;
+use gnomon_core::Millis;
+
+use crate::with_duration;
+use crate::HashMap;
+use gnomon_core::retry::BackoffPolicy;
+use gnomon_core::schedule::Schedule;
+use gnomon_core::spec::Executor;
+use gnomon_core::spec::MisfirePolicy;
+use gnomon_core::spec::OverlapPolicy;
+use gnomon_core::spec::RouteSpec;
+use gnomon_records::JobRecord;
+use gnomon_records::NewRun;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// What the leader keeps of a job's stored record: its metadata, not its spec.
 #[derive(Debug, Clone)]
-pub(super) struct JobMeta {
+pub struct JobMeta {
     /// uid, name and namespace, shared with every open run of the job.
-    pub(super) key: Arc<JobKey>,
-    pub(super) version: u64,
-    pub(super) paused: bool,
-    pub(super) last_scheduled_at: Option<Millis>,
+    pub key: Arc<JobKey>,
+    pub version: u64,
+    pub paused: bool,
+    pub last_scheduled_at: Option<Millis>,
 }
 
 /// What the leader keeps of a job: only what scheduling and dispatch read,
@@ -27,55 +40,55 @@ pub(super) struct JobMeta {
 /// boxed so the map's table stays small. With 100,000 jobs this is the bulk
 /// of the leader's memory, about 400 bytes a job.
 #[derive(Debug)]
-pub(super) struct JobEntry {
-    pub(super) record: JobMeta,
-    pub(super) schedule: Schedule,
-    pub(super) executor: Arc<Executor>,
+pub struct JobEntry {
+    pub record: JobMeta,
+    pub schedule: Schedule,
+    pub executor: Arc<Executor>,
     /// The executor as the `Assign` message carries it, serialised once.
-    pub(super) executor_json: Arc<str>,
-    pub(super) timeout: Option<Duration>,
-    pub(super) max_attempts: u32,
-    pub(super) backoff: BackoffPolicy,
-    pub(super) catchup_window_ms: i64,
-    pub(super) overlap: OverlapPolicy,
-    pub(super) misfire: MisfirePolicy,
-    pub(super) route: Option<Box<RouteSpec>>,
-    pub(super) generation: u64,
+    pub executor_json: Arc<str>,
+    pub timeout: Option<Duration>,
+    pub max_attempts: u32,
+    pub backoff: BackoffPolicy,
+    pub catchup_window_ms: i64,
+    pub overlap: OverlapPolicy,
+    pub misfire: MisfirePolicy,
+    pub route: Option<Box<RouteSpec>>,
+    pub generation: u64,
     /// Moving average of its attempts' durations (ms), once one has ended.
-    pub(super) recent_ms: Option<f64>,
+    pub recent_ms: Option<f64>,
     /// The first `scheduled_at` free for its next manual run.
-    pub(super) manual_next: Millis,
+    pub manual_next: Millis,
     /// Identifies the schedule as written (a change of it is a new version
     /// of the timeline).
-    pub(super) schedule_key: u64,
+    pub schedule_key: u64,
     /// Where this version's timeline starts: instants after it and after
     /// `last_scheduled_at` are due.
-    pub(super) from: Millis,
+    pub from: Millis,
     /// Instants the previous version had due when it was changed, still
     /// to be fired under it (see [`JobTimeline::upsert`]).
-    pub(super) carry: Option<Box<Carry>>,
+    pub carry: Option<Box<Carry>>,
     /// `from` moved past `last_scheduled_at` (a new schedule, a resume) and
     /// is not yet written: the next fire writes it as the job's
     /// `last_scheduled_at`, so a new leader starts there too.
-    pub(super) settle: bool,
+    pub settle: bool,
     /// Who is told of its runs' outcomes.
-    pub(super) notify: Option<Box<[super::notify::Target]>>,
+    pub notify: Option<Box<[super::notify::Target]>>,
     /// The values of a run no trigger set, as a scheduled fire records them.
-    pub(super) default_params: Option<Arc<str>>,
+    pub default_params: Option<Arc<str>>,
     /// The jobs it runs after, and its declared params (for what its
     /// dependency runs inherit); kept for the graph.
-    pub(super) after: Box<[gnomon_core::deps::AfterEdge]>,
-    pub(super) declared: Option<Arc<std::collections::BTreeMap<String, gnomon_core::params::ParamSpec>>>,
+    pub after: Box<[gnomon_core::deps::AfterEdge]>,
+    pub declared: Option<Arc<std::collections::BTreeMap<String, gnomon_core::params::ParamSpec>>>,
 }
 
 /// The previous version's timeline up to the change.
 #[derive(Debug, Clone)]
-pub(super) struct Carry {
-    pub(super) schedule: Schedule,
+pub struct Carry {
+    pub schedule: Schedule,
     /// Its instants after this (and after `last_scheduled_at`)…
-    pub(super) after: Millis,
+    pub after: Millis,
     /// …and up to this are fired under the previous version.
-    pub(super) until: Millis,
+    pub until: Millis,
 }
 
 fn schedule_key(s: &gnomon_core::spec::ScheduleSpec) -> u64 {
@@ -87,15 +100,15 @@ fn schedule_key(s: &gnomon_core::spec::ScheduleSpec) -> u64 {
 
 /// A job's identity, shared (not copied) by its entry and its open runs.
 #[derive(Debug, PartialEq, Eq, Hash)]
-pub(super) struct JobKey {
-    pub(super) uid: String,
-    pub(super) name: String,
-    pub(super) namespace: String,
+pub struct JobKey {
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
 }
 
 /// The scheduled jobs and their timer.
 #[derive(Default)]
-pub(super) struct JobTimeline {
+pub struct JobTimeline {
     jobs: HashMap<String, Box<JobEntry>>,
     /// The next due times, per namespace.
     timer: super::fair::NsTimer,
@@ -113,33 +126,37 @@ impl JobEntry {
     /// The time after which the job's schedule is considered: its persisted
     /// `last_scheduled_at`, but never before its timeline starts (`from`:
     /// its creation, or the change of its schedule or its resumption).
-    pub(super) fn base(&self) -> Millis {
+    pub fn base(&self) -> Millis {
         self.record.last_scheduled_at.map_or(self.from, |last| last.max(self.from))
     }
 }
 
 impl JobTimeline {
-    pub(super) fn get(&self, uid: &str) -> Option<&JobEntry> {
+    pub fn get(&self, uid: &str) -> Option<&JobEntry> {
         self.jobs.get(uid).map(|j| &**j)
     }
 
-    pub(super) fn contains(&self, uid: &str) -> bool {
+    pub fn contains(&self, uid: &str) -> bool {
         self.jobs.contains_key(uid)
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.jobs.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Drops a job (deleted in the store); its timer entries are skipped.
-    pub(super) fn remove(&mut self, uid: &str) {
+    pub fn remove(&mut self, uid: &str) {
         self.jobs.remove(uid);
         self.graph.remove(uid);
     }
 
     /// Every entry, taken out for a rebuild, over the earlier ones not
     /// reached yet (an entry a failed rebuild loaded is newer than those).
-    pub(super) fn take_for_rebuild(&mut self) -> HashMap<String, Box<JobEntry>> {
+    pub fn take_for_rebuild(&mut self) -> HashMap<String, Box<JobEntry>> {
         self.graph = Default::default();
         let mut earlier = std::mem::take(&mut self.earlier);
         earlier.extend(std::mem::take(&mut self.jobs));
@@ -148,45 +165,45 @@ impl JobTimeline {
 
     /// The entries of the timeline this one replaces, until
     /// [`Self::loaded`].
-    pub(super) fn set_earlier(&mut self, earlier: HashMap<String, Box<JobEntry>>) {
+    pub fn set_earlier(&mut self, earlier: HashMap<String, Box<JobEntry>>) {
         self.earlier = earlier;
     }
 
     /// Whether this timeline is loaded over an earlier one.
-    pub(super) fn has_earlier(&self) -> bool {
+    pub fn has_earlier(&self) -> bool {
         !self.earlier.is_empty()
     }
 
     /// The earlier entry of job `uid`, taken out.
-    pub(super) fn take_earlier(&mut self, uid: &str) -> Option<Box<JobEntry>> {
+    pub fn take_earlier(&mut self, uid: &str) -> Option<Box<JobEntry>> {
         self.earlier.remove(uid)
     }
 
     /// Puts an earlier entry back (its job was not reseated from it).
-    pub(super) fn keep_earlier(&mut self, uid: String, entry: Box<JobEntry>) {
+    pub fn keep_earlier(&mut self, uid: String, entry: Box<JobEntry>) {
         self.earlier.insert(uid, entry);
     }
 
     /// The rebuild is done: the earlier entries are dropped.
-    pub(super) fn loaded(&mut self) {
+    pub fn loaded(&mut self) {
         self.earlier.clear();
     }
 
     /// [`Self::upsert`], carrying over from the earlier entries.
-    pub(super) fn upsert_record(&mut self, record: JobRecord, now: Millis) {
+    pub fn upsert_record(&mut self, record: JobRecord, now: Millis) {
         let earlier = std::mem::take(&mut self.earlier);
         self.upsert(record, now, &earlier);
         self.earlier = earlier;
     }
 
     /// Whether no held job runs after another (no run makes dependency runs).
-    pub(super) fn has_no_edges(&self) -> bool {
+    pub fn has_no_edges(&self) -> bool {
         self.graph.is_empty()
     }
 
     /// The dependency runs a run of job `uid` at `at` makes (see
     /// [`super::graph::DepGraph::closure`]).
-    pub(super) fn closure(&self, uid: &str, at: Millis, made_by: &str, params: Option<&str>, now: Millis) -> Vec<NewRun> {
+    pub fn closure(&self, uid: &str, at: Millis, made_by: &str, params: Option<&str>, now: Millis) -> Vec<NewRun> {
         self.graph.closure(uid, at, made_by, params, now)
     }
 
@@ -196,7 +213,7 @@ impl JobTimeline {
     /// nothing carried, `now` (the times of a pause are never fired); and
     /// once its schedule has no instant left (past its `end_at`), the end
     /// of time. `None` for a job not held.
-    pub(super) fn settled_until(&self, uid: &str, now: Millis) -> Option<Millis> {
+    pub fn settled_until(&self, uid: &str, now: Millis) -> Option<Millis> {
         let entry = self.jobs.get(uid)?;
         if let Some(c) = &entry.carry {
             return Some(entry.record.last_scheduled_at.map_or(c.after, |l| l.max(c.after)).min(entry.base()));
@@ -212,7 +229,7 @@ impl JobTimeline {
     /// will still get one (its dependency run of `at` is then made). A job
     /// not held (deleted), paused at `at`, or whose timeline passed `at`
     /// will not.
-    pub(super) fn expects(&self, uid: &str, at: Millis) -> bool {
+    pub fn expects(&self, uid: &str, at: Millis) -> bool {
         self.expects_within(uid, at, 0)
     }
 
@@ -231,17 +248,17 @@ impl JobTimeline {
         depth < 64 && self.graph.upstreams_of(uid).iter().any(|up| self.expects_within(up, at, depth + 1))
     }
 
-    pub(super) fn feed_seq(&self) -> u64 {
+    pub fn feed_seq(&self) -> u64 {
         self.feed_seq
     }
 
-    pub(super) fn set_feed_seq(&mut self, seq: u64) {
+    pub fn set_feed_seq(&mut self, seq: u64) {
         self.feed_seq = seq;
     }
 
     /// The job's shared key (from its entry), or a new one for a run of a
     /// job the leader does not schedule (deleted, or no longer valid).
-    pub(super) fn key(&self, uid: &str, name: &str, namespace: &str) -> Arc<JobKey> {
+    pub fn key(&self, uid: &str, name: &str, namespace: &str) -> Arc<JobKey> {
         match self.jobs.get(uid) {
             Some(j) => j.record.key.clone(),
             None => Arc::new(JobKey { uid: uid.into(), name: name.into(), namespace: namespace.into() }),
@@ -253,7 +270,7 @@ impl JobTimeline {
     /// learned carries over, from this timeline or from `earlier` (the
     /// timeline a rebuild dropped). A record that no longer validates
     /// drops the job.
-    pub(super) fn upsert(&mut self, record: JobRecord, now: Millis, earlier: &HashMap<String, Box<JobEntry>>) {
+    pub fn upsert(&mut self, record: JobRecord, now: Millis, earlier: &HashMap<String, Box<JobEntry>>) {
         let compiled = match record.spec.compile() {
             Ok(c) => c,
             Err(e) => {
@@ -373,7 +390,7 @@ impl JobTimeline {
 
     /// Takes back an entry a rebuild kept, for a job still stored at the
     /// same version: a new generation, the stored last fire.
-    pub(super) fn reseat(&mut self, mut entry: Box<JobEntry>, last_scheduled_at: Option<Millis>, now: Millis) {
+    pub fn reseat(&mut self, mut entry: Box<JobEntry>, last_scheduled_at: Option<Millis>, now: Millis) {
         self.next_generation += 1;
         entry.generation = self.next_generation;
         entry.record.last_scheduled_at = last_scheduled_at.max(entry.record.last_scheduled_at);
@@ -400,14 +417,14 @@ impl JobTimeline {
 
     /// When the timer next comes due for a namespace not deferred (an
     /// entry may be stale).
-    pub(super) fn next_due(&self, defers: impl Fn(&str) -> bool) -> Option<Millis> {
+    pub fn next_due(&self, defers: impl Fn(&str) -> bool) -> Option<Millis> {
         self.timer.next_due(defers)
     }
 
     /// Up to `limit` jobs due by `now`, taken off the timer from the
     /// namespaces not deferred, in turn (stale entries and paused jobs with
     /// nothing carried are dropped).
-    pub(super) fn take_due(&mut self, now: Millis, limit: usize, defers: impl Fn(&str) -> bool) -> Vec<String> {
+    pub fn take_due(&mut self, now: Millis, limit: usize, defers: impl Fn(&str) -> bool) -> Vec<String> {
         let jobs = &self.jobs;
         let valid = |uid: &str, generation: u64| {
             jobs.get(uid).is_some_and(|j| j.generation == generation && (!j.record.paused || j.carry.is_some()))
@@ -418,7 +435,7 @@ impl JobTimeline {
     /// A fire of the job is committed: `last` is its last instant fired,
     /// `more` whether more are due now, `carried` whether they were the
     /// previous version's. Schedules its next due time.
-    pub(super) fn fired(&mut self, uid: &str, last: Option<Millis>, more: bool, carried: bool, now: Millis) {
+    pub fn fired(&mut self, uid: &str, last: Option<Millis>, more: bool, carried: bool, now: Millis) {
         let Some(entry) = self.jobs.get_mut(uid) else { return };
         if let Some(last) = last {
             entry.record.last_scheduled_at = Some(entry.record.last_scheduled_at.map_or(last, |l| l.max(last)));
@@ -447,14 +464,14 @@ impl JobTimeline {
     }
 
     /// An attempt of the job took `ms`: its moving average.
-    pub(super) fn record_duration(&mut self, uid: &str, ms: f64) {
+    pub fn record_duration(&mut self, uid: &str, ms: f64) {
         if let Some(j) = self.jobs.get_mut(uid) {
             j.recent_ms = with_duration(j.recent_ms, ms);
         }
     }
 
     /// The job's manual runs took instants up to `next`.
-    pub(super) fn manual_taken(&mut self, uid: &str, next: Millis) {
+    pub fn manual_taken(&mut self, uid: &str, next: Millis) {
         if let Some(j) = self.jobs.get_mut(uid) {
             j.manual_next = j.manual_next.max(next);
         }

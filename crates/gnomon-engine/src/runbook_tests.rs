@@ -1,12 +1,22 @@
 //! The tests of the run book and its invariants.
 
-use super::*;
+use crate::fair::NsTally;
+use crate::runbook::OpenRun;
+use crate::runbook::RunBook;
+use crate::runbook::RunId;
+use crate::timeline::JobKey;
+use crate::HashMap;
+use crate::HashSet;
+use gnomon_core::Millis;
+use gnomon_core::RunState;
+use gnomon_records::Transition;
+use std::sync::Arc;
 
 fn key(uid: &str) -> Arc<JobKey> {
     Arc::new(JobKey { uid: uid.into(), name: uid.into(), namespace: "default".into() })
 }
 
-pub(in crate::leader) fn open(job: &str, state: RunState, attempt: u32) -> OpenRun {
+pub(crate) fn open(job: &str, state: RunState, attempt: u32) -> OpenRun {
     OpenRun {
         key: key(job),
         scheduled_at: 0,
@@ -71,7 +81,7 @@ fn waiting(job: &str, at: Millis, edges: &[&str]) -> OpenRun {
     use gnomon_core::deps::{On, RunAfter, StoredEdge};
     let edges: Vec<StoredEdge> = edges.iter().map(|u| StoredEdge { job: u.to_string(), uid: u.to_string(), on: On::Succeeded }).collect();
     let first = edges[0].uid.clone();
-    let after = RunAfter { of: gnomon_backend::run_id(&first, at), of_uid: first, edges };
+    let after = RunAfter { of: gnomon_records::run_id(&first, at), of_uid: first, edges };
     OpenRun { scheduled_at: at, after: Some(Arc::new(after)), ..open(job, RunState::Waiting, 0) }
 }
 
@@ -79,8 +89,8 @@ fn waiting(job: &str, at: Millis, edges: &[&str]) -> OpenRun {
 fn a_waiting_run_is_decided_again_when_an_upstream_ends_and_leaves_the_index_when_it_stops_waiting() {
     use gnomon_core::deps::UpstreamRun;
     let mut b = RunBook::default();
-    let up_a = gnomon_backend::run_id("a", 100);
-    let up_b = gnomon_backend::dep_run_id("b", 100);
+    let up_a = gnomon_records::run_id("a", 100);
+    let up_b = gnomon_records::dep_run_id("b", 100);
     b.track(Arc::from(up_a.as_str()), open("a", RunState::Running, 1));
     b.track(Arc::from("w"), waiting("d", 100, &["a", "b"]));
     check(&b);
@@ -203,8 +213,8 @@ fn a_keyed_run_that_ends_is_kept_with_its_bytes_until_its_hold_ends() {
     let c = b.ns_counts("default");
     assert_eq!((c.open(), c.kept, c.counted(), c.bytes), (1, 1, 2, 20));
     b.ended("j-ktwo");
-    assert!(!b.release_kept(1_000 + gnomon_backend::KEYED_RUN_HOLD_MS - 1), "held until its instant plus the hold");
-    assert!(b.release_kept(1_000 + gnomon_backend::KEYED_RUN_HOLD_MS));
+    assert!(!b.release_kept(1_000 + gnomon_records::KEYED_RUN_HOLD_MS - 1), "held until its instant plus the hold");
+    assert!(b.release_kept(1_000 + gnomon_records::KEYED_RUN_HOLD_MS));
     assert_eq!((b.ns_counts("default").kept, b.ns_counts("default").bytes), (1, 10));
     b.release_kept(Millis::MAX);
     assert_eq!(b.ns_tally().count(), 0, "nothing is left counted");

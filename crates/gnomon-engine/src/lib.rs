@@ -1,0 +1,45 @@
+//! gnomon-engine: what the leader decides with, and no I/O. It holds the
+//! components a leader's turn plans over, each the one owner of its state
+//! with its own invariants and tests:
+//!
+//! - [`timeline::JobTimeline`]: the scheduled jobs, their timelines and
+//!   the timer, with the dependency graph ([`graph::DepGraph`]);
+//! - [`runbook::RunBook`]: the open runs and every index over them (ready
+//!   queues, retries, holders, orphans, waiters, held keyed runs);
+//! - [`fair`]: the fair queues and tallies per namespace;
+//! - [`admission::Admission`]: quotas and backpressure per namespace;
+//! - [`cadence`]: when the store is polled, and whether the cache may be
+//!   trusted.
+//!
+//! The crate depends on no async runtime, no store and no RPC library
+//! (`scripts/test.sh` checks its dependency tree), so what it decides rests
+//! only on its inputs: the clock the caller reads, the store's answers and
+//! the messages it is given.
+
+pub mod admission;
+pub mod cadence;
+pub mod fair;
+pub mod graph;
+pub mod notify;
+pub mod runbook;
+pub mod timeline;
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::BuildHasherDefault;
+
+/// The engine's maps and sets hash with fixed keys, so that the order in
+/// which it walks them, and so everything it decides, depends only on its
+/// inputs: a simulation seed replays exactly. (Their keys are run, job and
+/// worker ids the server or an authenticated worker chose.)
+pub type HashMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<DefaultHasher>>;
+/// See [`HashMap`].
+pub type HashSet<K> = std::collections::HashSet<K, BuildHasherDefault<DefaultHasher>>;
+
+/// Weight of the newest duration in the moving averages of attempt
+/// durations.
+const DURATION_EWMA: f64 = 0.2;
+
+/// A moving average of attempt durations with a new one of `ms` in it.
+pub fn with_duration(average: Option<f64>, ms: f64) -> Option<f64> {
+    Some(average.map_or(ms, |o| o + DURATION_EWMA * (ms - o)))
+}
