@@ -194,6 +194,7 @@ impl LeaderRuntime {
             std::mem::take(&mut plan.dispatch.batch),
         ]);
         notify::attach_notifications(&self.cache.runs, &self.cache.jobs, &mut transitions);
+        let new_backfill_count = new_backfills.len();
         let batch = TurnBatch { runs, advances, transitions, backfills: progress, backfill_runs, new_backfills, at: stamp };
         let began = std::time::Instant::now();
         let result = self.store.write_turn(&self.fence, &batch).await;
@@ -236,6 +237,19 @@ impl LeaderRuntime {
             }
         };
         let (fired, applied, advanced, created) = wrote;
+        // A store that answers for fewer (or more) rows than were written
+        // has answered something else: the outcome is unknown, as after an
+        // error (nothing is applied; the cache is rebuilt from the store).
+        let asked = (run_lens.iter().sum::<usize>(), t_lens.iter().sum::<usize>(), plan.backfills.len(), new_backfill_count);
+        let answered = (fired.len(), applied.len(), advanced.len(), created.len());
+        if asked != answered {
+            let e = StoreError::Backend(format!(
+                "the turn write answered (runs, transitions, backfills, new backfills) = {answered:?} for {asked:?}"
+            ));
+            self.requeue_events(std::mem::take(&mut plan.events));
+            self.fail_asks(plan.asks, &e);
+            return Err(e);
+        }
         let mut fired = split(fired, &run_lens).into_iter();
         let fire_outcomes = fired.next().unwrap_or_default();
         let mut applied = split(applied, &t_lens).into_iter();

@@ -40,7 +40,7 @@ impl LeaderRuntime {
                 return Err(tonic::Status::already_exists(format!("worker id {worker:?} already has a live session")));
             }
         }
-        let session_id = format!("{worker}-{:08x}", rand::random::<u32>());
+        let session_id = format!("{worker}-{:08x}", rand::Rng::gen::<u32>(&mut self.rng));
         self.sessions.take(&worker);
         let attempts = self.cache.runs.runs_held_by(&worker);
         let listed: HashSet<&str> = hello.running.iter().map(|r| r.run_id.as_str()).collect();

@@ -127,6 +127,50 @@ async fn a_trigger_whose_write_landed_unseen_still_runs() {
     task.abort();
 }
 
+/// A store that answers a turn's write for fewer rows than it was given
+/// has answered something else: the leader treats the outcome as unknown,
+/// as after an error (before, the outcomes it lacked were skipped without
+/// a word, and their runs' cached state stayed behind the store's). The
+/// caller hears an error, the state is rebuilt, and the run that landed
+/// still runs.
+#[tokio::test]
+async fn a_turn_write_answered_short_is_an_unknown_outcome() {
+    let (_d, sqlite) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    put(&sqlite, r#"{"name":"once","executor":{"handler":{"name":"noop"}}}"#, 1_000_000).await;
+    let fence = term(&sqlite).await;
+    let store = faulty(&sqlite, &clock);
+    let (rt, commands, _lost, _shut) = runtime_with_commands(store.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+    let (mut out, _session) = open_session(&commands, "w1").await;
+
+    // The trigger's turn writes one run and no transition: its answer
+    // lacks the run's outcome.
+    store.answer_next_turns_short(1);
+    let (reply, ids) = oneshot::channel();
+    commands
+        .send(LeaderCommand::Trigger { namespace: "default".into(), name: "once".into(), request: TriggerRequest::runs(1), reply })
+        .await
+        .unwrap();
+    let answer = ids.await.unwrap();
+    assert!(answer.is_err(), "an answer short of the rows written is no answer: {answer:?}");
+    assert!(store.injected() >= 1, "the answer was cut");
+    let runs = sqlite.list_runs(&Default::default(), 10, None).await.unwrap().runs;
+    assert_eq!(runs.len(), 1, "the write did land");
+    let assigned = next_msg(
+        &mut out,
+        "the assignment of the run that landed, after the rebuild",
+        |_| false,
+        |m| match m {
+            server_message::Msg::Assign(a) => Some(a.run_id.clone()),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(assigned, runs[0].id);
+    task.abort();
+}
+
 /// Re-applying a job (same schedule) never drops an instant that is due
 /// but not yet fired, whatever the writer's clock says: at the instant
 /// itself, or far ahead of the leader (before, both dropped instants: the

@@ -38,6 +38,8 @@ struct State {
     rates: FaultRates,
     violations: Vec<String>,
     injected: u64,
+    /// Turn writes still to be answered short (one outcome missing).
+    short: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +62,7 @@ pub struct FaultyStore {
 
 impl FaultyStore {
     pub fn new(inner: Arc<dyn Store>, clock: ManualClock, rng: StdRng, rates: FaultRates) -> Self {
-        let state = State { rng, on: true, forced: (Fault::None, 0), rates, violations: Vec::new(), injected: 0 };
+        let state = State { rng, on: true, forced: (Fault::None, 0), rates, violations: Vec::new(), injected: 0, short: 0 };
         Self { inner, clock, state: Arc::new(Mutex::new(state)), current: Arc::default(), writes: Arc::default() }
     }
 
@@ -89,6 +91,13 @@ impl FaultyStore {
     #[allow(dead_code)] // tests/leader.rs
     pub fn fail_next_writes_after_commit(&self, n: u32) {
         self.lock().forced = (Fault::After, n);
+    }
+
+    /// The next `n` turn writes commit, and their answer lacks its last
+    /// outcome (a store that answered for other rows than it was asked).
+    #[allow(dead_code)] // tests/leader.rs
+    pub fn answer_next_turns_short(&self, n: u32) {
+        self.lock().short = n;
     }
 
     pub fn violations(&self) -> Vec<String> {
@@ -255,7 +264,19 @@ impl LeaderWrites for FaultyStore {
 
     async fn write_turn(&self, fence: &Fence, batch: &TurnBatch) -> Result<TurnWrite, StoreError> {
         self.no_write_for_nothing(fence, &batch.runs).await;
-        self.write(fence, self.inner.write_turn(fence, batch)).await
+        let mut answer = self.write(fence, self.inner.write_turn(fence, batch)).await;
+        if let Ok(w) = answer.as_mut() {
+            let mut s = self.lock();
+            if s.short > 0 {
+                s.short -= 1;
+                s.injected += 1;
+                match w.applied.as_mut() {
+                    Ok(applied) if !applied.is_empty() => drop(applied.pop()),
+                    _ => drop(w.fired.pop()),
+                }
+            }
+        }
+        answer
     }
 }
 
