@@ -221,6 +221,12 @@ impl RunBook {
         out
     }
 
+    /// A stored run fired (or released) under `replace`, as its reason
+    /// says: while it is open, the job's older open runs are to be
+    /// cancelled. A rebuild finds them by this reason, so a cancel planned
+    /// but not written is planned again.
+    pub const REPLACING_REASON: &'static str = "overlap: replaced the previous run";
+
     /// The open runs of these jobs before these instants are to be
     /// cancelled (a `replace` run is fired or released).
     pub fn replace_later(&mut self, due: impl IntoIterator<Item = (String, Millis)>) {

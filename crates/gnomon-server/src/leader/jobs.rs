@@ -113,7 +113,7 @@ impl LeaderRuntime {
                         OverlapDecision::Fire => (RunState::Pending, None),
                         OverlapDecision::FireAndCancelOpen => {
                             replace_cancels.push((uid.clone(), planned.scheduled_at));
-                            (RunState::Pending, Some("overlap: replaced the previous run".into()))
+                            (RunState::Pending, Some(RunBook::REPLACING_REASON.into()))
                         }
                         OverlapDecision::Skip(reason) => (RunState::Skipped, Some(reason)),
                     },
@@ -270,10 +270,8 @@ impl LeaderRuntime {
                         at: now,
                         notify: Vec::new(),
                     }),
-                    RunState::Assigned | RunState::Running => {
-                        let attempt = run.attempt;
-                        self.send_cancel(&id, attempt);
-                    }
+                    // Told once the turn's write is done (a planner sends nothing).
+                    RunState::Assigned | RunState::Running => plan.cancel_sends.push((id.to_string(), run.attempt)),
                     _ => {}
                 }
             }

@@ -45,8 +45,11 @@ pub(super) struct TurnPlan {
     pub(super) ends: Vec<Transition>,
     /// (worker, run, attempt, reason): told once the ends are written.
     pub(super) aborts: Vec<(String, String, u32, String)>,
-    /// `replace`: runs cancelled because a newer run replaced them.
+    /// `replace`: runs cancelled because a newer run replaced them…
     pub(super) cancels: Vec<Transition>,
+    /// …and live attempts their workers are told to cancel (run, attempt),
+    /// once the write is done.
+    pub(super) cancel_sends: Vec<(String, u32)>,
     pub(super) retries: Vec<Transition>,
     /// Waiting runs decided.
     pub(super) releases: Vec<Transition>,
@@ -142,6 +145,7 @@ impl LeaderRuntime {
                 self.finish_events(std::mem::take(&mut plan.events), Vec::new()).await?;
             }
             self.send_aborts(plan.aborts);
+            self.send_cancels(plan.cancel_sends);
             return Ok(());
         }
         // Stamp the fire and the assignments when the write begins, not when
@@ -268,6 +272,7 @@ impl LeaderRuntime {
         self.settle(&ends, ends_ok).await?;
         self.send_aborts(plan.aborts);
         self.settle(&cancels, cancels_ok).await?;
+        self.send_cancels(std::mem::take(&mut plan.cancel_sends));
         self.settle(&retries, retries_ok).await?;
         self.settle(&releases, releases_ok).await?;
         let events = std::mem::take(&mut plan.events);
@@ -307,6 +312,13 @@ impl LeaderRuntime {
     fn send_aborts(&mut self, aborts: Vec<(String, String, u32, String)>) {
         for (worker, run_id, attempt, reason) in aborts {
             self.send_to(&worker, server_message::Msg::Abort(v1::Abort { run_id, attempt, token: self.fence.token, reason }));
+        }
+    }
+
+    /// Tells workers to cancel the live attempts a newer run replaced.
+    fn send_cancels(&mut self, cancels: Vec<(String, u32)>) {
+        for (run, attempt) in cancels {
+            self.send_cancel(&run, attempt);
         }
     }
 

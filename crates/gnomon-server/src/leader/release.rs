@@ -131,7 +131,7 @@ impl LeaderRuntime {
             OverlapDecision::Fire => (RunState::Pending, None),
             OverlapDecision::FireAndCancelOpen => {
                 self.cache.runs.replace_later([(uid.to_string(), at)]);
-                (RunState::Pending, Some("overlap: replaced the previous run".into()))
+                (RunState::Pending, Some(RunBook::REPLACING_REASON.into()))
             }
             OverlapDecision::Skip(reason) => (RunState::Skipped, Some(reason)),
         }

@@ -204,6 +204,11 @@ impl LeaderRuntime {
         };
         let id: RunId = Arc::from(run.id.as_str());
         self.cache.runs.track(id.clone(), open);
+        // A `replace` run: the job's older open runs are cancelled (again,
+        // if a store error came between its write and their cancels).
+        if run.reason.as_deref() == Some(RunBook::REPLACING_REASON) && run.state != RunState::Waiting {
+            self.cache.runs.replace_later([(run.job_uid.clone(), run.scheduled_at)]);
+        }
         match run.state {
             RunState::Pending => self.cache.runs.queue(id.clone()),
             RunState::Retrying => self.cache.runs.schedule_retry(run.next_attempt_at.unwrap_or(now), id.clone()),

@@ -232,6 +232,47 @@ async fn a_cancelled_pending_run_does_not_block_forbid() {
     task.abort();
 }
 
+/// A `replace` fire whose write landed unseen (the leader was told it
+/// failed) still cancels the run it replaced: the rebuild finds the
+/// replacing run by its reason. Before, the cancel was planned only from
+/// the answer to the write, and the older run stayed pending beside it
+/// until the next fire.
+#[tokio::test]
+async fn a_replace_fire_that_landed_unseen_still_cancels_the_older_run() {
+    let (_d, sqlite) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    let job =
+        put(&sqlite, r#"{"name":"r","schedule":{"every":"1s"},"overlap":"replace","executor":{"handler":{"name":"noop"}}}"#, 1_000_000)
+            .await;
+    let fence = term(&sqlite).await;
+    let store = faulty(&sqlite, &clock);
+    let (rt, _commands, _lost, _shut) = runtime_with_commands(store.clone(), fence, clock.clone());
+    let task = tokio::spawn(rt.run());
+    // No worker: the first fire stays pending.
+    clock.set(1_001_100);
+    let older = gnomon_backend::run_id(&job.uid, 1_001_000);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sqlite.get_run(&older).await.unwrap().is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(sqlite.get_run(&older).await.unwrap().map(|d| d.run.state), Some(RunState::Pending));
+    // The next fire replaces it; its write lands, and the leader is told
+    // it failed. The clock then stays short of the fire after.
+    store.fail_next_writes_after_commit(1);
+    clock.set(1_002_100);
+    let newer = gnomon_backend::run_id(&job.uid, 1_002_000);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut state = None;
+    while state != Some(RunState::Cancelled) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        state = sqlite.get_run(&older).await.unwrap().map(|d| d.run.state);
+    }
+    assert!(store.injected() >= 1, "the fire's write was reported failed");
+    assert_eq!(state, Some(RunState::Cancelled), "the replaced run is cancelled");
+    assert_eq!(sqlite.get_run(&newer).await.unwrap().map(|d| d.run.state), Some(RunState::Pending));
+    task.abort();
+}
+
 /// A manual run never shares an id with a scheduled fire, whatever the
 /// schedule becomes: runs triggered ahead of the clock (a bulk trigger
 /// takes now, now+1 ms, …) and then a schedule change that fires at one of
