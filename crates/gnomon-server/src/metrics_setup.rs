@@ -60,6 +60,11 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         "Times the leader rebuilt its state from the store after an error it could not classify",
     ),
     ("gnomon_leader_rebuild_seconds", Kind::Histogram, "Duration of a leader state rebuild from the store"),
+    (
+        "gnomon_leader_inbox_refused_total",
+        Kind::Counter,
+        "Requests and worker reports the leader refused because its inbox was full, by bound (held, asks, reports)",
+    ),
     ("gnomon_runs_total", Kind::Counter, "Run state transitions written by the leader, by target state"),
     ("gnomon_fire_lateness_seconds", Kind::Histogram, "Scheduled time to run creation"),
     ("gnomon_dispatch_latency_seconds", Kind::Histogram, "Run ready to attempt assigned"),

@@ -31,6 +31,22 @@ pub(super) enum Ask {
     Backfill { new: NewBackfill, reply: BackfillReply },
 }
 
+impl Ask {
+    /// Answers the ask with `e`, having made nothing (the inbox had no
+    /// room for it).
+    pub(super) fn refuse(self, e: StoreError, bound: &'static str) {
+        metrics::counter!("gnomon_leader_inbox_refused_total", "bound" => bound).increment(1);
+        match self {
+            Ask::Trigger(pending) => {
+                let _ = pending.reply.send(Err(e.into()));
+            }
+            Ask::Backfill { reply, .. } => {
+                let _ = reply.send(Err(e.into()));
+            }
+        }
+    }
+}
+
 /// A trigger, with what earlier turns made of it.
 pub(super) struct PendingTrigger {
     pub(super) namespace: String,
@@ -220,7 +236,7 @@ impl LeaderRuntime {
                 if !plan.claim_key(run.id()) {
                     // The same key twice in one turn: the second reads the
                     // first's run next turn.
-                    self.inbox.ask(Ask::Trigger(pending));
+                    self.inbox.ask_again(Ask::Trigger(pending));
                     return;
                 }
                 (vec![run], true)
@@ -268,7 +284,7 @@ impl LeaderRuntime {
     /// The ask's write is committed: track what it created, and answer it
     /// (or queue it again for the instants that were taken).
     pub(super) fn apply_ask(&mut self, ask: PlannedAsk, fired: Vec<FireOutcome>, created: Option<bool>, at: Millis) -> Result<()> {
-        let now = self.clock.now_millis();
+        let now = self.now;
         match ask {
             PlannedAsk::Backfill { new, reply } => {
                 if created == Some(true) {
@@ -314,7 +330,7 @@ impl LeaderRuntime {
                     } else {
                         // Back-to-back triggers may meet an earlier term's
                         // instants: the rest go on in the next turn, past them.
-                        self.inbox.ask(Ask::Trigger(pending));
+                        self.inbox.ask_again(Ask::Trigger(pending));
                     }
                     return Ok(());
                 }

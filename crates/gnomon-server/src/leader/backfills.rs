@@ -124,7 +124,7 @@ impl LeaderRuntime {
     pub(super) async fn load_backfills(&mut self) -> Result<()> {
         let list = self.store.running_backfills().await?;
         // A waiting run may have expected an instant of one that is gone.
-        let gone = self.cache.backfills.load(list, self.clock.now_millis());
+        let gone = self.cache.backfills.load(list, self.now);
         self.cache.runs.reconsider_waiting_on(&gone);
         Ok(())
     }
@@ -222,7 +222,7 @@ impl LeaderRuntime {
         counted: BackfillProgress,
     ) -> Result<()> {
         let BackfillStep { mut record, mut runs, roots, next_at, .. } = step;
-        let now = self.clock.now_millis();
+        let now = self.now;
         let mut fired = fired;
         let dep_fired = fired.split_off(roots.min(fired.len()));
         self.track_dependency_runs(runs.split_off(roots.min(runs.len())), dep_fired, now);

@@ -5,6 +5,10 @@
 //! attempts a live worker's heartbeats say it does not hold.
 //!
 //! Invariants (checked by the tests below):
+//! - it is bounded: past [`MAX_HELD`] held commands, [`MAX_ASKS`] new asks
+//!   or [`MAX_REPORTS`] reports, what comes in is handed back to be
+//!   refused (a caller hears 503, a worker keeps its unacknowledged report
+//!   spooled and sends it again);
 //! - held commands come out in the order they went in;
 //! - reports whose write failed go back ahead of those that came since,
 //!   so a worker's reports are written in the order it sent them.
@@ -15,6 +19,13 @@ use super::asks::Ask;
 use super::results::WorkerEvent;
 use super::runbook::RunId;
 use super::LeaderCommand;
+
+/// The most commands held while the cache is stale.
+pub(super) const MAX_HELD: usize = 10_000;
+/// The most new asks waiting for a turn.
+pub(super) const MAX_ASKS: usize = 10_000;
+/// The most worker reports waiting to be written.
+pub(super) const MAX_REPORTS: usize = 100_000;
 
 #[derive(Default)]
 pub(super) struct Inbox {
@@ -30,9 +41,14 @@ pub(super) struct Inbox {
 }
 
 impl Inbox {
-    /// Holds a command until the cache is rebuilt.
-    pub(super) fn defer(&mut self, cmd: LeaderCommand) {
+    /// Holds a command until the cache is rebuilt; hands it back when
+    /// [`MAX_HELD`] are held.
+    pub(super) fn defer(&mut self, cmd: LeaderCommand) -> Result<(), Box<LeaderCommand>> {
+        if self.deferred.len() >= MAX_HELD {
+            return Err(Box::new(cmd));
+        }
         self.deferred.push_back(cmd);
+        Ok(())
     }
 
     /// The next held command.
@@ -40,8 +56,19 @@ impl Inbox {
         self.deferred.pop_front()
     }
 
-    /// An ask, for the next turn to plan.
-    pub(super) fn ask(&mut self, ask: Ask) {
+    /// A new ask, for the next turn to plan; handed back when
+    /// [`MAX_ASKS`] wait.
+    pub(super) fn ask(&mut self, ask: Ask) -> Result<(), Box<Ask>> {
+        if self.asks.len() >= MAX_ASKS {
+            return Err(Box::new(ask));
+        }
+        self.asks.push(ask);
+        Ok(())
+    }
+
+    /// An ask a turn took and goes on with next turn (it was counted when
+    /// it came in).
+    pub(super) fn ask_again(&mut self, ask: Ask) {
         self.asks.push(ask);
     }
 
@@ -62,9 +89,14 @@ impl Inbox {
         !self.asks.is_empty()
     }
 
-    /// A worker's report, to be written.
-    pub(super) fn report(&mut self, event: WorkerEvent) {
+    /// A worker's report, to be written; `false` (not taken) when
+    /// [`MAX_REPORTS`] wait.
+    pub(super) fn report(&mut self, event: WorkerEvent) -> bool {
+        if self.events.len() >= MAX_REPORTS {
+            return false;
+        }
         self.events.push(event);
+        true
     }
 
     /// The reports to write now, taken out.
@@ -107,6 +139,20 @@ mod tests {
         WorkerEvent::Started { worker: "w".into(), run_id: run.into(), attempt: 1, at: 0 }
     }
 
+    fn backfill() -> gnomon_backend::NewBackfill {
+        gnomon_backend::NewBackfill {
+            id: "b".into(),
+            namespace: "default".into(),
+            job: "j".into(),
+            job_uid: "u".into(),
+            from: 0,
+            to: 0,
+            params: None,
+            rate: 1,
+            total: 1,
+        }
+    }
+
     fn run_of(e: &WorkerEvent) -> &str {
         match e {
             WorkerEvent::Started { run_id, .. } | WorkerEvent::Finished { run_id, .. } => run_id,
@@ -119,16 +165,42 @@ mod tests {
         inbox.report(started("a"));
         inbox.report(started("b"));
         let taken = inbox.take_reports();
-        inbox.report(started("c"));
+        assert!(inbox.report(started("c")));
         inbox.put_back(taken);
         assert_eq!(inbox.reports().iter().map(run_of).collect::<Vec<_>>(), ["a", "b", "c"]);
     }
 
     #[test]
+    fn it_hands_back_what_comes_past_its_bounds() {
+        let mut inbox = Inbox::default();
+        for i in 0..MAX_HELD {
+            assert!(inbox.defer(LeaderCommand::RunChanged { run_id: i.to_string() }).is_ok());
+        }
+        assert!(matches!(inbox.defer(LeaderCommand::Nudge).map_err(|c| *c), Err(LeaderCommand::Nudge)));
+        for i in 0..MAX_REPORTS {
+            assert!(inbox.report(started(&i.to_string())));
+        }
+        assert!(!inbox.report(started("over")), "a report past the bound is not taken");
+        let taken = inbox.take_reports();
+        assert!(inbox.report(started("next")), "room again once the reports are taken");
+        inbox.put_back(taken);
+        assert_eq!(inbox.reports().len(), MAX_REPORTS + 1, "reports put back are never dropped");
+        for _ in 0..MAX_ASKS {
+            let (reply, _rx) = tokio::sync::oneshot::channel();
+            assert!(inbox.ask(Ask::Backfill { new: backfill(), reply }).is_ok());
+        }
+        let (reply, _rx) = tokio::sync::oneshot::channel();
+        assert!(inbox.ask(Ask::Backfill { new: backfill(), reply }).is_err());
+        let (reply, _rx) = tokio::sync::oneshot::channel();
+        inbox.ask_again(Ask::Backfill { new: backfill(), reply });
+        assert_eq!(inbox.take_asks().len(), MAX_ASKS + 1, "an ask a turn goes on with is never refused");
+    }
+
+    #[test]
     fn held_commands_come_out_in_order() {
         let mut inbox = Inbox::default();
-        inbox.defer(LeaderCommand::Nudge);
-        inbox.defer(LeaderCommand::RunChanged { run_id: "r".into() });
+        inbox.defer(LeaderCommand::Nudge).unwrap();
+        inbox.defer(LeaderCommand::RunChanged { run_id: "r".into() }).unwrap();
         assert!(matches!(inbox.next_deferred(), Some(LeaderCommand::Nudge)));
         assert!(matches!(inbox.next_deferred(), Some(LeaderCommand::RunChanged { .. })));
         assert!(inbox.next_deferred().is_none());

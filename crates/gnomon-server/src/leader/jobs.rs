@@ -20,7 +20,7 @@ pub(super) struct FirePlan {
 impl LeaderRuntime {
     /// Takes in a job's stored record (see [`JobTimeline::upsert`]).
     pub(super) fn upsert_job(&mut self, record: JobRecord) {
-        self.cache.jobs.upsert_record(record, self.clock.now_millis());
+        self.cache.jobs.upsert_record(record, self.now);
     }
 
     /// The job's shared key (see [`JobTimeline::key`]).
@@ -39,7 +39,7 @@ impl LeaderRuntime {
         for head in heads.heads {
             match self.cache.jobs.take_earlier(&head.uid) {
                 Some(entry) if entry.record.version == head.version => {
-                    self.cache.jobs.reseat(entry, head.last_scheduled_at, self.clock.now_millis());
+                    self.cache.jobs.reseat(entry, head.last_scheduled_at, self.now);
                 }
                 Some(entry) => {
                     self.cache.jobs.keep_earlier(head.uid.clone(), entry);
@@ -156,7 +156,7 @@ impl LeaderRuntime {
         let replace = replace_cancels;
         // Stamp fired_at as late as possible: when the write begins, not when
         // the turn began (planning a large batch takes time).
-        let stamp = self.clock.now_millis();
+        let stamp = self.now;
         for run in &mut new_runs {
             run.fired_at = stamp;
         }
@@ -178,6 +178,7 @@ impl LeaderRuntime {
         let FirePlan { new_runs, plans, now, stamp, tracked, replace, .. } = plan;
         self.cache.runs.replace_later(replace);
         let tracked: HashSet<RunId> = tracked.into_iter().collect();
+        // Metrics only (no decision reads it): when the commit came back.
         let committed = self.clock.now_millis();
         metrics::histogram!("gnomon_store_fire_seconds").record((committed - stamp).max(0) as f64 / 1000.0);
         // Metric handles looked up once per chunk, not once per run.

@@ -225,6 +225,17 @@ pub enum LeaderCommand {
     SessionClosed { session: String },
 }
 
+/// A session's store lease, registered off the turn.
+#[derive(Debug)]
+pub(super) struct LeaseRegistered {
+    worker: String,
+    /// The session it was asked for.
+    session: String,
+    /// The worker's store lease before it (released once this one is its).
+    old: Option<i64>,
+    result: Result<i64>,
+}
+
 /// What one [`LeaderRuntime::step`] came to.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Step {
@@ -258,6 +269,10 @@ pub struct LeaderRuntime {
     store: Arc<dyn Store>,
     fence: Fence,
     clock: Arc<dyn Clock>,
+    /// The time of the step under way: the clock is read once a step (a
+    /// turn, or a message handled between turns), so every decision of
+    /// the step sees the same instant.
+    now: Millis,
     config: LeaderConfig,
     commands: mpsc::Receiver<LeaderCommand>,
     lost: watch::Receiver<bool>,
@@ -288,6 +303,8 @@ pub struct LeaderRuntime {
     /// Session leases kept in the store (etcd), and deletions of their keys.
     leases: Option<Arc<dyn SessionLeases>>,
     lease_deletions: Option<mpsc::Receiver<(String, i64)>>,
+    /// Store leases registered off the turn, as they come back.
+    lease_events: (mpsc::UnboundedSender<LeaseRegistered>, mpsc::UnboundedReceiver<LeaseRegistered>),
     /// Job writes pushed by the store (etcd watch), so they apply at once.
     job_signal: Option<mpsc::Receiver<()>>,
 }
@@ -327,9 +344,11 @@ impl LeaderRuntime {
         Self {
             leases,
             lease_deletions: None,
+            lease_events: mpsc::unbounded_channel(),
             job_signal: None,
             store: p.store,
             fence: p.fence,
+            now: p.clock.now_millis(),
             clock: p.clock,
             config: p.config,
             commands: p.commands,
@@ -399,6 +418,7 @@ impl LeaderRuntime {
         if let Some(exit) = self.should_stop() {
             return Step::Exit(exit);
         }
+        self.tick();
         if self.freshness.is_stale() {
             match self.rebuild().await {
                 Ok(()) => {}
@@ -465,6 +485,12 @@ impl LeaderRuntime {
         Ok(())
     }
 
+    /// Reads the clock for the step that begins: a turn, or a message
+    /// taken between turns. Nothing else reads it.
+    fn tick(&mut self) {
+        self.now = self.clock.now_millis();
+    }
+
     fn should_stop(&self) -> Option<LeaderExit> {
         if *self.shutdown.borrow() {
             return Some(LeaderExit::Shutdown);
@@ -482,12 +508,23 @@ impl LeaderRuntime {
             tokio::select! {
                 _ = tokio::time::sleep_until(until) => break,
                 Some(cmd) = self.commands.recv() => {
+                    self.tick();
                     if let Err(e) = self.on_command(cmd).await {
                         self.mark_stale(&e);
                     }
                     continue;
                 }
-                Some((worker, lease)) = next_from(&mut self.lease_deletions) => self.on_lease_deleted(&worker, lease),
+                Some((worker, lease)) = next_from(&mut self.lease_deletions) => {
+                    self.tick();
+                    self.on_lease_deleted(&worker, lease);
+                }
+                Some(registered) = self.lease_events.1.recv() => {
+                    self.tick();
+                    if let Err(e) = self.on_lease_registered(registered) {
+                        self.mark_stale(&e);
+                    }
+                    continue;
+                }
                 _ = self.lost.changed() => {}
                 _ = self.shutdown.changed() => {}
             }

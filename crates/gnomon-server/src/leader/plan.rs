@@ -150,7 +150,7 @@ impl LeaderRuntime {
         }
         // Stamp the fire and the assignments when the write begins, not when
         // the turn began (so a run's fired_at never follows its assigned_at).
-        let stamp = self.clock.now_millis();
+        let stamp = self.now;
         let mut fire = plan.fire.take();
         let mut run_parts = Vec::with_capacity(1 + plan.asks.len() + plan.backfills.len());
         let mut advances = Vec::new();

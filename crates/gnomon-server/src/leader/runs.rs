@@ -21,7 +21,7 @@ impl LeaderRuntime {
         } else {
             self.reload_jobs().await?;
         }
-        let now = self.clock.now_millis();
+        let now = self.now;
         let started = self.cadence.term_started(now);
         // Keyed runs that ended and are still held count in their
         // namespace's quotas (read before the open runs: a run that ends in
@@ -151,14 +151,14 @@ impl LeaderRuntime {
         } else {
             self.cache.runs.untrack(id);
         }
-        self.live.end(id, self.clock.now_millis());
+        self.live.end(id, self.now);
     }
 
     /// Forgets which worker holds `id`'s attempt, freeing its slot (and
     /// its live output).
     pub(super) fn release(&mut self, id: &str) {
         self.cache.runs.release(id);
-        self.live.end(id, self.clock.now_millis());
+        self.live.end(id, self.now);
     }
 
     /// Retrying runs whose time has come go back to pending.
@@ -225,7 +225,7 @@ impl LeaderRuntime {
         let detail = self.store.get_run(id).await?;
         self.untrack(id, detail.as_ref().is_some_and(|d| d.run.state.is_terminal()));
         let Some(detail) = detail.filter(|d| !d.run.state.is_terminal()) else { return Ok(()) };
-        let now = self.clock.now_millis();
+        let now = self.now;
         let run = &detail.run;
         let rid = self.track_stored(run, now, now);
         match run.state {

@@ -153,8 +153,13 @@ impl Sessions {
 
     /// Sessions whose lease ran out by `now` (a store-kept lease gets
     /// `store_slack` more: the store's deletion of its key decides), taken
-    /// out and marked expired.
-    pub(super) fn expire(&mut self, now: Millis, store_slack: Millis) -> Vec<(String, Session)> {
+    /// out and marked expired. Marks older than `forget_after` are
+    /// dropped: a rebuild's fallback deadline for such a worker's attempts
+    /// (the term's start plus a lease and the reconnect slack) has passed
+    /// as well, so the mark decides nothing any more, and the marks stay
+    /// as few as the workers that expired lately.
+    pub(super) fn expire(&mut self, now: Millis, store_slack: Millis, forget_after: Millis) -> Vec<(String, Session)> {
+        self.expired.retain(|_, at| now - *at <= forget_after);
         let ended: Vec<String> = self
             .by_worker
             .iter()
@@ -413,8 +418,8 @@ mod tests {
         assert_eq!(s.worker_of("w1-a"), None, "what arrives on a closed stream is ignored");
         check(&s);
         assert_eq!(s.room(false, &RunBook::default()), 0, "a worker without a stream takes no work");
-        assert!(s.expire(9_000, 3_000).is_empty(), "its lease still runs");
-        let gone = s.expire(10_001, 3_000);
+        assert!(s.expire(9_000, 3_000, 12_000).is_empty(), "its lease still runs");
+        let gone = s.expire(10_001, 3_000, 12_000);
         assert_eq!(gone.len(), 1);
         assert_eq!(s.expired_at("w1"), Some(10_001));
         check(&s);
@@ -422,6 +427,23 @@ mod tests {
         s.insert("w1".into(), b);
         assert_eq!(s.expired_at("w1"), None, "a new session clears the mark");
         check(&s);
+    }
+
+    #[test]
+    fn expiry_marks_are_forgotten_once_they_decide_nothing() {
+        let mut s = Sessions::default();
+        for (i, w) in ["w1", "w2"].into_iter().enumerate() {
+            let (x, _rx) = session(&format!("{w}-a"), w, 1, i as Millis * 5_000);
+            s.insert(w.into(), x);
+        }
+        assert_eq!(s.expire(10_001, 0, 12_000).len(), 1, "w1's lease ran out");
+        assert_eq!(s.expire(15_001, 0, 12_000).len(), 1, "then w2's");
+        assert!(s.expire(22_001, 0, 12_000).is_empty());
+        assert_eq!((s.expired_at("w1"), s.expired_at("w2")), (Some(10_001), Some(15_001)));
+        s.expire(22_002, 0, 12_000);
+        assert_eq!((s.expired_at("w1"), s.expired_at("w2")), (None, Some(15_001)), "w1's mark is past the horizon");
+        s.expire(27_002, 0, 12_000);
+        assert_eq!(s.expired.len(), 0);
     }
 
     #[test]
@@ -453,9 +475,9 @@ mod tests {
         assert_eq!(s.room(false, &runs), 2);
         s.set_store_lease("w1", 77, 0);
         assert_eq!(s.store_lease("w1"), Some(77));
-        assert!(s.expire(10_500, 3_000).is_empty(), "the store's deletion decides first");
+        assert!(s.expire(10_500, 3_000, 12_000).is_empty(), "the store's deletion decides first");
         assert!(s.store_lease_deleted("w1", 77, 10_000));
-        assert_eq!(s.expire(10_001, 3_000).len(), 1, "then the in-memory lease, a TTL after the last heartbeat");
+        assert_eq!(s.expire(10_001, 3_000, 12_000).len(), 1, "then the in-memory lease, a TTL after the last heartbeat");
         s.adopt("w2", 5);
         assert_eq!(s.store_lease("w2"), Some(5));
         assert!(!s.forget_adopted("w2", 6));

@@ -21,7 +21,7 @@ impl LeaderRuntime {
     }
 
     async fn turn_inner(&mut self) -> Result<()> {
-        let now = self.clock.now_millis();
+        let now = self.now;
         // Gather.
         if self.cadence.poll_due(now) {
             self.poll_store().await?;
@@ -92,7 +92,10 @@ impl LeaderRuntime {
         while let Ok(cmd) = self.commands.try_recv() {
             self.on_command(cmd).await?;
         }
-        let now = self.clock.now_millis();
+        while let Ok(registered) = self.lease_events.1.try_recv() {
+            self.on_lease_registered(registered)?;
+        }
+        let now = self.now;
         if self.cadence.poll_due(now) {
             self.poll_store().await?;
             self.cadence.polled(now);
@@ -104,18 +107,23 @@ impl LeaderRuntime {
         // While the cache is stale, what needs it waits for the rebuild;
         // heartbeats are still acked (the worker's lease does not depend on
         // the store) and reports queue in the inbox.
-        if self.freshness.is_stale()
-            && matches!(
-                cmd,
-                LeaderCommand::Trigger { .. }
-                    | LeaderCommand::Backfill { .. }
-                    | LeaderCommand::SessionOpen { .. }
-                    | LeaderCommand::RunChanged { .. }
-            )
-        {
-            self.inbox.defer(cmd);
+        if self.freshness.is_stale() {
+            match cmd {
+                // The rebuild loads every run as the store has it.
+                LeaderCommand::RunChanged { .. } => self.cadence.poll_now(),
+                LeaderCommand::Trigger { .. } | LeaderCommand::Backfill { .. } | LeaderCommand::SessionOpen { .. } => {
+                    if let Err(cmd) = self.inbox.defer(cmd) {
+                        refuse(*cmd, "held");
+                    }
+                }
+                cmd => return self.on_fresh_command(cmd).await,
+            }
             return Ok(());
         }
+        self.on_fresh_command(cmd).await
+    }
+
+    async fn on_fresh_command(&mut self, cmd: LeaderCommand) -> Result<()> {
         match cmd {
             LeaderCommand::Nudge => self.cadence.poll_now(),
             LeaderCommand::RunChanged { run_id } => {
@@ -127,32 +135,30 @@ impl LeaderRuntime {
             // Planned by the next turn, and answered once its write is
             // applied.
             LeaderCommand::Trigger { namespace, name, request, reply } => {
-                self.inbox.ask(asks::Ask::Trigger(asks::PendingTrigger::new(namespace, name, request, reply)));
+                let ask = asks::Ask::Trigger(asks::PendingTrigger::new(namespace, name, request, reply));
+                if let Err(ask) = self.inbox.ask(ask) {
+                    ask.refuse(StoreError::Unavailable(BUSY.into()), "asks");
+                }
             }
-            LeaderCommand::Backfill { new, reply } => self.inbox.ask(asks::Ask::Backfill { new, reply }),
+            LeaderCommand::Backfill { new, reply } => {
+                if let Err(ask) = self.inbox.ask(asks::Ask::Backfill { new, reply }) {
+                    ask.refuse(StoreError::Unavailable(BUSY.into()), "asks");
+                }
+            }
             LeaderCommand::SessionOpen { hello, namespaces, outbound, reply } => {
                 let worker = hello.worker_id.clone();
-                let old_lease = self.sessions.store_lease(&worker);
+                let old = self.sessions.store_lease(&worker);
                 let result = self.open_session(*hello, namespaces, outbound);
-                if result.is_ok() {
-                    if let Some(leases) = self.leases.clone() {
-                        let ttl = Duration::from_millis(u64::try_from(self.config.lease_ttl_ms).unwrap_or(10_000));
-                        match leases.register(&self.fence, &worker, ttl).await {
-                            Ok(lease) => {
-                                self.sessions.set_store_lease(&worker, lease, self.clock.now_millis());
-                                if let Some(old) = old_lease.filter(|o| *o != lease) {
-                                    tokio::spawn(async move { leases.release(old).await });
-                                }
-                            }
-                            Err(e @ StoreError::Fenced { .. }) => {
-                                let _ = reply.send(Err(tonic::Status::unavailable("leadership changed; reconnect")));
-                                return Err(e);
-                            }
-                            Err(e) => {
-                                tracing::warn!(worker = %worker, error = %e, "cannot register the session lease in the store; the in-memory lease still applies")
-                            }
-                        }
-                    }
+                // The store lease (etcd) is registered off the turn: the
+                // answer comes back as a lease event. Meanwhile the
+                // in-memory lease applies.
+                if let (Ok(session), Some(leases)) = (&result, self.leases.clone()) {
+                    let ttl = Duration::from_millis(u64::try_from(self.config.lease_ttl_ms).unwrap_or(10_000));
+                    let (fence, events, session) = (self.fence.clone(), self.lease_events.0.clone(), session.clone());
+                    tokio::spawn(async move {
+                        let result = leases.register(&fence, &worker, ttl).await;
+                        let _ = events.send(LeaseRegistered { worker, session, old, result });
+                    });
                 }
                 let _ = reply.send(result);
             }
@@ -166,7 +172,41 @@ impl LeaderRuntime {
         Ok(())
     }
 
+    /// A session's store lease is registered (or could not be): it becomes
+    /// the session's if the session is still the one it was asked for, and
+    /// is released otherwise; the worker's lease before it is released.
+    /// A fenced registration means a newer leader: the error says so.
+    pub(super) fn on_lease_registered(&mut self, r: LeaseRegistered) -> Result<()> {
+        let LeaseRegistered { worker, session, old, result } = r;
+        let lease = match result {
+            Ok(lease) => lease,
+            Err(e @ StoreError::Fenced { .. }) => return Err(e),
+            Err(e) => {
+                tracing::warn!(worker = %worker, error = %e, "cannot register the session lease in the store; the in-memory lease still applies");
+                return Ok(());
+            }
+        };
+        let Some(leases) = self.leases.clone() else { return Ok(()) };
+        let current = self.sessions.get(&worker).is_some_and(|s| s.session_id == session);
+        let stale: Vec<i64> = if current {
+            self.sessions.set_store_lease(&worker, lease, self.now);
+            old.filter(|o| *o != lease).into_iter().collect()
+        } else {
+            vec![lease]
+        };
+        if !stale.is_empty() {
+            tokio::spawn(async move {
+                for lease in stale {
+                    let _ = leases.release(lease).await;
+                }
+            });
+        }
+        Ok(())
+    }
+
     pub(super) async fn wait_for_work(&mut self) -> Option<LeaderExit> {
+        // The wait is a step of its own: how long to sleep counts from now.
+        self.tick();
         self.publish_view();
         if !self.inbox.reports().is_empty()
             || self.inbox.has_asks()
@@ -176,7 +216,7 @@ impl LeaderRuntime {
             tokio::task::yield_now().await;
             return self.should_stop();
         }
-        let now = self.clock.now_millis();
+        let now = self.now;
         let mut wake = now + MAX_TURN.as_millis() as i64;
         let admission = &self.admission;
         if let Some(due) = self.cache.jobs.next_due(|ns| admission.defers(ns)) {
@@ -189,6 +229,7 @@ impl LeaderRuntime {
         tokio::select! {
             _ = tokio::time::sleep(sleep) => {}
             Some(cmd) = self.commands.recv() => {
+                self.tick();
                 if let Err(e) = self.on_command(cmd).await {
                     self.mark_stale(&e);
                 }
@@ -199,11 +240,45 @@ impl LeaderRuntime {
                 // window only added latency: it did not raise throughput.)
                 tokio::task::yield_now().await;
             }
-            Some((worker, lease)) = next_from(&mut self.lease_deletions) => self.on_lease_deleted(&worker, lease),
+            Some((worker, lease)) = next_from(&mut self.lease_deletions) => {
+                self.tick();
+                self.on_lease_deleted(&worker, lease);
+            }
+            Some(registered) = self.lease_events.1.recv() => {
+                self.tick();
+                if let Err(e) = self.on_lease_registered(registered) {
+                    self.mark_stale(&e);
+                }
+            }
             Some(()) = next_from(&mut self.job_signal) => self.cadence.poll_now(),
             _ = self.lost.changed() => {}
             _ = self.shutdown.changed() => {}
         }
         self.should_stop()
+    }
+}
+
+/// What a caller hears when the leader's inbox is full.
+const BUSY: &str = "the leader has too many requests waiting; retry shortly";
+
+/// Refuses a command the inbox has no room for: its caller hears the
+/// leader is busy (a trigger's 503 says nothing was made), and nothing
+/// else happens.
+fn refuse(cmd: LeaderCommand, bound: &'static str) {
+    metrics::counter!("gnomon_leader_inbox_refused_total", "bound" => bound).increment(1);
+    match cmd {
+        LeaderCommand::Trigger { reply, .. } => {
+            let _ = reply.send(Err(StoreError::Unavailable(BUSY.into()).into()));
+        }
+        LeaderCommand::Backfill { reply, .. } => {
+            let _ = reply.send(Err(StoreError::Unavailable(BUSY.into()).into()));
+        }
+        LeaderCommand::SessionOpen { reply, .. } => {
+            let _ = reply.send(Err(tonic::Status::unavailable(BUSY)));
+        }
+        LeaderCommand::Nudge
+        | LeaderCommand::RunChanged { .. }
+        | LeaderCommand::FromWorker { .. }
+        | LeaderCommand::SessionClosed { .. } => {}
     }
 }

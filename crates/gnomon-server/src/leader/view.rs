@@ -105,7 +105,7 @@ impl Notes {
 
 impl LeaderRuntime {
     pub(super) fn update_pressure(&mut self) {
-        self.cache.runs.release_kept(self.clock.now_millis());
+        self.cache.runs.release_kept(self.now);
         let capacity = self.sessions.capacity();
         let pending = self.cache.runs.ready_len();
         let (before, after) = self.admission.update(self.cache.runs.ns_tally(), self.free_slots(), capacity);

@@ -4,7 +4,7 @@ impl LeaderRuntime {
     /// A session key was deleted in the store: its lease ran out (the worker
     /// stopped heartbeating) or was revoked. Evict that worker's attempts.
     pub(super) fn on_lease_deleted(&mut self, worker: &str, lease: i64) {
-        let now = self.clock.now_millis();
+        let now = self.now;
         let ttl = self.config.lease_ttl_ms;
         // The store lease is refreshed only every 0.7×TTL, so it can run
         // out up to 0.7×TTL before the worker fences itself (0.7×TTL after
@@ -33,7 +33,7 @@ impl LeaderRuntime {
         namespaces: Option<Arc<[String]>>,
         outbound: Outbound,
     ) -> std::result::Result<String, tonic::Status> {
-        let now = self.clock.now_millis();
+        let now = self.now;
         let worker = hello.worker_id.clone();
         if let Some(old) = self.sessions.get(&worker) {
             if old.tx.as_ref().is_some_and(|tx| !tx.is_closed()) && now - old.last_heartbeat < 2 * self.config.heartbeat_ms {
@@ -91,7 +91,7 @@ impl LeaderRuntime {
 
     pub(super) fn on_worker_message(&mut self, session: &str, msg: worker_message::Msg) {
         let Some(worker) = self.sessions.worker_of(session).cloned() else { return };
-        let now = self.clock.now_millis();
+        let now = self.now;
         match msg {
             worker_message::Msg::Heartbeat(hb) => {
                 // A session whose send side is closed (the worker stopped
@@ -117,7 +117,7 @@ impl LeaderRuntime {
                 self.send_to(&worker, server_message::Msg::Ack(v1::Ack { heartbeat_seq: Some(hb.seq), ..Default::default() }));
             }
             worker_message::Msg::Started(st) => {
-                self.inbox.report(WorkerEvent::Started { worker, run_id: st.run_id, attempt: st.attempt, at: st.started_at_ms });
+                self.take_report(WorkerEvent::Started { worker, run_id: st.run_id, attempt: st.attempt, at: st.started_at_ms });
             }
             worker_message::Msg::Report(r) => {
                 let state = match v1::Outcome::try_from(r.outcome).unwrap_or(v1::Outcome::Failed) {
@@ -134,7 +134,7 @@ impl LeaderRuntime {
                     let cut = (cut..output.len()).find(|i| output.is_char_boundary(*i)).unwrap_or(output.len());
                     output = output[cut..].to_string();
                 }
-                self.inbox.report(WorkerEvent::Finished {
+                self.take_report(WorkerEvent::Finished {
                     worker,
                     run_id: r.run_id,
                     attempt: r.attempt,
@@ -209,7 +209,7 @@ impl LeaderRuntime {
         // (`on_lease_deleted`); the in-memory lease is the fallback, a little
         // later, for when the store cannot be heard.
         let (mut batch, mut aborts) = (Vec::new(), Vec::new());
-        for (worker, s) in self.sessions.expire(now, STORE_LEASE_SLACK_MS) {
+        for (worker, s) in self.sessions.expire(now, STORE_LEASE_SLACK_MS, self.config.lease_ttl_ms + RECONNECT_SLACK_MS) {
             if let (Some(leases), Some(lease)) = (self.leases.clone(), s.store_lease) {
                 tokio::spawn(async move { leases.release(lease).await });
             }
@@ -339,5 +339,14 @@ impl LeaderRuntime {
             self.send_to(&worker, server_message::Msg::Cancel(v1::Cancel { run_id: run_id.into(), attempt, token: self.fence.token }));
         }
         self.cache.runs.note_cancel(run_id, attempt);
+    }
+
+    /// Takes a worker's report into the inbox. Past its bound the report is
+    /// not taken and not acknowledged: the worker keeps it spooled and
+    /// sends it again.
+    fn take_report(&mut self, event: WorkerEvent) {
+        if !self.inbox.report(event) {
+            metrics::counter!("gnomon_leader_inbox_refused_total", "bound" => "reports").increment(1);
+        }
     }
 }
