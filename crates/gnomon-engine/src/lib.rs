@@ -22,6 +22,7 @@ pub mod fair;
 pub mod graph;
 pub mod notify;
 pub mod runbook;
+pub mod sessions;
 pub mod timeline;
 
 use std::collections::hash_map::DefaultHasher;

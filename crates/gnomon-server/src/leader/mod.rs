@@ -47,10 +47,6 @@ const MIN_INTERLEAVED_FIRE: usize = 256;
 /// lease TTL: the worker kills it at the timeout and reports; this only
 /// catches a worker that keeps listing an attempt and never reports.
 pub const OVERRUN_GRACE_MS: Millis = 60_000;
-/// A worker's prefetch queue is filled only while its recent attempts took
-/// at most this long on average (so a queued run starts within about this
-/// long)…
-const PREFETCH_SHORT_MS: f64 = 100.0;
 /// …and none of the attempts it holds was assigned longer ago than this
 /// (a slot is not stuck on a slow run).
 const PREFETCH_MAX_AGE_MS: Millis = 1_000;
@@ -65,7 +61,6 @@ mod plan;
 mod release;
 mod results;
 mod runs;
-mod sessions;
 mod turn;
 mod view;
 mod workers;
@@ -75,12 +70,12 @@ pub use gnomon_engine::fair::NsCounts;
 pub use view::{NamespaceUsage, PressureInfo, Snapshot, WorkerInfo};
 
 use results::*;
-use sessions::*;
 
 // The components the leader plans over live in the engine crate.
 use gnomon_engine::runbook::*;
+use gnomon_engine::sessions::*;
 use gnomon_engine::timeline::*;
-use gnomon_engine::{admission, cadence, notify, runbook, with_duration};
+use gnomon_engine::{admission, cadence, notify, runbook};
 
 /// The leader's maps and sets hash with fixed keys, so that the order in
 /// which it walks them, and so everything it does, depends only on its
@@ -288,8 +283,10 @@ pub struct LeaderRuntime {
     /// When the term started and its periodic work last ran.
     cadence: cadence::Cadence,
 
-    /// The worker sessions (live connections, their leases).
+    /// The worker sessions (live connections, their leases)…
     sessions: Sessions,
+    /// …and their streams, by session id: a session's messages go out here.
+    outlets: HashMap<String, Outbound>,
     /// What the view shows beside sessions and pressure (why runs wait).
     notes: view::Notes,
     /// Quotas and backpressure, per namespace.
@@ -362,6 +359,7 @@ impl LeaderRuntime {
             freshness: cadence::Freshness::default(),
             cadence: cadence::Cadence::default(),
             sessions: Sessions::default(),
+            outlets: HashMap::default(),
             notes: view::Notes::default(),
             admission,
             inbox: inbox::Inbox::default(),

@@ -164,6 +164,7 @@ impl LeaderRuntime {
             }
             LeaderCommand::FromWorker { session, msg } => self.on_worker_message(&session, msg),
             LeaderCommand::SessionClosed { session } => {
+                self.outlets.remove(&session);
                 if let Some(worker) = self.sessions.stream_closed(&session) {
                     tracing::info!(worker = %worker, "worker session stream closed; its lease keeps running");
                 }

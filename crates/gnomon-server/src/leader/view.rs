@@ -159,7 +159,7 @@ impl LeaderRuntime {
         if notes.is_none() && !sessions_changed {
             return;
         }
-        let list = self.sessions.infos(&self.cache.runs);
+        let list = worker_infos(&self.sessions, &self.cache.runs);
         metrics::gauge!("gnomon_workers", "state" => "live").set(list.iter().filter(|w| w.connected).count() as f64);
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         view.workers = list;
@@ -187,4 +187,33 @@ fn usage_metrics(u: &NamespaceUsage) {
     for q in gnomon_core::quota::QuotaName::ALL {
         metrics::gauge!("gnomon_namespace_quota", "namespace" => ns.clone(), "quota" => q.as_str()).set(u.quota.limit(q) as f64);
     }
+}
+
+/// The sessions as `GET /v1/workers` shows them, by worker id.
+fn worker_infos(sessions: &Sessions, runs: &RunBook) -> Vec<WorkerInfo> {
+    let sorted = |set: &HashSet<String>| {
+        let mut v: Vec<String> = set.iter().cloned().collect();
+        v.sort();
+        v
+    };
+    let mut list: Vec<WorkerInfo> = sessions
+        .iter()
+        .map(|(id, s)| WorkerInfo {
+            id: id.clone(),
+            session: s.session_id.clone(),
+            labels: s.labels.clone(),
+            namespaces: s.namespaces.as_ref().map(|n| n.to_vec()),
+            capacity: s.capacity,
+            prefetch: s.prefetch,
+            running: runs.held_by(id),
+            load: runs.held_by(id) as f64 / s.capacity.max(1) as f64,
+            executors: sorted(&s.executors),
+            handlers: sorted(&s.handlers),
+            connected: s.stream != Stream::Down,
+            draining: s.draining,
+            lease_expires_at: s.lease_until,
+        })
+        .collect();
+    list.sort_by(|a, b| a.id.cmp(&b.id));
+    list
 }

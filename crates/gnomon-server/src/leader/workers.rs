@@ -35,13 +35,17 @@ impl LeaderRuntime {
     ) -> std::result::Result<String, tonic::Status> {
         let now = self.now;
         let worker = hello.worker_id.clone();
+        self.check_stream(&worker);
         if let Some(old) = self.sessions.get(&worker) {
-            if old.tx.as_ref().is_some_and(|tx| !tx.is_closed()) && now - old.last_heartbeat < 2 * self.config.heartbeat_ms {
+            if old.stream == Stream::Up && now - old.last_heartbeat < 2 * self.config.heartbeat_ms {
                 return Err(tonic::Status::already_exists(format!("worker id {worker:?} already has a live session")));
             }
         }
         let session_id = format!("{worker}-{:08x}", rand::Rng::gen::<u32>(&mut self.rng));
-        self.sessions.take(&worker);
+        if let Some(old) = self.sessions.take(&worker) {
+            // Its stream ends: dropping the sender closes it.
+            self.outlets.remove(&old.session_id);
+        }
         let attempts = self.cache.runs.runs_held_by(&worker);
         let listed: HashSet<&str> = hello.running.iter().map(|r| r.run_id.as_str()).collect();
         // Attempts it held but no longer lists: its report may still be
@@ -84,7 +88,8 @@ impl LeaderRuntime {
             return Err(tonic::Status::unavailable("the session closed during Hello"));
         }
         tracing::info!(worker = %worker, session = %session_id, capacity = hello.capacity, labels = ?hello.labels, "worker session opened");
-        let session = Session::new(session_id.clone(), hello, namespaces, outbound, now, self.config.lease_ttl_ms);
+        let session = Session::new(session_id.clone(), hello, namespaces, now, self.config.lease_ttl_ms);
+        self.outlets.insert(session_id.clone(), outbound);
         self.sessions.insert(worker.clone(), session);
         Ok(session_id)
     }
@@ -97,6 +102,7 @@ impl LeaderRuntime {
                 // A session whose send side is closed (the worker stopped
                 // reading and was cut off) renews nothing: its lease runs
                 // out unless the worker reconnects.
+                self.check_stream(&worker);
                 if self.sessions.is_cut_off(&worker) {
                     return;
                 }
@@ -210,6 +216,7 @@ impl LeaderRuntime {
         // later, for when the store cannot be heard.
         let (mut batch, mut aborts) = (Vec::new(), Vec::new());
         for (worker, s) in self.sessions.expire(now, STORE_LEASE_SLACK_MS, self.config.lease_ttl_ms + RECONNECT_SLACK_MS) {
+            self.outlets.remove(&s.session_id);
             if let (Some(leases), Some(lease)) = (self.leases.clone(), s.store_lease) {
                 tokio::spawn(async move { leases.release(lease).await });
             }
@@ -329,8 +336,23 @@ impl LeaderRuntime {
         }
     }
 
+    /// Sends a message on the worker's stream; whether it went.
     pub(super) fn send_to(&self, worker: &str, msg: server_message::Msg) -> bool {
-        self.sessions.send(worker, msg)
+        let Some(s) = self.sessions.get(worker).filter(|s| s.stream != Stream::Down) else { return false };
+        self.outlets.get(&s.session_id).is_some_and(|tx| tx.send(Ok(v1::ServerMessage { msg: Some(msg) })).is_ok())
+    }
+
+    /// Tells the sessions when the worker's send side has closed (it
+    /// stopped reading and was cut off).
+    pub(super) fn check_stream(&mut self, worker: &str) {
+        let closed = self
+            .sessions
+            .get(worker)
+            .filter(|s| s.stream == Stream::Up)
+            .map(|s| self.outlets.get(&s.session_id).is_none_or(|tx| tx.is_closed()));
+        if closed == Some(true) {
+            self.sessions.cut_off(worker);
+        }
     }
 
     /// Asks the worker holding the run's attempt to stop it.

@@ -9,52 +9,75 @@
 //!   session is named by its id while its stream is up (a closed stream's
 //!   id names nothing: what arrives on it is ignored);
 //! - a worker is marked expired only while it has no session;
+//! - a session's stream is `Up`, `CutOff` (its send side closed: the worker
+//!   stopped reading; it renews nothing and takes no work) or `Down` (the
+//!   stream ended; the lease keeps running). The runtime owns the streams
+//!   themselves and says when one is cut off;
 //! - which attempts a worker holds is not kept here: the [`RunBook`] is
 //!   its one record, and every slot count is read from it.
 
-use super::*;
+use gnomon_proto::v1;
+
+use crate::runbook::RunBook;
+use crate::runbook::RunId;
+use crate::with_duration;
+use crate::HashMap;
+use crate::HashSet;
+use gnomon_core::Millis;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A worker's prefetch queue is filled only while its recent attempts took
+/// at most this long on average (so a queued run starts within about this
+/// long).
+pub const PREFETCH_SHORT_MS: f64 = 100.0;
+
+/// Where a session's stream stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Connected: messages go out.
+    Up,
+    /// Its send side closed (the worker stopped reading): it renews nothing
+    /// and takes no work until it reconnects.
+    CutOff,
+    /// The stream ended; the lease keeps running.
+    Down,
+}
 
 /// A worker session, as the leader keeps it. Fields are read anywhere in
 /// the leader and changed only through [`Sessions`].
 #[derive(Debug)]
-pub(super) struct Session {
-    pub(super) session_id: String,
-    pub(super) labels: BTreeMap<String, String>,
+pub struct Session {
+    pub session_id: String,
+    pub labels: BTreeMap<String, String>,
     /// The namespaces whose runs it may be given (its credential's; `None`: all).
-    pub(super) namespaces: Option<Arc<[String]>>,
-    pub(super) capacity: usize,
+    pub namespaces: Option<Arc<[String]>>,
+    pub capacity: usize,
     /// Attempts it queues beyond `capacity` (its Hello's `prefetch`).
-    pub(super) prefetch: usize,
+    pub prefetch: usize,
     /// How much of the queue dispatch may fill now (recomputed each pass):
     /// 0 while it is closed, half of it under yellow or red backpressure.
-    pub(super) queue_open: usize,
+    pub queue_open: usize,
     /// Moving average of its attempts' durations (ms), once one has ended.
-    pub(super) recent_ms: Option<f64>,
-    pub(super) executors: HashSet<String>,
-    pub(super) handlers: HashSet<String>,
-    /// `None` while the stream is down (the lease keeps running).
-    pub(super) tx: Option<Outbound>,
-    pub(super) lease_until: Millis,
-    pub(super) last_heartbeat: Millis,
+    pub recent_ms: Option<f64>,
+    pub executors: HashSet<String>,
+    pub handlers: HashSet<String>,
+    /// Its stream (the runtime holds the stream itself).
+    pub stream: Stream,
+    pub lease_until: Millis,
+    pub last_heartbeat: Millis,
     /// Of the attempts it holds, the ones its last heartbeats did not
     /// list: how many in a row (see [`LeaderRuntime::reconcile_held`]).
-    pub(super) unlisted: HashMap<RunId, u8>,
-    pub(super) draining: bool,
+    pub unlisted: HashMap<RunId, u8>,
+    pub draining: bool,
     /// The session's lease in the store (etcd), and when it was last refreshed.
-    pub(super) store_lease: Option<i64>,
-    pub(super) refreshed_at: Millis,
+    pub store_lease: Option<i64>,
+    pub refreshed_at: Millis,
 }
 
 impl Session {
     /// A session of a worker that said Hello now.
-    pub(super) fn new(
-        session_id: String,
-        hello: v1::Hello,
-        namespaces: Option<Arc<[String]>>,
-        outbound: Outbound,
-        now: Millis,
-        ttl: Millis,
-    ) -> Self {
+    pub fn new(session_id: String, hello: v1::Hello, namespaces: Option<Arc<[String]>>, now: Millis, ttl: Millis) -> Self {
         Session {
             session_id,
             labels: hello.labels.into_iter().collect(),
@@ -65,7 +88,7 @@ impl Session {
             recent_ms: None,
             executors: hello.executors.into_iter().collect(),
             handlers: hello.handlers.into_iter().collect(),
-            tx: Some(outbound),
+            stream: Stream::Up,
             lease_until: now + ttl,
             last_heartbeat: now,
             unlisted: HashMap::default(),
@@ -76,19 +99,19 @@ impl Session {
     }
 
     /// Connected and not draining: it may be given work.
-    pub(super) fn takes_work(&self) -> bool {
-        self.tx.is_some() && !self.draining
+    pub fn takes_work(&self) -> bool {
+        self.stream == Stream::Up && !self.draining
     }
 
     /// Whether its credential lets it run the namespace's runs.
-    pub(super) fn serves(&self, namespace: &str) -> bool {
+    pub fn serves(&self, namespace: &str) -> bool {
         self.namespaces.as_ref().is_none_or(|n| n.iter().any(|ns| ns == namespace))
     }
 }
 
 /// The leader's worker sessions.
 #[derive(Default)]
-pub(super) struct Sessions {
+pub struct Sessions {
     by_worker: HashMap<String, Session>,
     /// Worker id by session id.
     ids: HashMap<String, String>,
@@ -103,26 +126,26 @@ pub(super) struct Sessions {
 }
 
 impl Sessions {
-    pub(super) fn get(&self, worker: &str) -> Option<&Session> {
+    pub fn get(&self, worker: &str) -> Option<&Session> {
         self.by_worker.get(worker)
     }
 
-    pub(super) fn contains(&self, worker: &str) -> bool {
+    pub fn contains(&self, worker: &str) -> bool {
         self.by_worker.contains_key(worker)
     }
 
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&String, &Session)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Session)> {
         self.by_worker.iter()
     }
 
     /// The worker whose session this is.
-    pub(super) fn worker_of(&self, session_id: &str) -> Option<&String> {
+    pub fn worker_of(&self, session_id: &str) -> Option<&String> {
         self.ids.get(session_id)
     }
 
     /// Takes out a worker's session, for a new one to replace it; the
     /// worker is no longer marked expired.
-    pub(super) fn take(&mut self, worker: &str) -> Option<Session> {
+    pub fn take(&mut self, worker: &str) -> Option<Session> {
         self.expired.remove(worker);
         let s = self.by_worker.remove(worker)?;
         self.ids.remove(&s.session_id);
@@ -130,7 +153,7 @@ impl Sessions {
         Some(s)
     }
 
-    pub(super) fn insert(&mut self, worker: String, session: Session) {
+    pub fn insert(&mut self, worker: String, session: Session) {
         self.expired.remove(&worker);
         if let Some(old) = self.by_worker.remove(&worker) {
             self.ids.remove(&old.session_id);
@@ -142,10 +165,10 @@ impl Sessions {
 
     /// A session's stream ended: it stays, without a stream, while its
     /// lease runs. Returns its worker.
-    pub(super) fn stream_closed(&mut self, session_id: &str) -> Option<String> {
+    pub fn stream_closed(&mut self, session_id: &str) -> Option<String> {
         let worker = self.ids.remove(session_id)?;
         if let Some(s) = self.by_worker.get_mut(&worker).filter(|s| s.session_id == session_id) {
-            s.tx = None;
+            s.stream = Stream::Down;
             self.dirty = true;
         }
         Some(worker)
@@ -158,7 +181,7 @@ impl Sessions {
     /// (the term's start plus a lease and the reconnect slack) has passed
     /// as well, so the mark decides nothing any more, and the marks stay
     /// as few as the workers that expired lately.
-    pub(super) fn expire(&mut self, now: Millis, store_slack: Millis, forget_after: Millis) -> Vec<(String, Session)> {
+    pub fn expire(&mut self, now: Millis, store_slack: Millis, forget_after: Millis) -> Vec<(String, Session)> {
         self.expired.retain(|_, at| now - *at <= forget_after);
         let ended: Vec<String> = self
             .by_worker
@@ -177,7 +200,7 @@ impl Sessions {
     }
 
     /// When the worker's session lease ran out under this leader.
-    pub(super) fn expired_at(&self, worker: &str) -> Option<Millis> {
+    pub fn expired_at(&self, worker: &str) -> Option<Millis> {
         self.expired.get(worker).copied()
     }
 
@@ -185,9 +208,9 @@ impl Sessions {
     /// Returns the store lease to refresh, when its refresh is due (at
     /// 0.7×TTL), or `None` (also when the session's send side is closed:
     /// it renews nothing).
-    pub(super) fn heartbeat(&mut self, worker: &str, now: Millis, ttl: Millis, draining: bool) -> Option<i64> {
+    pub fn heartbeat(&mut self, worker: &str, now: Millis, ttl: Millis, draining: bool) -> Option<i64> {
         let s = self.by_worker.get_mut(worker)?;
-        if s.tx.as_ref().is_some_and(|t| t.is_closed()) {
+        if s.stream == Stream::CutOff {
             return None;
         }
         s.lease_until = now + ttl;
@@ -203,12 +226,22 @@ impl Sessions {
     }
 
     /// Whether the worker's send side is closed (it stopped reading).
-    pub(super) fn is_cut_off(&self, worker: &str) -> bool {
-        self.by_worker.get(worker).is_some_and(|s| s.tx.as_ref().is_some_and(|t| t.is_closed()))
+    pub fn is_cut_off(&self, worker: &str) -> bool {
+        self.by_worker.get(worker).is_some_and(|s| s.stream == Stream::CutOff)
+    }
+
+    /// The runtime found the worker's send side closed (it stopped reading
+    /// and was cut off, or its stream task ended): it takes no work and
+    /// renews nothing until it reconnects.
+    pub fn cut_off(&mut self, worker: &str) {
+        if let Some(s) = self.by_worker.get_mut(worker).filter(|s| s.stream == Stream::Up) {
+            s.stream = Stream::CutOff;
+            self.dirty = true;
+        }
     }
 
     /// The session's lease in the store, registered now.
-    pub(super) fn set_store_lease(&mut self, worker: &str, lease: i64, now: Millis) {
+    pub fn set_store_lease(&mut self, worker: &str, lease: i64, now: Millis) {
         if let Some(s) = self.by_worker.get_mut(worker) {
             s.store_lease = Some(lease);
             s.refreshed_at = now;
@@ -219,7 +252,7 @@ impl Sessions {
     /// The store deleted the session's lease key: the session is evicted a
     /// lease after its last heartbeat, never earlier. Whether it was this
     /// session's lease.
-    pub(super) fn store_lease_deleted(&mut self, worker: &str, lease: i64, ttl: Millis) -> bool {
+    pub fn store_lease_deleted(&mut self, worker: &str, lease: i64, ttl: Millis) -> bool {
         let Some(s) = self.by_worker.get_mut(worker).filter(|s| s.store_lease == Some(lease)) else { return false };
         s.store_lease = None;
         s.lease_until = s.lease_until.min(s.last_heartbeat + ttl);
@@ -228,17 +261,17 @@ impl Sessions {
 
     /// The worker's store lease: its session's, or the one adopted from the
     /// previous leader.
-    pub(super) fn store_lease(&self, worker: &str) -> Option<i64> {
+    pub fn store_lease(&self, worker: &str) -> Option<i64> {
         self.by_worker.get(worker).and_then(|s| s.store_lease).or_else(|| self.adopted.get(worker).copied())
     }
 
     /// Adopts a live store lease of a worker the previous leader had.
-    pub(super) fn adopt(&mut self, worker: &str, lease: i64) {
+    pub fn adopt(&mut self, worker: &str, lease: i64) {
         self.adopted.insert(worker.to_string(), lease);
     }
 
     /// Forgets an adopted lease the store deleted; whether it was adopted.
-    pub(super) fn forget_adopted(&mut self, worker: &str, lease: i64) -> bool {
+    pub fn forget_adopted(&mut self, worker: &str, lease: i64) -> bool {
         if self.adopted.get(worker) == Some(&lease) {
             self.adopted.remove(worker);
             return true;
@@ -246,13 +279,13 @@ impl Sessions {
         false
     }
 
-    pub(super) fn adopted_count(&self) -> usize {
+    pub fn adopted_count(&self) -> usize {
         self.adopted.len()
     }
 
     /// Forgets every heartbeat miss (a rebuild recomputes the holdings
     /// from the store).
-    pub(super) fn clear_unlisted(&mut self) {
+    pub fn clear_unlisted(&mut self) {
         for s in self.by_worker.values_mut() {
             s.unlisted.clear();
         }
@@ -261,14 +294,14 @@ impl Sessions {
 
     /// The attempts the worker's last heartbeats did not list, and how many
     /// times in a row.
-    pub(super) fn set_unlisted(&mut self, worker: &str, unlisted: HashMap<RunId, u8>) {
+    pub fn set_unlisted(&mut self, worker: &str, unlisted: HashMap<RunId, u8>) {
         if let Some(s) = self.by_worker.get_mut(worker) {
             s.unlisted = unlisted;
         }
     }
 
     /// An attempt of `ms` ended on the worker: its moving average.
-    pub(super) fn record_duration(&mut self, worker: &str, ms: f64) {
+    pub fn record_duration(&mut self, worker: &str, ms: f64) {
         if let Some(s) = self.by_worker.get_mut(worker) {
             s.recent_ms = with_duration(s.recent_ms, ms);
         }
@@ -277,7 +310,7 @@ impl Sessions {
     /// Sets how much of each prefetch queue dispatch may fill: `depth` of a
     /// session whose queue is open (its attempts are short on average and
     /// `young` says none it holds is old), 0 otherwise.
-    pub(super) fn open_queues(&mut self, runs: &RunBook, young: impl Fn(&RunId) -> bool, depth: impl Fn(&Session, f64) -> usize) {
+    pub fn open_queues(&mut self, runs: &RunBook, young: impl Fn(&RunId) -> bool, depth: impl Fn(&Session, f64) -> usize) {
         for (worker, s) in self.by_worker.iter_mut() {
             let open =
                 s.prefetch > 0 && s.recent_ms.is_some_and(|m| m <= PREFETCH_SHORT_MS) && runs.runs_held_by(worker).iter().all(&young);
@@ -290,7 +323,7 @@ impl Sessions {
 
     /// What the workers that take work can take: free slots, and with
     /// `queues` the open part of their prefetch queues.
-    pub(super) fn room(&self, queues: bool, runs: &RunBook) -> usize {
+    pub fn room(&self, queues: bool, runs: &RunBook) -> usize {
         self.by_worker
             .iter()
             .filter(|(_, s)| s.takes_work())
@@ -299,91 +332,53 @@ impl Sessions {
     }
 
     /// The slots of the workers that take work.
-    pub(super) fn capacity(&self) -> usize {
+    pub fn capacity(&self) -> usize {
         self.by_worker.values().filter(|s| s.takes_work()).map(|s| s.capacity).sum()
     }
 
     /// Slots and prefetch queues of the workers that take work: what they
     /// can absorb at once.
-    pub(super) fn absorb(&self) -> usize {
+    pub fn absorb(&self) -> usize {
         self.by_worker.values().filter(|s| s.takes_work()).map(|s| s.capacity + s.prefetch).sum()
     }
 
     /// Where the round-robin strategy stands.
-    pub(super) fn round_robin(&self) -> usize {
+    pub fn round_robin(&self) -> usize {
         self.round_robin
     }
 
-    pub(super) fn set_round_robin(&mut self, at: usize) {
+    pub fn set_round_robin(&mut self, at: usize) {
         self.round_robin = at;
     }
 
-    /// Sends a message on the worker's stream; whether it went.
-    pub(super) fn send(&self, worker: &str, msg: server_message::Msg) -> bool {
-        match self.by_worker.get(worker).and_then(|s| s.tx.as_ref()) {
-            Some(tx) => tx.send(Ok(v1::ServerMessage { msg: Some(msg) })).is_ok(),
-            None => false,
-        }
-    }
-
     /// Whether the view needs publishing since last asked; clears it.
-    pub(super) fn take_dirty(&mut self) -> bool {
+    pub fn take_dirty(&mut self) -> bool {
         std::mem::take(&mut self.dirty)
-    }
-
-    /// The sessions as `GET /v1/workers` shows them, by worker id.
-    pub(super) fn infos(&self, runs: &RunBook) -> Vec<WorkerInfo> {
-        let sorted = |set: &HashSet<String>| {
-            let mut v: Vec<String> = set.iter().cloned().collect();
-            v.sort();
-            v
-        };
-        let mut list: Vec<WorkerInfo> = self
-            .by_worker
-            .iter()
-            .map(|(id, s)| WorkerInfo {
-                id: id.clone(),
-                session: s.session_id.clone(),
-                labels: s.labels.clone(),
-                namespaces: s.namespaces.as_ref().map(|n| n.to_vec()),
-                capacity: s.capacity,
-                prefetch: s.prefetch,
-                running: runs.held_by(id),
-                load: runs.held_by(id) as f64 / s.capacity.max(1) as f64,
-                executors: sorted(&s.executors),
-                handlers: sorted(&s.handlers),
-                connected: s.tx.is_some(),
-                draining: s.draining,
-                lease_expires_at: s.lease_until,
-            })
-            .collect();
-        list.sort_by(|a, b| a.id.cmp(&b.id));
-        list
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runbook::OpenRun;
+    use crate::runbook::RunBook;
+    use crate::timeline::JobKey;
+    use gnomon_core::Millis;
+    use gnomon_core::RunState;
+    use std::sync::Arc;
 
     fn hello(worker: &str, capacity: u32, prefetch: u32) -> v1::Hello {
         v1::Hello { worker_id: worker.into(), capacity, prefetch, executors: vec!["shell".into()], ..Default::default() }
     }
 
-    fn session(
-        id: &str,
-        worker: &str,
-        capacity: u32,
-        now: Millis,
-    ) -> (Session, tokio::sync::mpsc::UnboundedReceiver<std::result::Result<v1::ServerMessage, tonic::Status>>) {
-        let (outbound, rx) = tokio::sync::mpsc::unbounded_channel();
-        (Session::new(id.into(), hello(worker, capacity, 0), None, outbound, now, 10_000), rx)
+    fn session(id: &str, worker: &str, capacity: u32, now: Millis) -> (Session, ()) {
+        (Session::new(id.into(), hello(worker, capacity, 0), None, now, 10_000), ())
     }
 
     /// Every session is named by its id and every id by its session.
     fn check(s: &Sessions) {
         for (worker, session) in &s.by_worker {
-            if session.tx.is_some() {
+            if session.stream != Stream::Down {
                 assert_eq!(s.ids.get(&session.session_id), Some(worker), "session {} of {worker} is named by its id", session.session_id);
             }
             assert!(!s.expired.contains_key(worker), "{worker} has a session and is marked expired");
@@ -414,7 +409,7 @@ mod tests {
         let (a, _rx) = session("w1-a", "w1", 2, 0);
         s.insert("w1".into(), a);
         assert_eq!(s.stream_closed("w1-a").as_deref(), Some("w1"));
-        assert!(s.get("w1").is_some_and(|x| x.tx.is_none()));
+        assert!(s.get("w1").is_some_and(|x| x.stream == Stream::Down));
         assert_eq!(s.worker_of("w1-a"), None, "what arrives on a closed stream is ignored");
         check(&s);
         assert_eq!(s.room(false, &RunBook::default()), 0, "a worker without a stream takes no work");
