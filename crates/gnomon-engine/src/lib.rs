@@ -20,6 +20,7 @@ pub mod admission;
 pub mod cadence;
 pub mod fair;
 pub mod graph;
+pub mod inbox;
 pub mod notify;
 pub mod runbook;
 pub mod sessions;

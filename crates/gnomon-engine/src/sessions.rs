@@ -67,7 +67,7 @@ pub struct Session {
     pub lease_until: Millis,
     pub last_heartbeat: Millis,
     /// Of the attempts it holds, the ones its last heartbeats did not
-    /// list: how many in a row (see [`LeaderRuntime::reconcile_held`]).
+    /// list: how many in a row (the leader runtime's `reconcile_held`).
     pub unlisted: HashMap<RunId, u8>,
     pub draining: bool,
     /// The session's lease in the store (etcd), and when it was last refreshed.

@@ -1,6 +1,6 @@
 //! Asks: the API's requests for runs (triggers, keyed triggers, webhook
 //! calls) and for backfills, as planners of the turn. An ask is queued in
-//! the [`Inbox`](super::inbox::Inbox) when it arrives; the next turn reads
+//! the [`Inbox`](gnomon_engine::inbox::Inbox) when it arrives; the next turn reads
 //! what it needs (its job, and the run its key names), plans its runs into
 //! the turn's one write, and replies once that write is applied.
 //!

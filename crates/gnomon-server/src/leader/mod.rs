@@ -55,7 +55,6 @@ mod asks;
 mod backfills;
 mod claim;
 mod dispatch;
-mod inbox;
 mod jobs;
 mod plan;
 mod release;
@@ -74,8 +73,11 @@ use results::*;
 // The components the leader plans over live in the engine crate.
 use gnomon_engine::runbook::*;
 use gnomon_engine::sessions::*;
+
+/// The leader's inbox: its commands and asks.
+type Inbox = gnomon_engine::inbox::Inbox<LeaderCommand, asks::Ask>;
 use gnomon_engine::timeline::*;
-use gnomon_engine::{admission, cadence, notify, runbook};
+use gnomon_engine::{admission, cadence, notify};
 
 /// The leader's maps and sets hash with fixed keys, so that the order in
 /// which it walks them, and so everything it does, depends only on its
@@ -292,7 +294,7 @@ pub struct LeaderRuntime {
     /// Quotas and backpressure, per namespace.
     admission: admission::Admission,
     /// What came in and is not written yet (kept across a rebuild).
-    inbox: inbox::Inbox,
+    inbox: Inbox,
     /// What the turn under way wrote, for its metrics.
     stats: TurnStats,
     /// The leader's random numbers (retry jitter), from its seed.
@@ -362,7 +364,7 @@ impl LeaderRuntime {
             outlets: HashMap::default(),
             notes: view::Notes::default(),
             admission,
-            inbox: inbox::Inbox::default(),
+            inbox: Inbox::default(),
         }
     }
 

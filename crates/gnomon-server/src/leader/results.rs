@@ -1,11 +1,6 @@
 use super::*;
 
-/// What workers report, as the leader batches it.
-#[derive(Debug, Clone)]
-pub(super) enum WorkerEvent {
-    Started { worker: String, run_id: String, attempt: u32, at: Millis },
-    Finished { worker: String, run_id: String, attempt: u32, outcome: ExecOutcome, started_at: Millis, at: Millis },
-}
+pub(super) use gnomon_engine::inbox::WorkerEvent;
 
 /// Worker results on their way to the store.
 #[derive(Default)]

@@ -15,24 +15,32 @@
 
 use std::collections::VecDeque;
 
-use super::asks::Ask;
-use super::results::WorkerEvent;
-use super::runbook::RunId;
-use super::LeaderCommand;
+use gnomon_core::outcome::ExecOutcome;
+use gnomon_core::Millis;
+
+use crate::runbook::RunId;
+
+/// What workers report, as the leader batches it.
+#[derive(Debug, Clone)]
+pub enum WorkerEvent {
+    Started { worker: String, run_id: String, attempt: u32, at: Millis },
+    Finished { worker: String, run_id: String, attempt: u32, outcome: ExecOutcome, started_at: Millis, at: Millis },
+}
 
 /// The most commands held while the cache is stale.
-pub(super) const MAX_HELD: usize = 10_000;
+pub const MAX_HELD: usize = 10_000;
 /// The most new asks waiting for a turn.
-pub(super) const MAX_ASKS: usize = 10_000;
+pub const MAX_ASKS: usize = 10_000;
 /// The most worker reports waiting to be written.
-pub(super) const MAX_REPORTS: usize = 100_000;
+pub const MAX_REPORTS: usize = 100_000;
 
-#[derive(Default)]
-pub(super) struct Inbox {
+/// The inbox of a leader whose commands are `C` and whose asks (for runs
+/// and backfills) are `A`.
+pub struct Inbox<C, A> {
     /// Commands that need the cache, held while it is stale.
-    deferred: VecDeque<LeaderCommand>,
+    deferred: VecDeque<C>,
     /// Asks for runs and backfills, planned by the next turn.
-    asks: Vec<Ask>,
+    asks: Vec<A>,
     /// Worker reports not yet written.
     events: Vec<WorkerEvent>,
     /// Attempts a live worker's heartbeats say it does not hold: (worker,
@@ -40,10 +48,16 @@ pub(super) struct Inbox {
     unheld: Vec<(String, RunId)>,
 }
 
-impl Inbox {
+impl<C, A> Default for Inbox<C, A> {
+    fn default() -> Self {
+        Inbox { deferred: VecDeque::new(), asks: Vec::new(), events: Vec::new(), unheld: Vec::new() }
+    }
+}
+
+impl<C, A> Inbox<C, A> {
     /// Holds a command until the cache is rebuilt; hands it back when
     /// [`MAX_HELD`] are held.
-    pub(super) fn defer(&mut self, cmd: LeaderCommand) -> Result<(), Box<LeaderCommand>> {
+    pub fn defer(&mut self, cmd: C) -> Result<(), Box<C>> {
         if self.deferred.len() >= MAX_HELD {
             return Err(Box::new(cmd));
         }
@@ -52,13 +66,13 @@ impl Inbox {
     }
 
     /// The next held command.
-    pub(super) fn next_deferred(&mut self) -> Option<LeaderCommand> {
+    pub fn next_deferred(&mut self) -> Option<C> {
         self.deferred.pop_front()
     }
 
     /// A new ask, for the next turn to plan; handed back when
     /// [`MAX_ASKS`] wait.
-    pub(super) fn ask(&mut self, ask: Ask) -> Result<(), Box<Ask>> {
+    pub fn ask(&mut self, ask: A) -> Result<(), Box<A>> {
         if self.asks.len() >= MAX_ASKS {
             return Err(Box::new(ask));
         }
@@ -68,30 +82,30 @@ impl Inbox {
 
     /// An ask a turn took and goes on with next turn (it was counted when
     /// it came in).
-    pub(super) fn ask_again(&mut self, ask: Ask) {
+    pub fn ask_again(&mut self, ask: A) {
         self.asks.push(ask);
     }
 
     /// The asks to plan now, in the order they came, taken out.
-    pub(super) fn take_asks(&mut self) -> Vec<Ask> {
+    pub fn take_asks(&mut self) -> Vec<A> {
         std::mem::take(&mut self.asks)
     }
 
     /// Asks a turn took and could not plan (a read failed): back in, ahead
     /// of those that came since.
-    pub(super) fn put_back_asks(&mut self, mut asks: Vec<Ask>) {
+    pub fn put_back_asks(&mut self, mut asks: Vec<A>) {
         asks.append(&mut self.asks);
         self.asks = asks;
     }
 
     /// Whether asks wait for a turn.
-    pub(super) fn has_asks(&self) -> bool {
+    pub fn has_asks(&self) -> bool {
         !self.asks.is_empty()
     }
 
     /// A worker's report, to be written; `false` (not taken) when
     /// [`MAX_REPORTS`] wait.
-    pub(super) fn report(&mut self, event: WorkerEvent) -> bool {
+    pub fn report(&mut self, event: WorkerEvent) -> bool {
         if self.events.len() >= MAX_REPORTS {
             return false;
         }
@@ -100,33 +114,33 @@ impl Inbox {
     }
 
     /// The reports to write now, taken out.
-    pub(super) fn take_reports(&mut self) -> Vec<WorkerEvent> {
+    pub fn take_reports(&mut self) -> Vec<WorkerEvent> {
         std::mem::take(&mut self.events)
     }
 
     /// Reports whose write failed: back in, ahead of those that came since.
-    pub(super) fn put_back(&mut self, mut events: Vec<WorkerEvent>) {
+    pub fn put_back(&mut self, mut events: Vec<WorkerEvent>) {
         events.append(&mut self.events);
         self.events = events;
     }
 
     /// The reports not yet written.
-    pub(super) fn reports(&self) -> &[WorkerEvent] {
+    pub fn reports(&self) -> &[WorkerEvent] {
         &self.events
     }
 
     /// Attempts found not held by their worker.
-    pub(super) fn unheld(&mut self, gone: impl IntoIterator<Item = (String, RunId)>) {
+    pub fn unheld(&mut self, gone: impl IntoIterator<Item = (String, RunId)>) {
         self.unheld.extend(gone);
     }
 
     /// The attempts found not held, taken out.
-    pub(super) fn take_unheld(&mut self) -> Vec<(String, RunId)> {
+    pub fn take_unheld(&mut self) -> Vec<(String, RunId)> {
         std::mem::take(&mut self.unheld)
     }
 
     /// Forgets the attempts found not held (a rebuild finds them again).
-    pub(super) fn forget_unheld(&mut self) {
+    pub fn forget_unheld(&mut self) {
         self.unheld.clear();
     }
 }
@@ -135,22 +149,10 @@ impl Inbox {
 mod tests {
     use super::*;
 
+    type TestInbox = Inbox<u32, &'static str>;
+
     fn started(run: &str) -> WorkerEvent {
         WorkerEvent::Started { worker: "w".into(), run_id: run.into(), attempt: 1, at: 0 }
-    }
-
-    fn backfill() -> gnomon_backend::NewBackfill {
-        gnomon_backend::NewBackfill {
-            id: "b".into(),
-            namespace: "default".into(),
-            job: "j".into(),
-            job_uid: "u".into(),
-            from: 0,
-            to: 0,
-            params: None,
-            rate: 1,
-            total: 1,
-        }
     }
 
     fn run_of(e: &WorkerEvent) -> &str {
@@ -161,7 +163,7 @@ mod tests {
 
     #[test]
     fn reports_whose_write_failed_go_back_ahead_of_newer_ones() {
-        let mut inbox = Inbox::default();
+        let mut inbox = TestInbox::default();
         inbox.report(started("a"));
         inbox.report(started("b"));
         let taken = inbox.take_reports();
@@ -172,11 +174,11 @@ mod tests {
 
     #[test]
     fn it_hands_back_what_comes_past_its_bounds() {
-        let mut inbox = Inbox::default();
+        let mut inbox = TestInbox::default();
         for i in 0..MAX_HELD {
-            assert!(inbox.defer(LeaderCommand::RunChanged { run_id: i.to_string() }).is_ok());
+            assert!(inbox.defer(i as u32).is_ok());
         }
-        assert!(matches!(inbox.defer(LeaderCommand::Nudge).map_err(|c| *c), Err(LeaderCommand::Nudge)));
+        assert_eq!(inbox.defer(7).map_err(|c| *c), Err(7));
         for i in 0..MAX_REPORTS {
             assert!(inbox.report(started(&i.to_string())));
         }
@@ -186,23 +188,20 @@ mod tests {
         inbox.put_back(taken);
         assert_eq!(inbox.reports().len(), MAX_REPORTS + 1, "reports put back are never dropped");
         for _ in 0..MAX_ASKS {
-            let (reply, _rx) = tokio::sync::oneshot::channel();
-            assert!(inbox.ask(Ask::Backfill { new: backfill(), reply }).is_ok());
+            assert!(inbox.ask("trigger").is_ok());
         }
-        let (reply, _rx) = tokio::sync::oneshot::channel();
-        assert!(inbox.ask(Ask::Backfill { new: backfill(), reply }).is_err());
-        let (reply, _rx) = tokio::sync::oneshot::channel();
-        inbox.ask_again(Ask::Backfill { new: backfill(), reply });
+        assert_eq!(inbox.ask("one too many").map_err(|a| *a), Err("one too many"));
+        inbox.ask_again("goes on");
         assert_eq!(inbox.take_asks().len(), MAX_ASKS + 1, "an ask a turn goes on with is never refused");
     }
 
     #[test]
     fn held_commands_come_out_in_order() {
-        let mut inbox = Inbox::default();
-        inbox.defer(LeaderCommand::Nudge).unwrap();
-        inbox.defer(LeaderCommand::RunChanged { run_id: "r".into() }).unwrap();
-        assert!(matches!(inbox.next_deferred(), Some(LeaderCommand::Nudge)));
-        assert!(matches!(inbox.next_deferred(), Some(LeaderCommand::RunChanged { .. })));
+        let mut inbox = TestInbox::default();
+        inbox.defer(1).unwrap();
+        inbox.defer(2).unwrap();
+        assert_eq!(inbox.next_deferred(), Some(1));
+        assert_eq!(inbox.next_deferred(), Some(2));
         assert!(inbox.next_deferred().is_none());
         inbox.unheld([("w".to_string(), RunId::from("r"))]);
         assert_eq!(inbox.take_unheld().len(), 1);
