@@ -17,6 +17,7 @@
 //! the messages it is given.
 
 pub mod admission;
+pub mod backfills;
 pub mod cadence;
 pub mod fair;
 pub mod graph;
@@ -27,6 +28,19 @@ pub mod sessions;
 pub mod timeline;
 
 use std::collections::hash_map::DefaultHasher;
+
+/// What the leader knows from the store: dropped and rebuilt as a whole
+/// (after any store error it cannot classify, and at the start of a term).
+#[derive(Default)]
+pub struct Cache {
+    /// The scheduled jobs, their timelines and the timer.
+    pub jobs: timeline::JobTimeline,
+    /// The open runs, their queues and who holds their attempts.
+    pub runs: runbook::RunBook,
+    /// The running backfills.
+    pub backfills: backfills::Backfills,
+}
+
 use std::hash::BuildHasherDefault;
 
 /// The engine's maps and sets hash with fixed keys, so that the order in

@@ -73,6 +73,7 @@ use results::*;
 // The components the leader plans over live in the engine crate.
 use gnomon_engine::runbook::*;
 use gnomon_engine::sessions::*;
+use gnomon_engine::Cache;
 
 /// The leader's inbox: its commands and asks.
 type Inbox = gnomon_engine::inbox::Inbox<LeaderCommand, asks::Ask>;
@@ -306,17 +307,6 @@ pub struct LeaderRuntime {
     lease_events: (mpsc::UnboundedSender<LeaseRegistered>, mpsc::UnboundedReceiver<LeaseRegistered>),
     /// Job writes pushed by the store (etcd watch), so they apply at once.
     job_signal: Option<mpsc::Receiver<()>>,
-}
-
-/// What the leader knows from the store: dropped and rebuilt as a whole.
-#[derive(Default)]
-struct Cache {
-    /// The scheduled jobs, their timelines and the timer.
-    jobs: JobTimeline,
-    /// The open runs, their queues and who holds their attempts.
-    runs: RunBook,
-    /// The running backfills.
-    backfills: backfills::Backfills,
 }
 
 pub struct LeaderParts {
