@@ -117,6 +117,10 @@ impl Backfills {
     pub fn len(&self) -> usize {
         self.running.len()
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.running.is_empty()
+    }
 }
 
 #[cfg(test)]
