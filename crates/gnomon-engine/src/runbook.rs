@@ -573,4 +573,4 @@ impl RunBook {
 
 #[cfg(test)]
 #[path = "runbook_tests.rs"]
-pub mod tests;
+pub(crate) mod tests;

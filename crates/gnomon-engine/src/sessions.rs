@@ -360,9 +360,7 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runbook::OpenRun;
     use crate::runbook::RunBook;
-    use crate::timeline::JobKey;
     use gnomon_core::Millis;
     use gnomon_core::RunState;
     use std::sync::Arc;
@@ -449,20 +447,7 @@ mod tests {
         // The run book is the one record of what a worker holds.
         let mut runs = RunBook::default();
         for id in ["r1", "r2"] {
-            let key = Arc::new(JobKey { uid: "j".into(), name: "j".into(), namespace: "default".into() });
-            let run = OpenRun {
-                key,
-                scheduled_at: 0,
-                state: RunState::Assigned,
-                attempt: 1,
-                ready_since: 0,
-                assigned_at: 0,
-                began_at: 0,
-                params: None,
-                payload: None,
-                after: None,
-            };
-            runs.track(Arc::from(id), run);
+            runs.track(Arc::from(id), crate::runbook::tests::open("j", RunState::Assigned, 1));
             runs.hold(Arc::from(id), "w1");
         }
         assert_eq!((s.room(false, &runs), s.capacity(), s.absorb()), (1, 3, 3));
