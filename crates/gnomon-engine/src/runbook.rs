@@ -505,6 +505,17 @@ impl RunBook {
         self.orphans.contains_key(id)
     }
 
+    /// A worker came back: its orphans that `listed` does not name (they
+    /// ended while it was away, and their reports are still spooled) get
+    /// until `until` at least for those reports to arrive.
+    pub fn await_reports_of(&mut self, worker: &str, listed: impl Fn(&str) -> bool, until: Millis) {
+        for (id, o) in self.orphans.iter_mut() {
+            if o.worker.as_deref() == Some(worker) && !listed(id) {
+                o.deadline = o.deadline.max(until);
+            }
+        }
+    }
+
     /// Sets the deadline of every orphan of `worker`.
     pub fn set_orphan_deadlines(&mut self, worker: &str, deadline: Millis) {
         for o in self.orphans.values_mut().filter(|o| o.worker.as_deref() == Some(worker)) {

@@ -182,6 +182,30 @@ fn an_orphan_is_reclaimed_by_holding_it_or_ends_at_its_deadline() {
 }
 
 #[test]
+fn a_returning_worker_gets_a_lease_for_the_reports_of_its_unlisted_orphans() {
+    let mut b = RunBook::default();
+    for id in ["r1", "r2", "r3"] {
+        b.track(Arc::from(id), open("j", RunState::Running, 1));
+    }
+    b.orphan(Arc::from("r1"), 1_000, Some("w1".into()));
+    b.orphan(Arc::from("r2"), 1_000, Some("w1".into()));
+    b.orphan(Arc::from("r3"), 1_000, Some("w2".into()));
+    // w1 comes back at 900 listing r2 (it will reclaim it), not r1.
+    b.await_reports_of("w1", |id| id == "r2", 900 + 5_000);
+    let none = |_: &str, _: Option<&str>| false;
+    let mut overdue: Vec<String> = b.take_overdue_orphans(2_000, none).into_iter().map(|(id, _)| id.to_string()).collect();
+    overdue.sort();
+    assert_eq!(overdue, ["r2", "r3"], "r1 waits for its report; a listed one and another worker's keep their deadline");
+    assert!(b.take_overdue_orphans(5_900, none).is_empty());
+    assert_eq!(b.take_overdue_orphans(5_901, none).len(), 1, "r1 once that lease has passed too");
+    // A later deadline is never shortened.
+    b.orphan(Arc::from("r3"), 9_000, Some("w2".into()));
+    b.await_reports_of("w2", |_| false, 7_000);
+    assert!(b.take_overdue_orphans(8_000, none).is_empty());
+    check(&b);
+}
+
+#[test]
 fn cancels_are_remembered_per_attempt_until_it_ends() {
     let mut b = RunBook::default();
     b.note_cancel("r1", 1);

@@ -53,6 +53,12 @@ impl LeaderRuntime {
         for id in attempts.iter().filter(|id| !listed.contains(&id.as_ref())) {
             self.cache.runs.orphan(id.clone(), now + self.config.lease_ttl_ms, Some(worker.clone()));
         }
+        // So do the orphans the store says it holds (a new term, or a
+        // rebuild while it was away): ended while it was disconnected,
+        // their reports follow the Welcome. Judged at the old deadline,
+        // one that passed in this turn would end `lost` a report that is
+        // one round trip away.
+        self.cache.runs.await_reports_of(&worker, |id| listed.contains(id), now + self.config.lease_ttl_ms);
         let mut reclaimed = Vec::new();
         let mut superseded = Vec::new();
         for r in &hello.running {

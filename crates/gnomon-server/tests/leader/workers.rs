@@ -410,3 +410,80 @@ async fn a_namespace_of_runs_no_worker_takes_does_not_starve_another() {
     assert_eq!(next_msg(&mut w2, "b's second run on w2", |_| false, assigned).await, second);
     task.abort();
 }
+
+/// A worker whose attempt ended while it was away (a new term began
+/// meanwhile) comes back just before the orphan's deadline, without the
+/// attempt in its Hello, and sends the spooled report after the deadline
+/// has passed: the report still completes the run. Before, the new term
+/// judged the orphan at its old deadline, ended it `lost` in the turn
+/// between the Welcome and the report, and the run ran again (a
+/// simulation seed found it).
+#[tokio::test]
+async fn a_spooled_report_that_follows_a_late_hello_is_taken() {
+    let (_d, store) = store().await;
+    let clock = ManualClock::new(1_000_000);
+    put(&store, r#"{"name":"once","retry":{"max_attempts":2},"executor":{"handler":{"name":"noop"}}}"#, 1_000_000).await;
+    // The first term assigns the run to w1.
+    let fence = term(&store).await;
+    let (rt, commands, _lost, _shut) = runtime_with_commands(store.clone(), fence, clock.clone());
+    let first = tokio::spawn(rt.run());
+    let (mut out, _session) = open_session(&commands, "w1").await;
+    let (reply, ids) = oneshot::channel();
+    commands
+        .send(LeaderCommand::Trigger { namespace: "default".into(), name: "once".into(), request: TriggerRequest::runs(1), reply })
+        .await
+        .unwrap();
+    let run = ids.await.unwrap().unwrap().ids.remove(0);
+    let attempt = next_msg(
+        &mut out,
+        "the assignment",
+        |_| false,
+        |m| match m {
+            server_message::Msg::Assign(a) if a.run_id == run => Some(a.attempt),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(attempt, 1);
+    first.abort();
+    let _ = first.await;
+
+    // A new term: the attempt is an orphan of w1's, until a lease and the
+    // reconnect slack after the term began (10 s + 2 s by default).
+    let fence = term(&store).await;
+    let (rt, commands, _lost, _shut) = runtime_with_commands(store.clone(), fence, clock.clone());
+    let second = tokio::spawn(rt.run());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    clock.advance(11_900);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // w1 comes back 100 ms before that deadline; the attempt has ended on
+    // it, so its Hello does not list it.
+    let (mut out, session) = open_session(&commands, "w1").await;
+    // The deadline passes before the report is read.
+    clock.advance(300);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let now = clock_now(&clock);
+    let report = v1::Report {
+        run_id: run.clone(),
+        attempt: 1,
+        outcome: v1::Outcome::Succeeded as i32,
+        started_at_ms: 1_000_000,
+        ended_at_ms: now - 1_000,
+        ..Default::default()
+    };
+    commands.send(LeaderCommand::FromWorker { session, msg: worker_message::Msg::Report(report) }).await.unwrap();
+    let ack = next_msg(
+        &mut out,
+        "the report's ack",
+        |_| false,
+        |m| match m {
+            server_message::Msg::Ack(a) if a.report.as_ref().is_some_and(|r| r.run_id == run) => Some(a.clone()),
+            _ => None,
+        },
+    )
+    .await;
+    let detail = store.get_run(&run).await.unwrap().unwrap();
+    assert_eq!(detail.run.state, RunState::Succeeded, "the report completed the run: {ack:?} {detail:?}");
+    assert_eq!(detail.attempts.iter().map(|a| a.state).collect::<Vec<_>>(), [AttemptState::Succeeded], "no second attempt");
+    second.abort();
+}
