@@ -265,8 +265,17 @@ impl AttemptModel {
                 // Attempts it held and no longer lists: their report may
                 // still be spooled; one lease for it to arrive.
                 for r in runs(cfg) {
-                    if lm.runs[r].holder == Holder::Held(worker) && listed.is_none_or(|sl| usize::from(sl.run) != r) {
+                    let unlisted = listed.is_none_or(|sl| usize::from(sl.run) != r);
+                    if lm.runs[r].holder == Holder::Held(worker) && unlisted {
                         lm.runs[r].holder = Holder::Orphan { left: cfg.lease + 1 };
+                    }
+                    // So do the orphans the store says it holds (ended
+                    // while it was away): a lease for their spooled reports.
+                    let stored = s.store.runs[r].and_then(|run| run.current().map(|a| a.worker));
+                    if let Holder::Orphan { left } = &mut lm.runs[r].holder {
+                        if stored == Some(worker) && unlisted {
+                            *left = (*left).max(cfg.lease + 1);
+                        }
                     }
                 }
                 if let Some(sl) = listed {
