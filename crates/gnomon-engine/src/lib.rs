@@ -19,15 +19,67 @@
 pub mod admission;
 pub mod backfills;
 pub mod cadence;
+mod config;
 pub mod fair;
 pub mod graph;
 pub mod inbox;
+pub mod notes;
 pub mod notify;
 pub mod runbook;
 pub mod sessions;
 pub mod timeline;
 
 use std::collections::hash_map::DefaultHasher;
+
+pub use config::LeaderConfig;
+
+/// The leader's state and its decisions, without I/O: the components a
+/// turn plans over, the term's fence, the settings, the time of the step
+/// under way and the seeded random numbers. The runtime (`gnomon-server`'s
+/// `LeaderRuntime`) owns one, feeds it the clock once a step, the store's
+/// answers and the messages, makes the one fenced write of what it plans,
+/// and sends what the applied outcome says.
+pub struct Engine {
+    /// What the leader knows from the store, dropped and rebuilt whole.
+    pub cache: Cache,
+    /// Whether the cache may be trusted.
+    pub freshness: cadence::Freshness,
+    /// When the term started and its periodic work last ran.
+    pub cadence: cadence::Cadence,
+    /// The worker sessions (their leases and streams' state).
+    pub sessions: sessions::Sessions,
+    /// What the view shows beside sessions and pressure (why runs wait).
+    pub notes: notes::Notes,
+    /// Quotas and backpressure, per namespace.
+    pub admission: admission::Admission,
+    /// The term's fence: every write and every message carries its token.
+    pub fence: gnomon_records::Fence,
+    pub config: LeaderConfig,
+    /// The time of the step under way (the clock is read once a step).
+    pub now: gnomon_core::Millis,
+    /// The leader's random numbers (retry jitter, session ids), from its
+    /// seed: an input, so the same inputs make the same plans.
+    pub rng: rand::rngs::StdRng,
+}
+
+impl Engine {
+    /// An engine for the term that `fence` names, at `now`, its random
+    /// numbers from `seed`; its cache is stale (a rebuild comes first).
+    pub fn new(fence: gnomon_records::Fence, config: LeaderConfig, now: gnomon_core::Millis, seed: u64) -> Engine {
+        Engine {
+            admission: admission::Admission::new(config.backpressure, config.quotas.clone()),
+            cache: Cache::default(),
+            freshness: cadence::Freshness::default(),
+            cadence: cadence::Cadence::default(),
+            sessions: sessions::Sessions::default(),
+            notes: notes::Notes::default(),
+            fence,
+            config,
+            now,
+            rng: rand::SeedableRng::seed_from_u64(seed),
+        }
+    }
+}
 
 /// What the leader knows from the store: dropped and rebuilt as a whole
 /// (after any store error it cannot classify, and at the start of a term).

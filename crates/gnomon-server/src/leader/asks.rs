@@ -202,13 +202,14 @@ impl LeaderRuntime {
         }
         for (new, reply) in backfills {
             let ns = new.namespace.clone();
-            let (running, reserved) = self.cache.backfills.of_namespace(&ns);
+            let (running, reserved) = self.engine.cache.backfills.of_namespace(&ns);
             let (planned_backfills, planned_instants) = plan.backfills_planned(&ns);
             let admitted = self
+                .engine
                 .admission
                 .admit_backfill(
                     &ns,
-                    self.cache.runs.ns_counts(&ns),
+                    self.engine.cache.runs.ns_counts(&ns),
                     reserved + planned_instants + plan.runs_planned(&ns),
                     running + planned_backfills,
                     new.total,
@@ -253,11 +254,12 @@ impl LeaderRuntime {
         all.extend(self.dependency_runs(&roots, now, &mut plan.seen));
         // Refused whole, before anything of it is written; what this turn
         // planned already counts.
-        let (_, reserved) = self.cache.backfills.of_namespace(&job.namespace);
-        let mut counts = self.cache.runs.ns_counts(&job.namespace);
+        let (_, reserved) = self.engine.cache.backfills.of_namespace(&job.namespace);
+        let mut counts = self.engine.cache.runs.ns_counts(&job.namespace);
         counts.bytes += plan.bytes_planned(&job.namespace);
         let asked = Quantity::of(&all, roots.len());
         let refused = self
+            .engine
             .admission
             .admit(&job.namespace, counts, reserved + plan.runs_planned(&job.namespace), asked)
             .inspect_err(admission::count_refusal);
@@ -275,7 +277,7 @@ impl LeaderRuntime {
             return;
         }
         // Taken now, so a later ask of this turn starts past them.
-        self.cache.jobs.manual_taken(&job.uid, at + roots.len() as Millis);
+        self.engine.cache.jobs.manual_taken(&job.uid, at + roots.len() as Millis);
         plan.count_runs(&job.namespace, all.len());
         plan.count_bytes(&job.namespace, asked.bytes);
         plan.ask(PlannedAsk::Trigger { pending, keyed, roots: roots.len(), runs: all });
@@ -284,12 +286,12 @@ impl LeaderRuntime {
     /// The ask's write is committed: track what it created, and answer it
     /// (or queue it again for the instants that were taken).
     pub(super) fn apply_ask(&mut self, ask: PlannedAsk, fired: Vec<FireOutcome>, created: Option<bool>, at: Millis) -> Result<()> {
-        let now = self.now;
+        let now = self.engine.now;
         match ask {
             PlannedAsk::Backfill { new, reply } => {
                 if created == Some(true) {
                     let record = BackfillRecord::new(&new, at);
-                    self.cache.backfills.add(record.clone(), now);
+                    self.engine.cache.backfills.add(record.clone(), now);
                     self.update_pressure();
                     let _ = reply.send(Ok(record));
                 } else {
@@ -344,10 +346,10 @@ impl LeaderRuntime {
     /// The first instant free for a manual run of `job` (now, or past the
     /// last one taken), with the job in the timeline.
     fn manual_start(&mut self, job: &JobRecord, now: Millis) -> Millis {
-        if !self.cache.jobs.contains(&job.uid) {
+        if !self.engine.cache.jobs.contains(&job.uid) {
             self.upsert_job(job.clone());
         }
-        self.cache.jobs.get(&job.uid).map_or(now, |j| j.manual_next.max(now))
+        self.engine.cache.jobs.get(&job.uid).map_or(now, |j| j.manual_next.max(now))
     }
 }
 

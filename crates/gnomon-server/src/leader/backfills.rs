@@ -13,30 +13,30 @@ impl LeaderRuntime {
     pub(super) async fn load_backfills(&mut self) -> Result<()> {
         let list = self.store.running_backfills().await?;
         // A waiting run may have expected an instant of one that is gone.
-        let gone = self.cache.backfills.load(list, self.now);
-        self.cache.runs.reconsider_waiting_on(&gone);
+        let gone = self.engine.cache.backfills.load(list, self.engine.now);
+        self.engine.cache.runs.reconsider_waiting_on(&gone);
         Ok(())
     }
 
     /// Whether a running backfill will give job `uid` a record at `at`.
     pub(super) fn backfill_will_make(&self, uid: &str, at: Millis) -> bool {
-        self.cache.backfills.covers(uid, at) && self.cache.jobs.get(uid).is_some_and(|e| e.schedule.includes(at))
+        self.engine.cache.backfills.covers(uid, at) && self.engine.cache.jobs.get(uid).is_some_and(|e| e.schedule.includes(at))
     }
 
     /// Plans one chunk of every backfill that is due: its runs (with the
     /// dependency runs they make) and its cursor moved past them, both in
     /// the turn's write.
     pub(super) fn plan_backfills(&mut self, now: Millis, plan: &mut TurnPlan) {
-        for b in self.cache.backfills.due(now) {
+        for b in self.engine.cache.backfills.due(now) {
             let (n, pause) = Backfills::chunk(b.rate);
             // Paused, not ended, while its namespace's fires are deferred or
             // its open runs are at their quota.
-            if !self.admission.backfill_may_run(&b.namespace, self.cache.runs.ns_counts(&b.namespace)) {
-                self.cache.backfills.wait(&b.id, now + pause);
+            if !self.engine.admission.backfill_may_run(&b.namespace, self.engine.cache.runs.ns_counts(&b.namespace)) {
+                self.engine.cache.backfills.wait(&b.id, now + pause);
                 continue;
             }
             let Some((schedule, settled)) =
-                self.cache.jobs.get(&b.job_uid).map(|e| (e.schedule.clone(), self.cache.jobs.settled_until(&b.job_uid, now)))
+                self.engine.cache.jobs.get(&b.job_uid).map(|e| (e.schedule.clone(), self.engine.cache.jobs.settled_until(&b.job_uid, now)))
             else {
                 plan.backfills.push(finish(b, None, Vec::new(), 0, "its job was deleted", now));
                 continue;
@@ -49,7 +49,7 @@ impl LeaderRuntime {
                     plan.backfills.push(finish(b, Some(to), Vec::new(), 0, "every instant of the range has a record", now));
                 } else {
                     // The job's timeline has not passed the range yet.
-                    self.cache.backfills.wait(&b.id, now + 1000);
+                    self.engine.cache.backfills.wait(&b.id, now + 1000);
                 }
                 continue;
             }
@@ -75,7 +75,7 @@ impl LeaderRuntime {
             runs.extend(self.dependency_runs(&roots, now, &mut plan.seen));
             plan.count_runs(&b.namespace, runs.len());
             // Not due again until this chunk is applied.
-            self.cache.backfills.wait(&b.id, Millis::MAX);
+            self.engine.cache.backfills.wait(&b.id, Millis::MAX);
             let last = *times.last().unwrap_or(&b.cursor);
             if !more && until >= b.to {
                 let to = b.to;
@@ -111,7 +111,7 @@ impl LeaderRuntime {
         counted: BackfillProgress,
     ) -> Result<()> {
         let BackfillStep { mut record, mut runs, roots, next_at, .. } = step;
-        let now = self.now;
+        let now = self.engine.now;
         let mut fired = fired;
         let dep_fired = fired.split_off(roots.min(fired.len()));
         self.track_dependency_runs(runs.split_off(roots.min(runs.len())), dep_fired, now);
@@ -126,16 +126,16 @@ impl LeaderRuntime {
         }
         if advanced && record.advance(&counted) {
             if record.state != gnomon_backend::BackfillState::Running {
-                self.cache.runs.reconsider_waiting_on(&HashSet::from_iter([record.job_uid.clone()]));
+                self.engine.cache.runs.reconsider_waiting_on(&HashSet::from_iter([record.job_uid.clone()]));
             }
-            self.cache.backfills.advanced(record, next_at);
+            self.engine.cache.backfills.advanced(record, next_at);
             return Ok(());
         }
         match self.store.get_backfill(&record.id).await? {
-            Some(fresh) if fresh.state == gnomon_backend::BackfillState::Running => self.cache.backfills.advanced(fresh, next_at),
+            Some(fresh) if fresh.state == gnomon_backend::BackfillState::Running => self.engine.cache.backfills.advanced(fresh, next_at),
             _ => {
-                self.cache.backfills.remove(&record.id);
-                self.cache.runs.reconsider_waiting_on(&HashSet::from_iter([record.job_uid.clone()]));
+                self.engine.cache.backfills.remove(&record.id);
+                self.engine.cache.runs.reconsider_waiting_on(&HashSet::from_iter([record.job_uid.clone()]));
             }
         }
         Ok(())

@@ -22,6 +22,7 @@ impl LeaderRuntime {
         // until a slot frees on any worker.
         let job_is_slow = job.recent_ms.is_some_and(|m| m > PREFETCH_SHORT_MS);
         let mut out: Vec<Candidate<'_>> = self
+            .engine
             .sessions
             .iter()
             .filter(|(_, s)| s.takes_work() && s.executors.contains(kind))
@@ -30,7 +31,7 @@ impl LeaderRuntime {
             .filter(|(_, s)| job.route.as_ref().is_none_or(|r| r.labels.iter().all(|(k, v)| s.labels.get(k) == Some(v))))
             .map(|(id, s)| {
                 let queue = if job_is_slow { 0 } else { s.queue_open };
-                Candidate { limit: s.capacity + queue, ..Candidate::new(id.as_str(), self.cache.runs.held_by(id), s.capacity) }
+                Candidate { limit: s.capacity + queue, ..Candidate::new(id.as_str(), self.engine.cache.runs.held_by(id), s.capacity) }
             })
             .collect();
         out.sort_by(|a, b| a.id.cmp(b.id));
@@ -49,7 +50,7 @@ impl LeaderRuntime {
     /// What the connected, non-draining workers can take: free slots, and
     /// with `queues` the open part of their prefetch queues.
     pub(super) fn room(&self, queues: bool) -> usize {
-        self.sessions.room(queues, &self.cache.runs)
+        self.engine.sessions.room(queues, &self.engine.cache.runs)
     }
 
     /// Opens a worker's prefetch queue only while its attempts are short on
@@ -62,9 +63,9 @@ impl LeaderRuntime {
     /// them. Backpressure above green halves the part of the queue it may
     /// fill.
     pub(super) fn update_prefetch(&mut self, now: Millis) {
-        let runs = &self.cache.runs;
-        let pressure = self.admission.pressure();
-        self.sessions.open_queues(
+        let runs = &self.engine.cache.runs;
+        let pressure = self.engine.admission.pressure();
+        self.engine.sessions.open_queues(
             runs,
             |id| runs.get(id).is_some_and(|r| now - r.assigned_at <= PREFETCH_MAX_AGE_MS),
             |s, avg| pressure.queue_allowance(s.prefetch.min(queue_depth(s.capacity, avg))),
@@ -87,28 +88,28 @@ impl LeaderRuntime {
         // is passed over for the rest of the pass, so it cannot spend the
         // scan the others' runs need. Alone, it has the whole scan.
         let mut missed: HashMap<String, usize> = HashMap::default();
-        let share = MAX_DISPATCH_SCAN / self.cache.runs.ready_namespaces().max(1);
+        let share = MAX_DISPATCH_SCAN / self.engine.cache.runs.ready_namespaces().max(1);
         if free == 0 {
             // Nothing can be placed: say why for the runs at the front.
             let mut reasons = Vec::new();
-            for id in self.cache.runs.ready().take(16) {
-                let Some(run) = self.cache.runs.get(id) else { continue };
-                let Some(job) = self.cache.jobs.get(&run.key.uid) else { continue };
+            for id in self.engine.cache.runs.ready().take(16) {
+                let Some(run) = self.engine.cache.runs.get(id) else { continue };
+                let Some(job) = self.engine.cache.jobs.get(&run.key.uid) else { continue };
                 let strategy = job.route.as_ref().map(|r| r.strategy).unwrap_or_default();
                 reasons.push((run.key.uid.clone(), waiting_reason(job, strategy, self.candidates_for(job).is_empty())));
             }
             for (job_uid, why) in reasons {
-                self.notes.waiting(job_uid, why);
+                self.engine.notes.waiting(job_uid, why);
             }
         }
         while free > 0 && scanned < MAX_DISPATCH_SCAN {
-            let Some(id) = self.cache.runs.pop_ready(|ns| missed.get(ns).is_some_and(|n| *n >= share)) else { break };
+            let Some(id) = self.engine.cache.runs.pop_ready(|ns| missed.get(ns).is_some_and(|n| *n >= share)) else { break };
             scanned += 1;
-            let Some(run) = self.cache.runs.get(&id) else { continue };
-            if run.state != RunState::Pending || self.cache.runs.holder(&id).is_some() {
+            let Some(run) = self.engine.cache.runs.get(&id) else { continue };
+            if run.state != RunState::Pending || self.engine.cache.runs.holder(&id).is_some() {
                 continue;
             }
-            let Some(job) = self.cache.jobs.get(&run.key.uid) else {
+            let Some(job) = self.engine.cache.jobs.get(&run.key.uid) else {
                 // Its job was deleted: it can never run.
                 dropped.push(Transition {
                     run_id: id.to_string(),
@@ -126,7 +127,7 @@ impl LeaderRuntime {
             };
             // forbid / buffer_one / replace: a waiting run starts only after the active one ends.
             if matches!(job.overlap, OverlapPolicy::Forbid | OverlapPolicy::BufferOne | OverlapPolicy::Replace) {
-                let (_, _, active) = self.cache.runs.job_counts(&run.key.uid);
+                let (_, _, active) = self.engine.cache.runs.job_counts(&run.key.uid);
                 if active > 0 || batch_jobs.contains(&run.key.uid) {
                     *missed.entry(run.key.namespace.clone()).or_default() += 1;
                     deferred.push(id);
@@ -135,10 +136,10 @@ impl LeaderRuntime {
             }
             let strategy = job.route.as_ref().map(|r| r.strategy).unwrap_or_default();
             let candidates = self.candidates_for(job);
-            let mut rr = self.sessions.round_robin();
+            let mut rr = self.engine.sessions.round_robin();
             let Some(i) = pick_worker(strategy, &run.key.name, &candidates, &mut rr) else {
                 let why = waiting_reason(job, strategy, candidates.is_empty());
-                self.notes.waiting(run.key.uid.clone(), why);
+                self.engine.notes.waiting(run.key.uid.clone(), why);
                 *missed.entry(run.key.namespace.clone()).or_default() += 1;
                 deferred.push(id);
                 continue;
@@ -146,14 +147,14 @@ impl LeaderRuntime {
             let worker = candidates[i].id.to_string();
             drop(candidates);
             let job_uid = run.key.uid.clone();
-            self.notes.placed(&job_uid);
-            let Some(run) = self.cache.runs.get(&id) else { continue };
-            self.sessions.set_round_robin(rr);
+            self.engine.notes.placed(&job_uid);
+            let Some(run) = self.engine.cache.runs.get(&id) else { continue };
+            self.engine.sessions.set_round_robin(rr);
             let attempt = run.attempt + 1;
             let job_uid = run.key.uid.clone();
             batch_jobs.insert(job_uid);
             // Reserve the slot now so the rest of this pass sees it taken.
-            self.cache.runs.hold(id.clone(), &worker);
+            self.engine.cache.runs.hold(id.clone(), &worker);
             free -= 1;
             batch.push(Transition {
                 run_id: id.to_string(),
@@ -163,13 +164,13 @@ impl LeaderRuntime {
                 to_attempt: attempt,
                 reason: None,
                 next_attempt_at: None,
-                attempt: Some(AttemptChange::Assign { attempt, worker: worker.clone(), token: self.fence.token }),
+                attempt: Some(AttemptChange::Assign { attempt, worker: worker.clone(), token: self.engine.fence.token }),
                 at: now,
                 notify: Vec::new(),
             });
             targets.push(worker);
         }
-        self.cache.runs.requeue_front(deferred);
+        self.engine.cache.runs.requeue_front(deferred);
         DispatchPlan { batch, targets, dropped }
     }
 
@@ -179,7 +180,7 @@ impl LeaderRuntime {
         if batch.is_empty() {
             return Ok(());
         }
-        self.notes.touch();
+        self.engine.notes.touch();
         let (assigned, latency) =
             (metrics::counter!("gnomon_runs_total", "state" => "assigned"), metrics::histogram!("gnomon_dispatch_latency_seconds"));
         for ((t, ok), worker) in batch.into_iter().zip(applied).zip(targets) {
@@ -189,13 +190,13 @@ impl LeaderRuntime {
                 continue;
             }
             assigned.increment(1);
-            let Some(run) = self.cache.runs.assigned(&t.run_id, t.to_attempt, t.at) else { continue };
+            let Some(run) = self.engine.cache.runs.assigned(&t.run_id, t.to_attempt, t.at) else { continue };
             latency.record((now - run.ready_since).max(0) as f64 / 1000.0);
-            let Some(job) = self.cache.jobs.get(&run.key.uid) else { continue };
+            let Some(job) = self.engine.cache.jobs.get(&run.key.uid) else { continue };
             let assign = v1::Assign {
                 run_id: t.run_id.clone(),
                 attempt: t.to_attempt,
-                token: self.fence.token,
+                token: self.engine.fence.token,
                 job: run.key.name.clone(),
                 namespace: run.key.namespace.clone(),
                 scheduled_at_ms: run.scheduled_at,
@@ -213,11 +214,11 @@ impl LeaderRuntime {
     }
 
     pub(super) fn ready_has_dispatchable(&self) -> bool {
-        self.cache.runs.ready().take(64).any(|id| {
-            self.cache.runs.get(id).is_some_and(|r| {
+        self.engine.cache.runs.ready().take(64).any(|id| {
+            self.engine.cache.runs.get(id).is_some_and(|r| {
                 r.state == RunState::Pending
-                    && self.cache.jobs.get(&r.key.uid).is_none_or(|j| {
-                        (j.overlap == OverlapPolicy::Allow || self.cache.runs.job_counts(&r.key.uid).2 == 0)
+                    && self.engine.cache.jobs.get(&r.key.uid).is_none_or(|j| {
+                        (j.overlap == OverlapPolicy::Allow || self.engine.cache.runs.job_counts(&r.key.uid).2 == 0)
                             && self.candidates_for(j).iter().any(|c| c.has_room())
                     })
             })

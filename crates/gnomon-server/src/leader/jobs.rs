@@ -20,12 +20,12 @@ pub(super) struct FirePlan {
 impl LeaderRuntime {
     /// Takes in a job's stored record (see [`JobTimeline::upsert`]).
     pub(super) fn upsert_job(&mut self, record: JobRecord) {
-        self.cache.jobs.upsert_record(record, self.now);
+        self.engine.cache.jobs.upsert_record(record, self.engine.now);
     }
 
     /// The job's shared key (see [`JobTimeline::key`]).
     pub(super) fn job_key(&self, uid: &str, name: &str, namespace: &str) -> Arc<JobKey> {
-        self.cache.jobs.key(uid, name, namespace)
+        self.engine.cache.jobs.key(uid, name, namespace)
     }
 
     /// Loads the jobs into the cache being rebuilt. A job held before at
@@ -37,12 +37,12 @@ impl LeaderRuntime {
         let heads = self.store.job_heads().await?;
         let mut others = Vec::new();
         for head in heads.heads {
-            match self.cache.jobs.take_earlier(&head.uid) {
+            match self.engine.cache.jobs.take_earlier(&head.uid) {
                 Some(entry) if entry.record.version == head.version => {
-                    self.cache.jobs.reseat(entry, head.last_scheduled_at, self.now);
+                    self.engine.cache.jobs.reseat(entry, head.last_scheduled_at, self.engine.now);
                 }
                 Some(entry) => {
-                    self.cache.jobs.keep_earlier(head.uid.clone(), entry);
+                    self.engine.cache.jobs.keep_earlier(head.uid.clone(), entry);
                     others.push(head.uid);
                 }
                 None => others.push(head.uid),
@@ -53,7 +53,7 @@ impl LeaderRuntime {
                 self.upsert_job(job);
             }
         }
-        self.cache.jobs.set_feed_seq(heads.seq);
+        self.engine.cache.jobs.set_feed_seq(heads.seq);
         Ok(())
     }
 
@@ -65,9 +65,9 @@ impl LeaderRuntime {
     /// outnumber what the workers can take at once (their slots plus
     /// prefetch queues).
     pub(super) fn interleaved_fire_chunk(&self) -> Option<usize> {
-        let absorb = self.sessions.absorb();
-        (absorb > 0 && self.cache.runs.ready_len() < absorb).then(|| {
-            let room = (self.dispatch_room() + self.inbox.reports().len()).saturating_sub(self.cache.runs.ready_len());
+        let absorb = self.engine.sessions.absorb();
+        (absorb > 0 && self.engine.cache.runs.ready_len() < absorb).then(|| {
+            let room = (self.dispatch_room() + self.inbox.reports().len()).saturating_sub(self.engine.cache.runs.ready_len());
             room.clamp(MIN_INTERLEAVED_FIRE, MAX_FIRE_BATCH)
         })
     }
@@ -78,8 +78,8 @@ impl LeaderRuntime {
     /// may place them; should the write fail, the cache is rebuilt.
     pub(super) fn plan_fire(&mut self, now: Millis, turn: &mut super::plan::TurnPlan) {
         let limit = self.interleaved_fire_chunk().unwrap_or(MAX_FIRE_BATCH);
-        let admission = &self.admission;
-        let due_jobs = self.cache.jobs.take_due(now, limit, |ns| admission.defers(ns));
+        let admission = &self.engine.admission;
+        let due_jobs = self.engine.cache.jobs.take_due(now, limit, |ns| admission.defers(ns));
         if due_jobs.is_empty() {
             return;
         }
@@ -88,7 +88,7 @@ impl LeaderRuntime {
         let mut replace_cancels = Vec::new();
         let mut plans = Vec::new();
         for uid in &due_jobs {
-            let Some(entry) = self.cache.jobs.get(uid) else { continue };
+            let Some(entry) = self.engine.cache.jobs.get(uid) else { continue };
             // The previous version's due instants first, then this one's.
             let (schedule, after, until) = match &entry.carry {
                 Some(c) => (&c.schedule, entry.record.last_scheduled_at.map_or(c.after, |l| l.max(c.after)), now.min(c.until)),
@@ -101,11 +101,11 @@ impl LeaderRuntime {
                 until,
                 misfire: entry.misfire,
                 catchup_window_ms: entry.catchup_window_ms,
-                grace_ms: self.config.misfire_grace_ms,
+                grace_ms: self.engine.config.misfire_grace_ms,
                 // What a previous version left due fires at once.
                 jittered: entry.carry.is_none(),
             });
-            let (mut open, mut waiting, _) = self.cache.runs.job_counts(uid);
+            let (mut open, mut waiting, _) = self.engine.cache.runs.job_counts(uid);
             for planned in &fires.times {
                 let (state, reason) = match &planned.decision {
                     Decision::Skip(reason) => (RunState::Skipped, Some(reason.clone())),
@@ -156,13 +156,13 @@ impl LeaderRuntime {
         let replace = replace_cancels;
         // Stamp fired_at as late as possible: when the write begins, not when
         // the turn began (planning a large batch takes time).
-        let stamp = self.now;
+        let stamp = self.engine.now;
         for run in &mut new_runs {
             run.fired_at = stamp;
         }
         let mut tracked = Vec::new();
         for run in &new_runs {
-            if run.state == RunState::Pending && !self.cache.runs.contains(run.id().as_str()) {
+            if run.state == RunState::Pending && !self.engine.cache.runs.contains(run.id().as_str()) {
                 tracked.push(self.track_pending(run.clone(), now));
             }
         }
@@ -176,7 +176,7 @@ impl LeaderRuntime {
     /// rebuilds the cache from the store.
     pub(super) fn finish_fire(&mut self, plan: FirePlan, outcomes: Vec<FireOutcome>) -> Result<()> {
         let FirePlan { new_runs, plans, now, stamp, tracked, replace, .. } = plan;
-        self.cache.runs.replace_later(replace);
+        self.engine.cache.runs.replace_later(replace);
         let tracked: HashSet<RunId> = tracked.into_iter().collect();
         // Metrics only (no decision reads it): when the commit came back.
         let committed = self.clock.now_millis();
@@ -198,7 +198,7 @@ impl LeaderRuntime {
             if run.state == RunState::Pending {
                 // Lateness up to the commit (when the run became durable),
                 // from the instant's fire time (its jitter included).
-                let due = match self.cache.jobs.get(&run.job_uid) {
+                let due = match self.engine.cache.jobs.get(&run.job_uid) {
                     Some(entry) if !run.manual && run.upstream.is_none() => entry.schedule.fire_at(run.scheduled_at),
                     _ => run.scheduled_at,
                 };
@@ -214,7 +214,7 @@ impl LeaderRuntime {
             metrics::counter!("gnomon_runs_total", "state" => state).increment(n);
         }
         for (uid, last, more, carried) in plans {
-            self.cache.jobs.fired(&uid, last, more, carried, now);
+            self.engine.cache.jobs.fired(&uid, last, more, carried, now);
         }
         match existed {
             None => Ok(()),
@@ -226,14 +226,14 @@ impl LeaderRuntime {
     /// already open here or made by an earlier root (`seen`).
     pub(super) fn dependency_runs(&self, roots: &[NewRun], now: Millis, seen: &mut HashSet<String>) -> Vec<NewRun> {
         let mut out = Vec::new();
-        if self.cache.jobs.has_no_edges() {
+        if self.engine.cache.jobs.has_no_edges() {
             return out;
         }
         for root in roots {
             let id = root.id();
-            for run in self.cache.jobs.closure(&root.job_uid, root.scheduled_at, &id, root.params.as_deref(), now) {
+            for run in self.engine.cache.jobs.closure(&root.job_uid, root.scheduled_at, &id, root.params.as_deref(), now) {
                 let dep = run.id();
-                if !self.cache.runs.contains(&dep) && seen.insert(dep) {
+                if !self.engine.cache.runs.contains(&dep) && seen.insert(dep) {
                     out.push(run);
                 }
             }
@@ -255,9 +255,9 @@ impl LeaderRuntime {
     /// (written already) that are scheduled before it; an active one's
     /// worker is told to stop it.
     pub(super) fn plan_cancels(&mut self, now: Millis, plan: &mut super::plan::TurnPlan) {
-        for (job_uid, before) in self.cache.runs.take_replace_due() {
-            for id in self.cache.runs.of_job(&job_uid) {
-                let Some(run) = self.cache.runs.get(&id).filter(|r| r.scheduled_at < before) else { continue };
+        for (job_uid, before) in self.engine.cache.runs.take_replace_due() {
+            for id in self.engine.cache.runs.of_job(&job_uid) {
+                let Some(run) = self.engine.cache.runs.get(&id).filter(|r| r.scheduled_at < before) else { continue };
                 match run.state {
                     RunState::Pending | RunState::Retrying => plan.cancels.push(Transition {
                         run_id: id.to_string(),

@@ -19,7 +19,7 @@ use gnomon_core::{AttemptState, Clock, Millis, RunState};
 use gnomon_proto::v1::{self, server_message, worker_message};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use gnomon_core::backpressure::{BackpressureConfig, Pressure};
+use gnomon_core::backpressure::Pressure;
 use gnomon_core::routing::{pick_worker, Candidate};
 
 /// The most ready runs one dispatch pass looks at.
@@ -73,12 +73,12 @@ use results::*;
 // The components the leader plans over live in the engine crate.
 use gnomon_engine::runbook::*;
 use gnomon_engine::sessions::*;
-use gnomon_engine::Cache;
+use gnomon_engine::{Cache, Engine};
 
 /// The leader's inbox: its commands and asks.
 type Inbox = gnomon_engine::inbox::Inbox<LeaderCommand, asks::Ask>;
 use gnomon_engine::timeline::*;
-use gnomon_engine::{admission, cadence, notify};
+use gnomon_engine::{admission, notify};
 
 /// The leader's maps and sets hash with fixed keys, so that the order in
 /// which it walks them, and so everything it does, depends only on its
@@ -89,37 +89,7 @@ pub use gnomon_engine::{HashMap, HashSet};
 /// The leader's published worker sessions and backpressure.
 pub type WorkersView = Arc<std::sync::RwLock<Snapshot>>;
 
-#[derive(Debug, Clone)]
-pub struct LeaderConfig {
-    /// How late a scheduled time may be reached and still count as on time.
-    pub misfire_grace_ms: i64,
-    /// A worker session's lease: it is alive while heartbeats arrive within
-    /// this time; after it, its attempts are `lost` and retried elsewhere.
-    pub lease_ttl_ms: i64,
-    /// How often workers heartbeat (told in `Welcome`).
-    pub heartbeat_ms: i64,
-    pub backpressure: BackpressureConfig,
-    /// What each namespace may ask for (see [`gnomon_core::quota`]).
-    pub quotas: gnomon_core::quota::Quotas,
-    /// Retention, on stores that prune (etcd): terminal runs kept per job…
-    pub retain_runs: usize,
-    /// …and for how long.
-    pub retain_ms: i64,
-}
-
-impl Default for LeaderConfig {
-    fn default() -> Self {
-        Self {
-            misfire_grace_ms: 1000,
-            lease_ttl_ms: 10_000,
-            heartbeat_ms: 2_000,
-            backpressure: BackpressureConfig::default(),
-            quotas: gnomon_core::quota::Quotas::default(),
-            retain_runs: 1000,
-            retain_ms: 7 * 24 * 3600 * 1000,
-        }
-    }
-}
+pub use gnomon_engine::LeaderConfig;
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -264,42 +234,23 @@ pub enum LeaderExit {
 ///   worker reports not yet written (an inbox), and the store-kept session
 ///   leases adopted from a previous leader.
 pub struct LeaderRuntime {
+    /// The state and the decisions (no I/O).
+    engine: Engine,
     store: Arc<dyn Store>,
-    fence: Fence,
     clock: Arc<dyn Clock>,
-    /// The time of the step under way: the clock is read once a step (a
-    /// turn, or a message handled between turns), so every decision of
-    /// the step sees the same instant.
-    now: Millis,
-    config: LeaderConfig,
     commands: mpsc::Receiver<LeaderCommand>,
     lost: watch::Receiver<bool>,
     shutdown: watch::Receiver<bool>,
     view: WorkersView,
     /// The output running attempts stream, for readers.
     live: crate::live::LiveOutputs,
-
-    /// The store-derived state, dropped and rebuilt whole.
-    cache: Cache,
-    /// Whether the cache may be trusted.
-    freshness: cadence::Freshness,
-    /// When the term started and its periodic work last ran.
-    cadence: cadence::Cadence,
-
-    /// The worker sessions (live connections, their leases)…
-    sessions: Sessions,
-    /// …and their streams, by session id: a session's messages go out here.
+    /// The worker sessions' streams, by session id: a session's messages
+    /// go out here.
     outlets: HashMap<String, Outbound>,
-    /// What the view shows beside sessions and pressure (why runs wait).
-    notes: view::Notes,
-    /// Quotas and backpressure, per namespace.
-    admission: admission::Admission,
     /// What came in and is not written yet (kept across a rebuild).
     inbox: Inbox,
     /// What the turn under way wrote, for its metrics.
     stats: TurnStats,
-    /// The leader's random numbers (retry jitter), from its seed.
-    rng: rand::rngs::StdRng,
     /// Session leases kept in the store (etcd), and deletions of their keys.
     leases: Option<Arc<dyn SessionLeases>>,
     lease_deletions: Option<mpsc::Receiver<(String, i64)>>,
@@ -328,32 +279,23 @@ pub struct LeaderParts {
 
 impl LeaderRuntime {
     pub fn new(p: LeaderParts) -> Self {
-        let admission = admission::Admission::new(p.config.backpressure, p.config.quotas.clone());
         let leases = p.store.session_leases();
+        let now = p.clock.now_millis();
         Self {
+            engine: Engine::new(p.fence, p.config, now, p.seed),
             leases,
             lease_deletions: None,
             lease_events: mpsc::unbounded_channel(),
             job_signal: None,
             store: p.store,
-            fence: p.fence,
-            now: p.clock.now_millis(),
             clock: p.clock,
-            config: p.config,
             commands: p.commands,
             lost: p.lost,
             shutdown: p.shutdown,
             view: p.view,
             live: p.live,
-            rng: rand::SeedableRng::seed_from_u64(p.seed),
-            stats: TurnStats::default(),
-            cache: Cache::default(),
-            freshness: cadence::Freshness::default(),
-            cadence: cadence::Cadence::default(),
-            sessions: Sessions::default(),
             outlets: HashMap::default(),
-            notes: view::Notes::default(),
-            admission,
+            stats: TurnStats::default(),
             inbox: Inbox::default(),
         }
     }
@@ -379,7 +321,7 @@ impl LeaderRuntime {
                 Step::Failed => {
                     // The cache is rebuilt before the next turn; back off a
                     // little more after each failed rebuild (store down).
-                    let backoff = self.freshness.backoff_ms();
+                    let backoff = self.engine.freshness.backoff_ms();
                     if let Some(exit) = self.pause(Duration::from_millis(backoff)).await {
                         return exit;
                     }
@@ -409,12 +351,12 @@ impl LeaderRuntime {
             return Step::Exit(exit);
         }
         self.tick();
-        if self.freshness.is_stale() {
+        if self.engine.freshness.is_stale() {
             match self.rebuild().await {
                 Ok(()) => {}
                 Err(StoreError::Fenced { .. }) => return Step::Exit(LeaderExit::Fenced),
                 Err(e) => {
-                    let failures = self.freshness.rebuild_failed();
+                    let failures = self.engine.freshness.rebuild_failed();
                     tracing::warn!(error = %e, failures, "rebuilding the leader's state from the store failed; retrying");
                     return Step::Failed;
                 }
@@ -438,13 +380,13 @@ impl LeaderRuntime {
     fn mark_stale(&mut self, e: &StoreError) {
         tracing::warn!(error = %e, "store call failed; the leader rebuilds its state from the store before its next turn");
         metrics::counter!("gnomon_leader_rebuilds_total").increment(1);
-        self.freshness.distrust();
+        self.engine.freshness.distrust();
     }
 
     /// Distrusts the cache as a store error would: the next step rebuilds
     /// it from the store first (for benchmarks and tests).
     pub fn invalidate(&mut self) {
-        self.freshness.distrust();
+        self.engine.freshness.distrust();
     }
 
     /// Drops the cache and loads it again from the store, as a new term
@@ -454,21 +396,21 @@ impl LeaderRuntime {
         let began = std::time::Instant::now();
         // The jobs as the dropped cache had them: a change is judged against
         // the version this leader knew.
-        let earlier = self.cache.jobs.take_for_rebuild();
-        self.cache = Cache::default();
-        self.cache.jobs.set_earlier(earlier);
+        let earlier = self.engine.cache.jobs.take_for_rebuild();
+        self.engine.cache = Cache::default();
+        self.engine.cache.jobs.set_earlier(earlier);
         self.inbox.forget_unheld();
-        self.sessions.clear_unlisted();
-        self.notes.reset();
+        self.engine.sessions.clear_unlisted();
+        self.engine.notes.reset();
         self.recover().await?;
-        self.cache.jobs.loaded();
-        self.freshness.rebuilt();
+        self.engine.cache.jobs.loaded();
+        self.engine.freshness.rebuilt();
         metrics::histogram!("gnomon_leader_rebuild_seconds").record(began.elapsed().as_secs_f64());
         tracing::info!(
-            token = self.fence.token,
-            jobs = self.cache.jobs.len(),
-            open_runs = self.cache.runs.len(),
-            backfills = self.cache.backfills.len(),
+            token = self.engine.fence.token,
+            jobs = self.engine.cache.jobs.len(),
+            open_runs = self.engine.cache.runs.len(),
+            backfills = self.engine.cache.backfills.len(),
             ms = began.elapsed().as_millis() as u64,
             "leader state loaded from the store"
         );
@@ -478,7 +420,7 @@ impl LeaderRuntime {
     /// Reads the clock for the step that begins: a turn, or a message
     /// taken between turns. Nothing else reads it.
     fn tick(&mut self) {
-        self.now = self.clock.now_millis();
+        self.engine.now = self.clock.now_millis();
     }
 
     fn should_stop(&self) -> Option<LeaderExit> {

@@ -150,7 +150,7 @@ impl LeaderRuntime {
         }
         // Stamp the fire and the assignments when the write begins, not when
         // the turn began (so a run's fired_at never follows its assigned_at).
-        let stamp = self.now;
+        let stamp = self.engine.now;
         let mut fire = plan.fire.take();
         let mut run_parts = Vec::with_capacity(1 + plan.asks.len() + plan.backfills.len());
         let mut advances = Vec::new();
@@ -197,11 +197,11 @@ impl LeaderRuntime {
             std::mem::take(&mut plan.dispatch.dropped),
             std::mem::take(&mut plan.dispatch.batch),
         ]);
-        notify::attach_notifications(&self.cache.runs, &self.cache.jobs, &mut transitions);
+        notify::attach_notifications(&self.engine.cache.runs, &self.engine.cache.jobs, &mut transitions);
         let new_backfill_count = new_backfills.len();
         let batch = TurnBatch { runs, advances, transitions, backfills: progress, backfill_runs, new_backfills, at: stamp };
         let began = std::time::Instant::now();
-        let result = self.store.write_turn(&self.fence, &batch).await;
+        let result = self.store.write_turn(&self.engine.fence, &batch).await;
         metrics::histogram!("gnomon_store_turn_write_seconds").record(began.elapsed().as_secs_f64());
         self.stats.wrote(batch.rows(), began);
         let counted = result.as_ref().map(|w| batch.counted_progress(&w.fired)).unwrap_or_default();
@@ -311,7 +311,7 @@ impl LeaderRuntime {
     /// assignment still turn up).
     fn send_aborts(&mut self, aborts: Vec<(String, String, u32, String)>) {
         for (worker, run_id, attempt, reason) in aborts {
-            self.send_to(&worker, server_message::Msg::Abort(v1::Abort { run_id, attempt, token: self.fence.token, reason }));
+            self.send_to(&worker, server_message::Msg::Abort(v1::Abort { run_id, attempt, token: self.engine.fence.token, reason }));
         }
     }
 

@@ -31,17 +31,17 @@ impl LeaderRuntime {
     /// deciding them needs from the store: the state of each candidate
     /// upstream run that the run book neither holds open nor saw end.
     pub(super) async fn gather_releases(&mut self) -> Result<(Vec<RunId>, UpstreamReads)> {
-        let ids = self.cache.runs.take_undecided(MAX_RELEASE_BATCH);
+        let ids = self.engine.cache.runs.take_undecided(MAX_RELEASE_BATCH);
         let mut needs: Vec<String> = Vec::new();
         for id in &ids {
-            let Some(run) = self.cache.runs.get(id) else { continue };
+            let Some(run) = self.engine.cache.runs.get(id) else { continue };
             let Some(after) = run.after.clone() else { continue };
             for candidates in upstream_candidates(&after, run.scheduled_at) {
                 // An open candidate decides the edge (it waits) unread.
-                if candidates.iter().any(|c| matches!(self.cache.runs.known_upstream(c), Some(UpstreamRun::Open))) {
+                if candidates.iter().any(|c| matches!(self.engine.cache.runs.known_upstream(c), Some(UpstreamRun::Open))) {
                     continue;
                 }
-                needs.extend(candidates.into_iter().filter(|c| self.cache.runs.known_upstream(c).is_none()));
+                needs.extend(candidates.into_iter().filter(|c| self.engine.cache.runs.known_upstream(c).is_none()));
             }
         }
         needs.sort_unstable();
@@ -58,7 +58,7 @@ impl LeaderRuntime {
     /// reads made for them: each released or skipped goes into the plan.
     pub(super) fn plan_releases(&mut self, ids: Vec<RunId>, reads: &UpstreamReads, now: Millis, plan: &mut TurnPlan) {
         for id in ids {
-            let Some(run) = self.cache.runs.get(&id) else { continue };
+            let Some(run) = self.engine.cache.runs.get(&id) else { continue };
             let Some(after) = run.after.clone() else { continue };
             let (at, uid) = (run.scheduled_at, run.key.uid.clone());
             let edges: Vec<(String, EdgeState)> = after
@@ -101,7 +101,7 @@ impl LeaderRuntime {
     ) -> EdgeState {
         let mut runs = Vec::new();
         for c in candidates {
-            match self.cache.runs.known_upstream(c) {
+            match self.engine.cache.runs.known_upstream(c) {
                 Some(UpstreamRun::Open) => return EdgeState::Waiting,
                 Some(known) => runs.push(known),
                 None => match reads.get(c.as_str()) {
@@ -114,7 +114,7 @@ impl LeaderRuntime {
                 },
             }
         }
-        if self.cache.jobs.expects(uid, at) || self.backfill_will_make(uid, at) {
+        if self.engine.cache.jobs.expects(uid, at) || self.backfill_will_make(uid, at) {
             runs.push(UpstreamRun::Expected);
         } else if runs.is_empty() {
             runs.push(UpstreamRun::Absent);
@@ -125,12 +125,12 @@ impl LeaderRuntime {
     /// What a run whose upstreams all accepted becomes under its job's
     /// overlap policy (a waiting run occupied nothing; it counts from now).
     fn overlap_at_release(&mut self, uid: &str, at: Millis) -> (RunState, Option<String>) {
-        let Some(entry) = self.cache.jobs.get(uid) else { return (RunState::Pending, None) };
-        let (open, waiting, _) = self.cache.runs.job_counts(uid);
+        let Some(entry) = self.engine.cache.jobs.get(uid) else { return (RunState::Pending, None) };
+        let (open, waiting, _) = self.engine.cache.runs.job_counts(uid);
         match decide_overlap(entry.overlap, open, waiting) {
             OverlapDecision::Fire => (RunState::Pending, None),
             OverlapDecision::FireAndCancelOpen => {
-                self.cache.runs.replace_later([(uid.to_string(), at)]);
+                self.engine.cache.runs.replace_later([(uid.to_string(), at)]);
                 (RunState::Pending, Some(RunBook::REPLACING_REASON.into()))
             }
             OverlapDecision::Skip(reason) => (RunState::Skipped, Some(reason)),

@@ -41,9 +41,9 @@ impl LeaderRuntime {
                     if ending.contains(&(run_id.as_str(), *attempt)) {
                         continue;
                     }
-                    let Some(run) = self.cache.runs.get(run_id.as_str()) else { continue };
+                    let Some(run) = self.engine.cache.runs.get(run_id.as_str()) else { continue };
                     // Only the holder of the attempt may say it started.
-                    if !self.cache.runs.may_report(run_id, worker) {
+                    if !self.engine.cache.runs.may_report(run_id, worker) {
                         continue;
                     }
                     let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
@@ -64,13 +64,13 @@ impl LeaderRuntime {
                     }
                 }
                 WorkerEvent::Finished { worker, run_id, attempt, outcome, started_at, at } => {
-                    let Some(run) = self.cache.runs.get(run_id.as_str()) else {
+                    let Some(run) = self.engine.cache.runs.get(run_id.as_str()) else {
                         acks.push((worker.clone(), run_id.clone(), *attempt, Some("unknown run, or its result is already recorded")));
                         continue;
                     };
                     let (state, current) = scratch.get(run_id).copied().unwrap_or((run.state, run.attempt));
                     let key = run.key.clone();
-                    if current != *attempt || !state.is_active() || !self.cache.runs.may_report(run_id, worker) {
+                    if current != *attempt || !state.is_active() || !self.engine.cache.runs.may_report(run_id, worker) {
                         acks.push((worker.clone(), run_id.clone(), *attempt, Some("superseded attempt: the run has moved on")));
                         continue;
                     }
@@ -94,15 +94,15 @@ impl LeaderRuntime {
             }
         }
         for (worker, job, ms) in durations {
-            self.sessions.record_duration(&worker, ms);
-            self.cache.jobs.record_duration(&job.uid, ms);
+            self.engine.sessions.record_duration(&worker, ms);
+            self.engine.cache.jobs.record_duration(&job.uid, ms);
         }
         // The worker no longer runs these: their slots are free for the
         // dispatch planned with this write (should the write fail, the
         // state is rebuilt from the store).
         for t in &batch {
             if matches!(t.attempt, Some(AttemptChange::End { .. })) {
-                self.cache.runs.release(&t.run_id);
+                self.engine.cache.runs.release(&t.run_id);
             }
         }
         EventBatch { events, batch, acks }
@@ -121,7 +121,7 @@ impl LeaderRuntime {
         for t in &eb.batch {
             if matches!(t.attempt, Some(AttemptChange::End { .. })) {
                 self.release(&t.run_id);
-                self.cache.runs.forget_cancels(&t.run_id);
+                self.engine.cache.runs.forget_cancels(&t.run_id);
             }
         }
         for (worker, run_id, attempt, rejection) in eb.acks {
@@ -132,7 +132,7 @@ impl LeaderRuntime {
                     server_message::Msg::Abort(v1::Abort {
                         run_id: run_id.clone(),
                         attempt,
-                        token: self.fence.token,
+                        token: self.engine.fence.token,
                         reason: reason.into(),
                     }),
                 );

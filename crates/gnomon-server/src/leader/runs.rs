@@ -12,22 +12,22 @@ impl LeaderRuntime {
         if self.job_signal.is_none() {
             self.job_signal = self.store.job_change_signal();
         }
-        if !self.cache.jobs.has_earlier() {
+        if !self.engine.cache.jobs.has_earlier() {
             let changes = self.store.job_changes(0).await?;
-            self.cache.jobs.set_feed_seq(changes.seq);
+            self.engine.cache.jobs.set_feed_seq(changes.seq);
             for job in changes.upserted {
                 self.upsert_job(job);
             }
         } else {
             self.reload_jobs().await?;
         }
-        let now = self.now;
-        let started = self.cadence.term_started(now);
+        let now = self.engine.now;
+        let started = self.engine.cadence.term_started(now);
         // Keyed runs that ended and are still held count in their
         // namespace's quotas (read before the open runs: a run that ends in
         // between is counted at most once).
         for kept in self.store.kept_keyed_runs(now.saturating_sub(gnomon_backend::KEYED_RUN_HOLD_MS)).await? {
-            self.cache.runs.keep(&kept.namespace, kept.fired_at, kept.bytes);
+            self.engine.cache.runs.keep(&kept.namespace, kept.fired_at, kept.bytes);
         }
         let mut live = Vec::new();
         for run in self.store.open_runs().await? {
@@ -43,7 +43,7 @@ impl LeaderRuntime {
             }
         }
         if live.is_empty() {
-            self.cadence.polled(now);
+            self.engine.cadence.polled(now);
             return Ok(());
         }
         let stored: HashMap<String, gnomon_backend::LiveAttempt> =
@@ -53,17 +53,17 @@ impl LeaderRuntime {
             Some(leases) => leases.live().await?.into_iter().map(|l| (l.worker, (l.lease, l.remaining_ms))).collect(),
             None => HashMap::default(),
         };
-        let ttl = self.config.lease_ttl_ms;
+        let ttl = self.engine.config.lease_ttl_ms;
         for id in live {
-            let Some(run) = self.cache.runs.get(&id) else { continue };
+            let Some(run) = self.engine.cache.runs.get(&id) else { continue };
             let attempt = stored.get(&*id).filter(|a| a.attempt == run.attempt);
             // The attempt as it was: its timeout counts from when it began,
             // never from this term.
             if let Some(a) = attempt {
-                self.cache.runs.restore_attempt_times(&id, a.assigned_at, a.assigned_at.max(a.started_at.unwrap_or(0)));
+                self.engine.cache.runs.restore_attempt_times(&id, a.assigned_at, a.assigned_at.max(a.started_at.unwrap_or(0)));
             }
             let worker = attempt.map(|a| a.worker.clone());
-            let held_here = worker.as_ref().is_some_and(|w| self.sessions.contains(w));
+            let held_here = worker.as_ref().is_some_and(|w| self.engine.sessions.contains(w));
             match worker {
                 Some(w) if held_here => {
                     // A rebuild under the same sessions: heartbeat
@@ -72,7 +72,7 @@ impl LeaderRuntime {
                     // keep an attempt its worker never got from being found
                     // for as long as rebuilds come faster than heartbeats;
                     // seed 705).
-                    self.cache.runs.hold(id, &w);
+                    self.engine.cache.runs.hold(id, &w);
                 }
                 worker => {
                     // When it can no longer be running: its worker's lease
@@ -84,28 +84,28 @@ impl LeaderRuntime {
                     // store lease, if that is longer.
                     let mut deadline = started + ttl + RECONNECT_SLACK_MS;
                     if let Some(w) = &worker {
-                        if let Some(at) = self.sessions.expired_at(w) {
+                        if let Some(at) = self.engine.sessions.expired_at(w) {
                             deadline = at;
                         }
                         if let Some((lease, remaining)) = leased.get(w) {
-                            self.sessions.adopt(w, *lease);
+                            self.engine.sessions.adopt(w, *lease);
                             deadline = deadline.max(now + remaining + RECONNECT_SLACK_MS);
                         }
                     }
-                    self.cache.runs.orphan(id, deadline, worker);
+                    self.engine.cache.runs.orphan(id, deadline, worker);
                 }
             }
         }
-        if self.sessions.adopted_count() > 0 {
-            tracing::info!(adopted = self.sessions.adopted_count(), "adopted live worker session leases from the store");
+        if self.engine.sessions.adopted_count() > 0 {
+            tracing::info!(adopted = self.engine.sessions.adopted_count(), "adopted live worker session leases from the store");
         }
-        self.cadence.polled(now);
+        self.engine.cadence.polled(now);
         Ok(())
     }
 
     /// The shared id of an open run (a new one if the run is not open).
     pub(super) fn rid(&self, id: &str) -> RunId {
-        self.cache.runs.rid(id)
+        self.engine.cache.runs.rid(id)
     }
 
     /// Tracks a newly created run: a pending one is queued for dispatch, a
@@ -114,7 +114,7 @@ impl LeaderRuntime {
     pub(super) fn track_new(&mut self, run: NewRun, now: Millis) -> Option<RunId> {
         let id: RunId = Arc::from(run.id().as_str());
         if run.state.is_terminal() {
-            self.cache.runs.upstream_ended(&id, Some(run.state));
+            self.engine.cache.runs.upstream_ended(&id, Some(run.state));
             return None;
         }
         let open = OpenRun {
@@ -129,9 +129,9 @@ impl LeaderRuntime {
             payload: run.payload.map(Arc::from),
             after: run.upstream,
         };
-        self.cache.runs.track(id.clone(), open);
+        self.engine.cache.runs.track(id.clone(), open);
         if run.state == RunState::Pending {
-            self.cache.runs.queue(id.clone());
+            self.engine.cache.runs.queue(id.clone());
         }
         Some(id)
     }
@@ -147,24 +147,24 @@ impl LeaderRuntime {
     /// that `ended` is counted as kept if it is keyed.
     pub(super) fn untrack(&mut self, id: &str, ended: bool) {
         if ended {
-            self.cache.runs.ended(id);
+            self.engine.cache.runs.ended(id);
         } else {
-            self.cache.runs.untrack(id);
+            self.engine.cache.runs.untrack(id);
         }
-        self.live.end(id, self.now);
+        self.live.end(id, self.engine.now);
     }
 
     /// Forgets which worker holds `id`'s attempt, freeing its slot (and
     /// its live output).
     pub(super) fn release(&mut self, id: &str) {
-        self.cache.runs.release(id);
-        self.live.end(id, self.now);
+        self.engine.cache.runs.release(id);
+        self.live.end(id, self.engine.now);
     }
 
     /// Retrying runs whose time has come go back to pending.
     pub(super) fn plan_retries(&mut self, now: Millis, plan: &mut super::plan::TurnPlan) {
-        for id in self.cache.runs.take_due_retries(now) {
-            let Some(run) = self.cache.runs.get(&id) else { continue };
+        for id in self.engine.cache.runs.take_due_retries(now) {
+            let Some(run) = self.engine.cache.runs.get(&id) else { continue };
             plan.retries.push(Transition {
                 run_id: id.to_string(),
                 from: RunState::Retrying,
@@ -183,7 +183,7 @@ impl LeaderRuntime {
     /// Mirrors a transition the store applied (the caller counts it in
     /// `gnomon_runs_total`).
     pub(super) fn mirror_state(&mut self, t: &Transition) {
-        self.cache.runs.mirror(t);
+        self.engine.cache.runs.mirror(t);
     }
 
     /// Tracks an open run as the store has it: queued for dispatch when
@@ -203,15 +203,15 @@ impl LeaderRuntime {
             after: run.upstream.clone(),
         };
         let id: RunId = Arc::from(run.id.as_str());
-        self.cache.runs.track(id.clone(), open);
+        self.engine.cache.runs.track(id.clone(), open);
         // A `replace` run: the job's older open runs are cancelled (again,
         // if a store error came between its write and their cancels).
         if run.reason.as_deref() == Some(RunBook::REPLACING_REASON) && run.state != RunState::Waiting {
-            self.cache.runs.replace_later([(run.job_uid.clone(), run.scheduled_at)]);
+            self.engine.cache.runs.replace_later([(run.job_uid.clone(), run.scheduled_at)]);
         }
         match run.state {
-            RunState::Pending => self.cache.runs.queue(id.clone()),
-            RunState::Retrying => self.cache.runs.schedule_retry(run.next_attempt_at.unwrap_or(now), id.clone()),
+            RunState::Pending => self.engine.cache.runs.queue(id.clone()),
+            RunState::Retrying => self.engine.cache.runs.schedule_retry(run.next_attempt_at.unwrap_or(now), id.clone()),
             _ => {}
         }
         id
@@ -225,27 +225,27 @@ impl LeaderRuntime {
         let detail = self.store.get_run(id).await?;
         self.untrack(id, detail.as_ref().is_some_and(|d| d.run.state.is_terminal()));
         let Some(detail) = detail.filter(|d| !d.run.state.is_terminal()) else { return Ok(()) };
-        let now = self.now;
+        let now = self.engine.now;
         let run = &detail.run;
         let rid = self.track_stored(run, now, now);
         match run.state {
             RunState::Assigned | RunState::Running => {
                 let attempt = detail.attempts.iter().find(|a| a.attempt == run.attempt);
                 if let Some(a) = attempt {
-                    self.cache.runs.restore_attempt_times(&rid, a.assigned_at, a.assigned_at.max(a.started_at.unwrap_or(0)));
+                    self.engine.cache.runs.restore_attempt_times(&rid, a.assigned_at, a.assigned_at.max(a.started_at.unwrap_or(0)));
                 }
                 let worker = attempt.map(|a| a.worker.clone());
                 match worker {
-                    Some(w) if self.sessions.contains(&w) => {
-                        self.cache.runs.hold(rid, &w);
+                    Some(w) if self.engine.sessions.contains(&w) => {
+                        self.engine.cache.runs.hold(rid, &w);
                     }
                     worker => {
-                        let ttl = self.config.lease_ttl_ms;
-                        let mut deadline = self.cadence.started().unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
-                        if let Some(at) = worker.as_deref().and_then(|w| self.sessions.expired_at(w)) {
+                        let ttl = self.engine.config.lease_ttl_ms;
+                        let mut deadline = self.engine.cadence.started().unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
+                        if let Some(at) = worker.as_deref().and_then(|w| self.engine.sessions.expired_at(w)) {
                             deadline = at;
                         }
-                        self.cache.runs.orphan(rid, deadline, worker);
+                        self.engine.cache.runs.orphan(rid, deadline, worker);
                     }
                 }
             }
@@ -264,12 +264,12 @@ impl LeaderRuntime {
         hint: RetryHint,
         now: Millis,
     ) -> Option<Transition> {
-        let run = self.cache.runs.get(id)?;
+        let run = self.engine.cache.runs.get(id)?;
         if !run.state.is_active() {
             return None;
         }
         let (max_attempts, backoff) =
-            self.cache.jobs.get(&run.key.uid).map(|j| (j.max_attempts, j.backoff)).unwrap_or((1, Default::default()));
+            self.engine.cache.jobs.get(&run.key.uid).map(|j| (j.max_attempts, j.backoff)).unwrap_or((1, Default::default()));
         // Only a failed attempt's hint counts (a worker cannot turn a lost
         // or timed-out attempt into a final failure).
         let hint = if outcome == AttemptState::Failed { hint } else { RetryHint::Policy };
@@ -279,8 +279,8 @@ impl LeaderRuntime {
         };
         // The jitter's sample is drawn from the leader's own seeded RNG: the
         // same inputs give the same retry times.
-        let sample = if to == RunState::Retrying { rand::Rng::gen::<f64>(&mut self.rng) } else { 0.0 };
-        let run = self.cache.runs.get(id)?;
+        let sample = if to == RunState::Retrying { rand::Rng::gen::<f64>(&mut self.engine.rng) } else { 0.0 };
+        let run = self.engine.cache.runs.get(id)?;
         let delay_ms = match hint {
             RetryHint::After(ms) => i64::try_from(ms.min(MAX_RETRY_AFTER_MS)).unwrap_or(i64::MAX / 2),
             _ => i64::try_from(backoff.delay(run.attempt, sample).as_millis()).unwrap_or(i64::MAX / 2),

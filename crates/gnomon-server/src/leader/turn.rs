@@ -21,11 +21,11 @@ impl LeaderRuntime {
     }
 
     async fn turn_inner(&mut self) -> Result<()> {
-        let now = self.now;
+        let now = self.engine.now;
         // Gather.
-        if self.cadence.poll_due(now) {
+        if self.engine.cadence.poll_due(now) {
             self.poll_store().await?;
-            self.cadence.polled(now);
+            self.engine.cadence.polled(now);
         }
         self.handle_commands().await?;
         self.update_pressure();
@@ -56,7 +56,7 @@ impl LeaderRuntime {
         self.sync_jobs().await?;
         self.load_backfills().await?;
         for run in self.store.cancel_requests().await? {
-            if self.cache.runs.holder(&run.id).is_some() && !self.cache.runs.cancel_sent(&run.id, run.attempt) {
+            if self.engine.cache.runs.holder(&run.id).is_some() && !self.engine.cache.runs.cancel_sent(&run.id, run.attempt) {
                 self.send_cancel(&run.id, run.attempt);
             }
         }
@@ -65,23 +65,23 @@ impl LeaderRuntime {
 
     /// Takes in the job writes since the feed position the cache has read.
     pub(super) async fn sync_jobs(&mut self) -> Result<()> {
-        let changes = self.store.job_changes(self.cache.jobs.feed_seq()).await?;
+        let changes = self.store.job_changes(self.engine.cache.jobs.feed_seq()).await?;
         // An upstream deleted, paused or changed may no longer make the
         // runs some waiting run expects of it: those runs are decided again.
         let mut touched: HashSet<String> = HashSet::default();
         for uid in changes.deleted {
-            self.cache.jobs.remove(&uid);
+            self.engine.cache.jobs.remove(&uid);
             touched.insert(uid);
         }
         for job in changes.upserted {
-            let changed = self.cache.jobs.get(&job.uid).is_none_or(|j| j.record.version != job.version);
+            let changed = self.engine.cache.jobs.get(&job.uid).is_none_or(|j| j.record.version != job.version);
             if changed {
                 touched.insert(job.uid.clone());
                 self.upsert_job(job);
             }
         }
-        self.cache.runs.reconsider_waiting_on(&touched);
-        self.cache.jobs.set_feed_seq(changes.seq);
+        self.engine.cache.runs.reconsider_waiting_on(&touched);
+        self.engine.cache.jobs.set_feed_seq(changes.seq);
         Ok(())
     }
 
@@ -95,10 +95,10 @@ impl LeaderRuntime {
         while let Ok(registered) = self.lease_events.1.try_recv() {
             self.on_lease_registered(registered)?;
         }
-        let now = self.now;
-        if self.cadence.poll_due(now) {
+        let now = self.engine.now;
+        if self.engine.cadence.poll_due(now) {
             self.poll_store().await?;
-            self.cadence.polled(now);
+            self.engine.cadence.polled(now);
         }
         Ok(())
     }
@@ -107,10 +107,10 @@ impl LeaderRuntime {
         // While the cache is stale, what needs it waits for the rebuild;
         // heartbeats are still acked (the worker's lease does not depend on
         // the store) and reports queue in the inbox.
-        if self.freshness.is_stale() {
+        if self.engine.freshness.is_stale() {
             match cmd {
                 // The rebuild loads every run as the store has it.
-                LeaderCommand::RunChanged { .. } => self.cadence.poll_now(),
+                LeaderCommand::RunChanged { .. } => self.engine.cadence.poll_now(),
                 LeaderCommand::Trigger { .. } | LeaderCommand::Backfill { .. } | LeaderCommand::SessionOpen { .. } => {
                     if let Err(cmd) = self.inbox.defer(cmd) {
                         refuse(*cmd, "held");
@@ -125,10 +125,10 @@ impl LeaderRuntime {
 
     async fn on_fresh_command(&mut self, cmd: LeaderCommand) -> Result<()> {
         match cmd {
-            LeaderCommand::Nudge => self.cadence.poll_now(),
+            LeaderCommand::Nudge => self.engine.cadence.poll_now(),
             LeaderCommand::RunChanged { run_id } => {
-                self.cadence.poll_now();
-                if self.cache.runs.contains(run_id.as_str()) {
+                self.engine.cadence.poll_now();
+                if self.engine.cache.runs.contains(run_id.as_str()) {
                     self.reload_run(&run_id).await?;
                 }
             }
@@ -147,14 +147,14 @@ impl LeaderRuntime {
             }
             LeaderCommand::SessionOpen { hello, namespaces, outbound, reply } => {
                 let worker = hello.worker_id.clone();
-                let old = self.sessions.store_lease(&worker);
+                let old = self.engine.sessions.store_lease(&worker);
                 let result = self.open_session(*hello, namespaces, outbound);
                 // The store lease (etcd) is registered off the turn: the
                 // answer comes back as a lease event. Meanwhile the
                 // in-memory lease applies.
                 if let (Ok(session), Some(leases)) = (&result, self.leases.clone()) {
-                    let ttl = Duration::from_millis(u64::try_from(self.config.lease_ttl_ms).unwrap_or(10_000));
-                    let (fence, events, session) = (self.fence.clone(), self.lease_events.0.clone(), session.clone());
+                    let ttl = Duration::from_millis(u64::try_from(self.engine.config.lease_ttl_ms).unwrap_or(10_000));
+                    let (fence, events, session) = (self.engine.fence.clone(), self.lease_events.0.clone(), session.clone());
                     tokio::spawn(async move {
                         let result = leases.register(&fence, &worker, ttl).await;
                         let _ = events.send(LeaseRegistered { worker, session, old, result });
@@ -165,7 +165,7 @@ impl LeaderRuntime {
             LeaderCommand::FromWorker { session, msg } => self.on_worker_message(&session, msg),
             LeaderCommand::SessionClosed { session } => {
                 self.outlets.remove(&session);
-                if let Some(worker) = self.sessions.stream_closed(&session) {
+                if let Some(worker) = self.engine.sessions.stream_closed(&session) {
                     tracing::info!(worker = %worker, "worker session stream closed; its lease keeps running");
                 }
             }
@@ -188,9 +188,9 @@ impl LeaderRuntime {
             }
         };
         let Some(leases) = self.leases.clone() else { return Ok(()) };
-        let current = self.sessions.get(&worker).is_some_and(|s| s.session_id == session);
+        let current = self.engine.sessions.get(&worker).is_some_and(|s| s.session_id == session);
         let stale: Vec<i64> = if current {
-            self.sessions.set_store_lease(&worker, lease, self.now);
+            self.engine.sessions.set_store_lease(&worker, lease, self.engine.now);
             old.filter(|o| *o != lease).into_iter().collect()
         } else {
             vec![lease]
@@ -211,19 +211,19 @@ impl LeaderRuntime {
         self.publish_view();
         if !self.inbox.reports().is_empty()
             || self.inbox.has_asks()
-            || self.cache.runs.has_undecided()
-            || (self.cache.runs.ready_len() > 0 && self.dispatch_room() > 0 && self.ready_has_dispatchable())
+            || self.engine.cache.runs.has_undecided()
+            || (self.engine.cache.runs.ready_len() > 0 && self.dispatch_room() > 0 && self.ready_has_dispatchable())
         {
             tokio::task::yield_now().await;
             return self.should_stop();
         }
-        let now = self.now;
+        let now = self.engine.now;
         let mut wake = now + MAX_TURN.as_millis() as i64;
-        let admission = &self.admission;
-        if let Some(due) = self.cache.jobs.next_due(|ns| admission.defers(ns)) {
+        let admission = &self.engine.admission;
+        if let Some(due) = self.engine.cache.jobs.next_due(|ns| admission.defers(ns)) {
             wake = wake.min(due);
         }
-        if let Some(due) = self.cache.runs.next_retry_at() {
+        if let Some(due) = self.engine.cache.runs.next_retry_at() {
             wake = wake.min(due);
         }
         let sleep = Duration::from_millis(u64::try_from(wake - now).unwrap_or(0));
@@ -251,7 +251,7 @@ impl LeaderRuntime {
                     self.mark_stale(&e);
                 }
             }
-            Some(()) = next_from(&mut self.job_signal) => self.cadence.poll_now(),
+            Some(()) = next_from(&mut self.job_signal) => self.engine.cadence.poll_now(),
             _ = self.lost.changed() => {}
             _ = self.shutdown.changed() => {}
         }

@@ -60,56 +60,13 @@ pub struct WorkerInfo {
     pub lease_expires_at: Millis,
 }
 
-/// What the view shows beside the sessions and the pressure: why each
-/// job's runs wait in `pending`, and whether that changed since it was
-/// last published.
-#[derive(Default)]
-pub(super) struct Notes {
-    /// Why a job's runs cannot be placed right now, by job uid.
-    waiting: HashMap<String, String>,
-    dirty: bool,
-}
-
-impl Notes {
-    /// Job `uid`'s runs wait, for this reason.
-    pub(super) fn waiting(&mut self, uid: String, why: String) {
-        if self.waiting.get(&uid) != Some(&why) {
-            self.waiting.insert(uid, why);
-            self.dirty = true;
-        }
-    }
-
-    /// Job `uid`'s runs were placed.
-    pub(super) fn placed(&mut self, uid: &str) {
-        if self.waiting.remove(uid).is_some() {
-            self.dirty = true;
-        }
-    }
-
-    /// Something else the view shows changed.
-    pub(super) fn touch(&mut self) {
-        self.dirty = true;
-    }
-
-    /// Forgets every reason (a rebuild finds them again).
-    pub(super) fn reset(&mut self) {
-        self.waiting.clear();
-        self.dirty = true;
-    }
-
-    /// Whether the view is out of date, and the reasons to publish.
-    fn take(&mut self) -> Option<HashMap<String, String>> {
-        std::mem::take(&mut self.dirty).then(|| self.waiting.clone())
-    }
-}
-
 impl LeaderRuntime {
     pub(super) fn update_pressure(&mut self) {
-        self.cache.runs.release_kept(self.now);
-        let capacity = self.sessions.capacity();
-        let pending = self.cache.runs.ready_len();
-        let (before, after) = self.admission.update(self.cache.runs.ns_tally(), self.free_slots(), capacity);
-        let max_pending = self.admission.pressure().config.max_pending;
+        self.engine.cache.runs.release_kept(self.engine.now);
+        let capacity = self.engine.sessions.capacity();
+        let pending = self.engine.cache.runs.ready_len();
+        let (before, after) = self.engine.admission.update(self.engine.cache.runs.ns_tally(), self.free_slots(), capacity);
+        let max_pending = self.engine.admission.pressure().config.max_pending;
         if after != before {
             if after == Pressure::Red || before == Pressure::Red {
                 tracing::warn!(from = before.as_str(), to = after.as_str(), pending, max_pending, "backpressure changed");
@@ -123,7 +80,7 @@ impl LeaderRuntime {
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         view.pressure = Some(PressureInfo { state: after, pending, max_pending });
         for gone in view.namespaces.keys().filter(|ns| !namespaces.contains_key(*ns)) {
-            usage_metrics(&NamespaceUsage { namespace: gone.clone(), ..NamespaceUsage::empty(self.admission.quota(gone)) });
+            usage_metrics(&NamespaceUsage { namespace: gone.clone(), ..NamespaceUsage::empty(self.engine.admission.quota(gone)) });
         }
         for usage in namespaces.values().filter(|u| view.namespaces.get(&u.namespace) != Some(*u)) {
             usage_metrics(usage);
@@ -134,18 +91,18 @@ impl LeaderRuntime {
     /// Every namespace with open runs or running backfills.
     fn namespace_usage(&self) -> BTreeMap<String, NamespaceUsage> {
         let mut out = BTreeMap::new();
-        let mut names: std::collections::BTreeSet<&str> = self.cache.runs.ns_tally().map(|(ns, _)| ns).collect();
-        names.extend(self.cache.backfills.namespaces());
+        let mut names: std::collections::BTreeSet<&str> = self.engine.cache.runs.ns_tally().map(|(ns, _)| ns).collect();
+        names.extend(self.engine.cache.backfills.namespaces());
         for ns in names {
-            let runs = self.cache.runs.ns_counts(ns);
-            let (backfills, reserved) = self.cache.backfills.of_namespace(ns);
+            let runs = self.engine.cache.runs.ns_counts(ns);
+            let (backfills, reserved) = self.engine.cache.backfills.of_namespace(ns);
             let usage = NamespaceUsage {
                 namespace: ns.to_string(),
-                pressure: self.admission.state_of(ns),
+                pressure: self.engine.admission.state_of(ns),
                 runs,
                 open_runs: runs.counted() + reserved,
                 backfills,
-                quota: self.admission.quota(ns),
+                quota: self.engine.admission.quota(ns),
             };
             out.insert(ns.to_string(), usage);
         }
@@ -154,12 +111,12 @@ impl LeaderRuntime {
 
     pub(super) fn publish_view(&mut self) {
         // Both flags are taken: either says the view is out of date.
-        let sessions_changed = self.sessions.take_dirty() | self.cache.runs.take_holds_changed();
-        let notes = self.notes.take();
+        let sessions_changed = self.engine.sessions.take_dirty() | self.engine.cache.runs.take_holds_changed();
+        let notes = self.engine.notes.take();
         if notes.is_none() && !sessions_changed {
             return;
         }
-        let list = worker_infos(&self.sessions, &self.cache.runs);
+        let list = worker_infos(&self.engine.sessions, &self.engine.cache.runs);
         metrics::gauge!("gnomon_workers", "state" => "live").set(list.iter().filter(|w| w.connected).count() as f64);
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         view.workers = list;

@@ -4,23 +4,23 @@ impl LeaderRuntime {
     /// A session key was deleted in the store: its lease ran out (the worker
     /// stopped heartbeating) or was revoked. Evict that worker's attempts.
     pub(super) fn on_lease_deleted(&mut self, worker: &str, lease: i64) {
-        let now = self.now;
-        let ttl = self.config.lease_ttl_ms;
+        let now = self.engine.now;
+        let ttl = self.engine.config.lease_ttl_ms;
         // The store lease is refreshed only every 0.7×TTL, so it can run
         // out up to 0.7×TTL before the worker fences itself (0.7×TTL after
         // its last acknowledged heartbeat). It is evicted when the in-memory
         // lease says so: a full TTL after its last heartbeat, never earlier.
-        if self.sessions.store_lease_deleted(worker, lease, ttl) {
+        if self.engine.sessions.store_lease_deleted(worker, lease, ttl) {
             tracing::warn!(worker, lease, "worker session lease deleted in the store; evicting it a lease after its last heartbeat");
             metrics::counter!("gnomon_worker_lease_deletions_total").increment(1);
         }
-        if self.sessions.forget_adopted(worker, lease) {
+        if self.engine.sessions.forget_adopted(worker, lease) {
             // A lease adopted from the previous leader: that leader acked
             // the worker at most 0.7×TTL after the lease's last refresh, so
             // the worker's attempts may run until 0.7×TTL after its
             // deletion (and never past the term start's own bound).
-            let floor = self.cadence.started().unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
-            self.cache.runs.set_orphan_deadlines(worker, (now + ttl * 7 / 10).min(floor));
+            let floor = self.engine.cadence.started().unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
+            self.engine.cache.runs.set_orphan_deadlines(worker, (now + ttl * 7 / 10).min(floor));
         }
     }
 
@@ -33,38 +33,38 @@ impl LeaderRuntime {
         namespaces: Option<Arc<[String]>>,
         outbound: Outbound,
     ) -> std::result::Result<String, tonic::Status> {
-        let now = self.now;
+        let now = self.engine.now;
         let worker = hello.worker_id.clone();
         self.check_stream(&worker);
-        if let Some(old) = self.sessions.get(&worker) {
-            if old.stream == Stream::Up && now - old.last_heartbeat < 2 * self.config.heartbeat_ms {
+        if let Some(old) = self.engine.sessions.get(&worker) {
+            if old.stream == Stream::Up && now - old.last_heartbeat < 2 * self.engine.config.heartbeat_ms {
                 return Err(tonic::Status::already_exists(format!("worker id {worker:?} already has a live session")));
             }
         }
-        let session_id = format!("{worker}-{:08x}", rand::Rng::gen::<u32>(&mut self.rng));
-        if let Some(old) = self.sessions.take(&worker) {
+        let session_id = format!("{worker}-{:08x}", rand::Rng::gen::<u32>(&mut self.engine.rng));
+        if let Some(old) = self.engine.sessions.take(&worker) {
             // Its stream ends: dropping the sender closes it.
             self.outlets.remove(&old.session_id);
         }
-        let attempts = self.cache.runs.runs_held_by(&worker);
+        let attempts = self.engine.cache.runs.runs_held_by(&worker);
         let listed: HashSet<&str> = hello.running.iter().map(|r| r.run_id.as_str()).collect();
         // Attempts it held but no longer lists: its report may still be
         // spooled; give it one lease to arrive, then they are lost.
         for id in attempts.iter().filter(|id| !listed.contains(&id.as_ref())) {
-            self.cache.runs.orphan(id.clone(), now + self.config.lease_ttl_ms, Some(worker.clone()));
+            self.engine.cache.runs.orphan(id.clone(), now + self.engine.config.lease_ttl_ms, Some(worker.clone()));
         }
         // So do the orphans the store says it holds (a new term, or a
         // rebuild while it was away): ended while it was disconnected,
         // their reports follow the Welcome. Judged at the old deadline,
         // one that passed in this turn would end `lost` a report that is
         // one round trip away.
-        self.cache.runs.await_reports_of(&worker, |id| listed.contains(id), now + self.config.lease_ttl_ms);
+        self.engine.cache.runs.await_reports_of(&worker, |id| listed.contains(id), now + self.engine.config.lease_ttl_ms);
         let mut reclaimed = Vec::new();
         let mut superseded = Vec::new();
         for r in &hello.running {
             // Only attempts of namespaces its credential covers: another's
             // attempt is left alone, for its own worker to reclaim.
-            let namespace = self.cache.runs.get(r.run_id.as_str()).map(|run| run.key.namespace.clone());
+            let namespace = self.engine.cache.runs.get(r.run_id.as_str()).map(|run| run.key.namespace.clone());
             if let (Some(ns), Some(allowed)) = (&namespace, &namespaces) {
                 if !allowed.iter().any(|a| a == ns) {
                     tracing::warn!(target: "gnomon::audit", worker = %worker, run = %r.run_id, attempt = r.attempt, namespace = %ns,
@@ -73,10 +73,11 @@ impl LeaderRuntime {
                     continue;
                 }
             }
-            let current = self.cache.runs.get(r.run_id.as_str()).is_some_and(|run| run.state.is_active() && run.attempt == r.attempt);
-            let ours = self.cache.runs.may_report(&r.run_id, &worker);
+            let current =
+                self.engine.cache.runs.get(r.run_id.as_str()).is_some_and(|run| run.state.is_active() && run.attempt == r.attempt);
+            let ours = self.engine.cache.runs.may_report(&r.run_id, &worker);
             if current && ours {
-                self.cache.runs.hold(self.rid(&r.run_id), &worker);
+                self.engine.cache.runs.hold(self.rid(&r.run_id), &worker);
                 reclaimed.push(r.clone());
             } else {
                 superseded.push(r.clone());
@@ -84,9 +85,9 @@ impl LeaderRuntime {
         }
         let welcome = v1::Welcome {
             session_id: session_id.clone(),
-            lease_ttl_ms: u64::try_from(self.config.lease_ttl_ms).unwrap_or(10_000),
-            heartbeat_interval_ms: u64::try_from(self.config.heartbeat_ms).unwrap_or(2_000),
-            leader_token: self.fence.token,
+            lease_ttl_ms: u64::try_from(self.engine.config.lease_ttl_ms).unwrap_or(10_000),
+            heartbeat_interval_ms: u64::try_from(self.engine.config.heartbeat_ms).unwrap_or(2_000),
+            leader_token: self.engine.fence.token,
             reclaimed,
             superseded,
         };
@@ -94,28 +95,28 @@ impl LeaderRuntime {
             return Err(tonic::Status::unavailable("the session closed during Hello"));
         }
         tracing::info!(worker = %worker, session = %session_id, capacity = hello.capacity, labels = ?hello.labels, "worker session opened");
-        let session = Session::new(session_id.clone(), hello, namespaces, now, self.config.lease_ttl_ms);
+        let session = Session::new(session_id.clone(), hello, namespaces, now, self.engine.config.lease_ttl_ms);
         self.outlets.insert(session_id.clone(), outbound);
-        self.sessions.insert(worker.clone(), session);
+        self.engine.sessions.insert(worker.clone(), session);
         Ok(session_id)
     }
 
     pub(super) fn on_worker_message(&mut self, session: &str, msg: worker_message::Msg) {
-        let Some(worker) = self.sessions.worker_of(session).cloned() else { return };
-        let now = self.now;
+        let Some(worker) = self.engine.sessions.worker_of(session).cloned() else { return };
+        let now = self.engine.now;
         match msg {
             worker_message::Msg::Heartbeat(hb) => {
                 // A session whose send side is closed (the worker stopped
                 // reading and was cut off) renews nothing: its lease runs
                 // out unless the worker reconnects.
                 self.check_stream(&worker);
-                if self.sessions.is_cut_off(&worker) {
+                if self.engine.sessions.is_cut_off(&worker) {
                     return;
                 }
                 // The store lease: refreshed at 0.7×TTL, with one retry at
                 // 0.95×TTL if that fails.
-                let ttl = self.config.lease_ttl_ms;
-                if let (Some(lease), Some(leases)) = (self.sessions.heartbeat(&worker, now, ttl, hb.draining), self.leases.clone()) {
+                let ttl = self.engine.config.lease_ttl_ms;
+                if let (Some(lease), Some(leases)) = (self.engine.sessions.heartbeat(&worker, now, ttl, hb.draining), self.leases.clone()) {
                     tokio::spawn(async move {
                         if !matches!(leases.refresh(lease).await, Ok(true)) {
                             tokio::time::sleep(Duration::from_millis(u64::try_from(ttl / 4).unwrap_or(0))).await;
@@ -123,7 +124,7 @@ impl LeaderRuntime {
                         }
                     });
                 }
-                if !self.freshness.is_stale() {
+                if !self.engine.freshness.is_stale() {
                     self.reconcile_held(&worker, &hb.attempts, now);
                 }
                 self.send_to(&worker, server_message::Msg::Ack(v1::Ack { heartbeat_seq: Some(hb.seq), ..Default::default() }));
@@ -157,8 +158,8 @@ impl LeaderRuntime {
             }
             worker_message::Msg::Output(o) => {
                 // Only from the worker holding the run's current attempt.
-                let current = self.cache.runs.get(o.run_id.as_str()).is_some_and(|r| r.attempt == o.attempt && r.state.is_active());
-                if current && self.cache.runs.may_report(&o.run_id, &worker) {
+                let current = self.engine.cache.runs.get(o.run_id.as_str()).is_some_and(|r| r.attempt == o.attempt && r.state.is_active());
+                if current && self.engine.cache.runs.may_report(&o.run_id, &worker) {
                     self.live.start(&o.run_id, o.attempt, now);
                     self.live.append(&o.run_id, o.attempt, o.offset, &o.data, now);
                 }
@@ -177,8 +178,8 @@ impl LeaderRuntime {
     /// because a report can leave the worker just after a heartbeat that no
     /// longer lists its attempt, and an assignment can cross a heartbeat.
     pub(super) fn reconcile_held(&mut self, worker: &str, listed: &[v1::AttemptRef], now: Millis) {
-        let Some(s) = self.sessions.get(worker) else { return };
-        let held = self.cache.runs.runs_held_by(worker);
+        let Some(s) = self.engine.sessions.get(worker) else { return };
+        let held = self.engine.cache.runs.runs_held_by(worker);
         if held.is_empty() && s.unlisted.is_empty() {
             return;
         }
@@ -195,11 +196,11 @@ impl LeaderRuntime {
         let mut unlisted = HashMap::default();
         let mut gone = Vec::new();
         for id in &held {
-            let Some(run) = self.cache.runs.get(id) else { continue };
+            let Some(run) = self.engine.cache.runs.get(id) else { continue };
             if listed.contains(&(&**id, run.attempt))
                 || reported.contains(&**id)
-                || self.cache.runs.is_orphan(id)
-                || now - run.assigned_at <= self.config.heartbeat_ms
+                || self.engine.cache.runs.is_orphan(id)
+                || now - run.assigned_at <= self.engine.config.heartbeat_ms
             {
                 continue;
             }
@@ -210,7 +211,7 @@ impl LeaderRuntime {
                 unlisted.insert(id.clone(), misses);
             }
         }
-        self.sessions.set_unlisted(worker, unlisted);
+        self.engine.sessions.set_unlisted(worker, unlisted);
         self.inbox.unheld(gone);
     }
 
@@ -221,17 +222,17 @@ impl LeaderRuntime {
         // (`on_lease_deleted`); the in-memory lease is the fallback, a little
         // later, for when the store cannot be heard.
         let (mut batch, mut aborts) = (Vec::new(), Vec::new());
-        for (worker, s) in self.sessions.expire(now, STORE_LEASE_SLACK_MS, self.config.lease_ttl_ms + RECONNECT_SLACK_MS) {
+        for (worker, s) in self.engine.sessions.expire(now, STORE_LEASE_SLACK_MS, self.engine.config.lease_ttl_ms + RECONNECT_SLACK_MS) {
             self.outlets.remove(&s.session_id);
             if let (Some(leases), Some(lease)) = (self.leases.clone(), s.store_lease) {
                 tokio::spawn(async move { leases.release(lease).await });
             }
-            let held = self.cache.runs.runs_held_by(&worker);
+            let held = self.engine.cache.runs.runs_held_by(&worker);
             tracing::warn!(worker = %worker, attempts = held.len(), "worker lease expired; its attempts are lost");
             metrics::counter!("gnomon_worker_leases_expired_total").increment(1);
             for id in held {
-                if self.cache.runs.holder(&id) == Some(&worker) {
-                    self.cache.runs.release(&id);
+                if self.engine.cache.runs.holder(&id) == Some(&worker) {
+                    self.engine.cache.runs.release(&id);
                     // Its report is in (read later this turn): the attempt
                     // ended on its worker, so it waits for that report as
                     // an orphan of that worker instead.
@@ -241,7 +242,7 @@ impl LeaderRuntime {
                         .iter()
                         .any(|e| matches!(e, WorkerEvent::Finished { worker: w, run_id, .. } if *w == worker && **run_id == *id))
                     {
-                        self.cache.runs.orphan(id, now, Some(worker.clone()));
+                        self.engine.cache.runs.orphan(id, now, Some(worker.clone()));
                         continue;
                     }
                     if let Some(t) =
@@ -260,10 +261,10 @@ impl LeaderRuntime {
                 .reports()
                 .iter()
                 .any(|e| matches!(e, WorkerEvent::Finished { worker: w, run_id, .. } if *w == worker && **run_id == *id));
-            if reported || self.cache.runs.holder(&id) != Some(&worker) {
+            if reported || self.engine.cache.runs.holder(&id) != Some(&worker) {
                 continue;
             }
-            let Some(attempt) = self.cache.runs.get(&id).map(|r| r.attempt) else { continue };
+            let Some(attempt) = self.engine.cache.runs.get(&id).map(|r| r.attempt) else { continue };
             tracing::warn!(worker = %worker, run = %id, attempt, "the worker does not hold an attempt assigned to it; ending it lost");
             metrics::counter!("gnomon_attempts_unheld_total").increment(1);
             // Its slot frees when the transition is mirrored; if the write
@@ -283,7 +284,7 @@ impl LeaderRuntime {
                 .iter()
                 .any(|e| matches!(e, WorkerEvent::Finished { worker: w, run_id, .. } if **run_id == *id && worker.is_none_or(|k| k == w)))
         };
-        for (id, _) in self.cache.runs.take_overdue_orphans(now, reported) {
+        for (id, _) in self.engine.cache.runs.take_overdue_orphans(now, reported) {
             if let Some(t) = self.end_attempt(
                 &id,
                 AttemptState::Lost,
@@ -306,17 +307,18 @@ impl LeaderRuntime {
     /// as the store has them) with no result: ended `timed_out` by the
     /// leader, and the worker is told to stop them. Checked once a second.
     fn expire_overruns(&mut self, now: Millis, batch: &mut Vec<Transition>, aborts: &mut Vec<(String, String, u32, String)>) {
-        if !self.cadence.overrun_scan(now) {
+        if !self.engine.cadence.overrun_scan(now) {
             return;
         }
-        let grace = OVERRUN_GRACE_MS + self.config.lease_ttl_ms;
+        let grace = OVERRUN_GRACE_MS + self.engine.config.lease_ttl_ms;
         let overran: Vec<(RunId, String, u32, Millis)> = self
+            .engine
             .cache
             .runs
             .holders()
             .filter_map(|(id, worker)| {
-                let run = self.cache.runs.get(id)?;
-                let timeout = self.cache.jobs.get(&run.key.uid)?.timeout?;
+                let run = self.engine.cache.runs.get(id)?;
+                let timeout = self.engine.cache.jobs.get(&run.key.uid)?.timeout?;
                 let timeout = Millis::try_from(timeout.as_millis()).unwrap_or(Millis::MAX / 4);
                 (now > run.began_at + timeout + grace).then(|| (id.clone(), worker.clone(), run.attempt, timeout))
             })
@@ -344,7 +346,7 @@ impl LeaderRuntime {
 
     /// Sends a message on the worker's stream; whether it went.
     pub(super) fn send_to(&self, worker: &str, msg: server_message::Msg) -> bool {
-        let Some(s) = self.sessions.get(worker).filter(|s| s.stream != Stream::Down) else { return false };
+        let Some(s) = self.engine.sessions.get(worker).filter(|s| s.stream != Stream::Down) else { return false };
         self.outlets.get(&s.session_id).is_some_and(|tx| tx.send(Ok(v1::ServerMessage { msg: Some(msg) })).is_ok())
     }
 
@@ -352,21 +354,25 @@ impl LeaderRuntime {
     /// stopped reading and was cut off).
     pub(super) fn check_stream(&mut self, worker: &str) {
         let closed = self
+            .engine
             .sessions
             .get(worker)
             .filter(|s| s.stream == Stream::Up)
             .map(|s| self.outlets.get(&s.session_id).is_none_or(|tx| tx.is_closed()));
         if closed == Some(true) {
-            self.sessions.cut_off(worker);
+            self.engine.sessions.cut_off(worker);
         }
     }
 
     /// Asks the worker holding the run's attempt to stop it.
     pub(super) fn send_cancel(&mut self, run_id: &str, attempt: u32) {
-        if let Some(worker) = self.cache.runs.holder(run_id).cloned() {
-            self.send_to(&worker, server_message::Msg::Cancel(v1::Cancel { run_id: run_id.into(), attempt, token: self.fence.token }));
+        if let Some(worker) = self.engine.cache.runs.holder(run_id).cloned() {
+            self.send_to(
+                &worker,
+                server_message::Msg::Cancel(v1::Cancel { run_id: run_id.into(), attempt, token: self.engine.fence.token }),
+            );
         }
-        self.cache.runs.note_cancel(run_id, attempt);
+        self.engine.cache.runs.note_cancel(run_id, attempt);
     }
 
     /// Takes a worker's report into the inbox. Past its bound the report is
