@@ -20,6 +20,7 @@ pub mod admission;
 pub mod backfills;
 pub mod cadence;
 mod config;
+pub mod dispatch;
 pub mod fair;
 pub mod graph;
 pub mod inbox;

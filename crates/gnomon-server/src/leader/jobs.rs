@@ -67,7 +67,7 @@ impl LeaderRuntime {
     pub(super) fn interleaved_fire_chunk(&self) -> Option<usize> {
         let absorb = self.engine.sessions.absorb();
         (absorb > 0 && self.engine.cache.runs.ready_len() < absorb).then(|| {
-            let room = (self.dispatch_room() + self.inbox.reports().len()).saturating_sub(self.engine.cache.runs.ready_len());
+            let room = (self.engine.dispatch_room() + self.inbox.reports().len()).saturating_sub(self.engine.cache.runs.ready_len());
             room.clamp(MIN_INTERLEAVED_FIRE, MAX_FIRE_BATCH)
         })
     }

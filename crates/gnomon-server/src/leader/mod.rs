@@ -14,16 +14,13 @@ use gnomon_backend::{AttemptChange, Fence, FireOutcome, JobAdvance, JobRecord, N
 use gnomon_core::outcome::{ExecOutcome, RetryHint, MAX_RETRY_AFTER_MS};
 use gnomon_core::policy::{decide_overlap, plan_fires, Decision, OverlapDecision, PlanInput};
 use gnomon_core::run::run_state_after_attempt;
-use gnomon_core::spec::{Executor, OverlapPolicy};
+use gnomon_core::spec::OverlapPolicy;
 use gnomon_core::{AttemptState, Clock, Millis, RunState};
 use gnomon_proto::v1::{self, server_message, worker_message};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use gnomon_core::backpressure::Pressure;
-use gnomon_core::routing::{pick_worker, Candidate};
 
-/// The most ready runs one dispatch pass looks at.
-const MAX_DISPATCH_SCAN: usize = 8192;
 use crate::outbound::Outbound;
 
 /// The longest the actor sleeps between turns, which bounds how stale the
@@ -47,9 +44,6 @@ const MIN_INTERLEAVED_FIRE: usize = 256;
 /// lease TTL: the worker kills it at the timeout and reports; this only
 /// catches a worker that keeps listing an attempt and never reports.
 pub const OVERRUN_GRACE_MS: Millis = 60_000;
-/// …and none of the attempts it holds was assigned longer ago than this
-/// (a slot is not stuck on a slow run).
-const PREFETCH_MAX_AGE_MS: Millis = 1_000;
 
 mod asks;
 mod backfills;

@@ -14,9 +14,9 @@
 use gnomon_backend::{BackfillProgress, BackfillRecord, TurnBatch};
 
 use super::asks::PlannedAsk;
-use super::dispatch::DispatchPlan;
 use super::jobs::FirePlan;
 use super::*;
+use gnomon_engine::dispatch::DispatchPlan;
 
 /// One chunk of one backfill, planned.
 pub(super) struct BackfillStep {

@@ -47,7 +47,7 @@ impl LeaderRuntime {
         // workers run chunk N while the store writes chunk N+1.
         self.plan_fire(now, &mut plan);
         plan.events = self.prepare_worker_events();
-        plan.dispatch = self.prepare_dispatch(now);
+        plan.dispatch = self.engine.prepare_dispatch(now);
         // One write, then apply.
         self.write_plan(plan, now).await
     }
@@ -212,7 +212,7 @@ impl LeaderRuntime {
         if !self.inbox.reports().is_empty()
             || self.inbox.has_asks()
             || self.engine.cache.runs.has_undecided()
-            || (self.engine.cache.runs.ready_len() > 0 && self.dispatch_room() > 0 && self.ready_has_dispatchable())
+            || (self.engine.cache.runs.ready_len() > 0 && self.engine.dispatch_room() > 0 && self.engine.ready_has_dispatchable())
         {
             tokio::task::yield_now().await;
             return self.should_stop();

@@ -65,7 +65,7 @@ impl LeaderRuntime {
         self.engine.cache.runs.release_kept(self.engine.now);
         let capacity = self.engine.sessions.capacity();
         let pending = self.engine.cache.runs.ready_len();
-        let (before, after) = self.engine.admission.update(self.engine.cache.runs.ns_tally(), self.free_slots(), capacity);
+        let (before, after) = self.engine.admission.update(self.engine.cache.runs.ns_tally(), self.engine.free_slots(), capacity);
         let max_pending = self.engine.admission.pressure().config.max_pending;
         if after != before {
             if after == Pressure::Red || before == Pressure::Red {
