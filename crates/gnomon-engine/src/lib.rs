@@ -26,6 +26,7 @@ pub mod graph;
 pub mod inbox;
 pub mod notes;
 pub mod notify;
+pub mod plan;
 pub mod runbook;
 pub mod sessions;
 pub mod timeline;

@@ -5,8 +5,9 @@
 use gnomon_backend::{BackfillProgress, BackfillRecord};
 use gnomon_engine::backfills::Backfills;
 
-use super::plan::{BackfillStep, TurnPlan};
+use super::plan::TurnPlan;
 use super::*;
+use gnomon_engine::plan::BackfillStep;
 
 impl LeaderRuntime {
     /// Reads the running backfills (new ones, cancelled ones).

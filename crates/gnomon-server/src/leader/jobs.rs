@@ -1,21 +1,6 @@
 use super::*;
 
-/// One chunk of due jobs, planned and not yet written.
-pub(super) struct FirePlan {
-    pub(super) new_runs: Vec<NewRun>,
-    pub(super) advances: Vec<JobAdvance>,
-    /// Per job: (uid, last scheduled time fired, more due, the previous
-    /// version's instants).
-    pub(super) plans: Vec<(String, Option<Millis>, bool, bool)>,
-    pub(super) now: Millis,
-    /// When the write began (each run's `fired_at`).
-    pub(super) stamp: Millis,
-    /// Pending runs tracked ahead of the write.
-    pub(super) tracked: Vec<RunId>,
-    /// `replace` jobs whose runs before the given instant are cancelled
-    /// once this fire is written.
-    pub(super) replace: Vec<(String, Millis)>,
-}
+use gnomon_engine::plan::FirePlan;
 
 impl LeaderRuntime {
     /// Takes in a job's stored record (see [`JobTimeline::upsert`]).

@@ -11,115 +11,13 @@
 //!   components are rebuilt from the store, the worker reports go back to
 //!   the inbox, and every ask is answered with the error.
 
-use gnomon_backend::{BackfillProgress, BackfillRecord, TurnBatch};
+use gnomon_backend::TurnBatch;
 
 use super::asks::PlannedAsk;
-use super::jobs::FirePlan;
+
+/// What one turn writes, its asks the leader's.
+pub(super) type TurnPlan = gnomon_engine::plan::TurnPlan<PlannedAsk>;
 use super::*;
-use gnomon_engine::dispatch::DispatchPlan;
-
-/// One chunk of one backfill, planned.
-pub(super) struct BackfillStep {
-    pub(super) record: BackfillRecord,
-    /// The chunk's runs: its own instants first (`roots` of them), then
-    /// their dependency runs.
-    pub(super) runs: Vec<NewRun>,
-    pub(super) roots: usize,
-    /// Its cursor moved past the chunk (counts as of before it: the write
-    /// adds the chunk's outcomes).
-    pub(super) progress: BackfillProgress,
-    /// When its next chunk is due.
-    pub(super) next_at: Millis,
-}
-
-/// What one turn writes, by the part of the leader that planned it.
-#[derive(Default)]
-pub(super) struct TurnPlan {
-    /// One chunk of due jobs (its pending runs are tracked ahead, so this
-    /// turn's dispatch may place them).
-    pub(super) fire: Option<FirePlan>,
-    pub(super) asks: Vec<PlannedAsk>,
-    pub(super) backfills: Vec<BackfillStep>,
-    /// Attempts ended by the leader (leases expired, unheld, overrun,
-    /// never reclaimed).
-    pub(super) ends: Vec<Transition>,
-    /// (worker, run, attempt, reason): told once the ends are written.
-    pub(super) aborts: Vec<(String, String, u32, String)>,
-    /// `replace`: runs cancelled because a newer run replaced them…
-    pub(super) cancels: Vec<Transition>,
-    /// …and live attempts their workers are told to cancel (run, attempt),
-    /// once the write is done.
-    pub(super) cancel_sends: Vec<(String, u32)>,
-    pub(super) retries: Vec<Transition>,
-    /// Waiting runs decided.
-    pub(super) releases: Vec<Transition>,
-    pub(super) events: EventBatch,
-    pub(super) dispatch: DispatchPlan,
-    /// Dependency runs planned this turn (an upstream's second root
-    /// makes none again).
-    pub(super) seen: HashSet<String>,
-    /// Keyed runs planned this turn.
-    keys: HashSet<String>,
-    /// Open runs planned per namespace, counted by admission.
-    runs_by_ns: HashMap<String, u64>,
-    /// The params and payload bytes of the runs asks planned, per namespace.
-    bytes_by_ns: HashMap<String, u64>,
-    /// Backfills planned per namespace, and their instants.
-    backfills_by_ns: HashMap<String, (u64, u64)>,
-}
-
-impl TurnPlan {
-    pub(super) fn ask(&mut self, ask: PlannedAsk) {
-        self.asks.push(ask);
-    }
-
-    /// Claims a keyed run's id for this turn; `false` if an ask of this
-    /// turn has it.
-    pub(super) fn claim_key(&mut self, id: String) -> bool {
-        self.keys.insert(id)
-    }
-
-    pub(super) fn count_runs(&mut self, ns: &str, n: usize) {
-        *self.runs_by_ns.entry(ns.to_string()).or_default() += n as u64;
-    }
-
-    pub(super) fn runs_planned(&self, ns: &str) -> u64 {
-        self.runs_by_ns.get(ns).copied().unwrap_or(0)
-    }
-
-    pub(super) fn count_bytes(&mut self, ns: &str, bytes: u64) {
-        *self.bytes_by_ns.entry(ns.to_string()).or_default() += bytes;
-    }
-
-    pub(super) fn bytes_planned(&self, ns: &str) -> u64 {
-        self.bytes_by_ns.get(ns).copied().unwrap_or(0)
-    }
-
-    pub(super) fn count_backfill(&mut self, ns: &str, instants: u64) {
-        let e = self.backfills_by_ns.entry(ns.to_string()).or_default();
-        e.0 += 1;
-        e.1 += instants;
-    }
-
-    /// Backfills planned in `ns` this turn, and their instants.
-    pub(super) fn backfills_planned(&self, ns: &str) -> (u64, u64) {
-        self.backfills_by_ns.get(ns).copied().unwrap_or((0, 0))
-    }
-
-    /// Nothing to write (refused reports may still want answers).
-    fn writes_nothing(&self) -> bool {
-        self.fire.is_none()
-            && self.asks.is_empty()
-            && self.backfills.is_empty()
-            && self.ends.is_empty()
-            && self.cancels.is_empty()
-            && self.retries.is_empty()
-            && self.releases.is_empty()
-            && self.events.batch.is_empty()
-            && self.dispatch.batch.is_empty()
-            && self.dispatch.dropped.is_empty()
-    }
-}
 
 /// The parts' items, one after another, and where each part ends.
 fn join<T>(parts: Vec<Vec<T>>) -> (Vec<T>, Vec<usize>) {

@@ -2,14 +2,7 @@ use super::*;
 
 pub(super) use gnomon_engine::inbox::WorkerEvent;
 
-/// Worker results on their way to the store.
-#[derive(Default)]
-pub(super) struct EventBatch {
-    pub(super) events: Vec<WorkerEvent>,
-    pub(super) batch: Vec<Transition>,
-    /// (worker, run, attempt, rejection) to send once written.
-    pub(super) acks: Vec<(String, String, u32, Option<&'static str>)>,
-}
+pub(super) use gnomon_engine::plan::EventBatch;
 
 impl LeaderRuntime {
     /// Builds the batch that records the worker results received since the
