@@ -24,10 +24,12 @@ pub mod dispatch;
 pub mod fair;
 pub mod graph;
 pub mod inbox;
+mod jobs;
 pub mod notes;
 pub mod notify;
 pub mod plan;
 pub mod runbook;
+mod runs;
 pub mod sessions;
 pub mod timeline;
 

@@ -251,7 +251,7 @@ impl LeaderRuntime {
             }
         };
         let mut all = roots.clone();
-        all.extend(self.dependency_runs(&roots, now, &mut plan.seen));
+        all.extend(self.engine.dependency_runs(&roots, now, &mut plan.seen));
         // Refused whole, before anything of it is written; what this turn
         // planned already counts.
         let (_, reserved) = self.engine.cache.backfills.of_namespace(&job.namespace);
@@ -303,7 +303,7 @@ impl LeaderRuntime {
                 let mut fired = fired;
                 let first = runs.first().map(NewRun::id).unwrap_or_default();
                 let dep_fired = fired.split_off(roots.min(fired.len()));
-                self.track_dependency_runs(runs.split_off(roots.min(runs.len())), dep_fired, now);
+                self.engine.track_dependency_runs(runs.split_off(roots.min(runs.len())), dep_fired, now);
                 let mut taken = false;
                 for (run, outcome) in runs.into_iter().zip(fired) {
                     if outcome != FireOutcome::Created {
@@ -311,7 +311,7 @@ impl LeaderRuntime {
                         continue;
                     }
                     metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
-                    pending.created.push(self.track_pending(run, now).to_string());
+                    pending.created.push(self.engine.track_pending(run, now).to_string());
                 }
                 // What the caller reads next (its namespace's usage) counts
                 // what it just made.
@@ -347,7 +347,7 @@ impl LeaderRuntime {
     /// last one taken), with the job in the timeline.
     fn manual_start(&mut self, job: &JobRecord, now: Millis) -> Millis {
         if !self.engine.cache.jobs.contains(&job.uid) {
-            self.upsert_job(job.clone());
+            self.engine.upsert_job(job.clone());
         }
         self.engine.cache.jobs.get(&job.uid).map_or(now, |j| j.manual_next.max(now))
     }

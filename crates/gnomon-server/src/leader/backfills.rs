@@ -73,7 +73,7 @@ impl LeaderRuntime {
                 .collect();
             let n_roots = roots.len();
             let mut runs = roots.clone();
-            runs.extend(self.dependency_runs(&roots, now, &mut plan.seen));
+            runs.extend(self.engine.dependency_runs(&roots, now, &mut plan.seen));
             plan.count_runs(&b.namespace, runs.len());
             // Not due again until this chunk is applied.
             self.engine.cache.backfills.wait(&b.id, Millis::MAX);
@@ -115,11 +115,11 @@ impl LeaderRuntime {
         let now = self.engine.now;
         let mut fired = fired;
         let dep_fired = fired.split_off(roots.min(fired.len()));
-        self.track_dependency_runs(runs.split_off(roots.min(runs.len())), dep_fired, now);
+        self.engine.track_dependency_runs(runs.split_off(roots.min(runs.len())), dep_fired, now);
         for (run, outcome) in runs.into_iter().zip(fired) {
             if outcome == FireOutcome::Created {
                 metrics::counter!("gnomon_runs_total", "state" => "pending").increment(1);
-                self.track_pending(run, now);
+                self.engine.track_pending(run, now);
             }
         }
         if counted.done.is_some() {

@@ -10,11 +10,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gnomon_backend::{AttemptChange, Fence, FireOutcome, JobAdvance, JobRecord, NewRun, SessionLeases, Store, StoreError, Transition};
-use gnomon_core::outcome::{ExecOutcome, RetryHint, MAX_RETRY_AFTER_MS};
-use gnomon_core::policy::{decide_overlap, plan_fires, Decision, OverlapDecision, PlanInput};
-use gnomon_core::run::run_state_after_attempt;
-use gnomon_core::spec::OverlapPolicy;
+use gnomon_backend::{AttemptChange, Fence, FireOutcome, JobRecord, NewRun, SessionLeases, Store, StoreError, Transition};
+use gnomon_core::outcome::{ExecOutcome, RetryHint};
+use gnomon_core::policy::{decide_overlap, OverlapDecision};
 use gnomon_core::{AttemptState, Clock, Millis, RunState};
 use gnomon_proto::v1::{self, server_message, worker_message};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -26,19 +24,12 @@ use crate::outbound::Outbound;
 /// The longest the actor sleeps between turns, which bounds how stale the
 /// job feed and cancel requests can get (and step-down latency).
 pub const MAX_TURN: Duration = Duration::from_millis(250);
-/// The most jobs fired in one store transaction. A burst (100,000 jobs due
-/// at the same second) is written in chunks, so memory stays bounded and
-/// dispatch and reports interleave with the burst instead of waiting for it.
-const MAX_FIRE_BATCH: usize = 2048;
 /// The worker's longest reconnect backoff, added to a new leader's wait for
 /// recovered attempts to be reclaimed.
 const RECONNECT_SLACK_MS: Millis = 2_000;
 /// How much longer the in-memory lease runs than a store-kept one, so the
 /// store's deletion of the session key is what evicts a worker.
 const STORE_LEASE_SLACK_MS: Millis = 3_000;
-/// The smallest chunk a burst is fired in while it interleaves with
-/// dispatch (smaller chunks would spend more on commits than they save).
-const MIN_INTERLEAVED_FIRE: usize = 256;
 /// How far past its job's timeout (counted from its assignment) an attempt
 /// may run before the leader ends it `timed_out` itself, on top of the
 /// lease TTL: the worker kills it at the timeout and reports; this only

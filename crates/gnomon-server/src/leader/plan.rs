@@ -194,7 +194,7 @@ impl LeaderRuntime {
         for (t, ok) in batch.iter().zip(applied) {
             if ok {
                 *moved.entry(t.to.as_str()).or_default() += 1;
-                self.mirror_state(t);
+                self.engine.mirror_state(t);
             } else {
                 self.reload_run(&t.run_id).await?;
             }

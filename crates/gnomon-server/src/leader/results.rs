@@ -68,7 +68,7 @@ impl LeaderRuntime {
                         continue;
                     }
                     let Some(mut t) =
-                        self.end_attempt(run_id, outcome.state, outcome.exit_code, outcome.output.clone(), outcome.retry, *at)
+                        self.engine.end_attempt(run_id, outcome.state, outcome.exit_code, outcome.output.clone(), outcome.retry, *at)
                     else {
                         acks.push((worker.clone(), run_id.clone(), *attempt, Some("the attempt is no longer live")));
                         continue;

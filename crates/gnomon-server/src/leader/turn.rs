@@ -36,8 +36,8 @@ impl LeaderRuntime {
         // dispatch (which may place the fire's pending runs).
         let mut plan = TurnPlan::default();
         self.plan_expiries(now, &mut plan);
-        self.plan_cancels(now, &mut plan);
-        self.plan_retries(now, &mut plan);
+        self.engine.plan_cancels(now, &mut plan);
+        self.engine.plan_retries(now, &mut plan);
         self.plan_releases(undecided, &upstreams, now, &mut plan);
         self.plan_backfills(now, &mut plan);
         self.plan_asks(now, triggers, backfills, &mut plan);
@@ -45,7 +45,7 @@ impl LeaderRuntime {
         // are not dropped); the others fire, one chunk a turn: a herd spans
         // several turns, each with its results and assignments, so the
         // workers run chunk N while the store writes chunk N+1.
-        self.plan_fire(now, &mut plan);
+        self.engine.plan_fire(now, self.inbox.reports().len(), &mut plan);
         plan.events = self.prepare_worker_events();
         plan.dispatch = self.engine.prepare_dispatch(now);
         // One write, then apply.
@@ -77,7 +77,7 @@ impl LeaderRuntime {
             let changed = self.engine.cache.jobs.get(&job.uid).is_none_or(|j| j.record.version != job.version);
             if changed {
                 touched.insert(job.uid.clone());
-                self.upsert_job(job);
+                self.engine.upsert_job(job);
             }
         }
         self.engine.cache.runs.reconsider_waiting_on(&touched);

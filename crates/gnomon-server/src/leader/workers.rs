@@ -77,7 +77,7 @@ impl LeaderRuntime {
                 self.engine.cache.runs.get(r.run_id.as_str()).is_some_and(|run| run.state.is_active() && run.attempt == r.attempt);
             let ours = self.engine.cache.runs.may_report(&r.run_id, &worker);
             if current && ours {
-                self.engine.cache.runs.hold(self.rid(&r.run_id), &worker);
+                self.engine.cache.runs.hold(self.engine.rid(&r.run_id), &worker);
                 reclaimed.push(r.clone());
             } else {
                 superseded.push(r.clone());
@@ -245,9 +245,14 @@ impl LeaderRuntime {
                         self.engine.cache.runs.orphan(id, now, Some(worker.clone()));
                         continue;
                     }
-                    if let Some(t) =
-                        self.end_attempt(&id, AttemptState::Lost, None, format!("worker {worker} lease expired"), RetryHint::Policy, now)
-                    {
+                    if let Some(t) = self.engine.end_attempt(
+                        &id,
+                        AttemptState::Lost,
+                        None,
+                        format!("worker {worker} lease expired"),
+                        RetryHint::Policy,
+                        now,
+                    ) {
                         batch.push(t);
                     }
                 }
@@ -270,7 +275,7 @@ impl LeaderRuntime {
             // Its slot frees when the transition is mirrored; if the write
             // fails, the next heartbeats find it again.
             let why = format!("worker {worker} did not hold the attempt (its assignment never reached it)");
-            if let Some(t) = self.end_attempt(&id, AttemptState::Lost, None, why, RetryHint::Policy, now) {
+            if let Some(t) = self.engine.end_attempt(&id, AttemptState::Lost, None, why, RetryHint::Policy, now) {
                 batch.push(t);
                 aborts.push((worker, id.to_string(), attempt, "the attempt was ended lost: the worker did not hold it".to_string()));
             }
@@ -285,7 +290,7 @@ impl LeaderRuntime {
                 .any(|e| matches!(e, WorkerEvent::Finished { worker: w, run_id, .. } if **run_id == *id && worker.is_none_or(|k| k == w)))
         };
         for (id, _) in self.engine.cache.runs.take_overdue_orphans(now, reported) {
-            if let Some(t) = self.end_attempt(
+            if let Some(t) = self.engine.end_attempt(
                 &id,
                 AttemptState::Lost,
                 None,
@@ -337,7 +342,7 @@ impl LeaderRuntime {
             let why = format!(
                 "worker {worker} reported no result within the timeout ({timeout} ms) and a grace of {grace} ms; ended by the leader"
             );
-            if let Some(t) = self.end_attempt(&id, AttemptState::TimedOut, None, why, RetryHint::Policy, now) {
+            if let Some(t) = self.engine.end_attempt(&id, AttemptState::TimedOut, None, why, RetryHint::Policy, now) {
                 batch.push(t);
                 aborts.push((worker, id.to_string(), attempt, "the attempt overran its timeout and was ended by the leader".into()));
             }
