@@ -30,12 +30,12 @@ const MAX_FIRE_BATCH: usize = 2048;
 const MIN_INTERLEAVED_FIRE: usize = 256;
 
 impl Engine {
-    /// The job's shared key (see [`JobTimeline::key`]).
+    /// The job's shared key (see [`JobTimeline::key`](crate::timeline::JobTimeline::key)).
     pub fn job_key(&self, uid: &str, name: &str, namespace: &str) -> Arc<JobKey> {
         self.cache.jobs.key(uid, name, namespace)
     }
 
-    /// Takes in a job's stored record (see [`JobTimeline::upsert`]).
+    /// Takes in a job's stored record (see [`JobTimeline::upsert`](crate::timeline::JobTimeline::upsert)).
     pub fn upsert_job(&mut self, record: JobRecord) {
         self.cache.jobs.upsert_record(record, self.now);
     }
