@@ -41,6 +41,13 @@ pub struct Inbox<C, A> {
     deferred: VecDeque<C>,
     /// Asks for runs and backfills, planned by the next turn.
     asks: Vec<A>,
+}
+
+/// The workers' side of the inbox, which the engine plans over: reports
+/// not yet written, and attempts a live worker's heartbeats say it does
+/// not hold.
+#[derive(Default)]
+pub struct Reports {
     /// Worker reports not yet written.
     events: Vec<WorkerEvent>,
     /// Attempts a live worker's heartbeats say it does not hold: (worker,
@@ -50,7 +57,7 @@ pub struct Inbox<C, A> {
 
 impl<C, A> Default for Inbox<C, A> {
     fn default() -> Self {
-        Inbox { deferred: VecDeque::new(), asks: Vec::new(), events: Vec::new(), unheld: Vec::new() }
+        Inbox { deferred: VecDeque::new(), asks: Vec::new() }
     }
 }
 
@@ -102,7 +109,9 @@ impl<C, A> Inbox<C, A> {
     pub fn has_asks(&self) -> bool {
         !self.asks.is_empty()
     }
+}
 
+impl Reports {
     /// A worker's report, to be written; `false` (not taken) when
     /// [`MAX_REPORTS`] wait.
     pub fn report(&mut self, event: WorkerEvent) -> bool {
@@ -163,7 +172,7 @@ mod tests {
 
     #[test]
     fn reports_whose_write_failed_go_back_ahead_of_newer_ones() {
-        let mut inbox = TestInbox::default();
+        let mut inbox = Reports::default();
         inbox.report(started("a"));
         inbox.report(started("b"));
         let taken = inbox.take_reports();
@@ -179,14 +188,15 @@ mod tests {
             assert!(inbox.defer(i as u32).is_ok());
         }
         assert_eq!(inbox.defer(7).map_err(|c| *c), Err(7));
+        let mut reports = Reports::default();
         for i in 0..MAX_REPORTS {
-            assert!(inbox.report(started(&i.to_string())));
+            assert!(reports.report(started(&i.to_string())));
         }
-        assert!(!inbox.report(started("over")), "a report past the bound is not taken");
-        let taken = inbox.take_reports();
-        assert!(inbox.report(started("next")), "room again once the reports are taken");
-        inbox.put_back(taken);
-        assert_eq!(inbox.reports().len(), MAX_REPORTS + 1, "reports put back are never dropped");
+        assert!(!reports.report(started("over")), "a report past the bound is not taken");
+        let taken = reports.take_reports();
+        assert!(reports.report(started("next")), "room again once the reports are taken");
+        reports.put_back(taken);
+        assert_eq!(reports.reports().len(), MAX_REPORTS + 1, "reports put back are never dropped");
         for _ in 0..MAX_ASKS {
             assert!(inbox.ask("trigger").is_ok());
         }
@@ -203,10 +213,11 @@ mod tests {
         assert_eq!(inbox.next_deferred(), Some(1));
         assert_eq!(inbox.next_deferred(), Some(2));
         assert!(inbox.next_deferred().is_none());
-        inbox.unheld([("w".to_string(), RunId::from("r"))]);
-        assert_eq!(inbox.take_unheld().len(), 1);
-        inbox.unheld([("w".to_string(), RunId::from("r"))]);
-        inbox.forget_unheld();
-        assert!(inbox.take_unheld().is_empty());
+        let mut reports = Reports::default();
+        reports.unheld([("w".to_string(), RunId::from("r"))]);
+        assert_eq!(reports.take_unheld().len(), 1);
+        reports.unheld([("w".to_string(), RunId::from("r"))]);
+        reports.forget_unheld();
+        assert!(reports.take_unheld().is_empty());
     }
 }

@@ -17,6 +17,7 @@
 //! the messages it is given.
 
 pub mod admission;
+mod backfill_steps;
 pub mod backfills;
 pub mod cadence;
 mod config;
@@ -28,14 +29,17 @@ mod jobs;
 pub mod notes;
 pub mod notify;
 pub mod plan;
+pub mod release;
 pub mod runbook;
 mod runs;
 pub mod sessions;
 pub mod timeline;
+mod workers;
 
 use std::collections::hash_map::DefaultHasher;
 
 pub use config::LeaderConfig;
+pub use workers::OVERRUN_GRACE_MS;
 
 /// The leader's state and its decisions, without I/O: the components a
 /// turn plans over, the term's fence, the settings, the time of the step
@@ -56,6 +60,8 @@ pub struct Engine {
     pub notes: notes::Notes,
     /// Quotas and backpressure, per namespace.
     pub admission: admission::Admission,
+    /// The workers' reports not yet written (kept across a rebuild).
+    pub reports: inbox::Reports,
     /// The term's fence: every write and every message carries its token.
     pub fence: gnomon_records::Fence,
     pub config: LeaderConfig,
@@ -77,6 +83,7 @@ impl Engine {
             cadence: cadence::Cadence::default(),
             sessions: sessions::Sessions::default(),
             notes: notes::Notes::default(),
+            reports: inbox::Reports::default(),
             fence,
             config,
             now,

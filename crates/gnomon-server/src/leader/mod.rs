@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use gnomon_backend::{AttemptChange, Fence, FireOutcome, JobRecord, NewRun, SessionLeases, Store, StoreError, Transition};
 use gnomon_core::outcome::{ExecOutcome, RetryHint};
-use gnomon_core::policy::{decide_overlap, OverlapDecision};
+
 use gnomon_core::{AttemptState, Clock, Millis, RunState};
 use gnomon_proto::v1::{self, server_message, worker_message};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -30,11 +30,7 @@ const RECONNECT_SLACK_MS: Millis = 2_000;
 /// How much longer the in-memory lease runs than a store-kept one, so the
 /// store's deletion of the session key is what evicts a worker.
 const STORE_LEASE_SLACK_MS: Millis = 3_000;
-/// How far past its job's timeout (counted from its assignment) an attempt
-/// may run before the leader ends it `timed_out` itself, on top of the
-/// lease TTL: the worker kills it at the timeout and reports; this only
-/// catches a worker that keeps listing an attempt and never reports.
-pub const OVERRUN_GRACE_MS: Millis = 60_000;
+pub use gnomon_engine::OVERRUN_GRACE_MS;
 
 mod asks;
 mod backfills;
@@ -384,7 +380,7 @@ impl LeaderRuntime {
         let earlier = self.engine.cache.jobs.take_for_rebuild();
         self.engine.cache = Cache::default();
         self.engine.cache.jobs.set_earlier(earlier);
-        self.inbox.forget_unheld();
+        self.engine.reports.forget_unheld();
         self.engine.sessions.clear_unlisted();
         self.engine.notes.reset();
         self.recover().await?;

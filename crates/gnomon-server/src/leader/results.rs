@@ -10,7 +10,7 @@ impl LeaderRuntime {
     /// turn's dispatch can refill them in the same store write; [`Self::undo_events`]
     /// puts them back if that write fails.
     pub(super) fn prepare_worker_events(&mut self) -> EventBatch {
-        let events = self.inbox.take_reports();
+        let events = self.engine.reports.take_reports();
         // Build the batch against a scratch copy of the states so that a
         // start and an end of the same attempt in one batch chain correctly.
         let mut scratch: HashMap<String, (RunState, u32)> = HashMap::default();
@@ -104,7 +104,7 @@ impl LeaderRuntime {
     /// The write failed: the results go back to the inbox, ahead of what
     /// arrived since (persist, then act: nothing was acked).
     pub(super) fn requeue_events(&mut self, eb: EventBatch) {
-        self.inbox.put_back(eb.events);
+        self.engine.reports.put_back(eb.events);
     }
 
     /// The results are persisted: mirror them, then ack (and abort what was

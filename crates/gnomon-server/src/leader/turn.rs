@@ -38,14 +38,14 @@ impl LeaderRuntime {
         self.plan_expiries(now, &mut plan);
         self.engine.plan_cancels(now, &mut plan);
         self.engine.plan_retries(now, &mut plan);
-        self.plan_releases(undecided, &upstreams, now, &mut plan);
-        self.plan_backfills(now, &mut plan);
+        self.engine.plan_releases(undecided, &upstreams, now, &mut plan);
+        self.engine.plan_backfills(now, &mut plan);
         self.plan_asks(now, triggers, backfills, &mut plan);
         // A namespace under red backpressure has its due jobs wait (they
         // are not dropped); the others fire, one chunk a turn: a herd spans
         // several turns, each with its results and assignments, so the
         // workers run chunk N while the store writes chunk N+1.
-        self.engine.plan_fire(now, self.inbox.reports().len(), &mut plan);
+        self.engine.plan_fire(now, self.engine.reports.reports().len(), &mut plan);
         plan.events = self.prepare_worker_events();
         plan.dispatch = self.engine.prepare_dispatch(now);
         // One write, then apply.
@@ -209,7 +209,7 @@ impl LeaderRuntime {
         // The wait is a step of its own: how long to sleep counts from now.
         self.tick();
         self.publish_view();
-        if !self.inbox.reports().is_empty()
+        if !self.engine.reports.reports().is_empty()
             || self.inbox.has_asks()
             || self.engine.cache.runs.has_undecided()
             || (self.engine.cache.runs.ready_len() > 0 && self.engine.dispatch_room() > 0 && self.engine.ready_has_dispatchable())

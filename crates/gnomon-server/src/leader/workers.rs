@@ -125,7 +125,7 @@ impl LeaderRuntime {
                     });
                 }
                 if !self.engine.freshness.is_stale() {
-                    self.reconcile_held(&worker, &hb.attempts, now);
+                    self.engine.reconcile_held(&worker, &hb.attempts, now);
                 }
                 self.send_to(&worker, server_message::Msg::Ack(v1::Ack { heartbeat_seq: Some(hb.seq), ..Default::default() }));
             }
@@ -168,53 +168,6 @@ impl LeaderRuntime {
         }
     }
 
-    /// A heartbeat lists every attempt the worker holds, executing or
-    /// queued. An attempt the leader has it holding that two heartbeats in a
-    /// row did not list, assigned more than a heartbeat interval before,
-    /// and with no report of it waiting to be written, never reached the
-    /// worker or was dropped by it: it is ended `lost` at the next turn
-    /// ([`Self::expire_leases`]) and retried per its job's policy, instead
-    /// of staying `assigned` for as long as the worker lives. Two in a row,
-    /// because a report can leave the worker just after a heartbeat that no
-    /// longer lists its attempt, and an assignment can cross a heartbeat.
-    pub(super) fn reconcile_held(&mut self, worker: &str, listed: &[v1::AttemptRef], now: Millis) {
-        let Some(s) = self.engine.sessions.get(worker) else { return };
-        let held = self.engine.cache.runs.runs_held_by(worker);
-        if held.is_empty() && s.unlisted.is_empty() {
-            return;
-        }
-        let listed: HashSet<(&str, u32)> = listed.iter().map(|a| (a.run_id.as_str(), a.attempt)).collect();
-        let reported: HashSet<&str> = self
-            .inbox
-            .reports()
-            .iter()
-            .filter_map(|e| match e {
-                WorkerEvent::Finished { worker: w, run_id, .. } if w == worker => Some(run_id.as_str()),
-                _ => None,
-            })
-            .collect();
-        let mut unlisted = HashMap::default();
-        let mut gone = Vec::new();
-        for id in &held {
-            let Some(run) = self.engine.cache.runs.get(id) else { continue };
-            if listed.contains(&(&**id, run.attempt))
-                || reported.contains(&**id)
-                || self.engine.cache.runs.is_orphan(id)
-                || now - run.assigned_at <= self.engine.config.heartbeat_ms
-            {
-                continue;
-            }
-            let misses = s.unlisted.get(id).copied().unwrap_or(0) + 1;
-            if misses >= 2 {
-                gone.push((worker.to_string(), id.clone()));
-            } else {
-                unlisted.insert(id.clone(), misses);
-            }
-        }
-        self.engine.sessions.set_unlisted(worker, unlisted);
-        self.inbox.unheld(gone);
-    }
-
     /// Sessions whose lease ran out lose their attempts (retried elsewhere
     /// per the job's policy); recovered attempts nobody reclaimed likewise.
     pub(super) fn plan_expiries(&mut self, now: Millis, plan: &mut super::plan::TurnPlan) {
@@ -237,7 +190,8 @@ impl LeaderRuntime {
                     // ended on its worker, so it waits for that report as
                     // an orphan of that worker instead.
                     if self
-                        .inbox
+                        .engine
+                        .reports
                         .reports()
                         .iter()
                         .any(|e| matches!(e, WorkerEvent::Finished { worker: w, run_id, .. } if *w == worker && **run_id == *id))
@@ -260,9 +214,10 @@ impl LeaderRuntime {
         }
         // Attempts a live worker does not hold (`reconcile_held`), unless
         // their report came in since.
-        for (worker, id) in self.inbox.take_unheld() {
+        for (worker, id) in self.engine.reports.take_unheld() {
             let reported = self
-                .inbox
+                .engine
+                .reports
                 .reports()
                 .iter()
                 .any(|e| matches!(e, WorkerEvent::Finished { worker: w, run_id, .. } if *w == worker && **run_id == *id));
@@ -280,10 +235,10 @@ impl LeaderRuntime {
                 aborts.push((worker, id.to_string(), attempt, "the attempt was ended lost: the worker did not hold it".to_string()));
             }
         }
-        self.expire_overruns(now, &mut batch, &mut aborts);
+        self.engine.expire_overruns(now, &mut batch, &mut aborts);
         // An orphan whose report is in (its worker reconnected with it
         // spooled, and the turn reads it after this) waits for it.
-        let reports = self.inbox.reports();
+        let reports = self.engine.reports.reports();
         let reported = |id: &str, worker: Option<&str>| {
             reports
                 .iter()
@@ -305,48 +260,6 @@ impl LeaderRuntime {
         // Should the assignment still turn up, the worker drops it (told
         // once the ends are written).
         plan.aborts.append(&mut aborts);
-    }
-
-    /// Attempts that ran past their job's timeout by more than the grace
-    /// (from when they began: their start, or their assignment if later,
-    /// as the store has them) with no result: ended `timed_out` by the
-    /// leader, and the worker is told to stop them. Checked once a second.
-    fn expire_overruns(&mut self, now: Millis, batch: &mut Vec<Transition>, aborts: &mut Vec<(String, String, u32, String)>) {
-        if !self.engine.cadence.overrun_scan(now) {
-            return;
-        }
-        let grace = OVERRUN_GRACE_MS + self.engine.config.lease_ttl_ms;
-        let overran: Vec<(RunId, String, u32, Millis)> = self
-            .engine
-            .cache
-            .runs
-            .holders()
-            .filter_map(|(id, worker)| {
-                let run = self.engine.cache.runs.get(id)?;
-                let timeout = self.engine.cache.jobs.get(&run.key.uid)?.timeout?;
-                let timeout = Millis::try_from(timeout.as_millis()).unwrap_or(Millis::MAX / 4);
-                (now > run.began_at + timeout + grace).then(|| (id.clone(), worker.clone(), run.attempt, timeout))
-            })
-            .collect();
-        for (id, worker, attempt, timeout) in overran {
-            let reported = self
-                .inbox
-                .reports()
-                .iter()
-                .any(|e| matches!(e, WorkerEvent::Finished { run_id, attempt: a, .. } if **run_id == *id && *a == attempt));
-            if reported {
-                continue;
-            }
-            tracing::warn!(worker = %worker, run = %id, attempt, "no result past the job's timeout and the grace; the leader ends the attempt timed out");
-            metrics::counter!("gnomon_attempts_overrun_total").increment(1);
-            let why = format!(
-                "worker {worker} reported no result within the timeout ({timeout} ms) and a grace of {grace} ms; ended by the leader"
-            );
-            if let Some(t) = self.engine.end_attempt(&id, AttemptState::TimedOut, None, why, RetryHint::Policy, now) {
-                batch.push(t);
-                aborts.push((worker, id.to_string(), attempt, "the attempt overran its timeout and was ended by the leader".into()));
-            }
-        }
     }
 
     /// Sends a message on the worker's stream; whether it went.
@@ -384,7 +297,7 @@ impl LeaderRuntime {
     /// not taken and not acknowledged: the worker keeps it spooled and
     /// sends it again.
     fn take_report(&mut self, event: WorkerEvent) {
-        if !self.inbox.report(event) {
+        if !self.engine.reports.report(event) {
             metrics::counter!("gnomon_leader_inbox_refused_total", "bound" => "reports").increment(1);
         }
     }
