@@ -17,6 +17,7 @@
 //! the messages it is given.
 
 pub mod admission;
+mod asks;
 mod backfill_steps;
 pub mod backfills;
 pub mod cadence;
@@ -30,16 +31,22 @@ pub mod notes;
 pub mod notify;
 pub mod plan;
 pub mod release;
+mod results;
 pub mod runbook;
 mod runs;
 pub mod sessions;
 pub mod timeline;
+pub mod view;
 mod workers;
 
 use std::collections::hash_map::DefaultHasher;
 
 pub use config::LeaderConfig;
 pub use workers::OVERRUN_GRACE_MS;
+
+/// The worker's longest reconnect backoff, added to a new leader's wait for
+/// recovered attempts to be reclaimed.
+pub const RECONNECT_SLACK_MS: gnomon_core::Millis = 2_000;
 
 /// The leader's state and its decisions, without I/O: the components a
 /// turn plans over, the term's fence, the settings, the time of the step

@@ -1,6 +1,8 @@
 //! Judging what workers hold: heartbeats that leave attempts out, and
 //! attempts that overran their timeout.
 
+use crate::RECONNECT_SLACK_MS;
+
 use crate::inbox::WorkerEvent;
 use crate::runbook::RunId;
 use crate::Engine;
@@ -104,6 +106,31 @@ impl Engine {
                 batch.push(t);
                 aborts.push((worker, id.to_string(), attempt, "the attempt overran its timeout and was ended by the leader".into()));
             }
+        }
+    }
+}
+
+impl Engine {
+    /// A session key was deleted in the store: its lease ran out (the worker
+    /// stopped heartbeating) or was revoked. Evict that worker's attempts.
+    pub fn on_lease_deleted(&mut self, worker: &str, lease: i64) {
+        let now = self.now;
+        let ttl = self.config.lease_ttl_ms;
+        // The store lease is refreshed only every 0.7×TTL, so it can run
+        // out up to 0.7×TTL before the worker fences itself (0.7×TTL after
+        // its last acknowledged heartbeat). It is evicted when the in-memory
+        // lease says so: a full TTL after its last heartbeat, never earlier.
+        if self.sessions.store_lease_deleted(worker, lease, ttl) {
+            tracing::warn!(worker, lease, "worker session lease deleted in the store; evicting it a lease after its last heartbeat");
+            metrics::counter!("gnomon_worker_lease_deletions_total").increment(1);
+        }
+        if self.sessions.forget_adopted(worker, lease) {
+            // A lease adopted from the previous leader: that leader acked
+            // the worker at most 0.7×TTL after the lease's last refresh, so
+            // the worker's attempts may run until 0.7×TTL after its
+            // deletion (and never past the term start's own bound).
+            let floor = self.cadence.started().unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
+            self.cache.runs.set_orphan_deadlines(worker, (now + ttl * 7 / 10).min(floor));
         }
     }
 }

@@ -230,7 +230,7 @@ impl LeaderRuntime {
     fn plan_trigger(&mut self, now: Millis, read: ReadTrigger, plan: &mut TurnPlan) {
         let ReadTrigger { pending, job, params } = read;
         let template = ManualRun { origin: pending.request.origin, params, payload: pending.request.payload.clone() };
-        let at = self.manual_start(&job, now);
+        let at = self.engine.manual_start(&job, now);
         let (roots, keyed) = match &pending.request.key {
             Some(key) => {
                 let run = template.run(&job, at, now, Some(stored_key(pending.request.origin, key.clone())));
@@ -341,15 +341,6 @@ impl LeaderRuntime {
                 Ok(())
             }
         }
-    }
-
-    /// The first instant free for a manual run of `job` (now, or past the
-    /// last one taken), with the job in the timeline.
-    fn manual_start(&mut self, job: &JobRecord, now: Millis) -> Millis {
-        if !self.engine.cache.jobs.contains(&job.uid) {
-            self.engine.upsert_job(job.clone());
-        }
-        self.engine.cache.jobs.get(&job.uid).map_or(now, |j| j.manual_next.max(now))
     }
 }
 

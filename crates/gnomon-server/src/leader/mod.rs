@@ -24,9 +24,7 @@ use crate::outbound::Outbound;
 /// The longest the actor sleeps between turns, which bounds how stale the
 /// job feed and cancel requests can get (and step-down latency).
 pub const MAX_TURN: Duration = Duration::from_millis(250);
-/// The worker's longest reconnect backoff, added to a new leader's wait for
-/// recovered attempts to be reclaimed.
-const RECONNECT_SLACK_MS: Millis = 2_000;
+use gnomon_engine::RECONNECT_SLACK_MS;
 /// How much longer the in-memory lease runs than a store-kept one, so the
 /// store's deletion of the session key is what evicts a worker.
 const STORE_LEASE_SLACK_MS: Millis = 3_000;
@@ -47,7 +45,8 @@ mod workers;
 
 pub use claim::{AskClaim, Withdrawal};
 pub use gnomon_engine::fair::NsCounts;
-pub use view::{NamespaceUsage, PressureInfo, Snapshot, WorkerInfo};
+pub use gnomon_engine::view::NamespaceUsage;
+pub use view::{PressureInfo, Snapshot, WorkerInfo};
 
 use results::*;
 
@@ -58,7 +57,6 @@ use gnomon_engine::{Cache, Engine};
 
 /// The leader's inbox: its commands and asks.
 type Inbox = gnomon_engine::inbox::Inbox<LeaderCommand, asks::Ask>;
-use gnomon_engine::timeline::*;
 use gnomon_engine::{admission, notify};
 
 /// The leader's maps and sets hash with fixed keys, so that the order in
@@ -429,7 +427,7 @@ impl LeaderRuntime {
                 }
                 Some((worker, lease)) = next_from(&mut self.lease_deletions) => {
                     self.tick();
-                    self.on_lease_deleted(&worker, lease);
+                    self.engine.on_lease_deleted(&worker, lease);
                 }
                 Some(registered) = self.lease_events.1.recv() => {
                     self.tick();

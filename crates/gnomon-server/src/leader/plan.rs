@@ -133,7 +133,7 @@ impl LeaderRuntime {
         let wrote = match result.and_then(|w| w.applied.map(|a| (w.fired, a, w.advanced, w.created))) {
             Ok(w) => w,
             Err(e) => {
-                self.requeue_events(std::mem::take(&mut plan.events));
+                self.engine.requeue_events(std::mem::take(&mut plan.events));
                 self.fail_asks(plan.asks, &e);
                 return Err(e);
             }
@@ -148,7 +148,7 @@ impl LeaderRuntime {
             let e = StoreError::Backend(format!(
                 "the turn write answered (runs, transitions, backfills, new backfills) = {answered:?} for {asked:?}"
             ));
-            self.requeue_events(std::mem::take(&mut plan.events));
+            self.engine.requeue_events(std::mem::take(&mut plan.events));
             self.fail_asks(plan.asks, &e);
             return Err(e);
         }

@@ -46,7 +46,7 @@ impl LeaderRuntime {
         // several turns, each with its results and assignments, so the
         // workers run chunk N while the store writes chunk N+1.
         self.engine.plan_fire(now, self.engine.reports.reports().len(), &mut plan);
-        plan.events = self.prepare_worker_events();
+        plan.events = self.engine.prepare_worker_events();
         plan.dispatch = self.engine.prepare_dispatch(now);
         // One write, then apply.
         self.write_plan(plan, now).await
@@ -243,7 +243,7 @@ impl LeaderRuntime {
             }
             Some((worker, lease)) = next_from(&mut self.lease_deletions) => {
                 self.tick();
-                self.on_lease_deleted(&worker, lease);
+                self.engine.on_lease_deleted(&worker, lease);
             }
             Some(registered) = self.lease_events.1.recv() => {
                 self.tick();

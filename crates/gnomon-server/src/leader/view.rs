@@ -8,26 +8,6 @@ pub struct PressureInfo {
     pub max_pending: usize,
 }
 
-/// One namespace's use of its quotas, as `GET /v1/namespaces/{namespace}/usage`
-/// shows it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
-pub struct NamespaceUsage {
-    pub namespace: String,
-    /// Its own backpressure: `red` while its backlog defers its fires and
-    /// pauses its backfills.
-    pub pressure: Pressure,
-    /// Its open runs, by state.
-    pub runs: NsCounts,
-    /// What counts against `open_runs`: its open runs, its keyed runs still
-    /// held after they ended, and the instants its running backfills have
-    /// still to create.
-    pub open_runs: u64,
-    /// Backfills running.
-    pub backfills: u64,
-    /// Its quotas.
-    pub quota: gnomon_core::quota::Quota,
-}
-
 /// What the leader publishes for the API.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
@@ -76,7 +56,7 @@ impl LeaderRuntime {
         }
         metrics::gauge!("gnomon_backpressure_state").set(after.level());
         metrics::gauge!("gnomon_pending_runs").set(pending as f64);
-        let namespaces = self.namespace_usage();
+        let namespaces = self.engine.namespace_usage();
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         view.pressure = Some(PressureInfo { state: after, pending, max_pending });
         for gone in view.namespaces.keys().filter(|ns| !namespaces.contains_key(*ns)) {
@@ -86,27 +66,6 @@ impl LeaderRuntime {
             usage_metrics(usage);
         }
         view.namespaces = namespaces;
-    }
-
-    /// Every namespace with open runs or running backfills.
-    fn namespace_usage(&self) -> BTreeMap<String, NamespaceUsage> {
-        let mut out = BTreeMap::new();
-        let mut names: std::collections::BTreeSet<&str> = self.engine.cache.runs.ns_tally().map(|(ns, _)| ns).collect();
-        names.extend(self.engine.cache.backfills.namespaces());
-        for ns in names {
-            let runs = self.engine.cache.runs.ns_counts(ns);
-            let (backfills, reserved) = self.engine.cache.backfills.of_namespace(ns);
-            let usage = NamespaceUsage {
-                namespace: ns.to_string(),
-                pressure: self.engine.admission.state_of(ns),
-                runs,
-                open_runs: runs.counted() + reserved,
-                backfills,
-                quota: self.engine.admission.quota(ns),
-            };
-            out.insert(ns.to_string(), usage);
-        }
-        out
     }
 
     pub(super) fn publish_view(&mut self) {
@@ -123,13 +82,6 @@ impl LeaderRuntime {
         if let Some(waiting) = notes {
             view.waiting = waiting;
         }
-    }
-}
-
-impl NamespaceUsage {
-    /// A namespace that holds nothing, under `quota`.
-    pub fn empty(quota: gnomon_core::quota::Quota) -> Self {
-        Self { namespace: String::new(), pressure: Pressure::Green, runs: NsCounts::default(), open_runs: 0, backfills: 0, quota }
     }
 }
 

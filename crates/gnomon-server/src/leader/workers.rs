@@ -1,29 +1,6 @@
 use super::*;
 
 impl LeaderRuntime {
-    /// A session key was deleted in the store: its lease ran out (the worker
-    /// stopped heartbeating) or was revoked. Evict that worker's attempts.
-    pub(super) fn on_lease_deleted(&mut self, worker: &str, lease: i64) {
-        let now = self.engine.now;
-        let ttl = self.engine.config.lease_ttl_ms;
-        // The store lease is refreshed only every 0.7×TTL, so it can run
-        // out up to 0.7×TTL before the worker fences itself (0.7×TTL after
-        // its last acknowledged heartbeat). It is evicted when the in-memory
-        // lease says so: a full TTL after its last heartbeat, never earlier.
-        if self.engine.sessions.store_lease_deleted(worker, lease, ttl) {
-            tracing::warn!(worker, lease, "worker session lease deleted in the store; evicting it a lease after its last heartbeat");
-            metrics::counter!("gnomon_worker_lease_deletions_total").increment(1);
-        }
-        if self.engine.sessions.forget_adopted(worker, lease) {
-            // A lease adopted from the previous leader: that leader acked
-            // the worker at most 0.7×TTL after the lease's last refresh, so
-            // the worker's attempts may run until 0.7×TTL after its
-            // deletion (and never past the term start's own bound).
-            let floor = self.engine.cadence.started().unwrap_or(now) + ttl + RECONNECT_SLACK_MS;
-            self.engine.cache.runs.set_orphan_deadlines(worker, (now + ttl * 7 / 10).min(floor));
-        }
-    }
-
     /// Registers a worker session (answering `Welcome`), reclaiming the
     /// attempts it still runs, or refuses it.
     #[allow(clippy::result_large_err)] // tonic::Status is what the service returns
