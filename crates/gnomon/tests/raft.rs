@@ -413,7 +413,15 @@ fn a_long_attempt_survives_a_leader_kill_and_a_worker_pause_on_raft() {
     let (worker_token, entry) = new_credential("ext", &["--role", "worker"]);
     let auth_file = auth.path().join("auth.toml");
     std::fs::write(&auth_file, entry).unwrap();
-    let env = (0..3).map(|i| (i, "GNOMON_AUTH_FILE".to_string(), auth_file.display().to_string())).collect();
+    // The failover tests' 15 s lease: on a loaded 2-core machine a Raft
+    // re-election after a SIGKILL has taken 7 s, past the worker's fence
+    // at 0.7 × the default 10 s, and the worker then rightly killed its
+    // attempts.
+    let env = (0..3)
+        .flat_map(|i| {
+            [(i, "GNOMON_AUTH_FILE".to_string(), auth_file.display().to_string()), (i, "GNOMON_LEASE_TTL".to_string(), "15s".to_string())]
+        })
+        .collect();
     let ports = vec![free_port(), free_port(), free_port()];
     let mut c = Cluster::launch_with(ports, None, env);
     let servers: Vec<String> = (0..3).map(|i| c.addr(i)).collect();
